@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Install every Debian package sw-pool needs to build, test, demo and benchmark.
+# Idempotent; run as root on Debian 12 (`make setup` calls it).
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential pkg-config clang libclang-dev libssl-dev
+  # image tools called by sw-pool
+  e2fsprogs fuse2fs squashfs-tools squashfuse fuse3 openssl
+  # MPI: Open MPI is the default implementation, MPICH must also work
+  openmpi-bin libopenmpi-dev libpmix2 mpich libmpich-dev
+  # the virtual cluster: Slurm, munge, sshd + sshfs for shared storage, iproute2 for namespaces
+  slurmctld slurmd slurm-client munge openssh-server openssh-client sshfs iproute2 util-linux procps psmisc kmod strace shellcheck
+  # Lmod (module avail / module load)
+  lmod
+  # benchmarks and reports
+  python3 python3-matplotlib hyperfine time
+)
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup-deps: must run as root (it installs Debian packages)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup-deps: all ${#PACKAGES[@]} packages present"
+else
+  echo "setup-deps: installing ${missing[*]}"
+  # keep package postinst scripts from starting daemons (slurmd, munge, sshd): the testbed starts its own
+  policy=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod 755 "$policy"; created_policy=1
+  fi
+  trap '[ "$created_policy" = 1 ] && rm -f "$policy"' EXIT
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Rust toolchain: rustup is on the developer and CI machines; make sure fmt and clippy are there
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
