@@ -1,0 +1,87 @@
+# shellcheck shell=bash
+# Helpers for the cluster tests (tests/cluster/t_*.sh).  Source it first:  . "$(dirname "$0")/lib.sh"
+#
+#   pass NAME                      record a passed check
+#   fail NAME MSG                  record a failed check (the script goes on)
+#   assert_eq NAME EXPECTED ACTUAL
+#   assert_match NAME REGEX ACTUAL
+#   assert_cmd NAME CMD...         passes if CMD exits 0
+#   assert_le / assert_within      numeric checks (floats allowed)
+#   require_testbed                abort the script (one failure) unless the testbed is up and healthy
+#   finish                         print the script's summary; exit status 1 if anything failed
+#
+# Every result is printed ("PASS name" / "FAIL name: msg") and appended to $T_RESULTS (set by
+# tests/cluster/run) so that the runner can count them.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TESTBED=$REPO/testbed
+# shellcheck source=../../testbed/env.sh
+. "$TESTBED/env.sh"
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+T_NAME=$(basename "$0" .sh)
+T_PASSED=0
+T_FAILED=0
+T_RESULTS=${T_RESULTS:-/dev/null}
+
+pass() {
+  T_PASSED=$((T_PASSED + 1))
+  echo "PASS $T_NAME: $1"
+  echo "PASS $T_NAME: $1" >> "$T_RESULTS"
+}
+fail() {
+  T_FAILED=$((T_FAILED + 1))
+  echo "FAIL $T_NAME: $1: ${2:-}"
+  echo "FAIL $T_NAME: $1: ${2:-}" >> "$T_RESULTS"
+}
+assert_eq() {
+  if [[ $3 == "$2" ]]; then pass "$1"; else fail "$1" "expected '$2', got '$3'"; fi
+}
+assert_match() {
+  if [[ $3 =~ $2 ]]; then pass "$1"; else fail "$1" "'$3' does not match /$2/"; fi
+}
+assert_cmd() {
+  local name=$1 out rc=0; shift
+  out=$("$@" 2>&1) || rc=$?
+  if [[ $rc == 0 ]]; then pass "$name"; else fail "$name" "'$*' exited $rc: $(tail -n 5 <<< "$out")"; fi
+}
+# float comparison helpers (awk): fle A B -> A <= B
+fle() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+assert_le() {  # assert_le NAME VALUE MAX [UNIT]
+  if fle "$2" "$3"; then pass "$1 ($2${4:-} <= $3${4:-})"; else fail "$1" "$2${4:-} > $3${4:-}"; fi
+}
+assert_within() {  # assert_within NAME VALUE LO HI [UNIT]
+  if fle "$3" "$2" && fle "$2" "$4"; then pass "$1 ($2${5:-} in [$3, $4])"; else fail "$1" "$2${5:-} not in [$3, $4]"; fi
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+calc() { awk "BEGIN { printf \"%.4g\", $1 }"; }
+require_testbed() {
+  if ! "$TESTBED/status" -q; then
+    fail "testbed up" "testbed/status reports the testbed down or unhealthy (run testbed/up)"
+    finish
+  fi
+}
+finish() {
+  echo "$T_NAME: $T_PASSED passed, $T_FAILED failed"
+  if [[ $T_FAILED == 0 ]]; then exit 0; else exit 1; fi
+}
+# run a command as the unprivileged user with the testbed's Slurm config
+as_user() { runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" "$@"; }
+# wait_for TENTHS CMD...: poll until CMD succeeds
+wait_for() {
+  local n=$1 i; shift
+  for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  return 1
+}
+# a tiny squashfs image with hello.txt, in the shared fast scratch dir (visible on every node)
+make_test_image() {
+  local img=$TB/scratch/test-hello.sqfs src
+  if [[ ! -s $img ]]; then
+    src=$(mktemp -d /var/tmp/swp-t-img.XXXXXX)
+    echo hello > "$src/hello.txt"
+    mksquashfs "$src" "$img.tmp" -noappend -quiet -all-root >/dev/null
+    chmod 644 "$img.tmp"; mv "$img.tmp" "$img"
+    rm -rf "$src"
+  fi
+  echo "$img"
+}
