@@ -2,6 +2,7 @@
 # Acceptance 1: up from nothing < 30 s, down < 10 s; up twice and down twice exit 0; after down no
 # testbed namespace, link, mount, /etc/hosts line or process is left (processes are checked by exact
 # namespace identity and by the PIDs of the pid files, never by name).  Leaves the testbed UP.
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 # identities of everything the running testbed owns: "dev:inode" of its namespaces, pids of its pid files
@@ -21,7 +22,8 @@ leftovers() {  # prints what is left of the testbed; empty if nothing
   for l in $(ip netns list 2>/dev/null | awk '{print $1}'); do
     [[ $l == swp-* ]] && out+="netns $l; "
   done
-  for l in $(ls /sys/class/net); do
+  for l in /sys/class/net/*; do
+    l=${l##*/}
     [[ $l == swph-* || $l == "$TB_BR" ]] && out+="link $l; "
   done
   findmnt -rn -o TARGET | grep -q "^$TB" && out+="mounts: $(findmnt -rn -o TARGET | grep "^$TB" | tr '\n' ' '); "

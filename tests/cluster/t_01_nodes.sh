@@ -2,6 +2,7 @@
 # Acceptance 2: srun -N4 runs one task per node; each sees its own hostname, address, private /tmp
 # and local dir; a FUSE (squashfuse) mount made on node1 is invisible on node2 and in the root
 # namespace -- as root through testbed/exec and as the unprivileged user through srun.
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed
 cd /
