@@ -43,14 +43,17 @@ node_ip() { echo "$TB_NET.$((10 + ${1#node}))"; }
 
 # tbexec NODE CMD...: run CMD inside the node's network, mount and UTS namespaces, with the
 # node environment (LOCAL_TMPDIR, SCRATCH, SLURM_CONF).  The working directory is kept
-# when it exists on the node too (not for the node-private /tmp, /dev/shm and local dir).
+# when it exists on the node too (not for the node-private /tmp, /dev/shm, local dir, and the
+# directories hidden on the nodes).
 tbexec() {
   local n wd=$PWD
   n=$(node_name "${1:-}") || return 2
   shift
   [[ $# -gt 0 ]] || { echo "tbexec: no command" >&2; return 2; }
   [[ -e /run/netns/$(node_ns "$n") && -e $TB/ns/$n.mnt ]] || { echo "tbexec: $n is not up" >&2; return 3; }
-  case $wd in /tmp|/tmp/*|/dev/shm|/dev/shm/*|"$TB/local"|"$TB/local/"*) wd=/ ;; esac
+  case $wd in
+    /tmp|/tmp/*|/dev/shm|/dev/shm/*|"$TB/local"|"$TB/local/"*|"$TB/nodes"|"$TB/nodes/"*|"$TB/export"|"$TB/export/"*) wd=/ ;;
+  esac
   nsenter --net="/run/netns/$(node_ns "$n")" --mount="$TB/ns/$n.mnt" --uts="$TB/ns/$n.uts" --wd="$wd" -- \
     env LOCAL_TMPDIR="$TB/local" SCRATCH="$TB/shared" SLURM_CONF="$SLURM_CONF" "$@"
 }

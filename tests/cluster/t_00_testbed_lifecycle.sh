@@ -45,6 +45,13 @@ leftovers() {  # prints what is left of the testbed; empty if nothing
   echo "$out"
 }
 
+# --purge deletes the hook directories; keep the hooks someone installed and put them back at the end
+hooks=$(mktemp -d /var/tmp/swp-t00-hooks.XXXXXX)
+trap 'rm -rf "$hooks"' EXIT
+for d in prolog.d epilog.d task-prolog.d; do
+  [[ -d $TB/etc/$d ]] && cp -a "$TB/etc/$d" "$hooks/"
+done
+
 snapshot
 rc=0; "$TESTBED/down" --purge >/dev/null || rc=$?
 assert_eq "down --purge before the test" 0 "$rc"
@@ -77,5 +84,8 @@ assert_cmd "status reports down" sh -c "! '$TESTBED/status' -q"
 
 rc=0; "$TESTBED/up" || rc=$?
 assert_eq "up again (left up for the other tests)" 0 "$rc"
+for d in prolog.d epilog.d task-prolog.d; do
+  if [[ -d $hooks/$d ]]; then cp -a "$hooks/$d/." "$TB/etc/$d/"; fi
+done
 assert_cmd "status healthy at the end" "$TESTBED/status" -q
 finish

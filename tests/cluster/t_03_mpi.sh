@@ -6,6 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 require_testbed
 bin=$REPO/target/release/mpi-selftest
+[[ -x $bin || ! -x $REPO/target/debug/mpi-selftest ]] || bin=$REPO/target/debug/mpi-selftest
 if [[ ! -x $bin ]]; then
   echo "t_03: building mpi-selftest (cargo build --release -p mpi-selftest)"
   (cd "$REPO" && cargo build --release -q -p mpi-selftest) || true
