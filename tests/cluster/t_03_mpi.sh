@@ -38,7 +38,7 @@ assert_eq "same digest with mpirun and srun" "$d1" "$d2"
 out=$(as_user srun --mpi=pmix -N4 --chdir=/tmp "$bin" 2>/dev/null || true)
 check "srun --mpi=pmix -N4 as $TB_USER" "$out"
 # Open MPI's own launcher inside an allocation (plm/slurm starts orted through srun), as the user
-out=$(cd /tmp && as_user salloc -Q -N2 mpirun.openmpi "$bin" 1 2>/dev/null || true)
+out=$(cd /tmp || exit; as_user salloc -Q -N2 mpirun.openmpi "$bin" 1 2>/dev/null) || true
 assert_eq "salloc -N2 mpirun (as $TB_USER): 2 ranks on 2 nodes, one digest" "node1 node2 1" \
   "$(awk '/^rank/ {print $4}' <<< "$out" | sort | tr '\n' ' ')$(awk '/^rank/ {print $6}' <<< "$out" | sort -u | grep -c .)"
 # the wrapper honours overrides: 8 ranks, two per node
