@@ -1,0 +1,56 @@
+# sw-pool — see README.md. Every target runs as root on Debian 12 with nothing installed by hand.
+SHELL := /bin/bash
+PREFIX ?= /usr/local
+CARGO ?= cargo
+BIN := target/release/sw-pool
+
+.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench-build clean
+
+all: build
+
+setup:
+	bash tools/setup-deps.sh
+
+build: setup
+	$(CARGO) build --release --workspace
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sw-pool
+	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp
+	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount
+	$(BIN) generate man $(DESTDIR)$(PREFIX)/share/man/man1
+	$(BIN) generate completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool
+	$(BIN) generate completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool
+	$(BIN) generate completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount \
+	  $(DESTDIR)$(PREFIX)/share/man/man1/sw-pool*.1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool \
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish
+
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+
+test-unit: build
+	$(CARGO) test --workspace --release
+
+# the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
+test-cluster: build
+	bash tools/run-cluster-tests.sh
+
+test: lint test-unit test-cluster
+
+demo: build
+	bash tools/demo.sh
+
+bench-build: build
+	bash bench/build-overhead.sh
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,257 @@
+//! Command-line definitions (clap structs only). Man pages and completions are generated from these.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub const EXIT_STATUS_HELP: &str = "\
+EXIT STATUS:
+  0  success
+  1  internal error (a bug: please report it)
+  2  usage error (bad command line)
+  3  bad input (a missing or wrong path, a bad size, OUT exists without --force)
+  4  not a valid pool or image (wrong magic, damaged manifest, failed consistency check)
+  5  an external tool is missing or failed (mke2fs, mksquashfs, squashfuse_ll, fuse2fs, ...)
+  6  the system refused (permission denied, no space left, I/O error)
+  7  signature missing, invalid or untrusted
+  8  a collective operation failed on another node (the message names it)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sw-pool",
+    version,
+    about = "Software pools for HPC clusters: build one image of a software stack, broadcast it with MPI to \
+             node-local storage, mount it without root, and use it through Lmod",
+    after_help = EXIT_STATUS_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Print more: per-phase timings and details
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Print only errors
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Log filter for diagnostics on stderr (error, warn, info, debug, trace); default: $SW_POOL_LOG or warn
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub log: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build a pool file from a directory tree (squashfs or ext2/3/4, with its manifest)
+    Build(BuildArgs),
+    /// Show a pool's manifest and layout, and check its file system
+    Inspect(InspectArgs),
+    /// Create an empty pool tree (pool.toml, install/, modulefiles/, source/, config/)
+    Init(InitArgs),
+    /// Write Lmod modulefiles for packages in a pool tree that have none
+    Modulefiles(ModulefilesArgs),
+    /// Copy a file or directory to node-local storage on every node of an MPI job (scalable-fs-cp)
+    Cp(CpArgs),
+    /// Mount a pool or image read-only with FUSE (scalable-fs-mount)
+    Mount(MountArgs),
+    /// Show the effective configuration and where each value comes from
+    Config(ConfigArgs),
+    /// Generate shell completions or man pages
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  sw-pool build -s 1020MB test-pool.ext2 test-pool     the paper's call: an ext2 image of 1020 MB
+  sw-pool build demo-1.0.sqfs demo                     squashfs (zstd), sized automatically
+  sw-pool build --format ext4 --gen-modulefiles pool.img tree
+
+SIZE accepts coreutils units: KB/MB/GB are powers of 1000, K/M/G and KiB/MiB/GiB powers of 1024.
+Without -s an ext image is sized from the tree: data + metadata + 5 % + 4 MiB (at least 16 MiB).
+The same tree always gives a bit-identical pool; SOURCE_DATE_EPOCH sets the recorded build time.")]
+pub struct BuildArgs {
+    /// Image size (ext formats); an upper limit for squashfs
+    #[arg(short, long, value_name = "SIZE")]
+    pub size: Option<String>,
+    /// File-system format; default: from OUT's extension (.sqfs .squashfs .ext2 .ext3 .ext4), else squashfs
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// Pool name; default: pool.toml's, else OUT's file name without extension
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Pool version; default: pool.toml's, else "0"
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Replace OUT if it exists
+    #[arg(short, long)]
+    pub force: bool,
+    /// Manifest chunk size (power of two, 4KiB..1GiB); default from config: 4MiB
+    #[arg(long, value_name = "SIZE")]
+    pub chunk: Option<String>,
+    /// Write missing Lmod modulefiles into SRC before building
+    #[arg(long)]
+    pub gen_modulefiles: bool,
+    /// With --gen-modulefiles: also set LD_LIBRARY_PATH
+    #[arg(long, requires = "gen_modulefiles")]
+    pub ld_library_path: bool,
+    /// Print the build report as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// The pool file to write
+    pub out: PathBuf,
+    /// The directory whose contents become the pool's root
+    pub src: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    Squashfs,
+    Ext4,
+    Ext3,
+    Ext2,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the file-system consistency check (e2fsck -fn / unsquashfs -stat)
+    #[arg(long)]
+    pub no_check: bool,
+    /// The pool file
+    pub pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub version: String,
+    #[arg(long)]
+    pub description: Option<String>,
+    /// The directory to create (must be empty or absent)
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ModulefilesArgs {
+    /// Also prepend lib/ and lib64/ to LD_LIBRARY_PATH
+    #[arg(long)]
+    pub ld_library_path: bool,
+    /// The pool tree (with pool.toml)
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Source file or directory (read once, from shared storage)
+    pub src: PathBuf,
+    /// Destination path on every node
+    pub dest: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Mount options
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Option<String>,
+    pub image: PathBuf,
+    pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: GenerateWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GenerateWhat {
+    /// Man pages (sw-pool.1 and one per subcommand) into DIR
+    Man { dir: PathBuf },
+    /// A completion script for SHELL on stdout
+    Completions { shell: clap_complete::Shell },
+}
+
+/// The paper's stand-alone tools are this binary under another name.
+pub fn multicall_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    let argv0 = args.first().map(|a| {
+        std::path::Path::new(a)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let sub = match argv0.as_deref() {
+        Some("scalable-fs-cp") => "cp",
+        Some("scalable-fs-mount") => "mount",
+        _ => return args,
+    };
+    args[0] = OsString::from("sw-pool");
+    args.insert(1, OsString::from(sub));
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn paper_command_lines_parse() {
+        let c = Cli::try_parse_from([
+            "sw-pool",
+            "build",
+            "-s",
+            "1020MB",
+            "test-pool.ext2",
+            "test-pool",
+        ])
+        .unwrap();
+        match c.command {
+            Command::Build(b) => {
+                assert_eq!(b.size.as_deref(), Some("1020MB"));
+                assert_eq!(b.out, PathBuf::from("test-pool.ext2"));
+            }
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn multicall() {
+        let a = multicall_args(vec![
+            "/usr/bin/scalable-fs-cp".into(),
+            "a".into(),
+            "b".into(),
+        ]);
+        assert_eq!(
+            a,
+            vec![
+                OsString::from("sw-pool"),
+                "cp".into(),
+                "a".into(),
+                "b".into()
+            ]
+        );
+        let a = multicall_args(vec!["sw-pool".into(), "build".into()]);
+        assert_eq!(a.len(), 2);
+    }
+}

@@ -1,0 +1,103 @@
+use swpool_core::image::{build, BuildOptions, ImageFormat};
+use swpool_core::pool::modulefile::ModulefileOptions;
+use swpool_core::size::{parse_size, Bytes};
+use swpool_core::Error;
+
+use crate::cli::{BuildArgs, FormatArg, GlobalArgs};
+use crate::output::Printer;
+
+pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
+    let p = Printer::new(g, a.json);
+    let mut cfg = super::config()?;
+    cfg.chunk_size.flag(
+        a.chunk
+            .as_deref()
+            .map(swpool_core::config::parse_chunk_size)
+            .transpose()
+            .map_err(|e| {
+                Error::other(swpool_core::ExitStatus::BadInput, format!("--chunk: {e}"))
+            })?,
+    );
+    let size = a.size.as_deref().map(parse_size).transpose()?;
+    let format = a.format.map(|f| match f {
+        FormatArg::Squashfs => ImageFormat::Squashfs,
+        FormatArg::Ext4 => ImageFormat::Ext4,
+        FormatArg::Ext3 => ImageFormat::Ext3,
+        FormatArg::Ext2 => ImageFormat::Ext2,
+    });
+    // the configured default format applies only when neither --format nor OUT's extension says
+    let format = format
+        .or_else(|| ImageFormat::from_extension(&a.out))
+        .or(Some(cfg.format.value));
+    let source_date_epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.is_empty() => Some(v.trim().parse::<u64>().map_err(|_| {
+            Error::other(
+                swpool_core::ExitStatus::BadInput,
+                format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"),
+            )
+        })?),
+        _ => None,
+    };
+    let opts = BuildOptions {
+        out: a.out,
+        src: a.src,
+        size,
+        format,
+        name: a.name,
+        version: a.version,
+        force: a.force,
+        chunk_size: cfg.chunk_size.value,
+        gen_modulefiles: a.gen_modulefiles,
+        modulefile_opts: ModulefileOptions {
+            ld_library_path: a.ld_library_path,
+        },
+        squashfs_level: cfg.squashfs_level.value,
+        source_date_epoch,
+    };
+    let r = build(&opts)?;
+    for w in &r.warnings {
+        p.warn(w);
+    }
+    for f in &r.modulefiles_written {
+        p.verbose(format!("wrote modulefile {}", f.display()));
+    }
+    let m = &r.manifest;
+    p.result(format!(
+        "built {}: {} pool {}/{}, image {} ({} data in {} of {} chunks), {} packages",
+        r.out.display(),
+        m.format,
+        m.name,
+        m.version,
+        Bytes(m.image_size),
+        Bytes(m.data_size),
+        m.chunks.iter().filter(|c| c.is_some()).count(),
+        m.chunks.len(),
+        m.packages.len()
+    ));
+    p.result(format!("digest {}", m.digest));
+    let t = &r.timings;
+    p.verbose(format!(
+        "timings: scan {:.3}s, mkfs {:.3}s, hash {:.3}s, commit {:.3}s",
+        t.scan.as_secs_f64(),
+        t.mkfs.as_secs_f64(),
+        t.hash.as_secs_f64(),
+        t.commit.as_secs_f64()
+    ));
+    p.json(&serde_json::json!({
+        "out": r.out,
+        "file_size": r.file_len,
+        "name": m.name,
+        "version": m.version,
+        "format": m.format,
+        "image_size": m.image_size,
+        "data_size": m.data_size,
+        "digest": m.digest,
+        "chunk_size": m.chunk_size,
+        "chunks": m.chunks.len(),
+        "packages": m.packages,
+        "warnings": r.warnings,
+        "tree": {"files": r.tree.files, "dirs": r.tree.dirs, "symlinks": r.tree.symlinks, "bytes": r.tree.bytes},
+        "timings": {"scan": t.scan.as_secs_f64(), "mkfs": t.mkfs.as_secs_f64(), "hash": t.hash.as_secs_f64(), "commit": t.commit.as_secs_f64()},
+    }));
+    Ok(())
+}

@@ -1,0 +1,30 @@
+use swpool_core::Error;
+
+use crate::cli::{ConfigArgs, GlobalArgs};
+use crate::output::Printer;
+
+pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
+    let cfg = super::config()?;
+    let p = Printer::new(g, a.json);
+    let rows = cfg.rows();
+    for (k, v, o) in &rows {
+        p.result(format!("{k:<18} {v:<40} ({o})"));
+    }
+    let files: Vec<String> = swpool_core::config::Config::files()
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
+    p.verbose(format!(
+        "files read: {}",
+        if files.is_empty() {
+            "none".into()
+        } else {
+            files.join(", ")
+        }
+    ));
+    p.json(&serde_json::json!({
+        "settings": rows.iter().map(|(k, v, o)| serde_json::json!({"key": k, "value": v, "origin": o})).collect::<Vec<_>>(),
+        "files": files,
+    }));
+    Ok(())
+}

@@ -1,0 +1,137 @@
+use swpool_core::image::{check::check, detect};
+use swpool_core::pool::{ManifestError, Pool};
+use swpool_core::size::Bytes;
+use swpool_core::{Error, ExitStatus};
+
+use crate::cli::{GlobalArgs, InspectArgs};
+use crate::output::Printer;
+
+pub fn run(g: &GlobalArgs, a: InspectArgs) -> Result<(), Error> {
+    let p = Printer::new(g, a.json);
+    let pool = match Pool::open(&a.pool) {
+        Ok(pool) => pool,
+        Err(e @ ManifestError::NotAPool { .. }) => {
+            // say what the file is, if it is a bare image
+            return Err(match detect(&a.pool) {
+                Ok(f) => Error::other(
+                    ExitStatus::InvalidPool,
+                    format!(
+                        "{} is a bare {f} image without a sw-pool manifest; rebuild it from its tree with `sw-pool build`",
+                        a.pool.display()
+                    ),
+                ),
+                Err(_) => e.into(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let m = &pool.manifest;
+    // the superblock must agree with the manifest
+    let found = match detect(&a.pool) {
+        Ok(f) if f == m.format => None,
+        Ok(f) => Some(format!("the image is {f}")),
+        Err(swpool_core::image::DetectError::Unknown { .. }) => {
+            Some("the image has no file-system magic (damaged superblock)".into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(found) = found {
+        return Err(Error::other(
+            ExitStatus::InvalidPool,
+            format!(
+                "{}: the manifest says {} but {found}; the pool is damaged, rebuild it",
+                a.pool.display(),
+                m.format
+            ),
+        ));
+    }
+    let fsck = if a.no_check {
+        None
+    } else {
+        Some(check(&a.pool, m.format)?)
+    };
+    p.result(format!("pool      {}/{}", m.name, m.version));
+    if let Some(d) = &m.description {
+        p.result(format!("about     {d}"));
+    }
+    p.result(format!(
+        "file      {} ({} bytes)",
+        a.pool.display(),
+        pool.file_len
+    ));
+    p.result(format!("format    {}", m.format));
+    p.result(format!(
+        "image     {} ({} bytes)",
+        Bytes(m.image_size),
+        m.image_size
+    ));
+    p.result(format!(
+        "data      {} in {} of {} chunks of {}",
+        Bytes(m.data_size),
+        m.chunks.iter().filter(|c| c.is_some()).count(),
+        m.chunks.len(),
+        Bytes(m.chunk_size)
+    ));
+    p.result(format!("digest    {}", m.digest));
+    p.result(format!(
+        "signed    {}",
+        if pool.signature.is_empty() {
+            "no"
+        } else {
+            "yes"
+        }
+    ));
+    p.result(format!("built     {} at {} (epoch)", m.builder, m.created));
+    if m.packages.is_empty() {
+        p.result("packages  none (an ad-hoc pool without install/)");
+    } else {
+        p.result(format!("packages  {}", m.packages.len()));
+        for pk in &m.packages {
+            p.result(format!(
+                "  {}/{}{}",
+                pk.name,
+                pk.version,
+                if pk.modulefile {
+                    ""
+                } else {
+                    "  (no modulefile)"
+                }
+            ));
+        }
+    }
+    if let Some(c) = &fsck {
+        p.result(format!(
+            "check     {} ({})",
+            if c.ok { "ok" } else { "FAILED" },
+            c.tool
+        ));
+        p.verbose(
+            c.summary
+                .lines()
+                .map(|l| format!("          {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+    p.json(&serde_json::json!({
+        "path": a.pool,
+        "file_size": pool.file_len,
+        "signed": !pool.signature.is_empty(),
+        "manifest": m,
+        "check": fsck,
+    }));
+    if let Some(c) = fsck {
+        if !c.ok {
+            return Err(Error::other(
+                ExitStatus::InvalidPool,
+                format!(
+                    "{}: file-system check failed ({}):\n  {}",
+                    a.pool.display(),
+                    c.tool,
+                    c.summary.replace('\n', "\n  ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

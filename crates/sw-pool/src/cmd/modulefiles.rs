@@ -1,0 +1,22 @@
+use swpool_core::pool::modulefile::{generate_missing, ModulefileOptions};
+use swpool_core::Error;
+
+use crate::cli::{GlobalArgs, ModulefilesArgs};
+use crate::output::Printer;
+
+pub fn run(g: &GlobalArgs, a: ModulefilesArgs) -> Result<(), Error> {
+    let written = generate_missing(
+        &a.dir,
+        ModulefileOptions {
+            ld_library_path: a.ld_library_path,
+        },
+    )?;
+    let p = Printer::new(g, false);
+    if written.is_empty() {
+        p.result("every package already has a modulefile");
+    }
+    for f in written {
+        p.result(format!("wrote {}", f.display()));
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! `sw-pool`: parse, set up logging, dispatch, map the error to an exit status.
+//! Invoked as `scalable-fs-cp` or `scalable-fs-mount` (symlinks) it behaves as `sw-pool cp` / `sw-pool mount`.
+
+mod cli;
+mod cmd;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::multicall_args(std::env::args_os().collect());
+    let cli = cli::Cli::parse_from(args);
+    output::init_logging(&cli.global);
+    install_signal_cleanup();
+    match cmd::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            output::print_error(&e);
+            ExitCode::from(e.exit_status().code() as u8)
+        }
+    }
+}
+
+/// On SIGINT/SIGTERM/SIGHUP remove every temporary output still being written, then exit 128+signal:
+/// an interrupted command leaves no half-written file.
+fn install_signal_cleanup() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            swpool_core::exec::terminate_children();
+            swpool_core::atomic::remove_all_registered();
+            eprintln!("sw-pool: interrupted by signal {sig}; temporary files removed");
+            std::process::exit(128 + sig);
+        }
+    });
+}

@@ -1,0 +1,85 @@
+//! The output layer: user messages (stdout for results, stderr for notes and warnings) apart from
+//! `tracing` logs (stderr, with host and pid on every line; `--log LEVEL` or `SW_POOL_LOG`).
+
+use std::io::IsTerminal;
+
+use crate::cli::GlobalArgs;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    pub verbosity: Verbosity,
+    pub json: bool,
+}
+
+impl Printer {
+    pub fn new(g: &GlobalArgs, json: bool) -> Printer {
+        let verbosity = if g.quiet {
+            Verbosity::Quiet
+        } else if g.verbose > 0 {
+            Verbosity::Verbose
+        } else {
+            Verbosity::Normal
+        };
+        Printer { verbosity, json }
+    }
+
+    /// A result line (stdout), unless quiet or JSON.
+    pub fn result(&self, line: impl AsRef<str>) {
+        if self.verbosity > Verbosity::Quiet && !self.json {
+            println!("{}", line.as_ref());
+        }
+    }
+
+    /// Detail shown with `-v` (stdout, as the paper's timing lines).
+    pub fn verbose(&self, line: impl AsRef<str>) {
+        if self.verbosity >= Verbosity::Verbose && !self.json {
+            println!("{}", line.as_ref());
+        }
+    }
+
+    /// A warning (stderr), shown unless quiet.
+    pub fn warn(&self, line: impl AsRef<str>) {
+        if self.verbosity > Verbosity::Quiet {
+            eprintln!("sw-pool: warning: {}", line.as_ref());
+        }
+    }
+
+    /// A JSON document (stdout), when `--json` was given.
+    pub fn json(&self, v: &serde_json::Value) {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(v).expect("json"));
+        }
+    }
+}
+
+pub fn init_logging(g: &GlobalArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &g.log {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_env("SW_POOL_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+    // every log line carries the host and pid (and, under MPI, the rank)
+    let span = tracing::info_span!("sw-pool", host = %host, pid = std::process::id());
+    std::mem::forget(span.entered());
+}
+
+pub fn print_error(e: &swpool_core::Error) {
+    eprintln!("sw-pool: error: {e}");
+}

@@ -1,0 +1,155 @@
+//! Helpers for the CLI tests: run the real binary with an isolated configuration.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sw-pool"))
+}
+
+/// `sw-pool` with no system or user config file and no inherited SW_POOL_* settings.
+pub fn sw() -> Command {
+    let mut c = Command::new(bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SW_POOL_") || k == "SOURCE_DATE_EPOCH" {
+            c.env_remove(k);
+        }
+    }
+    c.env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "");
+    c
+}
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run(c: &mut Command) -> Out {
+    let o = c.output().expect("run sw-pool");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+pub fn sw_run(args: &[&str]) -> Out {
+    run(sw().args(args))
+}
+
+/// A scratch directory under /var/tmp (not /tmp: large images, and reachable by other users).
+pub fn scratch() -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("swpool-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    d
+}
+
+/// Nothing named `name` and no temporary file of ours in `dir`.
+pub fn assert_nothing_left(dir: &Path, name: &str) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(n != name, "{name} was left in {}", dir.display());
+        assert!(
+            !n.contains("swpool-tmp"),
+            "temporary file {n} was left in {}",
+            dir.display()
+        );
+    }
+}
+
+pub fn sha256_file(p: &Path) -> String {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(p).unwrap();
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    hex::encode(h.finalize())
+}
+
+pub fn is_root() -> bool {
+    rustix_like_geteuid() == 0
+}
+
+fn rustix_like_geteuid() -> u32 {
+    // read it from /proc to avoid a dependency just for tests
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|u| u.parse().ok())
+        .unwrap()
+}
+
+/// Run sw-pool as an unprivileged user (nobody) when we are root, else as ourselves.
+pub fn sw_as_nobody(args: &[&str]) -> Out {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(bin())
+            .args(args);
+        c.env("SW_POOL_SYSTEM_CONFIG", "")
+            .env("SW_POOL_USER_CONFIG", "")
+            .env("HOME", "/nonexistent");
+        run(&mut c)
+    } else {
+        sw_run(args)
+    }
+}
+
+/// A small pool tree with two packages (a script and a C program compiled here).
+pub fn sample_tree(root: &Path) {
+    let o = sw_run(&[
+        "init",
+        "--name",
+        "demo",
+        "--version",
+        "1.0",
+        root.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let bin = root.join("install/hello/1.0/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = bin.join("hello");
+    std::fs::write(&script, "#!/bin/sh\necho \"hello from $(hostname)\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cbin = root.join("install/cfact/2.0/bin");
+    std::fs::create_dir_all(&cbin).unwrap();
+    std::fs::create_dir_all(root.join("source/cfact")).unwrap();
+    let src = root.join("source/cfact/cfact.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\nint main(int c,char**v){long n=c>1?atol(v[1]):10,f=1;for(long i=2;i<=n;i++)f*=i;printf(\"%ld\\n\",f);return 0;}\n",
+    )
+    .unwrap();
+    let st = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(cbin.join("cfact"))
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    std::fs::create_dir_all(root.join("install/cfact/2.0/share/man/man1")).unwrap();
+    std::fs::write(
+        root.join("install/cfact/2.0/share/man/man1/cfact.1"),
+        ".TH CFACT 1\n",
+    )
+    .unwrap();
+}

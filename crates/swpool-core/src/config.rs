@@ -1,0 +1,393 @@
+//! Configuration, in one place.
+//!
+//! Precedence, highest first: command-line flags (applied by the binary), `SW_POOL_*` environment
+//! variables, the user file (`$XDG_CONFIG_HOME/sw-pool/config.toml`, else `~/.config/sw-pool/config.toml`),
+//! the system file (`/etc/sw-pool/config.toml`), built-in defaults. `SW_POOL_SYSTEM_CONFIG` and
+//! `SW_POOL_USER_CONFIG` name other files (an empty value disables that file).
+//!
+//! | key | environment | default | meaning |
+//! |---|---|---|---|
+//! | `format` | `SW_POOL_FORMAT` | `squashfs` | image format when OUT's extension names none |
+//! | `chunk_size` | `SW_POOL_CHUNK_SIZE` | `4MiB` | manifest chunk (and broadcast block) size |
+//! | `squashfs_level` | `SW_POOL_SQUASHFS_LEVEL` | mksquashfs' default | zstd level for squashfs pools |
+//! | `pool_path` | `SW_POOL_PATH` (`:`-separated) | none | directories searched for `name/version` |
+//! | `cache_dir` | `SW_POOL_CACHE` | `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp` | node-local pool cache |
+//! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
+//! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::image::ImageFormat;
+use crate::pool::manifest::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+use crate::size::parse_size;
+
+pub const SYSTEM_CONFIG: &str = "/etc/sw-pool/config.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {}: {reason}", path.display())]
+    Parse { path: PathBuf, reason: String },
+    #[error("environment variable {var}={value:?}: {reason}")]
+    Env {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Default,
+    File(PathBuf),
+    Env(&'static str),
+    Flag,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::Env(v) => write!(f, "${v}"),
+            Origin::Flag => f.write_str("command line"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting<T> {
+    pub value: T,
+    pub origin: Origin,
+}
+
+impl<T> Setting<T> {
+    fn default(value: T) -> Self {
+        Setting {
+            value,
+            origin: Origin::Default,
+        }
+    }
+    fn set(&mut self, value: T, origin: Origin) {
+        *self = Setting { value, origin };
+    }
+    /// Apply a command-line flag, if given.
+    pub fn flag(&mut self, v: Option<T>) {
+        if let Some(v) = v {
+            self.set(v, Origin::Flag);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub format: Setting<ImageFormat>,
+    pub chunk_size: Setting<u64>,
+    pub squashfs_level: Setting<Option<u32>>,
+    pub pool_path: Setting<Vec<PathBuf>>,
+    pub cache_dir: Setting<Option<PathBuf>>,
+    pub mount_dir: Setting<Option<PathBuf>>,
+    pub require_signature: Setting<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    format: Option<String>,
+    chunk_size: Option<toml::Value>,
+    squashfs_level: Option<u32>,
+    pool_path: Option<Vec<PathBuf>>,
+    cache_dir: Option<PathBuf>,
+    mount_dir: Option<PathBuf>,
+    require_signature: Option<bool>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            format: Setting::default(ImageFormat::Squashfs),
+            chunk_size: Setting::default(DEFAULT_CHUNK_SIZE),
+            squashfs_level: Setting::default(None),
+            pool_path: Setting::default(Vec::new()),
+            cache_dir: Setting::default(None),
+            mount_dir: Setting::default(None),
+            require_signature: Setting::default(false),
+        }
+    }
+}
+
+fn check_chunk(n: u64) -> Result<u64, String> {
+    if n.is_power_of_two() && (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "chunk size must be a power of two between 4KiB and 1GiB, not {n}"
+        ))
+    }
+}
+
+/// Parse a chunk size as users write it (`4MiB`, `1M`, `65536`).
+pub fn parse_chunk_size(s: &str) -> Result<u64, String> {
+    check_chunk(parse_size(s).map_err(|e| e.to_string())?)
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err("use true/false, yes/no, on/off or 1/0".into()),
+    }
+}
+
+impl Config {
+    /// Defaults, then the system file, the user file and the environment.
+    pub fn load() -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        for path in Self::files() {
+            c.apply_file(&path)?;
+        }
+        c.apply_env(|k| std::env::var(k).ok())?;
+        Ok(c)
+    }
+
+    /// The config files read, lowest precedence first (only those that exist).
+    pub fn files() -> Vec<PathBuf> {
+        let pick = |var: &str, default: Option<PathBuf>| match std::env::var_os(var) {
+            Some(v) if v.is_empty() => None,
+            Some(v) => Some(PathBuf::from(v)),
+            None => default,
+        };
+        let user_default = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
+            .map(|d| d.join("sw-pool/config.toml"));
+        [
+            pick("SW_POOL_SYSTEM_CONFIG", Some(PathBuf::from(SYSTEM_CONFIG))),
+            pick("SW_POOL_USER_CONFIG", user_default),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|p| p.exists())
+        .collect()
+    }
+
+    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.into(),
+            source,
+        })?;
+        self.apply_toml(&text, path)
+    }
+
+    fn apply_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let perr = |reason: String| ConfigError::Parse {
+            path: path.into(),
+            reason,
+        };
+        let f: FileConfig = toml::from_str(text).map_err(|e| perr(e.message().to_string()))?;
+        let o = || Origin::File(path.into());
+        if let Some(v) = f.format {
+            self.format.set(
+                v.parse()
+                    .map_err(|e: String| perr(format!("format: {e}")))?,
+                o(),
+            );
+        }
+        if let Some(v) = f.chunk_size {
+            let n = match v {
+                toml::Value::Integer(i) if i > 0 => check_chunk(i as u64),
+                toml::Value::String(s) => parse_chunk_size(&s),
+                _ => Err("chunk_size must be a size like \"4MiB\" or a number of bytes".into()),
+            }
+            .map_err(|e| perr(format!("chunk_size: {e}")))?;
+            self.chunk_size.set(n, o());
+        }
+        if let Some(v) = f.squashfs_level {
+            self.squashfs_level.set(Some(v), o());
+        }
+        if let Some(v) = f.pool_path {
+            self.pool_path.set(v, o());
+        }
+        if let Some(v) = f.cache_dir {
+            self.cache_dir.set(Some(v), o());
+        }
+        if let Some(v) = f.mount_dir {
+            self.mount_dir.set(Some(v), o());
+        }
+        if let Some(v) = f.require_signature {
+            self.require_signature.set(v, o());
+        }
+        Ok(())
+    }
+
+    /// Apply `SW_POOL_*` variables (`get` looks one up; tests pass a map).
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn eerr(var: &'static str, value: &str, reason: String) -> ConfigError {
+            ConfigError::Env {
+                var,
+                value: value.into(),
+                reason,
+            }
+        }
+        const F: &str = "SW_POOL_FORMAT";
+        if let Some(v) = get(F) {
+            self.format
+                .set(v.parse().map_err(|e| eerr(F, &v, e))?, Origin::Env(F));
+        }
+        const C: &str = "SW_POOL_CHUNK_SIZE";
+        if let Some(v) = get(C) {
+            self.chunk_size.set(
+                parse_chunk_size(&v).map_err(|e| eerr(C, &v, e))?,
+                Origin::Env(C),
+            );
+        }
+        const L: &str = "SW_POOL_SQUASHFS_LEVEL";
+        if let Some(v) = get(L) {
+            let n = v
+                .parse::<u32>()
+                .map_err(|_| eerr(L, &v, "not a number".into()))?;
+            self.squashfs_level.set(Some(n), Origin::Env(L));
+        }
+        const P: &str = "SW_POOL_PATH";
+        if let Some(v) = get(P) {
+            let dirs = std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect();
+            self.pool_path.set(dirs, Origin::Env(P));
+        }
+        const CA: &str = "SW_POOL_CACHE";
+        if let Some(v) = get(CA).filter(|v| !v.is_empty()) {
+            self.cache_dir.set(Some(v.into()), Origin::Env(CA));
+        }
+        const M: &str = "SW_POOL_MOUNT";
+        if let Some(v) = get(M).filter(|v| !v.is_empty()) {
+            self.mount_dir.set(Some(v.into()), Origin::Env(M));
+        }
+        const R: &str = "SW_POOL_REQUIRE_SIGNATURE";
+        if let Some(v) = get(R) {
+            self.require_signature
+                .set(parse_bool(&v).map_err(|e| eerr(R, &v, e))?, Origin::Env(R));
+        }
+        Ok(())
+    }
+
+    /// `(key, value, origin)` rows for `sw-pool config`.
+    pub fn rows(&self) -> Vec<(&'static str, String, String)> {
+        let paths = |v: &[PathBuf]| {
+            v.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let opt = |v: &Option<PathBuf>, d: &str| {
+            v.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| d.to_string())
+        };
+        vec![
+            (
+                "format",
+                self.format.value.to_string(),
+                self.format.origin.to_string(),
+            ),
+            (
+                "chunk_size",
+                self.chunk_size.value.to_string(),
+                self.chunk_size.origin.to_string(),
+            ),
+            (
+                "squashfs_level",
+                self.squashfs_level
+                    .value
+                    .map(|l| l.to_string())
+                    .unwrap_or_else(|| "(mksquashfs default)".into()),
+                self.squashfs_level.origin.to_string(),
+            ),
+            (
+                "pool_path",
+                paths(&self.pool_path.value),
+                self.pool_path.origin.to_string(),
+            ),
+            (
+                "cache_dir",
+                opt(&self.cache_dir.value, "($LOCAL_TMPDIR, $TMPDIR, /tmp)"),
+                self.cache_dir.origin.to_string(),
+            ),
+            (
+                "mount_dir",
+                opt(&self.mount_dir.value, "(per-user runtime directory)"),
+                self.mount_dir.origin.to_string(),
+            ),
+            (
+                "require_signature",
+                self.require_signature.value.to_string(),
+                self.require_signature.origin.to_string(),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn precedence() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "format = \"ext4\"\nchunk_size = \"1MiB\"\n",
+            Path::new("/etc/x.toml"),
+        )
+        .unwrap();
+        c.apply_toml("chunk_size = 65536\n", Path::new("/home/u/x.toml"))
+            .unwrap();
+        assert_eq!(c.format.value, ImageFormat::Ext4);
+        assert_eq!(c.chunk_size.value, 65536);
+        assert_eq!(c.chunk_size.origin, Origin::File("/home/u/x.toml".into()));
+        let env: HashMap<&str, &str> =
+            [("SW_POOL_CHUNK_SIZE", "2M"), ("SW_POOL_PATH", "/a::/b")].into();
+        c.apply_env(|k| env.get(k).map(|s| s.to_string())).unwrap();
+        assert_eq!(c.chunk_size.value, 2 << 20);
+        assert_eq!(
+            c.pool_path.value,
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        c.chunk_size.flag(Some(8192));
+        assert_eq!(
+            (c.chunk_size.value, c.chunk_size.origin.clone()),
+            (8192, Origin::Flag)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_source() {
+        let mut c = Config::default();
+        let e = c
+            .apply_toml("colour = 1\n", Path::new("/etc/sw-pool/config.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/sw-pool/config.toml") && e.contains("colour"),
+            "{e}"
+        );
+        let e = c
+            .apply_toml("chunk_size = \"3000\"\n", Path::new("/c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("power of two"), "{e}");
+        let e = c
+            .apply_env(|k| (k == "SW_POOL_REQUIRE_SIGNATURE").then(|| "maybe".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SW_POOL_REQUIRE_SIGNATURE"), "{e}");
+    }
+}

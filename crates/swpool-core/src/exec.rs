@@ -1,0 +1,447 @@
+//! The one runner for external tools.
+//!
+//! Every program sw-pool calls is named in [`Tool`] (an allow-list). Programs are looked up in a fixed
+//! list of system directories when running as root, and in `PATH` first otherwise (so that a user may
+//! bring a newer squashfuse). The full command line is logged at debug level, stdin is closed, stderr
+//! is kept in the error. User paths are passed as absolute paths (so they can never be read as
+//! options) and after `--` where the tool understands it.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::error::ExitStatus;
+
+static CHILDREN: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Send SIGTERM to every tool this process started that is still running (from the signal handler
+/// thread: an interrupted sw-pool leaves no mke2fs or mksquashfs behind). Only our own children.
+pub fn terminate_children() {
+    let pids = CHILDREN.lock().map(|l| l.clone()).unwrap_or_default();
+    for pid in pids {
+        if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+            if pid > 1 {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::Term);
+            }
+        }
+    }
+}
+
+fn track(pid: u32, on: bool) {
+    if let Ok(mut l) = CHILDREN.lock() {
+        if on {
+            l.push(pid);
+        } else {
+            l.retain(|&p| p != pid);
+        }
+    }
+}
+
+/// Directories searched for tools when running as root (never the user's `PATH`).
+pub const SYSTEM_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+
+/// The external programs sw-pool may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tool {
+    Mke2fs,
+    E2fsck,
+    Dumpe2fs,
+    Mksquashfs,
+    Unsquashfs,
+    SquashfuseLl,
+    Squashfuse,
+    Fuse2fs,
+    Fusermount3,
+    Umount,
+    Openssl,
+    Logger,
+}
+
+impl Tool {
+    pub fn program(self) -> &'static str {
+        match self {
+            Tool::Mke2fs => "mke2fs",
+            Tool::E2fsck => "e2fsck",
+            Tool::Dumpe2fs => "dumpe2fs",
+            Tool::Mksquashfs => "mksquashfs",
+            Tool::Unsquashfs => "unsquashfs",
+            Tool::SquashfuseLl => "squashfuse_ll",
+            Tool::Squashfuse => "squashfuse",
+            Tool::Fuse2fs => "fuse2fs",
+            Tool::Fusermount3 => "fusermount3",
+            Tool::Umount => "umount",
+            Tool::Openssl => "openssl",
+            Tool::Logger => "logger",
+        }
+    }
+
+    /// The Debian package that provides the tool (for the "how to fix" hint).
+    pub fn package(self) -> &'static str {
+        match self {
+            Tool::Mke2fs | Tool::E2fsck | Tool::Dumpe2fs => "e2fsprogs",
+            Tool::Mksquashfs | Tool::Unsquashfs => "squashfs-tools",
+            Tool::SquashfuseLl | Tool::Squashfuse => "squashfuse",
+            Tool::Fuse2fs => "fuse2fs",
+            Tool::Fusermount3 => "fuse3",
+            Tool::Umount => "mount",
+            Tool::Openssl => "openssl",
+            Tool::Logger => "bsdutils",
+        }
+    }
+
+    /// Find the tool's executable.
+    pub fn locate(self) -> Result<PathBuf, ExecError> {
+        let name = self.program();
+        let privileged = rustix::process::geteuid().is_root();
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if !privileged {
+            if let Some(path) = std::env::var_os("PATH") {
+                dirs.extend(std::env::split_paths(&path).filter(|p| p.is_absolute()));
+            }
+        }
+        dirs.extend(SYSTEM_DIRS.iter().map(PathBuf::from));
+        for d in &dirs {
+            let candidate = d.join(name);
+            if is_executable(&candidate) {
+                return Ok(candidate);
+            }
+        }
+        Err(ExecError::NotFound {
+            tool: self,
+            searched: dirs,
+        })
+    }
+}
+
+impl fmt::Display for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.program())
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{tool} is not installed (looked in {}); install the Debian package '{}' (`apt-get install {}`)",
+        display_dirs(searched), tool.package(), tool.package())]
+    NotFound { tool: Tool, searched: Vec<PathBuf> },
+    #[error("could not start {cmdline}: {source}")]
+    Spawn {
+        cmdline: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{tool} failed ({status}): {}\n  command: {cmdline}",
+        stderr_summary(stderr)
+    )]
+    Failed {
+        tool: Tool,
+        cmdline: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{tool} did not finish within {}s and was killed\n  command: {cmdline}", timeout.as_secs())]
+    Timeout {
+        tool: Tool,
+        cmdline: String,
+        timeout: Duration,
+    },
+}
+
+impl ExecError {
+    pub fn exit_status(&self) -> ExitStatus {
+        ExitStatus::Tool
+    }
+    /// The tool's standard error, when it ran and failed.
+    pub fn stderr(&self) -> Option<&str> {
+        match self {
+            ExecError::Failed { stderr, .. } => Some(stderr),
+            _ => None,
+        }
+    }
+}
+
+fn display_dirs(d: &[PathBuf]) -> String {
+    d.iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn stderr_summary(s: &str) -> String {
+    let t = s.trim();
+    if t.is_empty() {
+        "no error output".to_string()
+    } else {
+        // keep the last lines: tools print the reason last
+        let lines: Vec<&str> = t.lines().collect();
+        let start = lines.len().saturating_sub(8);
+        lines[start..].join("\n  ")
+    }
+}
+
+/// What a finished tool printed.
+#[derive(Debug)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A command line for one allow-listed tool.
+#[derive(Debug, Clone)]
+pub struct ToolCommand {
+    tool: Tool,
+    args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
+    env_remove: Vec<OsString>,
+    timeout: Option<Duration>,
+}
+
+impl ToolCommand {
+    pub fn new(tool: Tool) -> Self {
+        ToolCommand {
+            tool,
+            args: Vec::new(),
+            envs: Vec::new(),
+            env_remove: Vec::new(),
+            timeout: None,
+        }
+    }
+
+    pub fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
+        self.args.push(a.as_ref().to_os_string());
+        self
+    }
+
+    pub fn args<I, S>(mut self, it: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(it.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// A user-supplied path: made absolute, so that it can never be taken for an option.
+    pub fn path(mut self, p: impl AsRef<Path>) -> Self {
+        self.args.push(absolute(p.as_ref()).into_os_string());
+        self
+    }
+
+    /// `--`: the end of options, for tools whose parser understands it.
+    pub fn end_of_options(self) -> Self {
+        self.arg("--")
+    }
+
+    pub fn env(mut self, k: impl AsRef<OsStr>, v: impl AsRef<OsStr>) -> Self {
+        self.envs
+            .push((k.as_ref().to_os_string(), v.as_ref().to_os_string()));
+        self
+    }
+
+    pub fn env_remove(mut self, k: impl AsRef<OsStr>) -> Self {
+        self.env_remove.push(k.as_ref().to_os_string());
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+
+    pub fn tool(&self) -> Tool {
+        self.tool
+    }
+
+    /// The command line as a shell would show it (for logs and errors).
+    pub fn cmdline(&self) -> String {
+        std::iter::once(self.tool.program().to_string())
+            .chain(self.args.iter().map(|a| shell_quote(&a.to_string_lossy())))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A `std::process::Command` for the located program (for callers that supervise the child).
+    pub fn command(&self) -> Result<Command, ExecError> {
+        let program = self.tool.locate()?;
+        let mut c = Command::new(program);
+        c.args(&self.args).stdin(Stdio::null());
+        for k in &self.env_remove {
+            c.env_remove(k);
+        }
+        for (k, v) in &self.envs {
+            c.env(k, v);
+        }
+        Ok(c)
+    }
+
+    /// Run to completion; a non-zero exit becomes [`ExecError::Failed`] with the tool's stderr.
+    pub fn run(&self) -> Result<Output, ExecError> {
+        let cmdline = self.cmdline();
+        tracing::debug!(command = %cmdline, "running");
+        let mut c = self.command()?;
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = c.spawn().map_err(|source| ExecError::Spawn {
+            cmdline: cmdline.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        track(pid, true);
+        let waited = match self.timeout {
+            None => child.wait_with_output().map_err(|source| ExecError::Spawn {
+                cmdline: cmdline.clone(),
+                source,
+            }),
+            Some(t) => wait_with_timeout(child, t).map_err(|e| match e {
+                WaitError::Io(source) => ExecError::Spawn {
+                    cmdline: cmdline.clone(),
+                    source,
+                },
+                WaitError::Timeout => ExecError::Timeout {
+                    tool: self.tool,
+                    cmdline: cmdline.clone(),
+                    timeout: t,
+                },
+            }),
+        };
+        track(pid, false); // reaped (or killed and reaped): never signal this pid again
+        let out = waited?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            tracing::debug!(command = %cmdline, status = %out.status, stderr = %stderr.trim(), "failed");
+            return Err(ExecError::Failed {
+                tool: self.tool,
+                cmdline,
+                status: out.status.to_string(),
+                stderr,
+            });
+        }
+        Ok(Output { stdout, stderr })
+    }
+}
+
+enum WaitError {
+    Io(std::io::Error),
+    Timeout,
+}
+
+fn wait_with_timeout(
+    mut child: std::process::Child,
+    t: Duration,
+) -> Result<std::process::Output, WaitError> {
+    use std::io::Read;
+    // drain pipes on threads so a chatty tool cannot block on a full pipe
+    let mut so = child.stdout.take();
+    let mut se = child.stderr.take();
+    let h1 = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(s) = so.as_mut() {
+            let _ = s.read_to_end(&mut b);
+        }
+        b
+    });
+    let h2 = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(s) = se.as_mut() {
+            let _ = s.read_to_end(&mut b);
+        }
+        b
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(WaitError::Io)? {
+            Some(st) => break st,
+            None if start.elapsed() >= t => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(WaitError::Timeout);
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: h1.join().unwrap_or_default(),
+        stderr: h2.join().unwrap_or_default(),
+    })
+}
+
+/// Make a path absolute without resolving symlinks (relative to the current directory).
+pub fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| Path::new("/").join(p))
+    }
+}
+
+/// Quote a word for display the way a shell user would type it.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("abc-1.2"), "abc-1.2");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn user_paths_never_look_like_options() {
+        let c = ToolCommand::new(Tool::E2fsck)
+            .arg("-fn")
+            .end_of_options()
+            .path("-rf");
+        let line = c.cmdline();
+        assert!(line.starts_with("e2fsck -fn -- /"), "{line}");
+        assert!(line.ends_with("/-rf"), "{line}");
+    }
+
+    #[test]
+    fn failure_keeps_stderr() {
+        // e2fsck on a file that is not a file system: a real tool, a real failure
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("junk.img");
+        std::fs::write(&f, vec![7u8; 8192]).unwrap();
+        match ToolCommand::new(Tool::E2fsck)
+            .arg("-fn")
+            .end_of_options()
+            .path(&f)
+            .run()
+        {
+            Err(ExecError::Failed {
+                stderr, cmdline, ..
+            }) => {
+                assert!(cmdline.contains("junk.img"));
+                assert!(!stderr.is_empty());
+            }
+            Err(ExecError::NotFound { .. }) => panic!("e2fsck must be installed (make setup)"),
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+}

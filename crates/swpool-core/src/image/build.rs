@@ -1,0 +1,625 @@
+//! `sw-pool build`: a source tree → one pool file (image + manifest trailer), written atomically.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::tree::{self, TreeError, TreeStats};
+use super::ImageFormat;
+use crate::atomic::{parent_dir, TempOutput};
+use crate::error::ExitStatus;
+use crate::exec::{ExecError, Tool, ToolCommand};
+use crate::pool::layout::{LayoutError, PoolLayout};
+use crate::pool::manifest::{check_name, ChunkListBuilder, Manifest, MANIFEST_SCHEMA};
+use crate::pool::modulefile::{generate_missing, ModulefileOptions};
+use crate::pool::trailer::write_trailer;
+use crate::size::Bytes;
+
+/// Smallest ext image sw-pool makes when it chooses the size itself.
+pub const MIN_AUTO_EXT_SIZE: u64 = 16 << 20;
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub out: PathBuf,
+    pub src: PathBuf,
+    /// `-s`: the image size for ext formats; an upper limit for squashfs.
+    pub size: Option<u64>,
+    pub format: Option<ImageFormat>,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub force: bool,
+    pub chunk_size: u64,
+    pub gen_modulefiles: bool,
+    pub modulefile_opts: ModulefileOptions,
+    /// zstd level for squashfs (mksquashfs' default when `None`).
+    pub squashfs_level: Option<u32>,
+    /// `SOURCE_DATE_EPOCH`, if set: the build time recorded in the image and the manifest.
+    pub source_date_epoch: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Timings {
+    pub scan: Duration,
+    pub mkfs: Duration,
+    pub hash: Duration,
+    pub commit: Duration,
+}
+
+#[derive(Debug)]
+pub struct BuildReport {
+    pub out: PathBuf,
+    pub file_len: u64,
+    pub manifest: Manifest,
+    pub tree: TreeStats,
+    pub warnings: Vec<String>,
+    pub modulefiles_written: Vec<PathBuf>,
+    pub timings: Timings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("source directory {} does not exist", path.display())]
+    SrcMissing { path: PathBuf },
+    #[error("source {} is not a directory; give the directory whose contents go into the pool", path.display())]
+    SrcNotDir { path: PathBuf },
+    #[error("source {} is a symbolic link loop (too many levels of symbolic links); point SRC at a real directory", path.display())]
+    SrcLoop { path: PathBuf },
+    #[error("cannot read source {}: {source}", path.display())]
+    SrcIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("{} already exists; use --force to replace it", path.display())]
+    OutExists { path: PathBuf },
+    #[error("{} is a directory; OUT must be a file name", path.display())]
+    OutIsDir { path: PathBuf },
+    #[error("{} is inside the source tree {}; write the pool somewhere else", out.display(), src.display())]
+    OutInsideSrc { out: PathBuf, src: PathBuf },
+    #[error("cannot write the output in {}: {source}", dir.display())]
+    OutDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("-s {size} bytes ({}) is too small for {}: the tree needs at least {needed} bytes ({} of file data, {} of file-system metadata); use -s {} or larger, or omit -s to size the image automatically",
+        Bytes(*size), src.display(), Bytes(*data), Bytes(needed - data), suggest_size(*needed))]
+    TooSmall {
+        size: u64,
+        needed: u64,
+        data: u64,
+        src: PathBuf,
+    },
+    #[error("-s {size} bytes is too small: the file system ran out of space while mke2fs copied {} into it ({detail}); use a larger -s (at least {}) or omit -s", src.display(), suggest_size(size + size / 10))]
+    Full {
+        size: u64,
+        src: PathBuf,
+        detail: String,
+    },
+    #[error("the squashfs image of {} is {}, larger than -s {}; raise -s or omit it", src.display(), Bytes(*actual), Bytes(*limit))]
+    SquashfsTooLarge {
+        actual: u64,
+        limit: u64,
+        src: PathBuf,
+    },
+    #[error("mke2fs cannot store an entry of {}: {detail}", src.display())]
+    Unstorable { src: PathBuf, detail: String },
+    #[error("invalid {what}: {reason}")]
+    BadName { what: &'static str, reason: String },
+    #[error(transparent)]
+    Tool(#[from] ExecError),
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn suggest_size(bytes: u64) -> String {
+    // round up to whole MB (10^6), as users write -s 1020MB
+    format!("{}MB", bytes.div_ceil(1_000_000))
+}
+
+impl BuildError {
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            BuildError::Tool(e) => e.exit_status(),
+            BuildError::Io { source, .. } | BuildError::OutDir { source, .. } => {
+                crate::error::io_status(source)
+            }
+            BuildError::SrcIo { source, .. } => crate::error::io_status(source),
+            BuildError::Tree(TreeError::Io { .. }) => ExitStatus::System,
+            _ => ExitStatus::BadInput,
+        }
+    }
+}
+
+/// Build a pool file from `opts.src` at `opts.out`.
+pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    let mut warnings = Vec::new();
+    let mut timings = Timings::default();
+    let t0 = Instant::now();
+
+    // --- the source
+    let src = resolve_src(&opts.src)?;
+    // --- the output: checked before anything is written
+    let out = crate::exec::absolute(&opts.out);
+    if out.is_dir() {
+        return Err(BuildError::OutIsDir {
+            path: opts.out.clone(),
+        });
+    }
+    if out.symlink_metadata().is_ok() && !opts.force {
+        return Err(BuildError::OutExists {
+            path: opts.out.clone(),
+        });
+    }
+    let out_dir = parent_dir(&out).to_path_buf();
+    let out_dir_real = out_dir
+        .canonicalize()
+        .map_err(|source| BuildError::OutDir {
+            dir: out_dir.clone(),
+            source,
+        })?;
+    if out_dir_real.starts_with(&src) {
+        return Err(BuildError::OutInsideSrc {
+            out: opts.out.clone(),
+            src: opts.src.clone(),
+        });
+    }
+    let format = opts
+        .format
+        .or_else(|| ImageFormat::from_extension(&out))
+        .unwrap_or(ImageFormat::Squashfs);
+
+    // --- the layout (pool.toml, install/, modulefiles/)
+    let mut modulefiles_written = Vec::new();
+    if opts.gen_modulefiles {
+        modulefiles_written = generate_missing(&src, opts.modulefile_opts)?;
+    }
+    let layout = PoolLayout::scan(&src)?;
+    if layout.toml.is_none() {
+        warnings.push(format!(
+            "{} has no pool.toml: building an ad-hoc pool (no packages, no modulefiles); see `sw-pool init`",
+            opts.src.display()
+        ));
+    }
+    for p in layout.packages.iter().filter(|p| !p.modulefile) {
+        warnings.push(format!(
+            "package {}/{} has no modulefile (modulefiles/{}/{}.lua); it will not appear in `module avail` (use --gen-modulefiles)",
+            p.name, p.version, p.name, p.version
+        ));
+    }
+    for f in &layout.orphan_modulefiles {
+        warnings.push(format!(
+            "modulefile {} has no install/ directory to point at",
+            f.display()
+        ));
+    }
+    let name = opts
+        .name
+        .clone()
+        .or_else(|| layout.toml.as_ref().map(|t| t.name.clone()))
+        .unwrap_or_else(|| {
+            out.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    let version = opts
+        .version
+        .clone()
+        .or_else(|| layout.toml.as_ref().map(|t| t.version.clone()))
+        .unwrap_or_else(|| "0".into());
+    check_name("name", &name).map_err(|reason| BuildError::BadName {
+        what: "pool name (set it with --name)",
+        reason,
+    })?;
+    check_name("version", &version).map_err(|reason| BuildError::BadName {
+        what: "pool version",
+        reason,
+    })?;
+
+    // --- the tree
+    let stats = tree::scan(&src, format.is_ext())?;
+    timings.scan = t0.elapsed();
+    let epoch = opts
+        .source_date_epoch
+        .unwrap_or(stats.newest_mtime.max(0) as u64);
+    let uuid = derive_uuid(&name, &version, format, epoch, &stats);
+
+    // --- size checks before writing
+    let ext_size = if format.is_ext() {
+        let needed = ext_min_size(format, &stats);
+        let size = match opts.size {
+            Some(s) => {
+                if s < needed {
+                    return Err(BuildError::TooSmall {
+                        size: s,
+                        needed,
+                        data: stats.blocks_4k * 4096,
+                        src: opts.src.clone(),
+                    });
+                }
+                s
+            }
+            None => ext_auto_size(format, &stats),
+        };
+        Some(size)
+    } else {
+        None
+    };
+
+    // --- write the image at a temporary name
+    let (tmp, mut file) = TempOutput::create(&out).map_err(|source| BuildError::OutDir {
+        dir: out_dir.clone(),
+        source,
+    })?;
+    let t1 = Instant::now();
+    match (format, ext_size) {
+        (ImageFormat::Squashfs, _) => {
+            let mut c = ToolCommand::new(Tool::Mksquashfs)
+                .path(&src)
+                .path(tmp.path())
+                .args(["-noappend", "-no-progress", "-quiet", "-comp", "zstd"])
+                .arg("-mkfs-time")
+                .arg(epoch.to_string())
+                .env_remove("SOURCE_DATE_EPOCH");
+            if let Some(l) = opts.squashfs_level {
+                c = c.arg("-Xcompression-level").arg(l.to_string());
+            }
+            c.run()?;
+        }
+        (_, Some(size)) => {
+            file.set_len(size).map_err(|source| BuildError::Io {
+                what: "cannot size",
+                path: tmp.path().into(),
+                source,
+            })?;
+            let inodes = stats.inodes() + stats.inodes() / 10 + 64;
+            let r = ToolCommand::new(Tool::Mke2fs)
+                .args([
+                    "-q",
+                    "-F",
+                    "-t",
+                    format.as_str(),
+                    "-b",
+                    "4096",
+                    "-I",
+                    "256",
+                    "-m",
+                    "0",
+                ])
+                .arg("-N")
+                .arg(inodes.to_string())
+                .arg("-U")
+                .arg(&uuid)
+                .arg("-E")
+                .arg(format!("hash_seed={uuid},root_owner=0:0"))
+                .arg("-d")
+                .path(&src)
+                .end_of_options()
+                .path(tmp.path())
+                .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
+                .env_remove("SOURCE_DATE_EPOCH")
+                .env_remove("MKE2FS_CONFIG")
+                .run();
+            if let Err(ExecError::Failed { stderr, .. }) = &r {
+                let detail = last_line(stderr);
+                if stderr.contains("Could not allocate block")
+                    || stderr.contains("No space left")
+                    || stderr.contains("Could not allocate inode")
+                {
+                    return Err(BuildError::Full {
+                        size,
+                        src: opts.src.clone(),
+                        detail,
+                    });
+                }
+                if stderr.contains("already exists")
+                    || stderr.contains("File name too long")
+                    || stderr.contains("Invalid argument passed")
+                {
+                    return Err(BuildError::Unstorable {
+                        src: opts.src.clone(),
+                        detail,
+                    });
+                }
+            }
+            r?;
+        }
+        _ => unreachable!("ext formats always have a size"),
+    }
+    timings.mkfs = t1.elapsed();
+    let image_size = file
+        .metadata()
+        .map_err(|source| BuildError::Io {
+            what: "cannot stat",
+            path: tmp.path().into(),
+            source,
+        })?
+        .len();
+    if let (ImageFormat::Squashfs, Some(limit)) = (format, opts.size) {
+        if image_size > limit {
+            return Err(BuildError::SquashfsTooLarge {
+                actual: image_size,
+                limit,
+                src: opts.src.clone(),
+            });
+        }
+    }
+
+    // --- the manifest: one pass over the image, chunk hashes in parallel
+    let t2 = Instant::now();
+    let chunks =
+        hash_chunks(&file, image_size, opts.chunk_size).map_err(|source| BuildError::Io {
+            what: "cannot read back",
+            path: tmp.path().into(),
+            source,
+        })?;
+    let mut builder = ChunkListBuilder::new(image_size, opts.chunk_size);
+    for c in chunks {
+        builder.push(c);
+    }
+    let mut manifest = Manifest {
+        schema: MANIFEST_SCHEMA,
+        name,
+        version,
+        description: layout.toml.as_ref().and_then(|t| t.description.clone()),
+        format,
+        image_size: 0,
+        data_size: 0,
+        digest: String::new(),
+        chunk_size: opts.chunk_size,
+        chunks: Vec::new(),
+        created: epoch,
+        packages: layout.packages.clone(),
+        builder: format!("sw-pool {}", env!("CARGO_PKG_VERSION")),
+    };
+    builder.finish_into(&mut manifest);
+    timings.hash = t2.elapsed();
+
+    // --- trailer, fsync, rename
+    let t3 = Instant::now();
+    let file_len =
+        write_trailer(&mut file, image_size, &manifest.to_json(), &[]).map_err(|source| {
+            BuildError::Io {
+                what: "cannot write the manifest to",
+                path: tmp.path().into(),
+                source,
+            }
+        })?;
+    if opts.force && out.is_dir() {
+        return Err(BuildError::OutIsDir {
+            path: opts.out.clone(),
+        });
+    }
+    tmp.commit(file).map_err(|source| BuildError::Io {
+        what: "cannot move the finished pool to",
+        path: out.clone(),
+        source,
+    })?;
+    timings.commit = t3.elapsed();
+    Ok(BuildReport {
+        out,
+        file_len,
+        manifest,
+        tree: stats,
+        warnings,
+        modulefiles_written,
+        timings,
+    })
+}
+
+fn resolve_src(p: &Path) -> Result<PathBuf, BuildError> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => p.canonicalize().map_err(|source| BuildError::SrcIo {
+            path: p.into(),
+            source,
+        }),
+        Ok(_) => Err(BuildError::SrcNotDir { path: p.into() }),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Err(BuildError::SrcLoop { path: p.into() })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if p.symlink_metadata().is_ok() {
+                Err(BuildError::SrcIo {
+                    path: p.into(),
+                    source: std::io::Error::other("dangling symbolic link"),
+                })
+            } else {
+                Err(BuildError::SrcMissing { path: p.into() })
+            }
+        }
+        Err(source) => Err(BuildError::SrcIo {
+            path: p.into(),
+            source,
+        }),
+    }
+}
+
+fn last_line(s: &str) -> String {
+    s.trim().lines().last().unwrap_or("").trim().to_string()
+}
+
+/// mke2fs' default journal size (in 4 KiB blocks) for a file system of `blocks` blocks.
+fn default_journal_blocks(blocks: u64) -> u64 {
+    match blocks {
+        b if b < 2048 => 0,
+        b if b < 32768 => 1024,
+        b if b < 256 * 1024 => 4096,
+        b if b < 512 * 1024 => 8192,
+        b if b < 4096 * 1024 => 16384,
+        b if b < 8192 * 1024 => 32768,
+        b if b < 16384 * 1024 => 65536,
+        b if b < 32768 * 1024 => 131072,
+        _ => 262144,
+    }
+}
+
+/// A lower bound of the bytes an ext image of this tree needs: what `-s` is checked against before
+/// anything is written (mke2fs' own "could not allocate" is mapped to a clear error as a second line).
+fn ext_min_size(format: ImageFormat, s: &TreeStats) -> u64 {
+    let mut blocks = s.blocks_4k + s.dirent_bytes.div_ceil(4096).max(s.dirs) + s.long_symlinks;
+    if format != ImageFormat::Ext4 {
+        blocks += s.map_blocks_4k;
+    }
+    let inode_table = (s.inodes() + 16) * 256;
+    let journal = if format == ImageFormat::Ext2 {
+        0
+    } else {
+        default_journal_blocks(blocks) * 4096
+    };
+    blocks * 4096 + inode_table + journal
+}
+
+/// The size chosen without `-s`: the lower bound plus a 5 % + 4 MiB margin for group descriptors,
+/// bitmaps, backup superblocks and spare inodes, rounded up to 1 MiB (documented in the README).
+fn ext_auto_size(format: ImageFormat, s: &TreeStats) -> u64 {
+    let need = ext_min_size(format, s);
+    let with_margin = need + need / 20 + (4 << 20);
+    with_margin.div_ceil(1 << 20).max(MIN_AUTO_EXT_SIZE >> 20) << 20
+}
+
+/// A UUID (for mke2fs `-U` and the directory hash seed) that depends only on what is built.
+fn derive_uuid(
+    name: &str,
+    version: &str,
+    format: ImageFormat,
+    epoch: u64,
+    s: &TreeStats,
+) -> String {
+    let mut h = Sha256::new();
+    h.update(b"sw-pool uuid v1\0");
+    for part in [name, version, format.as_str()] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    for n in [epoch, s.files, s.dirs, s.symlinks, s.bytes, s.blocks_4k] {
+        h.update(n.to_le_bytes());
+    }
+    let d = h.finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&d[..16]);
+    b[6] = (b[6] & 0x0f) | 0x40; // version 4 layout (random-looking)
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[0..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..32]
+    )
+}
+
+/// Hash every chunk of `file[0, image_size)`; `None` for holes and all-zero chunks.
+/// Holes are found with SEEK_DATA/SEEK_HOLE and never read; chunks are hashed on all cores,
+/// each worker with one chunk-sized buffer (memory: workers × chunk size).
+pub fn hash_chunks(
+    file: &File,
+    image_size: u64,
+    chunk_size: u64,
+) -> std::io::Result<Vec<Option<[u8; 32]>>> {
+    let data = crate::sparse::data_ranges(file, image_size)?;
+    let n = Manifest::chunk_count(image_size, chunk_size) as usize;
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8)
+        .min(n.max(1));
+    let mut results: Vec<Option<[u8; 32]>> = vec![None; n];
+    let slices: Vec<(usize, &mut [Option<[u8; 32]>])> = {
+        // interleave by blocks of chunks so each worker reads a contiguous stretch at a time
+        let per = n.div_ceil(workers.max(1)).max(1);
+        results
+            .chunks_mut(per)
+            .enumerate()
+            .map(|(k, s)| (k * per, s))
+            .collect()
+    };
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        let mut handles = Vec::new();
+        for (first, slice) in slices {
+            let data = &data;
+            handles.push(scope.spawn(move || -> std::io::Result<()> {
+                let mut buf = vec![0u8; chunk_size as usize];
+                let mut hint = 0usize;
+                for (k, slot) in slice.iter_mut().enumerate() {
+                    let i = (first + k) as u64;
+                    let start = i * chunk_size;
+                    let end = (start + chunk_size).min(image_size);
+                    if !crate::sparse::overlaps_data(data, &(start..end), &mut hint) {
+                        continue;
+                    }
+                    let b = &mut buf[..(end - start) as usize];
+                    file.read_exact_at(b, start)?;
+                    if !crate::sparse::is_all_zero(b) {
+                        *slot = Some(Sha256::digest(&*b).into());
+                    }
+                }
+                Ok(())
+            }));
+        }
+        for h in handles {
+            h.join()
+                .map_err(|_| std::io::Error::other("hash worker panicked"))??;
+        }
+        Ok(())
+    })?;
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_is_stable_and_well_formed() {
+        let s = TreeStats {
+            files: 3,
+            ..Default::default()
+        };
+        let a = derive_uuid("n", "1", ImageFormat::Ext4, 5, &s);
+        assert_eq!(a, derive_uuid("n", "1", ImageFormat::Ext4, 5, &s));
+        assert_ne!(a, derive_uuid("n", "2", ImageFormat::Ext4, 5, &s));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+    }
+
+    #[test]
+    fn paper_size_is_enough_for_one_gb() {
+        // head -c 1GB: 10^9 bytes in one file; the paper builds it with -s 1020MB (ext2)
+        let s = TreeStats {
+            files: 1,
+            dirs: 1,
+            bytes: 1_000_000_000,
+            blocks_4k: 1_000_000_000u64.div_ceil(4096),
+            map_blocks_4k: 300,
+            dirent_bytes: 24,
+            ..Default::default()
+        };
+        assert!(ext_min_size(ImageFormat::Ext2, &s) < 1_020_000_000);
+        assert!(ext_min_size(ImageFormat::Ext2, &s) > 1_000_000_000);
+        assert!(ext_auto_size(ImageFormat::Ext4, &s) > ext_min_size(ImageFormat::Ext4, &s));
+    }
+
+    #[test]
+    fn hashes_skip_holes() {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = tempfile::tempfile().unwrap();
+        f.set_len(16 << 20).unwrap();
+        f.seek(SeekFrom::Start(5 << 20)).unwrap();
+        f.write_all(&[9u8; 100]).unwrap();
+        let h = hash_chunks(&f, 16 << 20, 1 << 20).unwrap();
+        assert_eq!(h.len(), 16);
+        assert_eq!(h.iter().filter(|x| x.is_some()).count(), 1);
+        assert!(h[5].is_some());
+    }
+}

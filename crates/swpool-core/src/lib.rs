@@ -1,0 +1,16 @@
+//! sw-pool core library.
+//!
+//! Everything sw-pool does lives here; the `sw-pool` binary only parses arguments and calls into it.
+//! No clap in this crate. Each module has its own typed error; [`Error`] gathers them and maps each to
+//! a documented exit status ([`ExitStatus`]).
+
+pub mod atomic;
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod image;
+pub mod pool;
+pub mod size;
+pub mod sparse;
+
+pub use error::{Error, ExitStatus, Result};

@@ -1,0 +1,106 @@
+//! Pools: the layout of a pool's tree, its manifest, and the pool file that carries both.
+
+pub mod layout;
+pub mod manifest;
+pub mod modulefile;
+pub mod trailer;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+pub use layout::{LayoutError, PoolLayout, PoolToml};
+pub use manifest::{Manifest, PackageRef};
+
+use crate::error::ExitStatus;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`", path.display())]
+    NotAPool {
+        path: PathBuf,
+        reason: trailer::TrailerError,
+    },
+    #[error("{} is a damaged pool: {reason}; rebuild it or copy it again from its source", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+impl ManifestError {
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            ManifestError::Io { source, .. } => crate::error::io_status(source),
+            _ => ExitStatus::InvalidPool,
+        }
+    }
+}
+
+/// An opened pool file: its manifest, read and validated from the trailer.
+#[derive(Debug)]
+pub struct Pool {
+    pub path: PathBuf,
+    pub file_len: u64,
+    pub manifest: Manifest,
+    /// The manifest exactly as stored (what a signature covers).
+    pub manifest_bytes: Vec<u8>,
+    /// The signature block (empty when unsigned).
+    pub signature: Vec<u8>,
+}
+
+impl Pool {
+    pub fn open(path: &Path) -> Result<Pool, ManifestError> {
+        let io = |source| ManifestError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut f = File::open(path).map_err(io)?;
+        let meta = f.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(ManifestError::NotAPool {
+                path: path.to_path_buf(),
+                reason: trailer::TrailerError::Corrupt("not a regular file".into()),
+            });
+        }
+        let raw = match trailer::read_trailer(&mut f) {
+            Ok(r) => r,
+            Err(trailer::ReadError::Io(e)) => return Err(io(e)),
+            Err(trailer::ReadError::Trailer(
+                t @ (trailer::TrailerError::NoMagic | trailer::TrailerError::TooShort(_)),
+            )) => {
+                return Err(ManifestError::NotAPool {
+                    path: path.to_path_buf(),
+                    reason: t,
+                })
+            }
+            Err(trailer::ReadError::Trailer(t)) => {
+                return Err(ManifestError::Corrupt {
+                    path: path.to_path_buf(),
+                    reason: t.to_string(),
+                })
+            }
+        };
+        let manifest = Manifest::from_json(&raw.manifest).map_err(|e| ManifestError::Corrupt {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        if manifest.image_size != raw.footer.image_size {
+            return Err(ManifestError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "the manifest describes a {}-byte image but the file holds {} bytes before its trailer",
+                    manifest.image_size, raw.footer.image_size
+                ),
+            });
+        }
+        Ok(Pool {
+            path: path.to_path_buf(),
+            file_len: meta.len(),
+            manifest,
+            manifest_bytes: raw.manifest,
+            signature: raw.signature,
+        })
+    }
+}
