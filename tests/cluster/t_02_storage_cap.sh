@@ -25,7 +25,10 @@ read_on() {  # read_on NODE: prints the seconds the node took to read the file
 }
 for readers in 1 4; do
   read -r -a rd <<< "$(echo "$TB_NODES" | cut -d' ' -f1-"$readers")"
+  # cold clients: drop the page cache (global), then warm the server's copy (its "RAM cache"),
+  # so that the network cap, not the shared disk, is what is measured
   sync; echo 3 > /proc/sys/vm/drop_caches
+  cat "$TB/export/$f" > /dev/null
   "$TESTBED/storage-bytes" --mark >/dev/null
   tmp=$(mktemp -d /var/tmp/swp-t02.XXXXXX)
   for n in "${rd[@]}"; do read_on "$n" > "$tmp/$n" & done

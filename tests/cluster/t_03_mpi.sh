@@ -39,8 +39,8 @@ out=$(as_user srun --mpi=pmix -N4 --chdir=/tmp "$bin" 2>/dev/null || true)
 check "srun --mpi=pmix -N4 as $TB_USER" "$out"
 # Open MPI's own launcher inside an allocation (plm/slurm starts orted through srun), as the user
 out=$(cd /tmp || exit; as_user salloc -Q -N2 mpirun.openmpi "$bin" 1 2>/dev/null) || true
-assert_eq "salloc -N2 mpirun (as $TB_USER): 2 ranks on 2 nodes, one digest" "node1 node2 1" \
-  "$(awk '/^rank/ {print $4}' <<< "$out" | sort | tr '\n' ' ')$(awk '/^rank/ {print $6}' <<< "$out" | sort -u | grep -c .)"
+assert_eq "salloc -N2 mpirun (as $TB_USER): 2 ranks on 2 distinct nodes, one digest" "2 2 1" \
+  "$(grep -c '^rank [01]/2 ' <<< "$out") $(awk '/^rank/ {print $4}' <<< "$out" | sort -u | grep -c .) $(awk '/^rank/ {print $6}' <<< "$out" | sort -u | grep -c .)"
 # the wrapper honours overrides: 8 ranks, two per node
 out=$("$TESTBED/mpirun" -np 8 "$bin" 1 2>/dev/null || true)
 assert_eq "testbed/mpirun -np 8: 8 ranks, 2 per node" "2 node1 2 node2 2 node3 2 node4" \
