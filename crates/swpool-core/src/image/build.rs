@@ -13,7 +13,9 @@ use crate::atomic::{parent_dir, TempOutput};
 use crate::error::ExitStatus;
 use crate::exec::{ExecError, Tool, ToolCommand};
 use crate::pool::layout::{LayoutError, PoolLayout};
-use crate::pool::manifest::{check_name, ChunkListBuilder, Manifest, MANIFEST_SCHEMA};
+use crate::pool::manifest::{
+    check_name, hash_chunk, ChunkListBuilder, Manifest, CHUNK_HASH, MANIFEST_SCHEMA,
+};
 use crate::pool::modulefile::{generate_missing, ModulefileOptions};
 use crate::pool::trailer::write_trailer;
 use crate::size::Bytes;
@@ -376,6 +378,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
         data_size: 0,
         digest: String::new(),
         chunk_size: opts.chunk_size,
+        hash: CHUNK_HASH.into(),
         chunks: Vec::new(),
         created: epoch,
         packages: layout.packages.clone(),
@@ -561,7 +564,7 @@ pub fn hash_chunks(
                     let b = &mut buf[..(end - start) as usize];
                     file.read_exact_at(b, start)?;
                     if !crate::sparse::is_all_zero(b) {
-                        *slot = Some(Sha256::digest(&*b).into());
+                        *slot = Some(hash_chunk(b));
                     }
                 }
                 Ok(())

@@ -1,23 +1,26 @@
 //! The pool manifest: what a pool is, and a hash for every chunk of its image.
 //!
 //! A manifest describes the file-system image region of a pool file (`[0, image_size)`): its format,
-//! sizes, a SHA-256 per chunk of `chunk_size` bytes (`null` where the chunk is a hole or all zeros),
+//! sizes, a BLAKE3 hash per chunk of `chunk_size` bytes (`null` where the chunk is a hole or all zeros),
 //! and a content digest over that chunk list. The digest is the pool's identity (the node-local cache
 //! is keyed by it) and the broadcast engine verifies every chunk against its hash as it lands.
 //!
 //! Content digest (documented here and in `docs/pool-format.md`):
-//! `sha256("sw-pool chunk-list v1\n" || le64(image_size) || le64(chunk_size) || H_0 || … || H_{n-1})`
-//! where `H_i` is the SHA-256 of chunk `i`'s bytes (zero chunks hashed as the zeros they stand for).
-//! It is equivalent in strength to a SHA-256 over the image, but costs nothing for holes.
+//! `blake3("sw-pool chunk-list v1\n" || le64(image_size) || le64(chunk_size) || H_0 || … || H_{n-1})`
+//! where `H_i` is the BLAKE3 hash of chunk `i`'s bytes (zero chunks hashed as the zeros they stand for).
+//! It is as strong as a hash over the whole image, but costs nothing for holes. BLAKE3 rather than
+//! SHA-256: 3.8 GB/s against 1.5 GB/s (SHA-NI) per core on our machines, and every node hashes every
+//! chunk it receives. (The paper-compatible detached signature over the whole file stays SHA-256.)
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::image::ImageFormat;
 
 pub const MANIFEST_SCHEMA: u32 = 1;
+/// The chunk hash algorithm (recorded in every manifest).
+pub const CHUNK_HASH: &str = "blake3";
 pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
 pub const MIN_CHUNK_SIZE: u64 = 4096;
 pub const MAX_CHUNK_SIZE: u64 = 1 << 30;
@@ -45,10 +48,12 @@ pub struct Manifest {
     pub image_size: u64,
     /// Bytes in chunks that hold data (not holes, not all zeros): what a broadcast must move.
     pub data_size: u64,
-    /// `sha256:<hex>` over the chunk list (see the module docs).
+    /// `blake3:<hex>` over the chunk list (see the module docs).
     pub digest: String,
     pub chunk_size: u64,
-    /// SHA-256 (hex) of every chunk; `null` for a hole or all-zero chunk.
+    /// The chunk hash algorithm: `blake3`.
+    pub hash: String,
+    /// Hash (hex) of every chunk; `null` for a hole or all-zero chunk.
     pub chunks: Vec<Option<String>>,
     /// Build time (seconds since the epoch): `SOURCE_DATE_EPOCH`, else the newest mtime in the tree.
     pub created: u64,
@@ -89,6 +94,12 @@ impl Manifest {
             return bad(format!(
                 "schema {} is not supported by this sw-pool (it reads schema {MANIFEST_SCHEMA}); upgrade sw-pool",
                 self.schema
+            ));
+        }
+        if self.hash != CHUNK_HASH {
+            return bad(format!(
+                "chunk hash {:?} is not supported (this sw-pool uses {CHUNK_HASH})",
+                self.hash
             ));
         }
         check_name("name", &self.name).map_err(InvalidManifest)?;
@@ -200,6 +211,11 @@ pub fn decode_hash(h: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// The hash of one chunk's bytes (BLAKE3).
+pub fn hash_chunk(data: &[u8]) -> [u8; 32] {
+    *blake3::hash(data).as_bytes()
+}
+
 /// Hashes of all-zero chunks, computed once per length.
 #[derive(Default)]
 pub struct ZeroHashes(HashMap<u64, [u8; 32]>);
@@ -207,7 +223,7 @@ pub struct ZeroHashes(HashMap<u64, [u8; 32]>);
 impl ZeroHashes {
     pub fn get(&mut self, len: u64) -> [u8; 32] {
         *self.0.entry(len).or_insert_with(|| {
-            let mut h = Sha256::new();
+            let mut h = blake3::Hasher::new();
             let zeros = vec![0u8; 1 << 20];
             let mut left = len;
             while left > 0 {
@@ -215,23 +231,21 @@ impl ZeroHashes {
                 h.update(&zeros[..n]);
                 left -= n as u64;
             }
-            h.finalize().into()
+            *h.finalize().as_bytes()
         })
     }
 }
 
 fn digest_of(image_size: u64, chunk_size: u64, m: &Manifest, zero: &mut ZeroHashes) -> String {
-    let mut h = Sha256::new();
+    let mut h = blake3::Hasher::new();
     h.update(b"sw-pool chunk-list v1\n");
-    h.update(image_size.to_le_bytes());
-    h.update(chunk_size.to_le_bytes());
+    h.update(&image_size.to_le_bytes());
+    h.update(&chunk_size.to_le_bytes());
     for i in 0..m.chunks.len() {
-        match m.chunk_hash(i, zero) {
-            Some(c) => h.update(c),
-            None => h.update([0u8; 32]), // unreachable after hash validation
-        }
+        let c = m.chunk_hash(i, zero).unwrap_or([0u8; 32]); // None is unreachable after hash validation
+        h.update(&c);
     }
-    format!("sha256:{}", hex::encode(h.finalize()))
+    format!("{CHUNK_HASH}:{}", hex::encode(h.finalize().as_bytes()))
 }
 
 /// Builds the chunk list of an image as its chunks are read, in order.
@@ -275,6 +289,7 @@ impl ChunkListBuilder {
         m.chunk_size = self.chunk_size;
         m.data_size = self.data_size;
         m.chunks = self.chunks;
+        m.hash = CHUNK_HASH.to_string();
         m.digest = digest_of(
             self.image_size,
             self.chunk_size,
@@ -292,7 +307,7 @@ pub(crate) mod tests {
         let mut b = ChunkListBuilder::new(image.len() as u64, chunk);
         while let Some(r) = b.next_range() {
             let bytes = &image[r.start as usize..r.end as usize];
-            let h = (!crate::sparse::is_all_zero(bytes)).then(|| Sha256::digest(bytes).into());
+            let h = (!crate::sparse::is_all_zero(bytes)).then(|| hash_chunk(bytes));
             b.push(h);
         }
         let mut m = Manifest {
@@ -305,6 +320,7 @@ pub(crate) mod tests {
             data_size: 0,
             digest: String::new(),
             chunk_size: chunk,
+            hash: CHUNK_HASH.into(),
             chunks: vec![],
             created: 0,
             packages: vec![PackageRef {
@@ -342,11 +358,8 @@ pub(crate) mod tests {
         let img = vec![0u8; 3 * 4096];
         let m = sample(&img, 4096);
         let mut zero = ZeroHashes::default();
-        assert_eq!(
-            m.chunk_hash(0, &mut zero),
-            Some(Sha256::digest(vec![0u8; 4096]).into())
-        );
-        assert!(m.digest.starts_with("sha256:"));
+        assert_eq!(m.chunk_hash(0, &mut zero), Some(hash_chunk(&[0u8; 4096])));
+        assert!(m.digest.starts_with("blake3:"));
     }
 
     #[test]
@@ -364,6 +377,7 @@ pub(crate) mod tests {
             ("hex", Box::new(|m| m.chunks[1] = Some("XYZ".into()))),
             ("data_size", Box::new(|m| m.data_size += 1)),
             ("digest", Box::new(|m| m.chunks[1] = Some("0".repeat(64)))),
+            ("hash", Box::new(|m| m.hash = "md5".into())),
             ("package", Box::new(|m| m.packages[0].name = "a/b".into())),
         ];
         for (what, f) in cases {
