@@ -121,7 +121,12 @@ fn inspect_rejects_what_is_not_a_pool() {
     assert!(st.success());
     let o = sw_run(&["inspect", img.to_str().unwrap()]);
     assert_eq!(o.code, 4);
-    assert!(o.stderr.contains("bare ext4 image"), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("starts like a ext4 image but has no sw-pool trailer"),
+        "{}",
+        o.stderr
+    );
     // a pool truncated by one byte, one with bytes appended, a damaged manifest, a damaged superblock
     let tree = d.path().join("t");
     std::fs::create_dir(&tree).unwrap();

@@ -59,6 +59,12 @@ pub enum Command {
     Cp(CpArgs),
     /// Mount a pool or image read-only with FUSE (scalable-fs-mount)
     Mount(MountArgs),
+    /// Make a key pair for signing pools (Ed25519 by default; RSA and ECDSA P-256 on request)
+    Keygen(KeygenArgs),
+    /// Sign a pool: a signature over its manifest, and the paper-compatible POOL.sig
+    Sign(SignArgs),
+    /// Check a pool's signature and every chunk of its image against the signed manifest
+    Verify(VerifyArgs),
     /// Show the effective configuration and where each value comes from
     Config(ConfigArgs),
     /// Generate shell completions or man pages
@@ -165,6 +171,62 @@ pub struct MountArgs {
     pub options: Option<String>,
     pub image: PathBuf,
     pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Writes KEYNAME.pem (private, mode 0600) and KEYNAME.pub.pem. To make the key trusted on a
+cluster, copy KEYNAME.pub.pem to /etc/sw-pool/trusted-keys/SIGNER.pem (SIGNER names the signer in
+`verify` output). Keys made by `openssl genpkey` work as well."
+)]
+pub struct KeygenArgs {
+    /// Base name of the key files
+    #[arg(long, value_name = "KEYNAME")]
+    pub out: std::path::PathBuf,
+    /// Key type
+    #[arg(long = "type", value_enum, default_value = "ed25519")]
+    pub key_type: KeyTypeArg,
+    /// Replace existing key files
+    #[arg(short, long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KeyTypeArg {
+    Ed25519,
+    Rsa,
+    EcdsaP256,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Check the detached signature with the openssl CLI:
+  RSA / ECDSA keys:  openssl dgst -sha256 -verify PUB.pem -signature POOL.sig POOL
+  Ed25519 keys:      openssl dgst -sha256 -binary POOL > POOL.sha256
+                     openssl pkeyutl -verify -pubin -inkey PUB.pem -rawin -in POOL.sha256 -sigfile POOL.sig")]
+pub struct SignArgs {
+    /// Private key (PEM, PKCS#8 or traditional)
+    #[arg(long, value_name = "PRIV.pem")]
+    pub key: std::path::PathBuf,
+    #[arg(long)]
+    pub json: bool,
+    /// The pool file (rewritten with the signature in its trailer)
+    pub pool: std::path::PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Accept only this public key
+    #[arg(long, value_name = "PUB.pem", conflicts_with = "trusted")]
+    pub key: Option<std::path::PathBuf>,
+    /// Accept keys in this directory (default: $SW_POOL_TRUSTED_KEYS, else /etc/sw-pool/trusted-keys and ~/.config/sw-pool/trusted-keys)
+    #[arg(long, value_name = "DIR")]
+    pub trusted: Option<std::path::PathBuf>,
+    /// Also check the detached signature POOL.sig over the whole file
+    #[arg(long)]
+    pub detached: bool,
+    #[arg(long)]
+    pub json: bool,
+    pub pool: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]

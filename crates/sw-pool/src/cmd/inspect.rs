@@ -1,5 +1,5 @@
 use swpool_core::image::{check::check, detect};
-use swpool_core::pool::{ManifestError, Pool};
+use swpool_core::pool::Pool;
 use swpool_core::size::Bytes;
 use swpool_core::{Error, ExitStatus};
 
@@ -8,23 +8,7 @@ use crate::output::Printer;
 
 pub fn run(g: &GlobalArgs, a: InspectArgs) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
-    let pool = match Pool::open(&a.pool) {
-        Ok(pool) => pool,
-        Err(e @ ManifestError::NotAPool { .. }) => {
-            // say what the file is, if it is a bare image
-            return Err(match detect(&a.pool) {
-                Ok(f) => Error::other(
-                    ExitStatus::InvalidPool,
-                    format!(
-                        "{} is a bare {f} image without a sw-pool manifest; rebuild it from its tree with `sw-pool build`",
-                        a.pool.display()
-                    ),
-                ),
-                Err(_) => e.into(),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let pool = Pool::open(&a.pool)?;
     let m = &pool.manifest;
     // the superblock must agree with the manifest
     let found = match detect(&a.pool) {

@@ -5,7 +5,10 @@ mod config;
 mod generate;
 mod init;
 mod inspect;
+mod keygen;
 mod modulefiles;
+mod sign;
+mod verify;
 
 use swpool_core::{Error, ExitStatus};
 
@@ -18,6 +21,9 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Inspect(a) => inspect::run(g, a),
         Command::Init(a) => init::run(g, a),
         Command::Modulefiles(a) => modulefiles::run(g, a),
+        Command::Keygen(a) => keygen::run(g, a),
+        Command::Sign(a) => sign::run(g, a),
+        Command::Verify(a) => verify::run(g, a),
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
         Command::Cp(_) => Err(not_yet("cp (scalable-fs-cp)", "the MPI broadcast engine")),

@@ -1,7 +1,5 @@
 //! `sw-pool build`: a source tree → one pool file (image + manifest trailer), written atomically.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -13,9 +11,7 @@ use crate::atomic::{parent_dir, TempOutput};
 use crate::error::ExitStatus;
 use crate::exec::{ExecError, Tool, ToolCommand};
 use crate::pool::layout::{LayoutError, PoolLayout};
-use crate::pool::manifest::{
-    check_name, hash_chunk, ChunkListBuilder, Manifest, CHUNK_HASH, MANIFEST_SCHEMA,
-};
+use crate::pool::manifest::{check_name, ChunkListBuilder, Manifest, CHUNK_HASH, MANIFEST_SCHEMA};
 use crate::pool::modulefile::{generate_missing, ModulefileOptions};
 use crate::pool::trailer::write_trailer;
 use crate::size::Bytes;
@@ -296,6 +292,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
                     "256",
                     "-m",
                     "0",
+                    // no metadata_csum: chunk hashes protect the pool; see ext_times.rs
+                    "-O",
+                    "^metadata_csum",
                 ])
                 .arg("-N")
                 .arg(inodes.to_string())
@@ -334,6 +333,11 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
                 }
             }
             r?;
+            super::ext_times::normalize_times(&file).map_err(|source| BuildError::Io {
+                what: "cannot normalise inode times in",
+                path: tmp.path().into(),
+                source,
+            })?;
         }
         _ => unreachable!("ext formats always have a size"),
     }
@@ -359,10 +363,12 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     // --- the manifest: one pass over the image, chunk hashes in parallel
     let t2 = Instant::now();
     let chunks =
-        hash_chunks(&file, image_size, opts.chunk_size).map_err(|source| BuildError::Io {
-            what: "cannot read back",
-            path: tmp.path().into(),
-            source,
+        crate::pool::chunks::hash_chunks(&file, image_size, opts.chunk_size).map_err(|source| {
+            BuildError::Io {
+                what: "cannot read back",
+                path: tmp.path().into(),
+                source,
+            }
         })?;
     let mut builder = ChunkListBuilder::new(image_size, opts.chunk_size);
     for c in chunks {
@@ -522,63 +528,6 @@ fn derive_uuid(
     )
 }
 
-/// Hash every chunk of `file[0, image_size)`; `None` for holes and all-zero chunks.
-/// Holes are found with SEEK_DATA/SEEK_HOLE and never read; chunks are hashed on all cores,
-/// each worker with one chunk-sized buffer (memory: workers × chunk size).
-pub fn hash_chunks(
-    file: &File,
-    image_size: u64,
-    chunk_size: u64,
-) -> std::io::Result<Vec<Option<[u8; 32]>>> {
-    let data = crate::sparse::data_ranges(file, image_size)?;
-    let n = Manifest::chunk_count(image_size, chunk_size) as usize;
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8)
-        .min(n.max(1));
-    let mut results: Vec<Option<[u8; 32]>> = vec![None; n];
-    let slices: Vec<(usize, &mut [Option<[u8; 32]>])> = {
-        // interleave by blocks of chunks so each worker reads a contiguous stretch at a time
-        let per = n.div_ceil(workers.max(1)).max(1);
-        results
-            .chunks_mut(per)
-            .enumerate()
-            .map(|(k, s)| (k * per, s))
-            .collect()
-    };
-    std::thread::scope(|scope| -> std::io::Result<()> {
-        let mut handles = Vec::new();
-        for (first, slice) in slices {
-            let data = &data;
-            handles.push(scope.spawn(move || -> std::io::Result<()> {
-                let mut buf = vec![0u8; chunk_size as usize];
-                let mut hint = 0usize;
-                for (k, slot) in slice.iter_mut().enumerate() {
-                    let i = (first + k) as u64;
-                    let start = i * chunk_size;
-                    let end = (start + chunk_size).min(image_size);
-                    if !crate::sparse::overlaps_data(data, &(start..end), &mut hint) {
-                        continue;
-                    }
-                    let b = &mut buf[..(end - start) as usize];
-                    file.read_exact_at(b, start)?;
-                    if !crate::sparse::is_all_zero(b) {
-                        *slot = Some(hash_chunk(b));
-                    }
-                }
-                Ok(())
-            }));
-        }
-        for h in handles {
-            h.join()
-                .map_err(|_| std::io::Error::other("hash worker panicked"))??;
-        }
-        Ok(())
-    })?;
-    Ok(results)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,7 +569,7 @@ mod tests {
         f.set_len(16 << 20).unwrap();
         f.seek(SeekFrom::Start(5 << 20)).unwrap();
         f.write_all(&[9u8; 100]).unwrap();
-        let h = hash_chunks(&f, 16 << 20, 1 << 20).unwrap();
+        let h = crate::pool::chunks::hash_chunks(&f, 16 << 20, 1 << 20).unwrap();
         assert_eq!(h.len(), 16);
         assert_eq!(h.iter().filter(|x| x.is_some()).count(), 1);
         assert!(h[5].is_some());

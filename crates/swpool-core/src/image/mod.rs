@@ -2,6 +2,7 @@
 
 mod build;
 pub mod check;
+mod ext_times;
 mod tree;
 
 pub use build::{build, BuildError, BuildOptions, BuildReport, Timings};

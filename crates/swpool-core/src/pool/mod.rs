@@ -1,5 +1,6 @@
 //! Pools: the layout of a pool's tree, its manifest, and the pool file that carries both.
 
+pub mod chunks;
 pub mod layout;
 pub mod manifest;
 pub mod modulefile;
@@ -67,9 +68,21 @@ impl Pool {
         let raw = match trailer::read_trailer(&mut f) {
             Ok(r) => r,
             Err(trailer::ReadError::Io(e)) => return Err(io(e)),
-            Err(trailer::ReadError::Trailer(
-                t @ (trailer::TrailerError::NoMagic | trailer::TrailerError::TooShort(_)),
-            )) => {
+            Err(trailer::ReadError::Trailer(trailer::TrailerError::NoMagic)) => {
+                if let Ok(f) = crate::image::detect(path) {
+                    return Err(ManifestError::Corrupt {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "it starts like a {f} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)"
+                        ),
+                    });
+                }
+                return Err(ManifestError::NotAPool {
+                    path: path.to_path_buf(),
+                    reason: trailer::TrailerError::NoMagic,
+                });
+            }
+            Err(trailer::ReadError::Trailer(t @ trailer::TrailerError::TooShort(_))) => {
                 return Err(ManifestError::NotAPool {
                     path: path.to_path_buf(),
                     reason: t,

@@ -189,6 +189,21 @@ fn misplaced_footer(f: &mut File, len: u64) -> io::Result<TrailerError> {
     })
 }
 
+/// The trailer bytes (manifest, signature block, footer) for an image of `image_size` bytes.
+pub fn trailer_bytes(image_size: u64, manifest: &[u8], signature: &[u8]) -> Vec<u8> {
+    let footer = Footer {
+        image_size,
+        manifest_len: manifest.len() as u64,
+        sig_len: signature.len() as u64,
+        manifest_sha256: Sha256::digest(manifest).into(),
+    };
+    let mut v = Vec::with_capacity(manifest.len() + signature.len() + FOOTER_LEN as usize);
+    v.extend_from_slice(manifest);
+    v.extend_from_slice(signature);
+    v.extend_from_slice(&footer.encode());
+    v
+}
+
 /// Write the trailer after the image (truncating anything already there) and return the file's new length.
 pub fn write_trailer(
     f: &mut File,
@@ -198,17 +213,10 @@ pub fn write_trailer(
 ) -> io::Result<u64> {
     f.set_len(image_size)?;
     f.seek(SeekFrom::Start(image_size))?;
-    let footer = Footer {
-        image_size,
-        manifest_len: manifest.len() as u64,
-        sig_len: signature.len() as u64,
-        manifest_sha256: Sha256::digest(manifest).into(),
-    };
-    f.write_all(manifest)?;
-    f.write_all(signature)?;
-    f.write_all(&footer.encode())?;
+    let t = trailer_bytes(image_size, manifest, signature);
+    f.write_all(&t)?;
     f.flush()?;
-    Ok(image_size + manifest.len() as u64 + signature.len() as u64 + FOOTER_LEN)
+    Ok(image_size + t.len() as u64)
 }
 
 #[cfg(test)]

@@ -1,0 +1,293 @@
+//! `sw-pool verify` and the trust policy `load` applies before any byte is broadcast.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use openssl::hash::MessageDigest;
+use openssl::pkey::{PKey, Public};
+use openssl::sign::Verifier;
+use sha2::{Digest, Sha256};
+
+use super::keys::{fingerprint, parse_public, Algorithm, TrustedKey, TrustedKeys};
+use super::sign::detached_path;
+use super::{SignatureBlock, TrustError};
+use crate::pool::chunks::verify_image;
+use crate::pool::Pool;
+
+/// Who signed a pool, as far as this machine trusts it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Signer {
+    /// The name of the trusted key (its file name).
+    pub name: String,
+    pub fingerprint: String,
+    pub algorithm: Algorithm,
+    pub key_file: PathBuf,
+}
+
+/// Which keys `verify` accepts.
+#[derive(Debug, Clone)]
+pub enum KeySource {
+    /// Exactly this public key (`--key PUB.pem`).
+    Key(PathBuf),
+    /// Any key in these directories (`--trusted DIR`, or the default trusted-keys directories).
+    Dirs(Vec<PathBuf>),
+}
+
+/// The policy `load` enforces.
+#[derive(Debug, Clone)]
+pub struct TrustPolicy {
+    pub require_signature: bool,
+    pub keys: TrustedKeys,
+}
+
+/// What the policy says about a pool.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Signed by a trusted key; the manifest signature verified.
+    Trusted(Signer),
+    /// Not signed, and the policy allows that.
+    Unsigned,
+    /// Signed by a key this machine does not trust, and the policy allows that.
+    UnknownSigner { fingerprint: String },
+}
+
+fn verify_bytes(
+    key: &PKey<Public>,
+    alg: Algorithm,
+    data: &[u8],
+    sig: &[u8],
+) -> Result<bool, TrustError> {
+    Ok(match alg {
+        Algorithm::Ed25519 => Verifier::new_without_digest(key)?
+            .verify_oneshot(sig, data)
+            .unwrap_or(false),
+        _ => {
+            let mut v = Verifier::new(MessageDigest::sha256(), key)?;
+            v.update(data)?;
+            v.verify(sig).unwrap_or(false)
+        }
+    })
+}
+
+/// Parse the signature block and check that it is internally consistent.
+fn read_block(pool: &Pool) -> Result<SignatureBlock, TrustError> {
+    let bad = |reason: String| TrustError::BadBlock {
+        path: pool.path.clone(),
+        reason,
+    };
+    let block = SignatureBlock::parse(&pool.signature).map_err(bad)?;
+    let embedded = parse_public(block.public_key.as_bytes())
+        .map_err(|r| bad(format!("embedded public key: {r}")))?;
+    if fingerprint(&embedded)? != block.key_fingerprint {
+        return Err(bad(
+            "the embedded public key does not have the recorded fingerprint".into(),
+        ));
+    }
+    if Algorithm::of(&embedded)? != block.algorithm {
+        return Err(bad("the recorded algorithm does not match the key".into()));
+    }
+    Ok(block)
+}
+
+/// Check the manifest signature of `pool` against `trusted`.
+fn check_signature(
+    pool: &Pool,
+    block: &SignatureBlock,
+    trusted: &TrustedKey,
+) -> Result<Signer, TrustError> {
+    let sig = hex::decode(&block.signature).map_err(|e| TrustError::BadBlock {
+        path: pool.path.clone(),
+        reason: e.to_string(),
+    })?;
+    let alg = Algorithm::of(&trusted.key)?;
+    if !verify_bytes(&trusted.key, alg, &pool.manifest_bytes, &sig)? {
+        return Err(TrustError::BadSignature {
+            path: pool.path.clone(),
+            fingerprint: trusted.fingerprint.clone(),
+            name: trusted.name.clone(),
+        });
+    }
+    Ok(Signer {
+        name: trusted.name.clone(),
+        fingerprint: trusted.fingerprint.clone(),
+        algorithm: alg,
+        key_file: trusted.path.clone(),
+    })
+}
+
+/// The policy check `load` runs before anything is copied: the manifest signature only (the image is
+/// checked chunk by chunk as it is broadcast). A bad signature is refused whatever the policy.
+pub fn authorize(pool: &Pool, policy: &TrustPolicy) -> Result<Verdict, TrustError> {
+    if pool.signature.is_empty() {
+        if policy.require_signature {
+            return Err(TrustError::Unsigned {
+                path: pool.path.clone(),
+                required: true,
+            });
+        }
+        return Ok(Verdict::Unsigned);
+    }
+    let block = read_block(pool)?;
+    match policy.keys.find(&block.key_fingerprint) {
+        Some(k) => Ok(Verdict::Trusted(check_signature(pool, &block, k)?)),
+        None if policy.require_signature => Err(TrustError::Untrusted {
+            path: pool.path.clone(),
+            fingerprint: block.key_fingerprint,
+        }),
+        None => Ok(Verdict::UnknownSigner {
+            fingerprint: block.key_fingerprint,
+        }),
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VerifyReport {
+    pub path: PathBuf,
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    pub signer: Signer,
+    pub data_bytes: u64,
+    /// Whether `POOL.sig` was checked too.
+    pub detached: Option<PathBuf>,
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+/// `sw-pool verify`: the manifest signature, then the image against the manifest (one streaming
+/// pass, holes not read), then optionally the detached signature.
+pub fn verify_pool(
+    path: &Path,
+    source: &KeySource,
+    check_detached: bool,
+) -> Result<VerifyReport, TrustError> {
+    let t0 = Instant::now();
+    let pool = Pool::open(path)?;
+    if pool.signature.is_empty() {
+        return Err(TrustError::Unsigned {
+            path: path.into(),
+            required: false,
+        });
+    }
+    let block = read_block(&pool)?;
+    let signer = match source {
+        KeySource::Key(k) => {
+            let keys = TrustedKeys::single(k)?;
+            let key = &keys.keys[0];
+            if key.fingerprint != block.key_fingerprint {
+                return Err(TrustError::WrongKey {
+                    path: path.into(),
+                    signed_by: block.key_fingerprint.clone(),
+                    given: format!("{} {}", k.display(), key.fingerprint),
+                });
+            }
+            check_signature(&pool, &block, key)?
+        }
+        KeySource::Dirs(dirs) => {
+            let keys = TrustedKeys::load(dirs);
+            match keys.find(&block.key_fingerprint) {
+                Some(k) => check_signature(&pool, &block, k)?,
+                None => {
+                    return Err(TrustError::Untrusted {
+                        path: path.into(),
+                        fingerprint: block.key_fingerprint.clone(),
+                    })
+                }
+            }
+        }
+    };
+    let m = &pool.manifest;
+    let file = File::open(path).map_err(|source| TrustError::Io {
+        path: path.into(),
+        what: "cannot open",
+        source,
+    })?;
+    if let Some(mm) = verify_image(&file, m).map_err(|source| TrustError::Io {
+        path: path.into(),
+        what: "cannot read",
+        source,
+    })? {
+        return Err(TrustError::ImageMismatch {
+            path: path.into(),
+            count: mm.count,
+            total: m.chunks.len() as u64,
+            data_chunks: m.chunks.iter().filter(|c| c.is_some()).count() as u64,
+            first_offset: mm.chunks.first().copied().unwrap_or(0) * m.chunk_size,
+        });
+    }
+    let detached = if check_detached {
+        let sig_path = detached_path(path);
+        let sig = std::fs::read(&sig_path).map_err(|source| TrustError::Io {
+            path: sig_path.clone(),
+            what: "cannot read the detached signature",
+            source,
+        })?;
+        let key = match source {
+            KeySource::Key(k) => TrustedKeys::single(k)?.keys.remove(0),
+            KeySource::Dirs(d) => TrustedKeys::load(d)
+                .find(&signer.fingerprint)
+                .cloned()
+                .expect("found above"),
+        };
+        if !verify_detached(path, &key.key, signer.algorithm, &sig)? {
+            return Err(TrustError::DetachedMismatch {
+                path: path.into(),
+                sig: sig_path,
+            });
+        }
+        Some(sig_path)
+    } else {
+        None
+    };
+    Ok(VerifyReport {
+        path: path.into(),
+        name: m.name.clone(),
+        version: m.version.clone(),
+        digest: m.digest.clone(),
+        signer,
+        data_bytes: m.data_size,
+        detached,
+        elapsed: t0.elapsed(),
+    })
+}
+
+fn verify_detached(
+    path: &Path,
+    key: &PKey<Public>,
+    alg: Algorithm,
+    sig: &[u8],
+) -> Result<bool, TrustError> {
+    let io = |source| TrustError::Io {
+        path: path.into(),
+        what: "cannot read",
+        source,
+    };
+    let mut f = File::open(path).map_err(io)?;
+    let mut buf = vec![0u8; 4 << 20];
+    match alg {
+        Algorithm::Ed25519 => {
+            let mut h = Sha256::new();
+            loop {
+                let n = f.read(&mut buf).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            verify_bytes(key, alg, &h.finalize(), sig)
+        }
+        _ => {
+            let mut v = Verifier::new(MessageDigest::sha256(), key)?;
+            loop {
+                let n = f.read(&mut buf).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                v.update(&buf[..n])?;
+            }
+            Ok(v.verify(sig).unwrap_or(false))
+        }
+    }
+}
