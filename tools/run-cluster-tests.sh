@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run-cluster-tests: must run as root (the testbed makes namespaces)" >&2; exit 1; }
 # one user of the virtual cluster at a time on this machine (developers' runs and benchmarks share it)
 if [ -z "${SWP_CLUSTER_SESSION:-}" ]; then
-  SWP_CLUSTER_SESSION=1 exec flock -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"
+  SWP_CLUSTER_SESSION=1 exec flock -o -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"
 fi
 cleanup() { testbed/down --purge >/dev/null 2>&1 || testbed/down --purge; }
 trap cleanup EXIT
