@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench-build clean
+.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench-build fuzz clean
 
 all: build
 
@@ -51,6 +51,14 @@ demo: build
 
 bench-build: build
 	bash bench/build-overhead.sh
+
+# coverage-guided fuzzing of the parsers of untrusted bytes (manifest, pool trailer, signature block);
+# FUZZ_SECONDS per target (default 600). Needs the nightly toolchain (rustup) and cargo-fuzz.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
+	bash fuzz/run-all.sh $(FUZZ_SECONDS)
 
 clean:
 	$(CARGO) clean

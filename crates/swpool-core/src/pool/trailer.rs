@@ -134,6 +134,11 @@ impl From<io::Error> for ReadError {
 
 pub fn read_trailer(f: &mut File) -> Result<RawTrailer, ReadError> {
     let len = f.metadata()?.len();
+    read_trailer_from(f, len)
+}
+
+/// Read the trailer of `len` bytes of pool data from any seekable reader (a file, or bytes in memory).
+pub fn read_trailer_from<R: Read + Seek>(f: &mut R, len: u64) -> Result<RawTrailer, ReadError> {
     if len < FOOTER_LEN {
         return Err(ReadError::Trailer(TrailerError::TooShort(len)));
     }
@@ -163,7 +168,7 @@ pub fn read_trailer(f: &mut File) -> Result<RawTrailer, ReadError> {
 }
 
 /// No footer at the end: is there one near the end (the file was truncated or appended to)?
-fn misplaced_footer(f: &mut File, len: u64) -> io::Result<TrailerError> {
+fn misplaced_footer<R: Read + Seek>(f: &mut R, len: u64) -> io::Result<TrailerError> {
     let window = len.min(1 << 20);
     let mut tail = vec![0u8; window as usize];
     f.seek(SeekFrom::Start(len - window))?;
