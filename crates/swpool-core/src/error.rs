@@ -53,6 +53,8 @@ pub enum Error {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Size(#[from] crate::size::SizeError),
+    #[error(transparent)]
+    Transfer(#[from] crate::transfer::TransferError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -78,6 +80,7 @@ impl Error {
             Error::Layout(_) => ExitStatus::BadInput,
             Error::Config(_) => ExitStatus::BadInput,
             Error::Size(_) => ExitStatus::BadInput,
+            Error::Transfer(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

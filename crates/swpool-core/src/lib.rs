@@ -12,5 +12,6 @@ pub mod image;
 pub mod pool;
 pub mod size;
 pub mod sparse;
+pub mod transfer;
 
 pub use error::{Error, ExitStatus, Result};
