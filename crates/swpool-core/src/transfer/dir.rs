@@ -309,8 +309,34 @@ fn extract(rd: ChanReader, dest: &Path) -> Result<(), String> {
     a.set_preserve_mtime(true);
     a.set_unpack_xattrs(false);
     a.set_overwrite(false);
-    a.unpack(dest)
-        .map_err(|e| format!("cannot extract into {}: {e}", dest.display()))
+    let e = |x: io::Error| format!("cannot extract into {}: {x}", dest.display());
+    // directories get their mtimes last (creating their entries changed them)
+    let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    for entry in a.entries().map_err(e)? {
+        let mut entry = entry.map_err(e)?;
+        if entry.header().entry_type() == tar::EntryType::Directory {
+            if let (Ok(p), Ok(m)) = (entry.path(), entry.header().mtime()) {
+                dirs.push((dest.join(p), m));
+            }
+        }
+        entry.unpack_in(dest).map_err(e)?;
+    }
+    for (p, m) in dirs.iter().rev() {
+        let ts = rustix::fs::Timespec {
+            tv_sec: *m as i64,
+            tv_nsec: 0,
+        };
+        let _ = rustix::fs::utimensat(
+            rustix::fs::CWD,
+            p,
+            &rustix::fs::Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        );
+    }
+    Ok(())
 }
 
 const HDR: usize = 56;

@@ -655,6 +655,9 @@ fn preflight(info: &SrcInfo, src: &Path, target: &Path, reader: bool) -> Local<P
         )),
         _ => {
             let (tmp, out) = TempOutput::create(target).map_err(tmp_err)?;
+            // SRC's permission bits (without set-id bits), like cp
+            use std::os::unix::fs::PermissionsExt;
+            let _ = out.set_permissions(std::fs::Permissions::from_mode(info.mode & 0o777));
             out.set_len(info.len).map_err(|e| {
                 bad(
                     ExitStatus::System,
@@ -732,7 +735,11 @@ fn leader_copy(
         nodes: job.nodes(),
         nodes_received: receivers.len(),
         kind: format!("{:?}", info.kind).to_lowercase(),
-        bytes_total: info.len,
+        bytes_total: if info.kind == Kind::Directory {
+            info.data_bytes
+        } else {
+            info.len
+        },
         bytes_data: info.data_bytes,
         chunk_size: info.chunk_size,
         dest: target.clone(),
