@@ -362,7 +362,7 @@ pub(crate) fn transfer(
     progress: &dyn Fn(u64),
 ) -> LocalResult<()> {
     let chunk = chunk_size as usize;
-    let reader = comm.map_or(true, |c| c.rank() == 0);
+    let reader = !matches!(comm, Some(c) if c.rank() != 0);
     let (ext_tx, ext_rx) = sync_channel::<Vec<u8>>(2);
     let dest = tmp.to_path_buf();
     let extractor = std::thread::spawn(move || {
@@ -493,7 +493,6 @@ pub(crate) fn transfer(
             }
         }
     }
-    drop(feed);
     drop(ext_tx);
     let tw = Instant::now();
     let extracted = extractor

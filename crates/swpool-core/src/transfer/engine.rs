@@ -3,7 +3,7 @@
 //!
 //! Round `r` (see [`plan::plan_rounds`]): every reader with a chunk in the round reads it, hashes it,
 //! checks it for zeros, and all leaders exchange a small header block (status + length + zero flag
-//! + SHA-256) with `MPI_Iallgather`; then the data moves, either with one `MPI_Iallgatherv` per round
+//! and SHA-256) with `MPI_Iallgather`; then the data moves, either with one `MPI_Iallgatherv` per round
 //! ([`Algorithm::Allgather`]) or with one `MPI_Ibcast` per reader ([`Algorithm::Bcast`]). Two rounds
 //! are in flight: while round `r` moves, round `r + 1` is read; while round `r + 1` moves, round `r`
 //! is verified and written. A failure anywhere sets the status in the next header block, and every
@@ -510,7 +510,7 @@ pub(crate) fn distribute(
         let mut go = start(&mut ctx, b0)?;
         let mut r = 0usize;
         while go {
-            let (cur, next) = if r % 2 == 0 {
+            let (cur, next) = if r & 1 == 0 {
                 (&mut *b0, &mut *b1)
             } else {
                 (&mut *b1, &mut *b0)

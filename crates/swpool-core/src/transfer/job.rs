@@ -303,7 +303,7 @@ impl Job {
                 return Ok(());
             }
             spins += 1;
-            if spins % 50 == 0 {
+            if spins & 63 == 0 {
                 if let Some(pid) = self
                     .leader_pid
                     .filter(|_| !self.is_leader())

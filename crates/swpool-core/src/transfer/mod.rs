@@ -271,12 +271,12 @@ fn outcome_from_leader(
 ) -> Result<CopyReport, TransferError> {
     #[derive(Serialize, Deserialize)]
     enum Outcome {
-        Ok(CopyReport),
+        Ok(Box<CopyReport>),
         Err(String, u8),
     }
     let bytes = res.as_ref().map(|r| {
         let o = match r {
-            Ok(rep) => Outcome::Ok(rep.clone()),
+            Ok(rep) => Outcome::Ok(Box::new(rep.clone())),
             Err(TransferError::Failed { message, status }) => {
                 Outcome::Err(message.clone(), *status as u8)
             }
@@ -289,7 +289,7 @@ fn outcome_from_leader(
         return r; // the leader keeps its own (typed) result
     }
     match serde_json::from_slice::<Outcome>(&got?) {
-        Ok(Outcome::Ok(rep)) => Ok(rep),
+        Ok(Outcome::Ok(rep)) => Ok(*rep),
         Ok(Outcome::Err(message, _)) => Err(TransferError::Failed {
             message,
             status: ExitStatus::Collective,
@@ -553,7 +553,7 @@ fn write_stamp(info: &SrcInfo, path: &Path) -> Local<()> {
 
 /// What a receiving leader prepared in preflight.
 enum Prepared {
-    File { tmp: TempOutput, out: File },
+    File { tmp: Box<TempOutput>, out: File },
     Dir(dir::TempDir),
 }
 
@@ -664,7 +664,10 @@ fn preflight(info: &SrcInfo, src: &Path, target: &Path, reader: bool) -> Local<P
                     format!("cannot size {}: {e}", tmp.path().display()),
                 )
             })?;
-            Ok(Prepared::File { tmp, out })
+            Ok(Prepared::File {
+                tmp: Box::new(tmp),
+                out,
+            })
         }
     }
 }

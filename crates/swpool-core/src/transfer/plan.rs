@@ -268,7 +268,8 @@ mod tests {
         let offs: Vec<u64> = c.iter().map(|c| c.offset).collect();
         assert_eq!(offs, vec![0, 8 * mib]);
         assert_eq!(c[1].len as u64, 2 * mib);
-        let c = plain_chunks(10 * mib + 1, 4 * mib, &[0..10 * mib + 1]);
+        let whole: Vec<Range<u64>> = std::iter::once(0..10 * mib + 1).collect();
+        let c = plain_chunks(10 * mib + 1, 4 * mib, &whole);
         assert_eq!(c.len(), 3);
         assert_eq!(c[2].len, (2 * mib + 1) as u32);
         assert!(plain_chunks(0, 4096, &[]).is_empty());
