@@ -371,7 +371,26 @@ fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<SrcInfo> {
             format!("cannot open SRC {}: {e}", src.display()),
         )
     })?;
-    match Pool::open(src) {
+    // only a file ending in a pool footer is opened as a pool (Pool::open would scan the last MiB
+    // of a plain file for a misplaced trailer: a MiB read from shared storage for nothing)
+    let has_footer = {
+        use crate::pool::trailer::{END_MAGIC, FOOTER_LEN, MAGIC};
+        use std::os::unix::fs::FileExt;
+        let mut fb = [0u8; FOOTER_LEN as usize];
+        info.len >= FOOTER_LEN
+            && f.read_exact_at(&mut fb, info.len - FOOTER_LEN).is_ok()
+            && &fb[..8] == MAGIC
+            && &fb[72..80] == END_MAGIC
+    };
+    let opened = if has_footer {
+        Pool::open(src)
+    } else {
+        Err(ManifestError::NotAPool {
+            path: src.to_path_buf(),
+            reason: crate::pool::trailer::TrailerError::NoMagic,
+        })
+    };
+    match opened {
         Ok(p) => {
             let m = p.manifest;
             if m.chunk_size > plan::MAX_TRANSFER_CHUNK {
