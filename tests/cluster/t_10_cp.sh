@@ -94,12 +94,14 @@ for algo in allgather bcast; do
   hashes_equal "algorithm $algo" dense
 done
 
-# a directory tree: modes, symlinks, hard links, mtimes
-T=$EXP/tree; mkdir -p "$T/a/b/c"; head -c 3000000 /dev/urandom > "$T/a/big"
+# a directory tree: modes, symlinks, hard links, mtimes. It lives on the plain shared directory
+# ($TB/scratch): the testbed's sshfs refuses readlink (EPERM), so a tree with symlinks cannot be
+# read from $SCRATCH there.
+T=$TB/scratch/cp-test-tree; rm -rf "$T"; mkdir -p "$T/a/b/c"; head -c 3000000 /dev/urandom > "$T/a/big"
 printf '#!/bin/sh\necho hi\n' > "$T/a/b/run.sh"; chmod 751 "$T/a/b/run.sh"; chmod 700 "$T/a/b/c"
 ln -s ../big "$T/a/b/link"; ln "$T/a/big" "$T/a/b/c/hard"; touch -d 2001-02-03 "$T/a/b/run.sh"
 clean_local
-out=$("$TESTBED/mpirun" "$SW" cp "$SH/tree" "$TB/local/cp-tree" 2>&1) || fail "directory copy" "$out"
+out=$("$TESTBED/mpirun" "$SW" cp "$T" "$TB/local/cp-tree" 2>&1) || fail "directory copy" "$out"
 want=$(cd "$T" && find . -printf '%P %y %m %s %l\n' | sort | sha256sum)
 bad=""
 for n in "${NODES[@]}"; do
@@ -111,7 +113,7 @@ for n in "${NODES[@]}"; do
   [[ $(stat -c %Y "$d/a/b/run.sh" 2>/dev/null) == $(stat -c %Y "$T/a/b/run.sh") ]] || bad+=" $n(mtime)"
 done
 assert_eq "directory tree identical on all nodes (modes, links, hard links, mtimes)" "" "$bad"
-out=$("$TESTBED/mpirun" "$SW" cp --json "$SH/tree" "$TB/local/cp-tree" 2>&1 || true)
+out=$("$TESTBED/mpirun" "$SW" cp --json "$T" "$TB/local/cp-tree" 2>&1 || true)
 assert_match "directory repeat skipped" '"skipped_all": true' "$out"
 
 # ---- faults ----
@@ -119,7 +121,7 @@ export SW_POOL_STALL_TIMEOUT=20
 # SRC unreadable (as the unprivileged user, a root-only file)
 install -m 600 /dev/null "$EXP/secret"; head -c 1000 /dev/urandom > "$EXP/secret"
 t0=$(now)
-out=$(as_user srun --mpi=pmix -N"$NN" --chdir=/tmp "$SW" cp "$SH/secret" /tmp/cp-secret 2>&1); rc=$?
+rc=0; out=$(as_user srun --mpi=pmix -N"$NN" --chdir=/tmp "$SW" cp "$SH/secret" /tmp/cp-secret 2>&1) || rc=$?
 [[ $rc != 0 ]] && pass "SRC unreadable: non-zero exit ($rc)" || fail "SRC unreadable" "exit 0"
 assert_match "SRC unreadable: message names the node and SRC" "node[0-9]+.*(SRC|secret).*(denied|Permission)" "$out"
 assert_eq "SRC unreadable: every rank reports it" "$NN" "$(grep -c 'error: cp failed' <<< "$out")"
@@ -189,5 +191,5 @@ if [[ -x $REPO/tools/mpich-smoke.sh ]]; then
   assert_cmd "MPICH: 2-rank smoke test (tools/mpich-smoke.sh)" "$REPO/tools/mpich-smoke.sh"
 fi
 clean_local
-rm -rf "$EXP" /var/tmp/swp-t10-kill.log
+rm -rf "$EXP" "$T" /var/tmp/swp-t10-kill.log
 finish
