@@ -43,8 +43,18 @@ pub fn run(g: &GlobalArgs, a: CpArgs) -> Result<(), Error> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    // every rank returns the same outcome (and prints the same message on failure)
-    let report = res?;
+    // every rank returns the same outcome and prints the same message on failure; all print before
+    // any exits (the first non-zero exit makes mpirun kill the rest)
+    let report = match res {
+        Ok(r) => r,
+        Err(e) => {
+            let e: Error = e.into();
+            crate::output::print_error(&e);
+            job.exit_barrier();
+            drop(job);
+            std::process::exit(e.exit_status().code());
+        }
+    };
     if rank0 {
         print_report(&p, &job, &report);
     }

@@ -229,6 +229,16 @@ impl Job {
         format!("{} (rank {})", self.hostname, self.world_rank)
     }
 
+    /// A world barrier before a failing exit, so that every rank has printed its message before
+    /// the first non-zero exit makes the launcher kill the others. Bounded by the watchdog (10 s).
+    pub fn exit_barrier(&self) {
+        if let Some(m) = &self.mpi {
+            let _arm = watchdog::arm(self.whoami(), Duration::from_secs(10));
+            let _p = watchdog::phase("the final barrier");
+            m.world.barrier();
+        }
+    }
+
     /// Collective agreement among ALL ranks (`mfu_alltrue`-like): every rank passes its local
     /// result; every rank gets `Ok` only if all were `Ok`, else the same error naming the failing
     /// node(s) (hostname, rank) and the reason. A rank that failed itself gets its own exit status;
