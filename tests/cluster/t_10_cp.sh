@@ -181,8 +181,10 @@ out=$(cat /var/tmp/swp-t10-kill.log)
 assert_match "rank killed: the node is named" "$victim" "$out"
 assert_le "rank killed: bounded time" "$(elapsed "$t0")" 60 s
 sleep 1
-leftover=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")" | grep -E 'cp-big' || true; done)
-assert_eq "rank killed: no temporary or partial file on any node" "" "$leftover"
+# the killed rank cannot clean up after SIGKILL: its temporary stays until the next copy to that
+# DEST on that node removes it (stale temporaries of dead pids are removed in preflight)
+leftover=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")" | grep -E 'cp-big' | grep -v "swpool-tmp-$pid\$" || true; done)
+assert_eq "rank killed: no temporary or partial file on any surviving node" "" "$leftover"
 left_procs=$("$TESTBED/exec" all "pgrep -f '^$SW cp' || true" 2>/dev/null | grep -c '[0-9]$' || true)
 assert_eq "rank killed: no sw-pool process left" 0 "$left_procs"
 

@@ -642,6 +642,7 @@ fn preflight(info: &SrcInfo, src: &Path, target: &Path, reader: bool) -> Local<P
             ));
         }
     }
+    remove_stale_temporaries(parent, target);
     let st = rustix::fs::statvfs(parent).map_err(|e| {
         bad(
             ExitStatus::System,
@@ -934,6 +935,29 @@ fn leader_copy(
     report.bytes_written = totals[2];
     report.phases.total = t0.elapsed();
     Ok(report)
+}
+
+/// Remove `.<name>.swpool-tmp-<pid>` left by a copy whose process died without cleaning up
+/// (SIGKILL): only when no process with that pid exists on this node.
+fn remove_stale_temporaries(parent: &Path, target: &Path) {
+    let Some(name) = target.file_name() else {
+        return;
+    };
+    let prefix = format!(".{}.swpool-tmp-", name.to_string_lossy());
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let p = e.path();
+            tracing::info!(path = %p.display(), "removing a stale temporary of a dead copy");
+            let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
+        }
+    }
 }
 
 fn status_from(code: u8) -> ExitStatus {
