@@ -267,7 +267,7 @@ mod tests {
         let c = plain_chunks(10 * mib + 1, 4 * mib, &[0..10, 9 * mib..9 * mib + 5]);
         let offs: Vec<u64> = c.iter().map(|c| c.offset).collect();
         assert_eq!(offs, vec![0, 8 * mib]);
-        assert_eq!(c[1].len as u64, 2 * mib);
+        assert_eq!(c[1].len as u64, 2 * mib + 1);
         let whole: Vec<Range<u64>> = std::iter::once(0..10 * mib + 1).collect();
         let c = plain_chunks(10 * mib + 1, 4 * mib, &whole);
         assert_eq!(c.len(), 3);
