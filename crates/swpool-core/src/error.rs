@@ -53,6 +53,10 @@ pub enum Error {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Size(#[from] crate::size::SizeError),
+    #[error(transparent)]
+    Mount(#[from] crate::mount::MountError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -78,6 +82,8 @@ impl Error {
             Error::Layout(_) => ExitStatus::BadInput,
             Error::Config(_) => ExitStatus::BadInput,
             Error::Size(_) => ExitStatus::BadInput,
+            Error::Mount(e) => e.exit_status(),
+            Error::State(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

@@ -14,3 +14,6 @@ pub mod size;
 pub mod sparse;
 
 pub use error::{Error, ExitStatus, Result};
+pub mod env;
+pub mod mount;
+pub mod state;
