@@ -2,10 +2,14 @@
 
 mod build;
 mod config;
+mod env;
 mod generate;
 mod init;
 mod inspect;
+mod list;
 mod modulefiles;
+mod mount;
+mod umount;
 
 use swpool_core::{Error, ExitStatus};
 
@@ -21,7 +25,10 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
         Command::Cp(_) => Err(not_yet("cp (scalable-fs-cp)", "the MPI broadcast engine")),
-        Command::Mount(_) => Err(not_yet("mount (scalable-fs-mount)", "FUSE mounting")),
+        Command::Mount(a) => mount::run(g, a),
+        Command::Umount(a) => umount::run(g, a),
+        Command::List(a) => list::run(g, a),
+        Command::Env(a) => env::run(g, a),
     }
 }
 

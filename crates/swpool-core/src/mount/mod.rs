@@ -16,6 +16,7 @@
 //! All system calls and process operations go through [`sys::Sys`] so the order of steps and the
 //! clean-up after failures are unit-tested with [`sys::FakeSys`].
 
+pub mod paths;
 pub mod proc;
 pub mod sys;
 
