@@ -15,7 +15,10 @@ pub fn job_id(flag: Option<String>) -> Option<String> {
 }
 
 pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
-    let p = Printer::new(g, a.json || a.print_mountpoint);
+    let mut p = Printer::new(g, a.json);
+    if a.print_mountpoint {
+        p.verbosity = crate::output::Verbosity::Quiet; // stdout is the mount point only
+    }
     let options = MountOptions::parse(a.options.as_deref())?;
     let cfg = super::config()?;
     let uid = rustix::process::geteuid().as_raw();

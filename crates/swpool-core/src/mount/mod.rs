@@ -436,6 +436,10 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
         reason,
     };
     let m = sys.lstat(mp).map_err(|e| match e.kind() {
+        _ if e.raw_os_error() == Some(libc::ENOTCONN) => err(
+            "is a stale FUSE mount (its FUSE process died); clean it with `sw-pool umount --force`"
+                .into(),
+        ),
         std::io::ErrorKind::NotFound => {
             err("does not exist; create an empty directory first (`mkdir -p`)".into())
         }

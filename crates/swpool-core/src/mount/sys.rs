@@ -116,7 +116,17 @@ impl Sys for RealSys {
         Ok(true)
     }
     fn probe(&self, p: &Path) -> io::Result<()> {
-        std::fs::metadata(p).map(|_| ())
+        // statfs always reaches the FUSE process (stat may be answered from cached attributes:
+        // squashfuse_ll caches them forever). A hung process must not hang us: give it 5 s.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = p.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(rustix::fs::statfs(&path).map(drop).map_err(io::Error::from));
+        });
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
+        }
     }
     fn mounts(&self) -> io::Result<Vec<MountEntry>> {
         super::proc::read_mountinfo()
