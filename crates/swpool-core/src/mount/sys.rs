@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -45,8 +45,8 @@ pub trait Sys {
     fn mounts(&self) -> io::Result<Vec<MountEntry>>;
     /// Open `/dev/fuse` read-write (and close it): is FUSE usable by this user?
     fn open_fuse_device(&self) -> io::Result<()>;
-    /// Start a FUSE helper in the foreground (`-f`), stdin and stdout closed, stderr into `log`, in its
-    /// own process group. Returns its pid.
+    /// Start a FUSE helper in the foreground (`-f`), stdin closed, stdout and stderr into `log`, in
+    /// its own process group. Returns its pid.
     fn spawn_helper(&self, cmd: &ToolCommand, log: &Path) -> Result<u32, ExecError>;
     /// Has the helper we started exited? `Some(description of its status)` if so.
     fn helper_exited(&self, pid: u32) -> io::Result<Option<String>>;
@@ -155,8 +155,10 @@ impl Sys for RealSys {
             .custom_flags(libc::O_NOFOLLOW)
             .open(log)
             .map_err(spawn_err)?;
+        // fuse2fs reports some failures on stdout: both go to the log
+        let out = err.try_clone().map_err(spawn_err)?;
         // its own process group: a Ctrl-C in the user's terminal after the mount does not end it
-        c.stdout(Stdio::null()).stderr(err).process_group(0);
+        c.stdout(out).stderr(err).process_group(0);
         tracing::debug!(command = %cmdline, log = %log.display(), "starting FUSE helper");
         let child = c.spawn().map_err(spawn_err)?;
         let pid = child.id();
