@@ -63,7 +63,12 @@ pub fn create_mountpoint(
                 Err(e) => return Err(err(&cur, format!("cannot create it: {e}"))),
             }
         }
-        let m = std::fs::symlink_metadata(&cur).map_err(|e| err(&cur, e.to_string()))?;
+        let m = match std::fs::symlink_metadata(&cur) {
+            Ok(m) => m,
+            // a stale FUSE mount at the mount point itself: the caller reports it (with its record)
+            Err(e) if i == 2 && e.raw_os_error() == Some(libc::ENOTCONN) => return Ok(cur),
+            Err(e) => return Err(err(&cur, e.to_string())),
+        };
         if m.file_type().is_symlink() {
             return Err(err(
                 &cur,
