@@ -47,5 +47,6 @@ if mp then
       pushenv("SW_POOL_MOUNT", root)
       pushenv("GWDG_SW_MOUNT", root)
    end
-   execute{cmd = sw .. " umount " .. q(mp) .. " >&2", modeA = {"unload"}}
+   -- no redirection: the command must parse in every shell Lmod supports (sh, csh, fish)
+   execute{cmd = sw .. " umount -q " .. q(mp), modeA = {"unload"}}
 end
