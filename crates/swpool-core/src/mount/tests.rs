@@ -289,3 +289,92 @@ fn hints() {
     )
     .contains("fuse3"));
 }
+
+/// The real implementation, with the real squashfuse_ll (root only: the host's /dev/fuse is 0600).
+#[test]
+fn real_sys_mounts_times_out_cleanly_and_unmounts() {
+    let sys = RealSys::new();
+    if sys.euid() != 0 || sys.open_fuse_device().is_err() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    std::fs::create_dir(root.join("tree")).unwrap();
+    std::fs::write(root.join("tree/f"), "real").unwrap();
+    let img = root.join("i.sqfs");
+    let st = std::process::Command::new("mksquashfs")
+        .arg(root.join("tree"))
+        .arg(&img)
+        .args(["-quiet", "-noappend"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let info = ImageInfo::inspect(&img).unwrap();
+    assert_eq!(info.backend, Backend::SquashfuseLl);
+    let mp = root.join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let log = root.join("log");
+    // unmount whatever is left if an assertion fails
+    struct Guard(PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+    let _g = Guard(mp.clone());
+    // a helper that hangs (its image is a FIFO nobody writes): stopped at the timeout, reaped
+    let fifo = root.join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let hung = ImageInfo {
+        path: fifo,
+        ..info.clone()
+    };
+    let t0 = Instant::now();
+    let e = mount(&sys, &hung, &mp, &log, Duration::from_millis(300)).unwrap_err();
+    assert!(
+        matches!(&e, MountError::Helper(h) if h.status.is_none()),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let s = e.to_string();
+    assert!(s.contains("did not mount") && s.contains("stopped"), "{s}");
+    let table = sys.mounts().unwrap();
+    assert_eq!(state(&sys, &table, &mp), MountState::Absent);
+    // a real mount
+    let m = mount(&sys, &info, &mp, &log, DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(std::fs::read_to_string(mp.join("f")).unwrap(), "real");
+    let table = sys.mounts().unwrap();
+    let entry = proc::mount_at(&table, &mp).unwrap();
+    assert!(entry.has_option("nosuid") && entry.has_option("nodev") && entry.has_option("ro"));
+    assert_eq!(state(&sys, &table, &mp), MountState::Mounted);
+    assert!(std::path::Path::new(&format!("/proc/{}", m.helper_pid)).exists());
+    // busy: held by our own open directory? no — by a child's cwd
+    let mut c = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(&mp)
+        .spawn()
+        .unwrap();
+    let e = unmount(&sys, &mp, false).unwrap_err();
+    match &e {
+        MountError::Busy { holders, .. } => assert!(holders.iter().any(|h| h.pid == c.id()), "{e}"),
+        _ => panic!("{e}"),
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let u = unmount(&sys, &mp, false).unwrap();
+    assert!(!u.lazy && !u.was_stale);
+    assert_eq!(state(&sys, &sys.mounts().unwrap(), &mp), MountState::Absent);
+}
