@@ -68,6 +68,23 @@ assert_match "node1: first umount keeps it, second unmounts" "still used \(1 ref
 out=$(on node2 "sw-pool list | grep -c demo/1.0; sw-pool umount $MP")
 assert_match "node2: its mount survived node1's unmount" "^1"$'\n'"unmounted" "$out"
 
+# two users on one node: root (through testbed/exec, state in /run/sw-pool, which the testbed's
+# nodes share with the host -- records are keyed by node) and the user, each with their own mount
+root_on() {  # root_on NODE SCRIPT
+  "$TESTBED/exec" "$1" env -u SW_POOL_STATE_DIR -u SW_POOL_MOUNT PATH="$W/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    SW_POOL_PATH="$W/pools" SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= bash -c "$2" 2>&1
+}
+RMP=/run/sw-pool/mnt/demo/1.0
+out=$(on node1 'sw-pool mount -q demo/1.0 && echo user-ok')
+out+=$(root_on node1 "sw-pool mount -q demo/1.0 && echo root-ok; awk '\$3 ~ /^fuse.squashfuse_ll/ && \$2 ~ /demo\/1.0\$/ {print \$2}' /proc/self/mounts | sort | tr '\n' ' '")
+assert_eq "node1: root and $TB_USER each mount demo/1.0 (two FUSE mounts)" "user-okroot-ok"$'\n'"$RMP $MP " "$out"
+out=$(root_on node2 "sw-pool list")
+assert_eq "node2: root's list does not show node1's record in the shared /run/sw-pool" "no mounts on node2" "$out"
+out=$(root_on node1 "sw-pool umount $RMP && sw-pool list")
+assert_match "node1: root unmounts its own" "unmounted demo/1.0.*no mounts on node1" "$(tr '\n' ' ' <<< "$out")"
+out=$(on node1 "grep '^name' $MP/pool.toml; sw-pool umount $MP")
+assert_match "node1: $TB_USER's mount survived root's unmount" '^name = "demo"'$'\n''unmounted' "$out"
+
 # ext2 through fuse2fs, as the user
 out=$(on node3 "mkdir -p /tmp/t20-ext && sw-pool mount $W/pools/paper-0.5.ext2 /tmp/t20-ext && /tmp/t20-ext/install/cfact/2.0/bin/cfact && (echo x > /tmp/t20-ext/new || echo write-refused) && sw-pool umount /tmp/t20-ext && rmdir /tmp/t20-ext")
 assert_match "$TB_USER: ext2 pool through fuse2fs on node3: runs, read-only, unmounts" "mounted paper/0.5 \(ext2, fuse2fs pid [0-9]+\).*720.*write-refused.*unmounted paper/0.5" "$(tr '\n' ' ' <<< "$out")"
@@ -96,6 +113,7 @@ done
 for n in "${nodes[@]:0:4}"; do
   left=$("$TESTBED/exec" "$n" sh -c "grep -c 'user_id=$uid' /proc/self/mountinfo; ls /tmp/sw-pool-$uid/mounts 2>/dev/null | wc -l" | tr '\n' ' ')
   assert_eq "$n: no mount and no record left" "0 0 " "$left"
+  assert_eq "$n: no root mount left" 0 "$("$TESTBED/exec" "$n" grep -c "$RMP" /proc/self/mountinfo || true)"
 done
 # (zombies do not count: orphans are reaped lazily by PID 1 here)
 left=$(ps -u "$TB_USER" -o stat=,pid=,args= | awk '$1 !~ /^Z/ && ($3 ~ /squashfuse_ll|fuse2fs/)')

@@ -150,6 +150,9 @@ pub fn user_name(uid: u32) -> String {
 pub struct StateDir {
     path: PathBuf,
     uid: u32,
+    /// This node's name: records are per node even if the directory is shared (a `/run` that is not
+    /// node-local, as in the virtual cluster).
+    node: String,
 }
 
 /// Held while the store is locked.
@@ -190,7 +193,11 @@ impl StateDir {
         let path = crate::exec::absolute(path);
         ensure_private_dir(&path, uid)?;
         ensure_private_dir(&path.join("mounts"), uid)?;
-        Ok(StateDir { path, uid })
+        Ok(StateDir {
+            path,
+            uid,
+            node: hostname(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -221,24 +228,32 @@ impl StateDir {
         Ok(StateLock { _f: f })
     }
 
-    pub fn key(mount_point: &Path) -> String {
+    /// The first 32 hex digits of SHA-256(node NUL mount point).
+    pub fn key(node: &str, mount_point: &Path) -> String {
         use sha2::Digest;
         use std::os::unix::ffi::OsStrExt;
-        let h = sha2::Sha256::digest(mount_point.as_os_str().as_bytes());
-        hex::encode(&h[..16])
+        let mut h = sha2::Sha256::new();
+        h.update(node.as_bytes());
+        h.update([0u8]);
+        h.update(mount_point.as_os_str().as_bytes());
+        hex::encode(&h.finalize()[..16])
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     pub fn record_path(&self, mount_point: &Path) -> PathBuf {
         self.path
             .join("mounts")
-            .join(format!("{}.json", Self::key(mount_point)))
+            .join(format!("{}.json", Self::key(&self.node, mount_point)))
     }
 
     /// Where the FUSE helper's stderr goes for a mount at `mount_point`.
     pub fn log_path(&self, mount_point: &Path) -> PathBuf {
         self.path
             .join("mounts")
-            .join(format!("{}.log", Self::key(mount_point)))
+            .join(format!("{}.log", Self::key(&self.node, mount_point)))
     }
 
     /// The record for a mount point, if any.
@@ -368,8 +383,20 @@ impl StateDir {
             .collect();
         names.sort();
         for p in names {
-            v.push(self.read_file(&p).and_then(|r| {
-                if self.record_path(&r.mount_point) == p {
+            let r = self.read_file(&p);
+            if let Ok(r) = &r {
+                if r.node != self.node
+                    && p.file_name()
+                        == Some(std::ffi::OsStr::new(&format!(
+                            "{}.json",
+                            Self::key(&r.node, &r.mount_point)
+                        )))
+                {
+                    continue; // another node's record in a shared directory
+                }
+            }
+            v.push(r.and_then(|r| {
+                if self.record_path(&r.mount_point) == p && r.node == self.node {
                     Ok(r)
                 } else {
                     Err(StateError::Corrupt {
@@ -540,7 +567,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
         helper_pid: m.helper_pid,
         uid: me,
         user: user_name(me),
-        node: hostname(),
+        node: dir.node().to_string(),
         created: now(),
         refs: vec![Ref {
             job_id: req.job_id.clone(),

@@ -276,3 +276,22 @@ fn fifty_threads_acquire_and_release_one_mount() {
         0
     );
 }
+
+#[test]
+fn records_of_other_nodes_in_a_shared_directory_are_left_alone() {
+    let e = env();
+    let mut rec = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap().record;
+    // node2's record for the same mount point, as if /run were shared
+    rec.node = "node2-elsewhere".into();
+    let other = e.dir.path().join("mounts").join(format!(
+        "{}.json",
+        StateDir::key(&rec.node, &rec.mount_point)
+    ));
+    std::fs::write(&other, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let l = list(&e.sys, &e.dir).unwrap();
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0].record.as_ref().unwrap().node, hostname());
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+    assert!(other.exists(), "another node's record must survive");
+    assert!(list(&e.sys, &e.dir).unwrap().is_empty());
+}
