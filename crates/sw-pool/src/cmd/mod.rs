@@ -3,15 +3,19 @@
 mod build;
 mod config;
 mod cp;
+mod env;
 mod generate;
 mod init;
 mod inspect;
 mod keygen;
+mod list;
 mod modulefiles;
+mod mount;
 mod sign;
+mod umount;
 mod verify;
 
-use swpool_core::{Error, ExitStatus};
+use swpool_core::Error;
 
 use crate::cli::{Cli, Command};
 
@@ -28,15 +32,11 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
         Command::Cp(a) => cp::run(g, a),
-        Command::Mount(_) => Err(not_yet("mount (scalable-fs-mount)", "FUSE mounting")),
+        Command::Mount(a) => mount::run(g, a),
+        Command::Umount(a) => umount::run(g, a),
+        Command::List(a) => list::run(g, a),
+        Command::Env(a) => env::run(g, a),
     }
-}
-
-fn not_yet(what: &str, feature: &str) -> Error {
-    Error::other(
-        ExitStatus::Internal,
-        format!("{what} is not yet available in this build: {feature} has not landed yet"),
-    )
 }
 
 /// Load the configuration (files and environment; flags are applied by each command).
