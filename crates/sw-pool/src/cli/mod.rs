@@ -71,6 +71,11 @@ pub enum Command {
     Sign(SignArgs),
     /// Check a pool's signature and every chunk of its image against the signed manifest
     Verify(VerifyArgs),
+    /// Copy a pool to node-local storage on every node (MPI), mount it, and print the shell code
+    /// that puts its modules on MODULEPATH
+    Load(LoadArgs),
+    /// Release a loaded pool (the last user unmounts it) and print the shell code that undoes load
+    Unload(UnloadArgs),
     /// Show the effective configuration and where each value comes from
     Config(ConfigArgs),
     /// Generate shell completions or man pages
@@ -308,6 +313,63 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     pub pool: std::path::PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  mpirun sw-pool -v load -m $LOCAL_TMPDIR/mnt $SCRATCH/random.ext2    the paper's call (every node)
+  eval \"$(sw-pool load demo/1.0)\"        one node; with /etc/profile.d/sw-pool.sh just `sw-pool load demo/1.0`
+  srun -N4 --ntasks-per-node=1 sw-pool load --json demo/1.0
+
+Steps: resolve POOL (a file, or NAME/VERSION on $SW_POOL_PATH); read its manifest and apply the trust
+policy (nothing moves if it fails); copy it with the broadcast engine into the node-local cache
+(--cache-dir, $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared
+storage, every chunk verified as it lands; nothing when the cache already holds it); mount it read-only
+at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node; print the environment change (stdout) and, with
+-v, per-phase timings (stderr). A failure on any node fails every node the same way and leaves nothing
+mounted.")]
+pub struct LoadArgs {
+    /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
+    #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Node-local cache directory (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Refuse a pool that is not signed by a trusted key
+    #[arg(long)]
+    pub require_signature: bool,
+    /// Shell for the printed environment change: sh, bash, zsh, fish, csh (default: $SW_POOL_SHELL, $SHELL)
+    #[arg(long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// Job id recorded with the mount; default: $SLURM_JOB_ID
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Seconds to wait for each mount to appear
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub timeout: f64,
+    /// No progress bar
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print a JSON report (phases, bytes, mount point) instead of shell code
+    #[arg(long)]
+    pub json: bool,
+    /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
+    pub pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UnloadArgs {
+    /// Detach lazily when busy
+    #[arg(short, long)]
+    pub force: bool,
+    /// Shell for the printed environment change (default: $SW_POOL_SHELL, $SHELL)
+    #[arg(long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// Drop the reference of this job; default: $SLURM_JOB_ID
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// The mount point, the pool file, or NAME/VERSION (mounted at $SW_POOL_MOUNT/NAME/VERSION)
+    pub pool: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -9,10 +9,12 @@ mod init;
 mod inspect;
 mod keygen;
 mod list;
+mod load;
 mod modulefiles;
 mod mount;
 mod sign;
 mod umount;
+mod unload;
 mod verify;
 
 use swpool_core::Error;
@@ -29,6 +31,8 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Keygen(a) => keygen::run(g, a),
         Command::Sign(a) => sign::run(g, a),
         Command::Verify(a) => verify::run(g, a),
+        Command::Load(a) => load::run(g, a),
+        Command::Unload(a) => unload::run(g, a),
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
         Command::Cp(a) => cp::run(g, a),
