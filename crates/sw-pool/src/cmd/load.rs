@@ -137,16 +137,8 @@ fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
 
 pub fn run(g: &GlobalArgs, a: LoadArgs) -> Result<(), Error> {
     let job = Job::init()?;
-    match load(g, &a, &job) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // every rank prints the same message before any exits (mpirun kills the rest on the first)
-            crate::output::print_error(&e);
-            job.exit_barrier();
-            drop(job);
-            std::process::exit(e.exit_status().code());
-        }
-    }
+    let r = load(g, &a, &job);
+    super::finish_collective(job, r)
 }
 
 fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {

@@ -47,3 +47,18 @@ pub fn run(cli: Cli) -> Result<(), Error> {
 pub fn config() -> Result<swpool_core::config::Config, Error> {
     Ok(swpool_core::config::Config::load()?)
 }
+
+/// End a collective command: on failure every rank prints the same message, then all meet at a
+/// bounded barrier before any exits (the first non-zero exit makes mpirun kill the rest).
+pub fn finish_collective(
+    job: swpool_core::transfer::Job,
+    r: Result<(), Error>,
+) -> Result<(), Error> {
+    if let Err(e) = r {
+        crate::output::print_error(&e);
+        job.exit_barrier();
+        drop(job);
+        std::process::exit(e.exit_status().code());
+    }
+    Ok(())
+}

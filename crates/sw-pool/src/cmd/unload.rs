@@ -15,15 +15,8 @@ use crate::cli::{GlobalArgs, UnloadArgs};
 
 pub fn run(g: &GlobalArgs, a: UnloadArgs) -> Result<(), Error> {
     let job = Job::init()?;
-    match unload(g, &a, &job) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            crate::output::print_error(&e);
-            job.exit_barrier();
-            drop(job);
-            std::process::exit(e.exit_status().code());
-        }
-    }
+    let r = unload(g, &a, &job);
+    super::finish_collective(job, r)
 }
 
 /// The mount point of what `spec` names: a directory is the mount point itself; a pool file or
