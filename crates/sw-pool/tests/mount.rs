@@ -801,3 +801,34 @@ sw-pool env /var/tmp/no-pool-here; echo "rc=$?"
         );
     }
 }
+
+#[test]
+fn interrupted_mounts_leave_a_recorded_mount_or_nothing() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let img = pool(&t, "ext4");
+    let mp = t.mkdir("mnt");
+    let mut outcomes = std::collections::BTreeMap::new();
+    for i in 0..30u64 {
+        let mut c = t.sw().args(["mount", "-q", &img, &mp]).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_micros((i * 577) % 9000));
+        let _ = Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status();
+        let code = c.wait().unwrap().code().unwrap_or(-1);
+        let mounted = !t.mounts().is_empty();
+        let recorded = t.records() > 0;
+        assert_eq!(
+            mounted, recorded,
+            "run {i}: exit {code}, mounted {mounted}, recorded {recorded}"
+        );
+        *outcomes.entry((code, mounted)).or_insert(0) += 1;
+        if mounted {
+            t.ok(&["umount", "-q", &mp]);
+        }
+        t.assert_clean();
+    }
+    eprintln!("outcomes (exit status, mounted): {outcomes:?}");
+}

@@ -498,6 +498,23 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
     }
 }
 
+static CRITICAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held from starting a helper until its mount is recorded (or cleaned up after a failure): see
+/// [`finish_pending`].
+pub fn critical_section() -> std::sync::MutexGuard<'static, ()> {
+    CRITICAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// For the signal handler, after [`crate::exec::terminate_children`] stopped any helper still being
+/// supervised (so the mount fails fast and is cleaned up by the code that started it): wait until
+/// the mount in progress is either recorded or undone, and keep any other from starting. An
+/// interrupted `sw-pool mount` thus leaves a recorded mount or nothing, never an unrecorded one.
+/// Returns the guard: hold it until the process exits.
+pub fn finish_pending() -> std::sync::MutexGuard<'static, ()> {
+    critical_section()
+}
+
 /// A mount that appeared.
 #[derive(Debug, Clone, Serialize)]
 pub struct Mounted {
@@ -528,6 +545,19 @@ pub fn mount(
         return Err(MountError::Fuse { reason });
     }
     let cmd = image.backend.command(&image.path, mp);
+    supervise(sys, image, mp, log, timeout, start, cmd)
+}
+
+/// Start the helper and wait for its mount (see [`mount`]).
+fn supervise(
+    sys: &dyn Sys,
+    image: &ImageInfo,
+    mp: &Path,
+    log: &Path,
+    timeout: Duration,
+    start: Instant,
+    cmd: ToolCommand,
+) -> Result<Mounted, MountError> {
     let cmdline = cmd.cmdline();
     let pid = sys
         .spawn_helper(&cmd, log)

@@ -579,6 +579,8 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
         }
     }
     let log = dir.log_path(&mp);
+    // from the helper's start until the record is written: an interrupt waits for this to finish
+    let _critical = mount::critical_section();
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
         Ok(m) => m,
         Err(e) => {
