@@ -728,7 +728,11 @@ module load nope/1 2>&1 || echo "missing module fails"
         "{}",
         o.stdout
     );
-    assert!(o.stdout.contains("no mounts on"), "{}", o.stdout);
+    let after = o.stdout.split("AFTER=").nth(1).unwrap_or_default();
+    assert!(
+        !after.contains(&format!("{}/demo/1.0", root.display())),
+        "still listed after unload: {after}"
+    );
     // a pool that cannot be mounted is a module error, with sw-pool's reason, and changes nothing
     std::fs::create_dir_all(t.p("mf/pool/ghost")).unwrap();
     std::os::unix::fs::symlink(t.p("mf/pool/demo/1.0.lua"), t.p("mf/pool/ghost/9.lua")).unwrap();
@@ -745,4 +749,86 @@ module load nope/1 2>&1 || echo "missing module fails"
         o.stderr
     );
     t.assert_clean();
+}
+
+#[test]
+fn profile_function_evals_in_bash_and_zsh_and_passes_other_commands_through() {
+    let t = T::new();
+    let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/profile.d/sw-pool.sh");
+    let dir = bin().parent().unwrap().to_path_buf();
+    for sh in ["bash", "zsh"] {
+        let mut c = Command::new(sh);
+        c.arg("-c")
+            .arg(format!(
+                r#"source {}
+export MODULEPATH=/x/demo/1.0/modulefiles:/site
+export SW_POOL_LOADED=/x/demo/1.0
+sw-pool --log warn env --unload /x/demo/1.0
+echo "MP=$MODULEPATH LOADED=${{SW_POOL_LOADED-unset}}"
+sw-pool env --unload --json /x 2>/dev/null; echo "json-rc=$?"
+sw-pool list | head -1
+sw-pool env /var/tmp/no-pool-here; echo "rc=$?"
+"#,
+                profile.display()
+            ))
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .env("SW_POOL_STATE_DIR", t.state())
+            .env("SW_POOL_SYSTEM_CONFIG", "")
+            .env("SW_POOL_USER_CONFIG", "");
+        let o = run(&mut c);
+        assert!(
+            o.stdout.contains("MP=/site LOADED=unset"),
+            "{sh}: {}{}",
+            o.stdout,
+            o.stderr
+        );
+        assert!(
+            o.stdout.contains("json-rc=2"),
+            "{sh}: --json is not evaluated: {}",
+            o.stdout
+        );
+        // (other tests running in parallel may have mounts of their own)
+        assert!(
+            o.stdout.contains("no mounts on") || o.stdout.contains("STATUS"),
+            "{sh}: list passes through: {}",
+            o.stdout
+        );
+        assert!(
+            o.stdout.contains("rc=3") && o.stderr.contains("no pool is mounted"),
+            "{sh}: {}{}",
+            o.stdout,
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn interrupted_mounts_leave_a_recorded_mount_or_nothing() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let img = pool(&t, "ext4");
+    let mp = t.mkdir("mnt");
+    let mut outcomes = std::collections::BTreeMap::new();
+    for i in 0..30u64 {
+        let mut c = t.sw().args(["mount", "-q", &img, &mp]).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_micros((i * 577) % 9000));
+        let _ = Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status();
+        let code = c.wait().unwrap().code().unwrap_or(-1);
+        let mounted = !t.mounts().is_empty();
+        let recorded = t.records() > 0;
+        assert_eq!(
+            mounted, recorded,
+            "run {i}: exit {code}, mounted {mounted}, recorded {recorded}"
+        );
+        *outcomes.entry((code, mounted)).or_insert(0) += 1;
+        if mounted {
+            t.ok(&["umount", "-q", &mp]);
+        }
+        t.assert_clean();
+    }
+    eprintln!("outcomes (exit status, mounted): {outcomes:?}");
 }

@@ -16,7 +16,12 @@ pub fn run(_g: &GlobalArgs, a: EnvArgs) -> Result<(), Error> {
             .map_err(|e: String| Error::other(ExitStatus::BadInput, e))?,
         None => Shell::from_env(),
     };
-    let mp = mount::canonical_mountpoint(&a.mountpoint)?;
+    // unload works for a mount point that is gone too (its MODULEPATH entry must still go)
+    let mp = match mount::canonical_mountpoint(&a.mountpoint) {
+        Ok(p) => p,
+        Err(_) if a.unload => swpool_core::exec::absolute(&a.mountpoint),
+        Err(e) => return Err(e.into()),
+    };
     let dir = StateDir::open_default()?;
     let rec = dir.read(&mp)?;
     if rec.is_none() && !a.unload {

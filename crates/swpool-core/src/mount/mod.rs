@@ -232,21 +232,21 @@ pub enum MountError {
         reason: String,
         status: ExitStatus,
     },
-    #[error("mount point {}: {reason}", path.display())]
+    #[error("mount point {} on {}: {reason}", path.display(), node())]
     MountPoint { path: PathBuf, reason: String },
-    #[error("FUSE is not usable: {reason}")]
+    #[error("FUSE is not usable on {}: {reason}", node())]
     Fuse { reason: String },
     #[error("cannot mount {}: {source}", image.display())]
     Tool { image: PathBuf, source: ExecError },
     /// The helper exited without mounting, or did not mount in time.
     #[error("{0}")]
     Helper(Box<HelperFailure>),
-    #[error("{} is not mounted; nothing to unmount (see `sw-pool list`)", path.display())]
+    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", path.display(), node())]
     NotMounted { path: PathBuf },
     #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", path.display())]
     NotOurs { path: PathBuf, fstype: String },
-    #[error("{} is busy: {}\n  hint: end these processes or leave the directory, or use `sw-pool umount --force` for a lazy unmount (it disappears when the last user lets go)",
-        path.display(), describe_holders(holders, *hidden))]
+    #[error("{} is busy on {}: {}\n  hint: end these processes or leave the directory, or use `sw-pool umount --force` for a lazy unmount (it disappears when the last user lets go)",
+        path.display(), node(), describe_holders(holders, *hidden))]
     Busy {
         path: PathBuf,
         holders: Vec<Holder>,
@@ -277,24 +277,31 @@ impl fmt::Display for HelperFailure {
         match &self.status {
             Some(st) => write!(
                 f,
-                "{} could not mount {} at {} ({st}): {}",
+                "{} could not mount {} at {} on {} ({st}): {}",
                 self.helper,
                 self.image.display(),
                 self.mountpoint.display(),
+                node(),
                 indent(&self.stderr)
             )?,
             None => write!(
                 f,
-                "{} did not mount {} at {} within {:.1}s; it was stopped. Its output: {}",
+                "{} did not mount {} at {} on {} within {:.1}s; it was stopped. Its output: {}",
                 self.helper,
                 self.image.display(),
                 self.mountpoint.display(),
+                node(),
                 self.timeout.as_secs_f32(),
                 indent(&self.stderr)
             )?,
         }
         write!(f, "\n  hint: {}\n  command: {}", self.hint, self.cmdline)
     }
+}
+
+/// The node an error happened on (errors are printed where they happen).
+fn node() -> String {
+    format!("node {}", crate::state::hostname())
 }
 
 fn indent(s: &str) -> String {
@@ -491,6 +498,23 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
     }
 }
 
+static CRITICAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held from starting a helper until its mount is recorded (or cleaned up after a failure): see
+/// [`finish_pending`].
+pub fn critical_section() -> std::sync::MutexGuard<'static, ()> {
+    CRITICAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// For the signal handler, after [`crate::exec::terminate_children`] stopped any helper still being
+/// supervised (so the mount fails fast and is cleaned up by the code that started it): wait until
+/// the mount in progress is either recorded or undone, and keep any other from starting. An
+/// interrupted `sw-pool mount` thus leaves a recorded mount or nothing, never an unrecorded one.
+/// Returns the guard: hold it until the process exits.
+pub fn finish_pending() -> std::sync::MutexGuard<'static, ()> {
+    critical_section()
+}
+
 /// A mount that appeared.
 #[derive(Debug, Clone, Serialize)]
 pub struct Mounted {
@@ -521,6 +545,19 @@ pub fn mount(
         return Err(MountError::Fuse { reason });
     }
     let cmd = image.backend.command(&image.path, mp);
+    supervise(sys, image, mp, log, timeout, start, cmd)
+}
+
+/// Start the helper and wait for its mount (see [`mount`]).
+fn supervise(
+    sys: &dyn Sys,
+    image: &ImageInfo,
+    mp: &Path,
+    log: &Path,
+    timeout: Duration,
+    start: Instant,
+    cmd: ToolCommand,
+) -> Result<Mounted, MountError> {
     let cmdline = cmd.cmdline();
     let pid = sys
         .spawn_helper(&cmd, log)

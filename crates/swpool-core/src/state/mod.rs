@@ -13,6 +13,16 @@
 //! mounted there by the same user, adds a reference; [`release`] drops one and unmounts on the last.
 //! [`list`] reports records, stale mounts (`ENOTCONN`), records whose mount is gone, and sw-pool-type
 //! FUSE mounts of this user that have no record.
+//!
+//! From `load` (on the node's leader, after the pool is in the cache):
+//! ```text
+//! let dir = StateDir::open_default()?;                       // per user, per node
+//! let mp = mount::paths::create_mountpoint(&mount::paths::default_mount_dir(cfg, uid), name, version, uid)?;
+//! let a = state::acquire(&RealSys::new(), &dir, &AcquireRequest { image, mountpoint: mp, options, job_id, timeout })?;
+//! // a.reused: already mounted here (refcount +1); a.mount_seconds: the -v timing
+//! print!("{}", env::render(shell, &env::load_changes(&env::Snapshot::from_env(), &PoolMount { .. }))?);
+//! ```
+//! and `unload`: `dir.find_pool(name, version)` → `state::release(..)` → `env::unload_changes`.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -413,6 +423,25 @@ impl StateDir {
     }
 }
 
+impl StateDir {
+    /// This node's readable records of the pool `name`/`version` (for `unload POOL`: the mount points
+    /// it is mounted at), oldest first.
+    pub fn find_pool(&self, name: &str, version: &str) -> Result<Vec<Record>, StateError> {
+        let mut v: Vec<Record> = self
+            .records()?
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                r.pool
+                    .as_ref()
+                    .is_some_and(|p| p.name == name && p.version == version)
+            })
+            .collect();
+        v.sort_by_key(|r| r.created);
+        Ok(v)
+    }
+}
+
 /// Create `p` (mode 0700) if missing; then insist that it is a real directory owned by `uid` and
 /// writable by nobody else.
 fn ensure_private_dir(p: &Path, uid: u32) -> Result<(), StateError> {
@@ -550,6 +579,8 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
         }
     }
     let log = dir.log_path(&mp);
+    // from the helper's start until the record is written: an interrupt waits for this to finish
+    let _critical = mount::critical_section();
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
         Ok(m) => m,
         Err(e) => {

@@ -84,6 +84,25 @@ fn second_acquire_shares_the_mount_and_last_release_unmounts() {
 }
 
 #[test]
+fn find_pool_by_name_and_version() {
+    let e = env();
+    // the test image is a bare one: give its record a pool identity
+    let mut rec = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap().record;
+    assert!(e.dir.find_pool("demo", "1.0").unwrap().is_empty());
+    rec.pool = Some(mount::PoolId {
+        name: "demo".into(),
+        version: "1.0".into(),
+        digest: "sha256:00".into(),
+    });
+    e.dir.write(&rec).unwrap();
+    let f = e.dir.find_pool("demo", "1.0").unwrap();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].mount_point, e.mp);
+    assert!(e.dir.find_pool("demo", "2.0").unwrap().is_empty());
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}
+
+#[test]
 fn failed_mount_leaves_no_record_and_no_log() {
     let e = env();
     e.sys.script.lock().unwrap().helper = FakeHelper::Exits(1, "boom".into());
