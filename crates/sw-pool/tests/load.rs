@@ -283,3 +283,84 @@ fn a_pool_without_modulefiles_loads_with_a_warning() {
     assert!(o.stderr.contains("no modulefiles/"), "{}", o.stderr);
     assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
 }
+
+#[test]
+fn cache_list_prune_and_watermarks() {
+    let t = T::new();
+    let a = pool(&t, true);
+    // a second pool: the same tree under another name
+    let b = t.p("other.sqfs");
+    let o = sw_run(&[
+        "build",
+        "-q",
+        "--name",
+        "other",
+        "--version",
+        "2",
+        b.to_str().unwrap(),
+        t.p("tree").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(t.run(&["load", a.to_str().unwrap()]).code, 0);
+    assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
+    assert_eq!(t.run(&["load", b.to_str().unwrap()]).code, 0);
+    let o = t.run(&["cache", "list"]);
+    assert!(
+        o.stdout.contains("demo/1.0")
+            && o.stdout.contains("other/2")
+            && o.stdout.contains("(mounted)"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("2 entries"), "{}", o.stdout);
+    let o = t.run(&["cache", "prune", "--max-size", "0", "--dry-run"]);
+    assert!(
+        o.stdout.contains("would remove") && o.stdout.contains("demo/1.0"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(t.cache_files().len(), 2, "--dry-run changes nothing");
+    let o = t.run(&["cache", "prune", "--max-size", "0"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("removed") && o.stdout.contains("the rest is mounted"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        t.cache_files().len(),
+        1,
+        "the mounted pool stays: {:?}",
+        t.cache_files()
+    );
+    // watermarks: after a load, a cache above the high watermark loses its least recently used entries
+    assert_eq!(t.run(&["unload", "other/2"]).code, 0);
+    assert_eq!(t.run(&["load", a.to_str().unwrap()]).code, 0);
+    assert_eq!(t.cache_files().len(), 2);
+    let o = run(t
+        .sw()
+        .env("SW_POOL_CACHE_HIGH", "1")
+        .args(["load", b.to_str().unwrap()]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let left = t.cache_files();
+    assert_eq!(
+        left.len(),
+        2,
+        "both are mounted now, neither is evicted: {left:?}"
+    );
+    assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
+    let o = run(t
+        .sw()
+        .env("SW_POOL_CACHE_HIGH", "1")
+        .args(["load", b.to_str().unwrap()]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let left = t.cache_files();
+    assert_eq!(
+        left.len(),
+        1,
+        "demo/1.0 (not mounted, least recently used) evicted: {left:?}"
+    );
+    assert!(left[0].starts_with("other-2-"), "{left:?}");
+    assert_eq!(t.run(&["unload", "other/2"]).code, 0);
+    assert_eq!(t.run(&["unload", "other/2"]).code, 0);
+}

@@ -14,6 +14,8 @@
 //! | `cache_dir` | `SW_POOL_CACHE` | `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp` | node-local pool cache |
 //! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
 //! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
+//! | `cache_high_watermark` | `SW_POOL_CACHE_HIGH` | none | after a load, a cache above this is pruned … |
+//! | `cache_low_watermark` | `SW_POOL_CACHE_LOW` | 80 % of high | … down to this (least recently used first) |
 
 use std::path::{Path, PathBuf};
 
@@ -95,6 +97,8 @@ pub struct Config {
     pub cache_dir: Setting<Option<PathBuf>>,
     pub mount_dir: Setting<Option<PathBuf>>,
     pub require_signature: Setting<bool>,
+    pub cache_high_watermark: Setting<Option<u64>>,
+    pub cache_low_watermark: Setting<Option<u64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -107,6 +111,8 @@ struct FileConfig {
     cache_dir: Option<PathBuf>,
     mount_dir: Option<PathBuf>,
     require_signature: Option<bool>,
+    cache_high_watermark: Option<String>,
+    cache_low_watermark: Option<String>,
 }
 
 impl Default for Config {
@@ -119,6 +125,8 @@ impl Default for Config {
             cache_dir: Setting::default(None),
             mount_dir: Setting::default(None),
             require_signature: Setting::default(false),
+            cache_high_watermark: Setting::default(None),
+            cache_low_watermark: Setting::default(None),
         }
     }
 }
@@ -225,6 +233,18 @@ impl Config {
         if let Some(v) = f.require_signature {
             self.require_signature.set(v, o());
         }
+        if let Some(v) = f.cache_high_watermark {
+            self.cache_high_watermark.set(
+                Some(parse_size(&v).map_err(|e| perr(format!("cache_high_watermark: {e}")))?),
+                o(),
+            );
+        }
+        if let Some(v) = f.cache_low_watermark {
+            self.cache_low_watermark.set(
+                Some(parse_size(&v).map_err(|e| perr(format!("cache_low_watermark: {e}")))?),
+                o(),
+            );
+        }
         Ok(())
     }
 
@@ -276,7 +296,27 @@ impl Config {
             self.require_signature
                 .set(parse_bool(&v).map_err(|e| eerr(R, &v, e))?, Origin::Env(R));
         }
+        for (var, setting) in [
+            ("SW_POOL_CACHE_HIGH", &mut self.cache_high_watermark),
+            ("SW_POOL_CACHE_LOW", &mut self.cache_low_watermark),
+        ] {
+            if let Some(v) = get(var).filter(|v| !v.is_empty()) {
+                let n = parse_size(&v).map_err(|e| eerr(var, &v, e.to_string()))?;
+                setting.set(Some(n), Origin::Env(var));
+            }
+        }
         Ok(())
+    }
+
+    /// The size a cache above the high watermark is pruned to (`None`: no watermark configured).
+    pub fn cache_prune_target(&self, total: u64) -> Option<u64> {
+        let high = self.cache_high_watermark.value?;
+        (total > high).then(|| {
+            self.cache_low_watermark
+                .value
+                .unwrap_or(high / 10 * 8)
+                .min(high)
+        })
     }
 
     /// `(key, value, origin)` rows for `sw-pool config`.

@@ -60,6 +60,8 @@ pub enum Error {
     #[error(transparent)]
     Transfer(#[from] crate::transfer::TransferError),
     #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+    #[error(transparent)]
     Mount(#[from] crate::mount::MountError),
     #[error(transparent)]
     State(#[from] crate::state::StateError),
@@ -91,6 +93,7 @@ impl Error {
             Error::Trust(e) => e.exit_status(),
             Error::Key(e) => e.exit_status(),
             Error::Transfer(e) => e.exit_status(),
+            Error::Cache(e) => e.exit_status(),
             Error::Mount(e) => e.exit_status(),
             Error::State(e) => e.exit_status(),
             Error::Other { status, .. } => *status,

@@ -76,6 +76,8 @@ pub enum Command {
     Load(LoadArgs),
     /// Release a loaded pool (the last user unmounts it) and print the shell code that undoes load
     Unload(UnloadArgs),
+    /// This user's node-local pool cache: list entries, prune least recently used ones
+    Cache(CacheArgs),
     /// Show the effective configuration and where each value comes from
     Config(ConfigArgs),
     /// Generate shell completions or man pages
@@ -370,6 +372,33 @@ pub struct UnloadArgs {
     pub job_id: Option<String>,
     /// The mount point, the pool file, or NAME/VERSION (mounted at $SW_POOL_MOUNT/NAME/VERSION)
     pub pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// Base directory of the cache (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR", global = true)]
+    pub cache_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: CacheCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Entries, least recently used first: pool, size on disk, mounted or not
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove least recently used entries (never a mounted one) until the cache fits
+    Prune {
+        /// Target size (default: the low watermark, when above the high one)
+        #[arg(long, value_name = "SIZE")]
+        max_size: Option<String>,
+        /// Say what would be removed
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Args)]

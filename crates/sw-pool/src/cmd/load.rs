@@ -5,11 +5,12 @@
 //! (or `--json`), so that `eval "$(sw-pool load …)"` and the profile.d function work; messages and
 //! `-v` timings go to standard error.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use swpool_core::cache;
 use swpool_core::env::{self, PoolMount, Shell, Snapshot};
 use swpool_core::mount::{paths, MountOptions, RealSys};
 use swpool_core::pool::Pool;
@@ -55,51 +56,6 @@ pub fn shell(flag: Option<&str>) -> Result<Shell, Error> {
             .map_err(|e: String| Error::other(ExitStatus::BadInput, e)),
         None => Ok(Shell::from_env()),
     }
-}
-
-/// The node-local cache directory: `<base>/sw-pool-<uid>/cache`, private to the user (a shared
-/// cache would let one user plant a file another user's load then trusts).
-fn cache_dir(flag: Option<&Path>, configured: Option<&Path>, uid: u32) -> Result<PathBuf, Error> {
-    let base = flag
-        .map(Path::to_path_buf)
-        .or_else(|| configured.map(Path::to_path_buf))
-        .or_else(|| {
-            std::env::var_os("LOCAL_TMPDIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .or_else(|| {
-            std::env::var_os("TMPDIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    let bad = |p: &Path, why: String| {
-        Error::other(
-            ExitStatus::System,
-            format!(
-                "node-local cache {}: {why}; choose another with --cache-dir",
-                p.display()
-            ),
-        )
-    };
-    if !base.is_dir() {
-        return Err(bad(&base, "does not exist or is not a directory".into()));
-    }
-    let top = base.join(format!("sw-pool-{uid}"));
-    let cache = top.join("cache");
-    for dir in [&top, &cache] {
-        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(bad(dir, format!("cannot create it: {e}"))),
-        }
-        let m = std::fs::symlink_metadata(dir).map_err(|e| bad(dir, e.to_string()))?;
-        if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
-            return Err(bad(dir, format!("must be a directory (not a symlink) owned by uid {uid} and writable only by it")));
-        }
-    }
-    Ok(cache)
 }
 
 fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
@@ -169,13 +125,13 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
                 }
             };
             let m = &pool.manifest;
-            let dir = cache_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), uid)?;
-            let hex = m
-                .digest
-                .split_once(':')
-                .map(|(_, h)| h)
-                .unwrap_or(&m.digest);
-            let dest = dir.join(format!("{}-{}-{}.pool", m.name, m.version, hex));
+            let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
+            let dest = cache::entry_path(
+                &cache::dir(&base, uid, true)?,
+                &m.name,
+                &m.version,
+                &m.digest,
+            );
             Ok(Plan {
                 src,
                 dest,
@@ -253,6 +209,10 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
             return Err(e);
         }
     };
+    if leader {
+        let _ = cache::touch(&plan.dest); // least-recently-used bookkeeping
+        super::cache::prune_to_watermarks(&cfg, &plan.dest, uid);
+    }
     let mp_bytes = mounted
         .as_ref()
         .map(|(m, _)| m.to_string_lossy().into_owned())

@@ -1,6 +1,7 @@
 //! One module per subcommand: each turns its arguments into library calls.
 
 mod build;
+mod cache;
 mod config;
 mod cp;
 mod env;
@@ -33,6 +34,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Verify(a) => verify::run(g, a),
         Command::Load(a) => load::run(g, a),
         Command::Unload(a) => unload::run(g, a),
+        Command::Cache(a) => cache::run(g, a),
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
         Command::Cp(a) => cp::run(g, a),

@@ -1,0 +1,135 @@
+//! `sw-pool cache list|prune`: this user's node-local pool cache.
+
+use std::path::{Path, PathBuf};
+
+use swpool_core::cache::{self, Entry};
+use swpool_core::config::Config;
+use swpool_core::size::{parse_size, Bytes};
+use swpool_core::state::StateDir;
+use swpool_core::Error;
+
+use crate::cli::{CacheArgs, CacheCommand, GlobalArgs};
+use crate::output::Printer;
+
+/// Images mounted by this user on this node (never evicted).
+pub fn images_in_use() -> Vec<PathBuf> {
+    let Ok(dir) = StateDir::open_default() else {
+        return Vec::new();
+    };
+    let node = dir.node().to_string();
+    dir.records()
+        .map(|v| {
+            v.into_iter()
+                .flatten()
+                .filter(|r| r.node == node)
+                .map(|r| r.image)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// After a load: a cache above the high watermark is pruned to the low one (least recently used
+/// first, never a mounted pool, never `keep`). Problems are logged, never fatal to the load.
+pub fn prune_to_watermarks(cfg: &Config, keep: &Path, uid: u32) {
+    let Some(cache) = keep.parent() else { return };
+    let mut in_use = images_in_use();
+    in_use.push(keep.to_path_buf());
+    let Ok(entries) = cache::list(cache, &in_use) else {
+        return;
+    };
+    let total = entries.iter().map(|e| e.disk_bytes).sum();
+    if let Some(target) = cfg.cache_prune_target(total) {
+        let (victims, _) = cache::plan_prune(&entries, target);
+        for v in victims {
+            match std::fs::remove_file(&v.path) {
+                Ok(()) => {
+                    tracing::info!(uid, path = %v.path.display(), "evicted from the node-local cache")
+                }
+                Err(e) => tracing::warn!(path = %v.path.display(), "cannot evict: {e}"),
+            }
+        }
+    }
+}
+
+pub fn run(g: &GlobalArgs, a: CacheArgs) -> Result<(), Error> {
+    let cfg = super::config()?;
+    let uid = rustix::process::geteuid().as_raw();
+    let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
+    let dir = cache::dir(&base, uid, false)?;
+    let entries = cache::list(&dir, &images_in_use())?;
+    match a.command {
+        CacheCommand::List { json } => {
+            let p = Printer::new(g, json);
+            let total: u64 = entries.iter().map(|e| e.disk_bytes).sum();
+            for e in &entries {
+                p.result(line(e));
+            }
+            p.result(format!(
+                "{} entries, {} in {}",
+                entries.len(),
+                Bytes(total),
+                dir.display()
+            ));
+            p.json(&serde_json::json!({"dir": dir, "total_bytes": total, "entries": entries}));
+        }
+        CacheCommand::Prune { max_size, dry_run } => {
+            let p = Printer::new(g, false);
+            let total: u64 = entries.iter().map(|e| e.disk_bytes).sum();
+            let target = match max_size {
+                Some(s) => parse_size(&s)?,
+                None => match cfg.cache_prune_target(total) {
+                    Some(t) => t,
+                    None => {
+                        p.result(format!(
+                            "{} in {}: {} (give --max-size, or set cache_high_watermark)",
+                            Bytes(total),
+                            dir.display(),
+                            if cfg.cache_high_watermark.value.is_some() {
+                                "below the high watermark"
+                            } else {
+                                "no watermark configured"
+                            }
+                        ));
+                        return Ok(());
+                    }
+                },
+            };
+            let (victims, left) = cache::plan_prune(&entries, target);
+            for v in victims {
+                if dry_run {
+                    p.result(format!("would remove {}", line(v)));
+                } else {
+                    std::fs::remove_file(&v.path).map_err(|source| {
+                        swpool_core::cache::CacheError::Io {
+                            what: "remove",
+                            path: v.path.clone(),
+                            source,
+                        }
+                    })?;
+                    p.result(format!("removed {}", line(v)));
+                }
+            }
+            p.result(format!(
+                "{} left (target {}){}",
+                Bytes(left),
+                Bytes(target),
+                if left > target {
+                    "; the rest is mounted"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn line(e: &Entry) -> String {
+    format!(
+        "{:<24} {:>10} {}{}",
+        e.pool.as_deref().unwrap_or("(damaged)"),
+        Bytes(e.disk_bytes).to_string(),
+        e.path.display(),
+        if e.in_use { "  (mounted)" } else { "" }
+    )
+}

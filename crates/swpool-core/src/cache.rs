@@ -1,0 +1,226 @@
+//! The node-local pool cache: `<base>/sw-pool-<uid>/cache/<name>-<version>-<digest>.pool`, one
+//! verified copy per pool digest, private to its user. Entries are used least-recently first out
+//! (`load` marks an entry used by setting its access time), never while a mount of this user uses
+//! them, and pruned to a size on demand (`sw-pool cache prune`) or by the configured watermarks.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::ExitStatus;
+use crate::pool::Pool;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("node-local cache {}: {reason}; choose another with --cache-dir", path.display())]
+    Dir { path: PathBuf, reason: String },
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl CacheError {
+    pub fn exit_status(&self) -> ExitStatus {
+        ExitStatus::System
+    }
+}
+
+/// The base directory for caches: `flag`, the configured `cache_dir` (`$SW_POOL_CACHE`),
+/// `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp`.
+pub fn base_dir(flag: Option<&Path>, configured: Option<&Path>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| configured.map(Path::to_path_buf))
+        .or_else(|| {
+            std::env::var_os("LOCAL_TMPDIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| {
+            std::env::var_os("TMPDIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// The user's cache directory under `base` (created 0700 when `create`), checked: a directory, not
+/// a symlink, owned by `uid`, writable by nobody else (a shared cache would let one user plant a
+/// file that another user's load then trusts).
+pub fn dir(base: &Path, uid: u32, create: bool) -> Result<PathBuf, CacheError> {
+    let bad = |p: &Path, reason: String| CacheError::Dir {
+        path: p.to_path_buf(),
+        reason,
+    };
+    if !base.is_dir() {
+        return Err(bad(base, "does not exist or is not a directory".into()));
+    }
+    let top = base.join(format!("sw-pool-{uid}"));
+    let cache = top.join("cache");
+    for d in [&top, &cache] {
+        if create {
+            match std::fs::DirBuilder::new().mode(0o700).create(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(bad(d, format!("cannot create it: {e}"))),
+            }
+        }
+        let m = std::fs::symlink_metadata(d).map_err(|e| bad(d, e.to_string()))?;
+        if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+            return Err(bad(d, format!("must be a directory (not a symlink) owned by uid {uid} and writable only by it")));
+        }
+    }
+    Ok(cache)
+}
+
+/// The cache file for a pool.
+pub fn entry_path(cache: &Path, name: &str, version: &str, digest: &str) -> PathBuf {
+    let hex = digest.split_once(':').map(|(_, h)| h).unwrap_or(digest);
+    cache.join(format!("{name}-{version}-{hex}.pool"))
+}
+
+/// Mark an entry used now (its access time), for least-recently-used eviction.
+pub fn touch(path: &Path) -> std::io::Result<()> {
+    use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD, UTIME_NOW, UTIME_OMIT};
+    let t = Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+        last_modification: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+    };
+    utimensat(CWD, path, &t, AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from)
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    pub path: PathBuf,
+    /// `name/version` from the entry's manifest, or `None` for a damaged file.
+    pub pool: Option<String>,
+    pub digest: Option<String>,
+    /// Bytes on disk (holes not counted).
+    pub disk_bytes: u64,
+    /// Last use (seconds since the epoch).
+    pub last_used: i64,
+    /// Mounted by this user on this node right now.
+    pub in_use: bool,
+}
+
+/// Every entry of the cache, least recently used first. `in_use` names images that are mounted.
+pub fn list(cache: &Path, in_use: &[PathBuf]) -> Result<Vec<Entry>, CacheError> {
+    let rd = std::fs::read_dir(cache).map_err(|source| CacheError::Io {
+        what: "read",
+        path: cache.into(),
+        source,
+    })?;
+    let mut v = Vec::new();
+    for e in rd.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".pool") || name.starts_with('.') {
+            continue; // temporaries of copies under way are not entries
+        }
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !m.is_file() {
+            continue;
+        }
+        let (pool, digest) = match Pool::open(&path) {
+            Ok(p) => (
+                Some(format!("{}/{}", p.manifest.name, p.manifest.version)),
+                Some(p.manifest.digest),
+            ),
+            Err(_) => (None, None),
+        };
+        v.push(Entry {
+            in_use: in_use.iter().any(|u| u == &path),
+            path,
+            pool,
+            digest,
+            disk_bytes: m.blocks() * 512,
+            last_used: m.atime().max(m.mtime()),
+        });
+    }
+    v.sort_by(|a, b| a.last_used.cmp(&b.last_used).then(a.path.cmp(&b.path)));
+    Ok(v)
+}
+
+/// Which entries to evict so that the cache holds at most `target` bytes: least recently used
+/// first, never one in use. Returns the victims (in eviction order) and the size left after them.
+pub fn plan_prune(entries: &[Entry], target: u64) -> (Vec<&Entry>, u64) {
+    let mut total: u64 = entries.iter().map(|e| e.disk_bytes).sum();
+    let mut victims = Vec::new();
+    for e in entries {
+        if total <= target {
+            break;
+        }
+        if e.in_use {
+            continue;
+        }
+        total -= e.disk_bytes;
+        victims.push(e);
+    }
+    (victims, total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(name: &str, bytes: u64, used: i64, in_use: bool) -> Entry {
+        Entry {
+            path: name.into(),
+            pool: None,
+            digest: None,
+            disk_bytes: bytes,
+            last_used: used,
+            in_use,
+        }
+    }
+
+    #[test]
+    fn lru_never_in_use() {
+        let v = vec![
+            e("a", 100, 1, false),
+            e("b", 100, 2, true),
+            e("c", 100, 3, false),
+            e("d", 100, 4, false),
+        ];
+        let (victims, left) = plan_prune(&v, 200);
+        assert_eq!(
+            victims
+                .iter()
+                .map(|e| e.path.to_str().unwrap())
+                .collect::<Vec<_>>(),
+            vec!["a", "c"]
+        );
+        assert_eq!(left, 200);
+        let (victims, left) = plan_prune(&v, 0);
+        assert_eq!(victims.len(), 3);
+        assert_eq!(left, 100, "the entry in use stays");
+        assert!(plan_prune(&v, 1000).0.is_empty());
+    }
+
+    #[test]
+    fn private_dir_checks() {
+        let d = tempfile::tempdir().unwrap();
+        let uid = rustix::process::geteuid().as_raw();
+        let c = dir(d.path(), uid, true).unwrap();
+        assert!(c.ends_with("cache"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(c.parent().unwrap(), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        assert!(dir(d.path(), uid, true)
+            .unwrap_err()
+            .to_string()
+            .contains("writable only by it"));
+        assert!(dir(&d.path().join("nope"), uid, true).is_err());
+    }
+}
