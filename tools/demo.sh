@@ -23,7 +23,8 @@ say "bring up the virtual cluster: 4 nodes, shared storage capped at 50 MB/s, Sl
 testbed/up
 W=$TB/scratch/demo            # scratch for the demo (same path on every node)
 P=$TB/export/pools            # the shared storage (the nodes see it as $SCRATCH = $TB/shared)
-mkdir -p "$W/bin" "$W/trusted" "$P/demo"
+mkdir -p "$W/bin" "$W/trusted" "$W/out" "$P/demo"
+chmod 1777 "$W/out"
 cp "$SW" "$W/bin/sw-pool"
 
 say "admin: sw-pool init, two packages (hello: a script; cfact: C, compiled now)"
@@ -73,9 +74,9 @@ echo "MODULEPATH after unload: '\${MODULEPATH:-}'"
 srun --ntasks-per-node=1 bash -c 'echo "  \$(hostname): \$(grep -c fuse /proc/self/mounts | tr -d "\n") FUSE mounts besides shared storage: \$(grep fuse /proc/self/mounts | grep -vc sshfs)"' | sort
 EOS
 chmod 755 "$W/job.sh"
-runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait -N4 -o "$W/job.out" --chdir=/tmp "$W/job.sh" >/dev/null || {
-  cat "$W/job.out"; echo "demo: the job failed" >&2; exit 1; }
-cat "$W/job.out"
+runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait -N4 -o "$W/out/job.out" --chdir=/tmp "$W/job.sh" >/dev/null || {
+  cat "$W/out/job.out"; echo "demo: the job failed" >&2; exit 1; }
+cat "$W/out/job.out"
 
 say "after the job: no mount, no record of it on any node"
 for n in $TB_NODES; do
