@@ -63,18 +63,20 @@ source /usr/share/lmod/lmod/init/bash
 export PATH=$W/bin:\$PATH SW_POOL_PATH=\$SCRATCH/pools SW_POOL_TRUSTED_KEYS=$W/trusted
 unset MODULEPATH
 echo "--- sw-pool -v load --require-signature demo/1.0   (one leader per node, 2 ranks per node)"
-eval "\$(srun --mpi=pmix --ntasks-per-node=2 sw-pool -v load --require-signature demo/1.0)"
+code=\$(srun --mpi=pmix --ntasks-per-node=2 sw-pool -v load --require-signature demo/1.0)
+eval "\$code"
 echo "--- module avail"
 module avail 2>&1 | sed -n '1,4p'
 echo "--- on every node: module load hello/1.0 cfact/2.0"
 srun --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 cfact/2.0; hello; echo "  \$(hostname): \$(cfact 12)"' | sort
 echo "--- sw-pool unload demo/1.0"
-eval "\$(srun --mpi=pmix --ntasks-per-node=1 sw-pool unload demo/1.0)"
+code=\$(srun --mpi=pmix --ntasks-per-node=1 sw-pool unload demo/1.0)
+eval "\$code"
 echo "MODULEPATH after unload: '\${MODULEPATH:-}'"
 srun --ntasks-per-node=1 bash -c 'echo "  \$(hostname): \$(grep -c fuse /proc/self/mounts | tr -d "\n") FUSE mounts besides shared storage: \$(grep fuse /proc/self/mounts | grep -vc sshfs)"' | sort
 EOS
 chmod 755 "$W/job.sh"
-runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait -N4 -o "$W/out/job.out" --chdir=/tmp "$W/job.sh" >/dev/null || {
+runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait -N4 --ntasks-per-node=2 -o "$W/out/job.out" --chdir=/tmp "$W/job.sh" >/dev/null || {
   cat "$W/out/job.out"; echo "demo: the job failed" >&2; exit 1; }
 cat "$W/out/job.out"
 

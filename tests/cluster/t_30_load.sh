@@ -86,15 +86,17 @@ set -e
 source /usr/share/lmod/lmod/init/bash
 export PATH=$W/bin:\$PATH SW_POOL_PATH=$TB/shared/t30-$$/pools SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 unset XDG_RUNTIME_DIR SW_POOL_STATE_DIR MODULEPATH
-eval "\$(srun --mpi=pmix -N4 --ntasks-per-node=2 sw-pool load demo/1.0)"
+code=\$(srun --mpi=pmix -N4 --ntasks-per-node=2 sw-pool load demo/1.0)
+eval "\$code"
 echo "MODULEPATH=\$MODULEPATH"
 srun -N4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module -t avail 2>&1 | grep -c -E "^(hello|cfact)/" ; module load hello/1.0 cfact/2.0 && hello && cfact'
-eval "\$(srun --mpi=pmix -N4 --ntasks-per-node=1 sw-pool unload demo/1.0)"
+code=\$(srun --mpi=pmix -N4 --ntasks-per-node=1 sw-pool unload demo/1.0)
+eval "\$code"
 echo "AFTER=\${MODULEPATH:-}"
 srun -N4 --ntasks-per-node=1 bash -c 'grep -c " /tmp/sw-pool-$uid/" /proc/self/mounts || true'
 EOS
 chmod 755 "$W/job.sh"
-jid=$(as_user sbatch --parsable -N4 -o "$W/out/job-%j.out" --chdir=/tmp "$W/job.sh")
+jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job-%j.out" --chdir=/tmp "$W/job.sh")
 wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
 out=$(cat "$W/out/job-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job: /' | head -40
