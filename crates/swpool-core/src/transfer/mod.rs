@@ -84,6 +84,9 @@ pub enum Algorithm {
     Allgather,
     /// One `MPI_Ibcast` per reader per round.
     Bcast,
+    /// A pipelined ring of `MPI_Isend`/`MPI_Irecv` per round: every chunk travels the ring of
+    /// leaders, each forwarding what it received from its left neighbour to its right one.
+    Ring,
 }
 
 impl Algorithm {
@@ -92,6 +95,7 @@ impl Algorithm {
         match std::env::var("SW_POOL_CP_ALGORITHM").as_deref() {
             Ok("bcast") => Algorithm::Bcast,
             Ok("allgather") => Algorithm::Allgather,
+            Ok("ring") => Algorithm::Ring,
             _ => Algorithm::DEFAULT,
         }
     }
@@ -158,6 +162,16 @@ pub struct Phases {
     pub verify: Duration,
     pub commit: Duration,
     pub total: Duration,
+    /// `distribute` is the wall time of the pipelined transfer, and `read`, `verify` and `write`
+    /// (summed over this leader's threads) overlapped it.
+    #[serde(default)]
+    pub overlapped: bool,
+    /// Within `distribute`: time the MPI thread waited for this leader's own chunks from SRC.
+    #[serde(default)]
+    pub wait_src: Duration,
+    /// Within `distribute`: time the MPI thread waited for verify + write to free a round buffer.
+    #[serde(default)]
+    pub wait_dest: Duration,
 }
 
 /// What [`copy`] did.
@@ -198,6 +212,12 @@ pub(crate) struct Stats {
     pub read: Duration,
     pub write: Duration,
     pub verify: Duration,
+    /// The MPI thread waited this long for this leader's own chunks from SRC (reader thread).
+    pub wait_src: Duration,
+    /// The MPI thread waited this long for a free round buffer (verify + write behind).
+    pub wait_dest: Duration,
+    /// Wall time of the pipelined transfer, in which read, verify and write overlap the network.
+    pub pipeline: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -879,9 +899,16 @@ fn leader_copy(
         Some(Prepared::Dir(td)) => td.sync(),
         None => Ok(()),
     });
-    report.phases.distribute = t1
-        .elapsed()
-        .saturating_sub(stats.read + stats.write + stats.verify + tc.elapsed());
+    report.phases.distribute = match stats.pipeline {
+        // read, verify and write ran in their own threads, overlapping the network
+        Some(wall) => wall,
+        None => t1
+            .elapsed()
+            .saturating_sub(stats.read + stats.write + stats.verify + tc.elapsed()),
+    };
+    report.phases.overlapped = stats.pipeline.is_some();
+    report.phases.wait_src = stats.wait_src;
+    report.phases.wait_dest = stats.wait_dest;
     let _c = watchdog::phase("commit");
     // 4. all-or-nothing
     job.leaders_agree(ready)?;
