@@ -24,6 +24,7 @@ mkdir -p "$TB/export/bench"
 [[ -s $TB/export/bench/f && $(stat -c %s "$TB/export/bench/f") == "$S" ]] || head -c "$S" /dev/urandom > "$TB/export/bench/f"
 cd "$TB/scratch"
 echo "uptime before: $(uptime)"
+echo "busiest processes on the machine before the runs:"; top -bn1 -o %CPU | sed -n '8,14p' | cut -c1-120
 for A in "${ALGOS[@]}"; do
   for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done
   sync; echo 3 > /proc/sys/vm/drop_caches
@@ -35,7 +36,7 @@ for A in "${ALGOS[@]}"; do
   p3=$!
   t0=$(date +%s.%N)
   env_arg=(); [[ $A == default ]] || env_arg=(-x "SW_POOL_CP_ALGORITHM=$A")
-  "$TESTBED/mpirun" "${env_arg[@]}" "$TB/scratch/sw-pool" cp -v "$TB/shared/bench/f" "$TB/local/f" 2>&1 | sed "s/^/[$A] /"
+  "$TESTBED/mpirun" "${env_arg[@]}" /usr/bin/time -f "rank cpu: user %U s, sys %S s, wall %e s" "$TB/scratch/sw-pool" cp -v "$TB/shared/bench/f" "$TB/local/f" 2>&1 | sed "s/^/[$A] /"
   t1=$(date +%s.%N)
   kill "$p1" "$p2" "$p3"; wait "$p1" "$p2" "$p3" 2>/dev/null || true
   echo "[$A] N=$N wall $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s (incl. mpirun start-up)"

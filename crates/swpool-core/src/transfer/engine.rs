@@ -26,6 +26,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::raw::c_void;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
@@ -290,6 +291,16 @@ fn land(
         pos = end;
         watchdog::touch();
     }
+    // start writing the chunk back now, so that the fsync before the commit finds little left to do
+    // (asynchronous; errors surface at that fsync)
+    unsafe {
+        libc::sync_file_range(
+            job.out.as_raw_fd(),
+            c.offset as libc::off64_t,
+            c.len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
     stats.write += tw.elapsed();
     Ok(())
 }
@@ -540,8 +551,8 @@ pub(crate) fn distribute(
 
         let result: LocalResult<()> = (|| {
             for (r, round) in rounds.iter().enumerate() {
-                // a round buffer
-                let tw = Instant::now();
+                // a round buffer; while every one of them is with the writer, the MPI thread
+                // waits for verify + write (while some are in flight, for the network)
                 let mut buf = loop {
                     if let Some(b) = free_bufs.pop() {
                         break b;
@@ -550,6 +561,8 @@ pub(crate) fn distribute(
                         allocated += 1;
                         break vec![0u8; slots * chunk];
                     }
+                    let tw = Instant::now();
+                    let behind = flights.is_empty();
                     if let Ok(b) = back_rx.try_recv() {
                         break b;
                     }
@@ -558,8 +571,10 @@ pub(crate) fn distribute(
                     } else {
                         bo.reset();
                     }
+                    if behind {
+                        stats.wait_dest += tw.elapsed();
+                    }
                 };
-                stats.wait_dest += tw.elapsed();
                 // my chunk of this round
                 let mut hdr = SlotHeader::default();
                 let mut send = None;
@@ -736,7 +751,6 @@ pub(crate) fn distribute(
             Ok(())
         })();
         // every leader completes the rounds it started (all of them started the same ones)
-        let tw = Instant::now();
         let drained: LocalResult<()> = (|| {
             let _p = watchdog::phase("distribution");
             while !flights.is_empty() {
@@ -756,6 +770,7 @@ pub(crate) fn distribute(
         drop(free_tx.take());
         drop(ready_rx.take());
         drop(land_tx.take());
+        let tw = Instant::now();
         while back_rx.recv().is_ok() {}
         stats.wait_dest += tw.elapsed();
         if let Err(e) = result.and(drained) {

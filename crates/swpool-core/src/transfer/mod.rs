@@ -214,7 +214,8 @@ pub(crate) struct Stats {
     pub verify: Duration,
     /// The MPI thread waited this long for this leader's own chunks from SRC (reader thread).
     pub wait_src: Duration,
-    /// The MPI thread waited this long for a free round buffer (verify + write behind).
+    /// The MPI thread waited this long for a free round buffer while none was in flight (every one
+    /// being verified and written), and for the writer to finish at the end.
     pub wait_dest: Duration,
     /// Wall time of the pipelined transfer, in which read, verify and write overlap the network.
     pub pipeline: Option<Duration>,
