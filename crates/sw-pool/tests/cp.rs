@@ -154,7 +154,8 @@ fn directory_tree_keeps_modes_links_and_mtimes() {
         .open(t.join("ns"))
         .unwrap()
         .set_modified(
-            std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_500_000_000, 123_456_789),
+            std::time::SystemTime::UNIX_EPOCH
+                + std::time::Duration::new(1_500_000_000, 123_456_789),
         )
         .unwrap();
     std::fs::write(t.join("owned"), "x").unwrap();
@@ -208,7 +209,15 @@ fn directory_tree_keeps_modes_links_and_mtimes() {
     );
     assert_eq!(m(&dest.join("empty")).mtime(), 1_000_000_000);
     // mtimes to the nanosecond (PAX extended headers): files, directories, symlinks
-    for rel in ["a", "a/b", "a/b/c", "a/big", "a/b/script.sh", "a/b/link", "ns"] {
+    for rel in [
+        "a",
+        "a/b",
+        "a/b/c",
+        "a/big",
+        "a/b/script.sh",
+        "a/b/link",
+        "ns",
+    ] {
         assert_eq!(
             (m(&dest.join(rel)).mtime(), m(&dest.join(rel)).mtime_nsec()),
             (m(&t.join(rel)).mtime(), m(&t.join(rel)).mtime_nsec()),

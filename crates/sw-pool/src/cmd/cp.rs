@@ -143,9 +143,18 @@ fn print_report(p: &Printer, job: &Job, r: &CopyReport) {
             "  waiting for verify+write  {:7.3} s",
             secs(ph.wait_dest)
         ));
-        p.verbose(format!("read       {:9.3} s  (reader thread)", secs(ph.read)));
-        p.verbose(format!("verify     {:9.3} s  (both threads)", secs(ph.verify)));
-        p.verbose(format!("write      {:9.3} s  (writer thread)", secs(ph.write)));
+        p.verbose(format!(
+            "read       {:9.3} s  (reader thread)",
+            secs(ph.read)
+        ));
+        p.verbose(format!(
+            "verify     {:9.3} s  (both threads)",
+            secs(ph.verify)
+        ));
+        p.verbose(format!(
+            "write      {:9.3} s  (writer thread)",
+            secs(ph.write)
+        ));
     } else {
         p.verbose(format!("read       {:9.3} s", secs(ph.read)));
         p.verbose(format!("distribute {:9.3} s", secs(ph.distribute)));

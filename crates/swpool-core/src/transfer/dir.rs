@@ -383,17 +383,13 @@ fn extract(rd: ChanReader, dest: &Path) -> Result<(), String> {
     for entry in a.entries().map_err(e)? {
         let mut entry = entry.map_err(e)?;
         // the PAX mtime (nanoseconds) if there is one, else the header's (seconds)
-        let pax = entry
-            .pax_extensions()
-            .ok()
-            .flatten()
-            .and_then(|mut x| {
-                x.find_map(|r| {
-                    r.ok()
-                        .filter(|r| r.key() == Ok("mtime"))
-                        .and_then(|r| r.value().ok().and_then(parse_pax_time))
-                })
-            });
+        let pax = entry.pax_extensions().ok().flatten().and_then(|mut x| {
+            x.find_map(|r| {
+                r.ok()
+                    .filter(|r| r.key() == Ok("mtime"))
+                    .and_then(|r| r.value().ok().and_then(parse_pax_time))
+            })
+        });
         let mtime = pax.or_else(|| entry.header().mtime().ok().map(|m| (m as i64, 0)));
         let kind = entry.header().entry_type();
         let path = entry.path().map(|p| dest.join(p)).ok();
@@ -430,7 +426,12 @@ fn failed_nodes(c: &SimpleCommunicator, mine: bool, hosts: &[String]) -> Vec<Str
     all.iter()
         .enumerate()
         .filter(|(_, &f)| f != 0)
-        .map(|(k, _)| hosts.get(k).cloned().unwrap_or_else(|| format!("leader {k}")))
+        .map(|(k, _)| {
+            hosts
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| format!("leader {k}"))
+        })
         .collect()
 }
 

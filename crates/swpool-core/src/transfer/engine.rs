@@ -5,12 +5,12 @@
 //! - a **reader** thread reads this leader's chunks (in round order, sequentially on SRC) into a
 //!   small pool of send buffers, checks them for zeros, hashes them (BLAKE3; pools: checked against
 //!   the manifest) and hands them over; it runs up to [`SEND_BUFS`] chunks ahead of the network;
-//! - the **main** thread alone calls MPI (`MPI_THREAD_FUNNELED`): for round `r` it copies its own
-//!   chunk into a free round buffer, exchanges the small header block (status + length + zero flag
-//!   + hash, `MPI_Iallgather`), starts the round's data movement ([`Algorithm::Allgather`]: one
-//!   `MPI_Iallgatherv` in place; [`Algorithm::Bcast`]: one `MPI_Ibcast` per reader;
-//!   [`Algorithm::Ring`]: a pipelined ring of point-to-point messages), and keeps polling every
-//!   round in flight — several rounds move at once, bounded by the pool of round buffers;
+//! - the **main** thread alone calls MPI (`MPI_THREAD_FUNNELED`): for round `r` it takes its own
+//!   chunk, exchanges the small header block (status, length, zero flag and hash; `MPI_Iallgather`),
+//!   starts the round's data movement ([`Algorithm::Allgather`]: one `MPI_Iallgatherv` straight from
+//!   the reader's buffer; [`Algorithm::Bcast`]: one `MPI_Ibcast` per reader; [`Algorithm::Ring`]: a
+//!   pipelined ring of point-to-point messages), and keeps polling every round in flight — several
+//!   rounds move at once, bounded by the pool of round buffers;
 //! - a **writer** thread verifies every received chunk against the manifest (pools) or the
 //!   reader's hash from the header (plain files) and writes it sparse, then returns the buffer.
 //!
@@ -25,8 +25,8 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::os::raw::c_void;
 use std::os::fd::AsRawFd;
+use std::os::raw::c_void;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
@@ -261,7 +261,11 @@ fn land(
                     "verification failed for the chunk at offset {} (sent by {from}): its hash \
                      does not match the {}; the data was damaged in transit or in memory",
                     c.offset,
-                    if c.expect.is_some() { "pool manifest" } else { "reader's hash" }
+                    if c.expect.is_some() {
+                        "pool manifest"
+                    } else {
+                        "reader's hash"
+                    }
                 ),
             ));
         }
@@ -313,7 +317,16 @@ pub(crate) fn local(job: &FileJob, stats: &mut Stats) -> LocalResult<()> {
     for c in job.chunks {
         let h = read_chunk(job, &mut zero, stats, c, &mut buf)?;
         // our own bytes: verified at read (pools), nothing travelled
-        land(job, &mut zero, stats, c, &h, &buf[..h.sent as usize], true, "")?;
+        land(
+            job,
+            &mut zero,
+            stats,
+            c,
+            &h,
+            &buf[..h.sent as usize],
+            true,
+            "",
+        )?;
         done += c.len as u64;
         (job.progress)(done);
     }
@@ -719,8 +732,7 @@ pub(crate) fn distribute(
                             check(
                                 unsafe {
                                     ffi::MPI_Ibcast(
-                                        f.buf.as_mut_ptr().add(f.displs[k] as usize)
-                                            as *mut c_void,
+                                        f.buf.as_mut_ptr().add(f.displs[k] as usize) as *mut c_void,
                                         f.counts[k],
                                         u8t,
                                         k as i32,
@@ -791,7 +803,10 @@ pub(crate) fn distribute(
         stats.verify += s.verify;
     }
     stats.pipeline = Some(t_all.elapsed());
-    tracing::debug!(host = job.hosts.get(me).map(String::as_str), "distribution done");
+    tracing::debug!(
+        host = job.hosts.get(me).map(String::as_str),
+        "distribution done"
+    );
     match err {
         Some(e) => Err(e),
         None => Ok(()),
