@@ -625,3 +625,35 @@ pub(crate) fn transfer(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pax_records_count_their_own_length() {
+        let r = pax_record("mtime", "1500000000.123456789");
+        assert_eq!(r, b"30 mtime=1500000000.123456789\n");
+        assert_eq!(r.len(), 30);
+        // the length field's own digits can push the record over a power of ten
+        let r = pax_record("k", &"v".repeat(94));
+        let text = String::from_utf8(r.clone()).unwrap();
+        let (len, _) = text.split_once(' ').unwrap();
+        assert_eq!(len.parse::<usize>().unwrap(), r.len());
+        assert_eq!(r.len(), 101);
+    }
+
+    #[test]
+    fn pax_times_parse_to_nanoseconds() {
+        assert_eq!(
+            parse_pax_time("1500000000.123456789"),
+            Some((1_500_000_000, 123_456_789))
+        );
+        assert_eq!(parse_pax_time("12.5"), Some((12, 500_000_000)));
+        assert_eq!(parse_pax_time("12"), Some((12, 0)));
+        assert_eq!(parse_pax_time("12.1234567891"), Some((12, 123_456_789)));
+        assert_eq!(parse_pax_time("-1.5"), None);
+        assert_eq!(parse_pax_time("x"), None);
+        assert_eq!(parse_pax_time("1.2x"), None);
+    }
+}
