@@ -1,6 +1,6 @@
 //! Directories: one reader turns the tree into a tar stream in memory (a producer thread writing
 //! into a bounded channel, never an archive on disk); the stream moves in chunks (a small header
-//! with length and SHA-256, then the bytes, both `MPI_Bcast` from the reader); every receiving
+//! with length and BLAKE3 hash, then the bytes, both `MPI_Bcast` from the reader); every receiving
 //! leader verifies each chunk and feeds it to an extractor thread unpacking into a temporary
 //! directory, renamed into place on collective success. Modes, symlinks, hard links and mtimes (to
 //! the nanosecond, in PAX extended headers) are kept; ownership too when the copy runs as root

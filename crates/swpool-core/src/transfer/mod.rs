@@ -21,8 +21,9 @@
 //!    takes the temporary file, enough free space; one agreement, one message naming the node.
 //! 3. **Split reading and distribution** ([`engine`]): chunks that hold data (pool: from the manifest;
 //!    plain file: SEEK_DATA, then all-zero chunks found when read and never sent), each read once by
-//!    one leader, moved with non-blocking collectives in double-buffered rounds of bounded memory
-//!    ([`plan`]), verified (SHA-256 against the manifest, or against the reader's hash from the round
+//!    one leader, moved with non-blocking MPI in pipelined rounds of bounded memory (reader and
+//!    writer threads around the MPI thread, several rounds in flight; [`plan`], [`engine`]),
+//!    verified (BLAKE3 against the manifest, or against the reader's hash from the round
 //!    header) before being written sparse with `pwrite`.
 //! 4. **Commit**: fsync, agreement, rename on every node only if all succeeded; otherwise every node
 //!    removes its temporary and every rank returns the same error.
@@ -90,7 +91,7 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// `SW_POOL_CP_ALGORITHM` (`allgather` or `bcast`), else the default.
+    /// `SW_POOL_CP_ALGORITHM` (`ring`, `allgather` or `bcast`), else the default.
     pub fn from_env() -> Algorithm {
         match std::env::var("SW_POOL_CP_ALGORITHM").as_deref() {
             Ok("bcast") => Algorithm::Bcast,
@@ -99,10 +100,11 @@ impl Algorithm {
             _ => Algorithm::DEFAULT,
         }
     }
-    /// Measured on the testbed (bench/results/cp-20261122-0501.md, 256 MiB, caps 400/800 Mbit):
-    /// Ibcast per reader wins slightly at 4 nodes (10.3 s vs 11.1 s), Iallgatherv clearly at 8
-    /// (12.3 s vs 17.7 s); the allgather is the default.
-    pub const DEFAULT: Algorithm = Algorithm::Allgather;
+    /// Measured on the testbed (1 GiB, caps 400/800 Mbit, bench/cp-probe.sh and bench/results/):
+    /// the pipelined ring is a little faster than the `MPI_Iallgatherv` (N = 8: 29.8 s vs 31.5 s;
+    /// N = 2: 27.0 s vs 27.9 s) and far faster than one `MPI_Ibcast` per reader (N = 8: 57 s); it
+    /// also keeps one TCP stream per neighbour instead of one per peer.
+    pub const DEFAULT: Algorithm = Algorithm::Ring;
 }
 
 /// A progress callback: `(bytes done, bytes total)`, called on world rank 0 only.
@@ -111,7 +113,7 @@ pub type ProgressSink = Arc<dyn Fn(u64, u64) + Send + Sync>;
 /// Options of [`copy`].
 #[derive(Clone)]
 pub struct CopyOptions {
-    /// Transfer chunk size for plain files and directories (default 4 MiB; 4 KiB ..= 40 MiB). Pools
+    /// Transfer chunk size for plain files and directories (default 4 MiB; 4 KiB ..= 32 MiB). Pools
     /// always move in their manifest's chunks.
     pub chunk_size: Option<u64>,
     /// Report progress to `progress_sink` (world rank 0 only).
