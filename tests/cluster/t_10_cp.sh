@@ -99,22 +99,46 @@ done
 # read from $SCRATCH there.
 T=$TB/scratch/cp-test-tree; rm -rf "$T"; mkdir -p "$T/a/b/c"; head -c 3000000 /dev/urandom > "$T/a/big"
 printf '#!/bin/sh\necho hi\n' > "$T/a/b/run.sh"; chmod 751 "$T/a/b/run.sh"; chmod 700 "$T/a/b/c"
-ln -s ../big "$T/a/b/link"; ln "$T/a/big" "$T/a/b/c/hard"; touch -d 2001-02-03 "$T/a/b/run.sh"
+ln -s ../big "$T/a/b/link"; ln "$T/a/big" "$T/a/b/c/hard"; touch -d '2001-02-03 04:05:06.123456789' "$T/a/b/run.sh"
+chown 4321:8765 "$T/a/big"; chown -h 4322:8766 "$T/a/b/link"   # ownership is kept (mpirun runs as root)
+touch -d '2002-03-04 05:06:07.987654321' "$T/a/b/c" "$T/a/b" "$T/a"
 clean_local
 out=$("$TESTBED/mpirun" "$SW" cp "$T" "$TB/local/cp-tree" 2>&1) || fail "directory copy" "$out"
-want=$(cd "$T" && find . -printf '%P %y %m %s %l\n' | sort | sha256sum)
+# type, mode, size, link target, owner, group, mtime to the nanosecond
+want=$(cd "$T" && find . -printf '%P %y %m %s %l %U %G %T@\n' | sort | sha256sum)
 bad=""
 for n in "${NODES[@]}"; do
   d=$(local_of "$n")/cp-tree
-  got=$(cd "$d" 2>/dev/null && find . -printf '%P %y %m %s %l\n' | sort | sha256sum || true)
+  got=$(cd "$d" 2>/dev/null && find . -printf '%P %y %m %s %l %U %G %T@\n' | sort | sha256sum || true)
   [[ $got == "$want" ]] || bad+=" $n(meta)"
   cmp -s "$T/a/big" "$d/a/b/c/hard" || bad+=" $n(data)"
   [[ $(stat -c %i "$d/a/big" 2>/dev/null) == $(stat -c %i "$d/a/b/c/hard" 2>/dev/null) ]] || bad+=" $n(hardlink)"
-  [[ $(stat -c %Y "$d/a/b/run.sh" 2>/dev/null) == $(stat -c %Y "$T/a/b/run.sh") ]] || bad+=" $n(mtime)"
+  [[ $(stat -c %y "$d/a/b/run.sh" 2>/dev/null) == *"04:05:06.123456789"* ]] || bad+=" $n(mtime-ns)"
 done
-assert_eq "directory tree identical on all nodes (modes, links, hard links, mtimes)" "" "$bad"
+assert_eq "directory tree identical on all nodes (modes, links, hard links, owners, mtimes in ns)" "" "$bad"
 out=$("$TESTBED/mpirun" "$SW" cp --json "$T" "$TB/local/cp-tree" 2>&1 || true)
 assert_match "directory repeat skipped" '"skipped_all": true' "$out"
+
+# a receiving node that fails during a directory copy stops the stream at once: its DEST is a
+# tmpfs with room for the bytes but only 40 inodes, the tree 120 small files, then a 96 MiB file;
+# the reader must not read that big file through to the end (storage serves far less than it)
+mkdir -p "$EXP/stoptree"
+for i in $(seq -w 0 119); do echo "$i" > "$EXP/stoptree/a$i"; done
+head -c $((96 * MIB)) /dev/urandom > "$EXP/stoptree/zz-big"; chmod -R a+rX "$EXP/stoptree"
+victim=${NODES[$((NN - 1))]}
+clean_local
+for n in "${NODES[@]}"; do mkdir -p "$(local_of "$n")/cp-inodes"; done
+"$TESTBED/exec" "$victim" mount -t tmpfs -o size=512m,nr_inodes=40 swp-cp-test "$TB/local/cp-inodes"
+"$TESTBED/storage-bytes" --mark >/dev/null
+rc=0; out=$("$TESTBED/mpirun" "$SW" cp "$SH/stoptree" "$TB/local/cp-inodes/t" 2>&1) || rc=$?
+served=$("$TESTBED/storage-bytes" --since-mark)
+[[ $rc != 0 ]] && pass "directory copy, extraction fails on $victim: non-zero exit" || fail "extraction failure" "exit 0"
+assert_match "extraction failure: names $victim" "$victim" "$out"
+assert_le "extraction failure stops the stream early: MB served by storage" $((served / MIB)) 48 MB
+left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-inodes" 2>/dev/null || true; done; "$TESTBED/exec" "$victim" ls -A "$TB/local/cp-inodes" || true)
+assert_eq "extraction failure: no temporary or partial tree on any node" "" "$left"
+"$TESTBED/exec" "$victim" umount "$TB/local/cp-inodes"
+rm -rf "$EXP/stoptree"
 
 # ---- faults ----
 export SW_POOL_STALL_TIMEOUT=20

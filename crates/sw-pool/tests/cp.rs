@@ -148,6 +148,38 @@ fn directory_tree_keeps_modes_links_and_mtimes() {
         .unwrap()
         .set_modified(old)
         .unwrap();
+    std::fs::write(t.join("ns"), "nanoseconds").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(t.join("ns"))
+        .unwrap()
+        .set_modified(
+            std::time::SystemTime::UNIX_EPOCH
+                + std::time::Duration::new(1_500_000_000, 123_456_789),
+        )
+        .unwrap();
+    std::fs::write(t.join("owned"), "x").unwrap();
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(t.join("owned"), Some(4321), Some(8765)).unwrap();
+        std::os::unix::fs::lchown(t.join("a/b/link"), Some(4322), Some(8766)).unwrap();
+    }
+    // directory mtimes last (creating entries changed them), with a nanosecond part
+    for (rel, ns) in [("a/b/c", 1u32), ("a/b", 22), ("a", 333)] {
+        let ts = rustix::fs::Timespec {
+            tv_sec: 1_600_000_000,
+            tv_nsec: ns as _,
+        };
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            t.join(rel),
+            &rustix::fs::Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            rustix::fs::AtFlags::empty(),
+        )
+        .unwrap();
+    }
     let dest = d.path().join("copy");
     let o = cp(&t, &dest, &["--chunk", "1MiB"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
@@ -176,8 +208,29 @@ fn directory_tree_keeps_modes_links_and_mtimes() {
         "hard link kept"
     );
     assert_eq!(m(&dest.join("empty")).mtime(), 1_000_000_000);
-    for rel in ["a", "a/b", "a/b/c"] {
-        assert_eq!(m(&dest.join(rel)).mtime(), m(&t.join(rel)).mtime(), "{rel}");
+    // mtimes to the nanosecond (PAX extended headers): files, directories, symlinks
+    for rel in [
+        "a",
+        "a/b",
+        "a/b/c",
+        "a/big",
+        "a/b/script.sh",
+        "a/b/link",
+        "ns",
+    ] {
+        assert_eq!(
+            (m(&dest.join(rel)).mtime(), m(&dest.join(rel)).mtime_nsec()),
+            (m(&t.join(rel)).mtime(), m(&t.join(rel)).mtime_nsec()),
+            "{rel}"
+        );
+    }
+    assert_eq!(m(&dest.join("ns")).mtime_nsec(), 123_456_789);
+    if rustix::process::geteuid().is_root() {
+        // ownership kept when copying as root
+        let o = m(&dest.join("owned"));
+        assert_eq!((o.uid(), o.gid()), (4321, 8765));
+        let l = m(&dest.join("a/b/link"));
+        assert_eq!((l.uid(), l.gid()), (4322, 8766), "symlink owner");
     }
     assert_nothing_left(d.path(), "copy.swpool-tmp");
     // repeat: nothing read
@@ -284,7 +337,7 @@ fn multicall_name_scalable_fs_cp() {
 }
 
 /// Real Open MPI on this machine: 4 ranks, each its own "node" (`SW_POOL_FAKE_NODES=1`, `%n` in
-/// DEST = node index), both distribution algorithms, and a repeat that reads nothing.
+/// DEST = node index), every distribution algorithm, and a repeat that reads nothing.
 #[test]
 fn mpi_four_fake_nodes() {
     let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
@@ -300,7 +353,7 @@ fn mpi_four_fake_nodes() {
     let d = scratch();
     let src = d.path().join("f");
     random_file(&src, 5 * 65536 + 17, 11);
-    for algo in ["bcast", "allgather"] {
+    for algo in ["bcast", "allgather", "ring"] {
         let dest = d.path().join(format!("{algo}-%n"));
         let o = run(std::process::Command::new(mpirun)
             .args([

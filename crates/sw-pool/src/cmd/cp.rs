@@ -102,6 +102,9 @@ fn print_report(p: &Printer, job: &Job, r: &CopyReport) {
                 "verify": secs(ph.verify),
                 "commit": secs(ph.commit),
                 "total": secs(ph.total),
+                "overlapped": ph.overlapped,
+                "wait_src": secs(ph.wait_src),
+                "wait_dest": secs(ph.wait_dest),
             },
         }));
         return;
@@ -126,10 +129,38 @@ fn print_report(p: &Printer, job: &Job, r: &CopyReport) {
         ));
     }
     p.verbose(format!("preflight  {:9.3} s", secs(ph.preflight)));
-    p.verbose(format!("read       {:9.3} s", secs(ph.read)));
-    p.verbose(format!("distribute {:9.3} s", secs(ph.distribute)));
-    p.verbose(format!("write      {:9.3} s", secs(ph.write)));
-    p.verbose(format!("verify     {:9.3} s", secs(ph.verify)));
+    if ph.overlapped {
+        // read, verify and write ran in their own threads during the distribution
+        p.verbose(format!(
+            "distribute {:9.3} s  (wall; read, verify and write below overlap it)",
+            secs(ph.distribute)
+        ));
+        p.verbose(format!(
+            "  waiting for own SRC reads {:7.3} s",
+            secs(ph.wait_src)
+        ));
+        p.verbose(format!(
+            "  waiting for verify+write  {:7.3} s",
+            secs(ph.wait_dest)
+        ));
+        p.verbose(format!(
+            "read       {:9.3} s  (reader thread)",
+            secs(ph.read)
+        ));
+        p.verbose(format!(
+            "verify     {:9.3} s  (both threads)",
+            secs(ph.verify)
+        ));
+        p.verbose(format!(
+            "write      {:9.3} s  (writer thread)",
+            secs(ph.write)
+        ));
+    } else {
+        p.verbose(format!("read       {:9.3} s", secs(ph.read)));
+        p.verbose(format!("distribute {:9.3} s", secs(ph.distribute)));
+        p.verbose(format!("write      {:9.3} s", secs(ph.write)));
+        p.verbose(format!("verify     {:9.3} s", secs(ph.verify)));
+    }
     p.verbose(format!("commit     {:9.3} s", secs(ph.commit)));
     p.verbose(format!("total      {:9.3} s", secs(ph.total)));
     p.verbose(format!(

@@ -1,9 +1,13 @@
 //! Directories: one reader turns the tree into a tar stream in memory (a producer thread writing
 //! into a bounded channel, never an archive on disk); the stream moves in chunks (a small header
-//! with length and SHA-256, then the bytes, both `MPI_Bcast` from the reader); every receiving
+//! with length and BLAKE3 hash, then the bytes, both `MPI_Bcast` from the reader); every receiving
 //! leader verifies each chunk and feeds it to an extractor thread unpacking into a temporary
-//! directory, renamed into place on collective success. Modes, symlinks, hard links and mtimes are
-//! kept (ownership is not: the files belong to whoever runs the copy).
+//! directory, renamed into place on collective success. Modes, symlinks, hard links and mtimes (to
+//! the nanosecond, in PAX extended headers) are kept; ownership too when the copy runs as root
+//! (otherwise the files belong to whoever runs it).
+//!
+//! After every chunk all leaders exchange their status (`MPI_Allgather` of one byte): a receiving
+//! node whose verification or extraction failed stops the stream for everyone at once, naming itself.
 //!
 //! Memory: at most a few chunks in the two channels plus one being broadcast.
 
@@ -64,6 +68,56 @@ fn walk_err(p: &Path, e: io::Error) -> (ExitStatus, String) {
         crate::error::io_status(&e),
         format!("cannot read {} in SRC: {e}", p.display()),
     )
+}
+
+/// One PAX extended-header record: `"<len> <key>=<value>\n"`, where `<len>` counts the whole record.
+fn pax_record(key: &str, value: &str) -> Vec<u8> {
+    let body = format!(" {key}={value}\n");
+    let mut len = body.len() + 1;
+    loop {
+        let l = len.to_string().len() + body.len();
+        if l == len {
+            break;
+        }
+        len = l;
+    }
+    format!("{len}{body}").into_bytes()
+}
+
+/// The PAX `mtime` value of a file's mtime, to the nanosecond (`None` when whole seconds say it all,
+/// or before 1970, where the sign convention of fractional PAX times differs between readers).
+fn pax_mtime(m: &std::fs::Metadata) -> Option<String> {
+    (m.mtime_nsec() != 0 && m.mtime() >= 0).then(|| format!("{}.{:09}", m.mtime(), m.mtime_nsec()))
+}
+
+/// Parse a PAX time `sec[.frac]` into (seconds, nanoseconds).
+fn parse_pax_time(v: &str) -> Option<(i64, i64)> {
+    let (sec, frac) = v.split_once('.').unwrap_or((v, ""));
+    let sec: i64 = sec.parse().ok()?;
+    if sec < 0 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut digits: String = frac.chars().take(9).collect();
+    while digits.len() < 9 {
+        digits.push('0');
+    }
+    Some((sec, digits.parse().ok()?))
+}
+
+fn set_mtime(p: &Path, sec: i64, nsec: i64) {
+    let ts = rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec as _,
+    };
+    let _ = rustix::fs::utimensat(
+        rustix::fs::CWD,
+        p,
+        &rustix::fs::Timestamps {
+            last_access: ts,
+            last_modification: ts,
+        },
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    );
 }
 
 /// A temporary directory beside DEST, removed unless committed (also by the signal handler and
@@ -262,6 +316,18 @@ fn produce(root: &Path, w: ChanWriter) -> Result<u64, String> {
             let mut h = tar::Header::new_gnu();
             h.set_metadata_in_mode(&m, tar::HeaderMode::Complete);
             let ft = m.file_type();
+            if let Some(t) = pax_mtime(&m) {
+                // a PAX extended header before the entry: its mtime to the nanosecond
+                let rec = pax_record("mtime", &t);
+                let mut x = tar::Header::new_ustar();
+                x.set_entry_type(tar::EntryType::XHeader);
+                x.set_path("././@PaxHeader").map_err(|x| e(&p, x))?;
+                x.set_mode(0o644);
+                x.set_mtime(0);
+                x.set_size(rec.len() as u64);
+                x.set_cksum();
+                b.append(&x, rec.as_slice()).map_err(|x| e(&p, x))?;
+            }
             if ft.is_dir() {
                 h.set_entry_type(tar::EntryType::Directory);
                 h.set_size(0);
@@ -309,32 +375,34 @@ fn extract(rd: ChanReader, dest: &Path) -> Result<(), String> {
     a.set_preserve_mtime(true);
     a.set_unpack_xattrs(false);
     a.set_overwrite(false);
+    // numeric owners and groups, as in SRC, when we may set them
+    a.set_preserve_ownerships(rustix::process::geteuid().is_root());
     let e = |x: io::Error| format!("cannot extract into {}: {x}", dest.display());
     // directories get their mtimes last (creating their entries changed them)
-    let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    let mut dirs: Vec<(PathBuf, i64, i64)> = Vec::new();
     for entry in a.entries().map_err(e)? {
         let mut entry = entry.map_err(e)?;
-        if entry.header().entry_type() == tar::EntryType::Directory {
-            if let (Ok(p), Ok(m)) = (entry.path(), entry.header().mtime()) {
-                dirs.push((dest.join(p), m));
-            }
-        }
+        // the PAX mtime (nanoseconds) if there is one, else the header's (seconds)
+        let pax = entry.pax_extensions().ok().flatten().and_then(|mut x| {
+            x.find_map(|r| {
+                r.ok()
+                    .filter(|r| r.key() == Ok("mtime"))
+                    .and_then(|r| r.value().ok().and_then(parse_pax_time))
+            })
+        });
+        let mtime = pax.or_else(|| entry.header().mtime().ok().map(|m| (m as i64, 0)));
+        let kind = entry.header().entry_type();
+        let path = entry.path().map(|p| dest.join(p)).ok();
         entry.unpack_in(dest).map_err(e)?;
+        match (kind, path, mtime) {
+            (tar::EntryType::Directory, Some(p), Some((s, ns))) => dirs.push((p, s, ns)),
+            (tar::EntryType::Link, _, _) => {}
+            (_, Some(p), Some((s, ns))) if pax.is_some() => set_mtime(&p, s, ns),
+            _ => {}
+        }
     }
-    for (p, m) in dirs.iter().rev() {
-        let ts = rustix::fs::Timespec {
-            tv_sec: *m as i64,
-            tv_nsec: 0,
-        };
-        let _ = rustix::fs::utimensat(
-            rustix::fs::CWD,
-            p,
-            &rustix::fs::Timestamps {
-                last_access: ts,
-                last_modification: ts,
-            },
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        );
+    for (p, s, ns) in dirs.iter().rev() {
+        set_mtime(p, *s, *ns);
     }
     Ok(())
 }
@@ -348,6 +416,33 @@ fn encode_hdr(status: u64, len: u64, eof: bool, hash: &[u8; 32]) -> [u8; HDR] {
     b[16..24].copy_from_slice(&u64::from(eof).to_le_bytes());
     b[24..].copy_from_slice(hash);
     b
+}
+
+/// After each chunk: every leader's status (1 = this leader failed); the hosts of the failed ones.
+fn failed_nodes(c: &SimpleCommunicator, mine: bool, hosts: &[String]) -> Vec<String> {
+    let mut all = vec![0u8; c.size() as usize];
+    c.all_gather_into(&[u8::from(mine)][..], &mut all[..]);
+    watchdog::touch();
+    all.iter()
+        .enumerate()
+        .filter(|(_, &f)| f != 0)
+        .map(|(k, _)| {
+            hosts
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| format!("leader {k}"))
+        })
+        .collect()
+}
+
+/// Record that the stream stops because of `failed` (unless this leader already has its own error).
+fn stop_for(err: &mut Option<(ExitStatus, String)>, failed: &[String]) {
+    if err.is_none() {
+        *err = Some((
+            ExitStatus::Collective,
+            format!("stopped: failed on {}", failed.join(", ")),
+        ));
+    }
 }
 
 /// Stream the tree from the reader (rank 0 of `comm`, or this process when `comm` is `None`) into
@@ -444,6 +539,21 @@ pub(crate) fn transfer(
             if eof {
                 break;
             }
+            if let Some(c) = comm {
+                // a receiver that failed stops the stream now, not at the end
+                let failed = failed_nodes(c, err.is_some(), hosts);
+                if !failed.is_empty() {
+                    stop_for(&mut err, &failed);
+                    break;
+                }
+            } else if err.is_some() {
+                break;
+            }
+        }
+        // the producer may be blocked on a full channel: close it, then collect the thread
+        drop(prod_rx);
+        if let Some(p) = producer.take() {
+            let _ = p.join();
         }
     } else {
         let c = comm.expect("receiver has a communicator");
@@ -477,7 +587,7 @@ pub(crate) fn transfer(
                     err = Some((
                         ExitStatus::System,
                         format!(
-                            "verification failed for the directory stream at byte {done} (sent by {}): SHA-256 mismatch",
+                            "verification failed for the directory stream at byte {done} (sent by {}): hash mismatch",
                             hosts.first().cloned().unwrap_or_default()
                         ),
                     ));
@@ -489,6 +599,11 @@ pub(crate) fn transfer(
             }
             progress(done);
             if eof {
+                break;
+            }
+            let failed = failed_nodes(c, err.is_some(), hosts);
+            if !failed.is_empty() {
+                stop_for(&mut err, &failed);
                 break;
             }
         }
@@ -508,5 +623,37 @@ pub(crate) fn transfer(
             stats.bytes_written += done;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pax_records_count_their_own_length() {
+        let r = pax_record("mtime", "1500000000.123456789");
+        assert_eq!(r, b"30 mtime=1500000000.123456789\n");
+        assert_eq!(r.len(), 30);
+        // the length field's own digits can push the record over a power of ten
+        let r = pax_record("k", &"v".repeat(94));
+        let text = String::from_utf8(r.clone()).unwrap();
+        let (len, _) = text.split_once(' ').unwrap();
+        assert_eq!(len.parse::<usize>().unwrap(), r.len());
+        assert_eq!(r.len(), 101);
+    }
+
+    #[test]
+    fn pax_times_parse_to_nanoseconds() {
+        assert_eq!(
+            parse_pax_time("1500000000.123456789"),
+            Some((1_500_000_000, 123_456_789))
+        );
+        assert_eq!(parse_pax_time("12.5"), Some((12, 500_000_000)));
+        assert_eq!(parse_pax_time("12"), Some((12, 0)));
+        assert_eq!(parse_pax_time("12.1234567891"), Some((12, 123_456_789)));
+        assert_eq!(parse_pax_time("-1.5"), None);
+        assert_eq!(parse_pax_time("x"), None);
+        assert_eq!(parse_pax_time("1.2x"), None);
     }
 }

@@ -1,17 +1,36 @@
-//! The file pipeline: split reading, double-buffered non-blocking distribution among the leaders
-//! that need the file, verification of every chunk as it lands, sparse `pwrite` into the temporary.
+//! The file pipeline: split reading, pipelined non-blocking distribution among the leaders that
+//! need the file, verification of every chunk as it lands, sparse `pwrite` into the temporary.
 //!
-//! Round `r` (see [`plan::plan_rounds`]): every reader with a chunk in the round reads it, hashes it,
-//! checks it for zeros, and all leaders exchange a small header block (status + length + zero flag
-//! and SHA-256) with `MPI_Iallgather`; then the data moves, either with one `MPI_Iallgatherv` per round
-//! ([`Algorithm::Allgather`]) or with one `MPI_Ibcast` per reader ([`Algorithm::Bcast`]). Two rounds
-//! are in flight: while round `r` moves, round `r + 1` is read; while round `r + 1` moves, round `r`
-//! is verified and written. A failure anywhere sets the status in the next header block, and every
-//! leader stops after that round, so the leaders never take different branches.
+//! Three threads per leader, so that reading, moving and writing overlap all the time:
+//! - a **reader** thread reads this leader's chunks (in round order, sequentially on SRC) into a
+//!   small pool of send buffers, checks them for zeros, hashes them (BLAKE3; pools: checked against
+//!   the manifest) and hands them over; it runs up to [`SEND_BUFS`] chunks ahead of the network;
+//! - the **main** thread alone calls MPI (`MPI_THREAD_FUNNELED`): for round `r` it takes its own
+//!   chunk, exchanges the small header block (status, length, zero flag and hash; `MPI_Iallgather`),
+//!   starts the round's data movement ([`Algorithm::Allgather`]: one `MPI_Iallgatherv` straight from
+//!   the reader's buffer; [`Algorithm::Bcast`]: one `MPI_Ibcast` per reader; [`Algorithm::Ring`]: a
+//!   pipelined ring of point-to-point messages), and keeps polling every round in flight — several
+//!   rounds move at once, bounded by the pool of round buffers;
+//! - a **writer** thread verifies every received chunk against the manifest (pools) or the
+//!   reader's hash from the header (plain files) and writes it sparse, then returns the buffer.
+//!
+//! So while round `r` moves, round `r + 1` and later are being read from storage, and round
+//! `r − 1` and earlier are being verified and written: a node's link carries its storage reads
+//! and its peers' data at the same time. Each byte is hashed once by its reader and once by each
+//! receiver (never twice on one node).
+//!
+//! A failure anywhere (read, verify, write) sets the status in this leader's next header block; the
+//! headers of a round reach every leader, so all leaders stop after the same round and the rounds
+//! already in flight are completed on all of them — the leaders never take different branches.
 
+use std::collections::VecDeque;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::raw::c_void;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
@@ -19,13 +38,13 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::plan::{self, Chunk, SlotHeader, BLOCK_LEN};
+use super::plan::{self, Chunk, Slot, SlotHeader, BLOCK_LEN};
 use super::watchdog;
 use super::{Algorithm, Stats};
 use crate::error::ExitStatus;
 use crate::pool::manifest::ZeroHashes;
 
-/// Piece size for reads, hashing and writes between two MPI progress polls.
+/// Piece size for reads and writes.
 const PIECE: usize = 1 << 20;
 /// Granularity of hole detection when writing.
 const SPARSE_BLOCK: usize = 64 << 10;
@@ -76,16 +95,22 @@ impl Reqs {
         }
         !pending
     }
-    fn wait(&mut self) {
-        let mut spins = 0u32;
-        while !self.poll() {
-            spins += 1;
-            if spins < 100 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+}
+
+/// Back off between polls: spin briefly, then sleep a little (8 leaders may share 2 cores).
+struct Backoff(u32);
+
+impl Backoff {
+    fn snooze(&mut self) {
+        self.0 += 1;
+        if self.0 < 50 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
         }
+    }
+    fn reset(&mut self) {
+        self.0 = 0;
     }
 }
 
@@ -100,19 +125,6 @@ fn check(rc: i32, what: &str) -> LocalResult<()> {
     }
 }
 
-/// One round's buffers.
-struct RoundBuf {
-    send: Vec<u8>,
-    recv: Vec<u8>,
-    hdr_send: [u8; BLOCK_LEN],
-    hdr_recv: Vec<u8>,
-    counts: Vec<i32>,
-    displs: Vec<i32>,
-    reqs: Reqs,
-    /// This leader's chunk in the round, with its header.
-    mine: Option<(usize, SlotHeader)>,
-}
-
 /// What the pipeline needs to know.
 pub(crate) struct FileJob<'a> {
     pub src: &'a File,
@@ -124,216 +136,293 @@ pub(crate) struct FileJob<'a> {
     pub verify_source: bool,
     /// Hostname per transfer rank (for messages).
     pub hosts: &'a [String],
-    pub progress: &'a dyn Fn(u64),
+    pub progress: &'a (dyn Fn(u64) + Sync),
 }
 
-struct Ctx<'a> {
-    job: &'a FileJob<'a>,
-    stats: &'a mut Stats,
-    zero: ZeroHashes,
-    /// The first local failure; reported in the next header and at the end.
-    err: Option<(ExitStatus, String)>,
-    done: u64,
-}
-
-impl Ctx<'_> {
-    fn me(&self, comm: Option<&SimpleCommunicator>) -> String {
-        let k = comm.map_or(0, |c| c.rank() as usize);
-        self.job.hosts.get(k).cloned().unwrap_or_default()
-    }
-
-    /// Read chunk `c` into `buf`, polling `other` between pieces; returns its header.
-    fn read_chunk(
-        &mut self,
-        c: &Chunk,
-        buf: &mut [u8],
-        other: &mut Reqs,
-    ) -> LocalResult<SlotHeader> {
-        let t = Instant::now();
-        let len = c.len as usize;
-        let mut done = 0usize;
-        while done < len {
-            let n = (len - done).min(PIECE);
-            let off = c.offset + done as u64;
-            match self.job.src.read_at(&mut buf[done..done + n], off) {
-                Ok(0) => {
-                    return Err((
-                        ExitStatus::BadInput,
-                        format!(
-                            "{} shrank while being copied (nothing at offset {off}); do not modify SRC during a copy",
-                            self.job.src_path.display()
-                        ),
-                    ))
-                }
-                Ok(k) => done += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(io_err(
-                        &format!("cannot read {} at offset {off}", self.job.src_path.display()),
-                        &e,
-                    ))
-                }
-            }
-            watchdog::touch();
-            other.poll();
-        }
-        self.stats.bytes_read += len as u64;
-        self.stats.read += t.elapsed();
-        let data = &buf[..len];
-        let zero = crate::sparse::is_all_zero(data);
-        let tv = Instant::now();
-        let hash = if zero {
-            if c.expect.is_some() {
-                self.zero.get(len as u64)
-            } else {
-                [0u8; 32]
-            }
-        } else {
-            hash_polling(data, other)
-        };
-        self.stats.verify += tv.elapsed();
-        if self.job.verify_source {
-            if let Some(e) = c.expect {
-                if e != hash {
-                    return Err((
-                        ExitStatus::InvalidPool,
-                        format!(
-                            "{} is damaged: the chunk at offset {} does not match its manifest hash; \
-                             rebuild the pool or restore it",
-                            self.job.src_path.display(),
-                            c.offset
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(SlotHeader {
-            sent: if zero { 0 } else { c.len },
-            zero,
-            hash,
-        })
-    }
-
-    /// Verify (unless `own`) and write one chunk's received bytes.
-    fn land(
-        &mut self,
-        c: &Chunk,
-        h: &SlotHeader,
-        data: &[u8],
-        own: bool,
-        from: &str,
-        other: &mut Reqs,
-    ) -> LocalResult<()> {
-        let tv = Instant::now();
-        if h.zero {
-            if let Some(e) = c.expect {
-                if self.zero.get(c.len as u64) != e {
-                    return Err((
-                        ExitStatus::InvalidPool,
-                        format!(
-                            "the chunk at offset {} read by {from} is all zeros but the manifest says it holds data: \
-                             SRC {} is damaged",
-                            c.offset,
-                            self.job.src_path.display()
-                        ),
-                    ));
-                }
-            }
-            self.done += c.len as u64;
-            return Ok(());
-        }
-        if data.len() != c.len as usize {
-            return Err((
-                ExitStatus::Internal,
-                format!(
-                    "the chunk at offset {} from {from} has {} bytes, expected {}",
-                    c.offset,
-                    data.len(),
-                    c.len
-                ),
-            ));
-        }
-        if !own {
-            let got = hash_polling(data, other);
-            let want = c.expect.unwrap_or(h.hash);
-            if got != want || (c.expect.is_some() && h.hash != want) {
+/// Read chunk `c` into `buf`; returns its header (zero flag, hash).
+fn read_chunk(
+    job: &FileJob,
+    zero_hashes: &mut ZeroHashes,
+    stats: &mut Stats,
+    c: &Chunk,
+    buf: &mut [u8],
+) -> LocalResult<SlotHeader> {
+    let t = Instant::now();
+    let len = c.len as usize;
+    let mut done = 0usize;
+    while done < len {
+        let n = (len - done).min(PIECE);
+        let off = c.offset + done as u64;
+        match job.src.read_at(&mut buf[done..done + n], off) {
+            Ok(0) => {
                 return Err((
-                    ExitStatus::System,
+                    ExitStatus::BadInput,
                     format!(
-                        "verification failed for the chunk at offset {} (sent by {from}): its SHA-256 \
-                         does not match the {}; the data was damaged in transit or in memory",
-                        c.offset,
-                        if c.expect.is_some() { "pool manifest" } else { "reader's hash" }
+                        "{} shrank while being copied (nothing at offset {off}); do not modify SRC during a copy",
+                        job.src_path.display()
+                    ),
+                ))
+            }
+            Ok(k) => done += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(io_err(
+                    &format!("cannot read {} at offset {off}", job.src_path.display()),
+                    &e,
+                ))
+            }
+        }
+        watchdog::touch();
+    }
+    stats.bytes_read += len as u64;
+    stats.read += t.elapsed();
+    let data = &buf[..len];
+    let tv = Instant::now();
+    let zero = crate::sparse::is_all_zero(data);
+    let hash = if zero {
+        if c.expect.is_some() {
+            zero_hashes.get(len as u64)
+        } else {
+            [0u8; 32]
+        }
+    } else {
+        crate::pool::manifest::hash_chunk(data)
+    };
+    stats.verify += tv.elapsed();
+    if job.verify_source {
+        if let Some(e) = c.expect {
+            if e != hash {
+                return Err((
+                    ExitStatus::InvalidPool,
+                    format!(
+                        "{} is damaged: the chunk at offset {} does not match its manifest hash; \
+                         rebuild the pool or restore it",
+                        job.src_path.display(),
+                        c.offset
                     ),
                 ));
             }
         }
-        self.stats.verify += tv.elapsed();
-        let tw = Instant::now();
-        // write runs of non-zero blocks; all-zero blocks stay holes (the file was sized up front)
-        let mut pos = 0usize;
-        while pos < data.len() {
-            let blk = |p: usize| &data[p..(p + SPARSE_BLOCK).min(data.len())];
-            if crate::sparse::is_all_zero(blk(pos)) {
-                pos += blk(pos).len();
-                continue;
-            }
-            let mut end = pos;
-            while end < data.len() && end - pos < PIECE && !crate::sparse::is_all_zero(blk(end)) {
-                end += blk(end).len();
-            }
-            let off = c.offset + pos as u64;
-            self.job
-                .out
-                .write_all_at(&data[pos..end], off)
-                .map_err(|e| {
-                    io_err(
-                        &format!(
-                            "cannot write {} at offset {off}",
-                            self.job.out_path.display()
-                        ),
-                        &e,
-                    )
-                })?;
-            self.stats.bytes_written += (end - pos) as u64;
-            pos = end;
-            watchdog::touch();
-            other.poll();
-        }
-        self.stats.write += tw.elapsed();
-        self.done += c.len as u64;
-        (self.job.progress)(self.done);
-        Ok(())
     }
+    Ok(SlotHeader {
+        sent: if zero { 0 } else { c.len },
+        zero,
+        hash,
+    })
 }
 
-/// The chunk hash of the manifest (BLAKE3), computed in pieces so that pending requests keep moving.
-fn hash_polling(data: &[u8], other: &mut Reqs) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    for p in data.chunks(PIECE) {
-        h.update(p);
-        other.poll();
+/// Verify (unless `own`) and write one chunk's received bytes.
+#[allow(clippy::too_many_arguments)]
+fn land(
+    job: &FileJob,
+    zero_hashes: &mut ZeroHashes,
+    stats: &mut Stats,
+    c: &Chunk,
+    h: &SlotHeader,
+    data: &[u8],
+    own: bool,
+    from: &str,
+) -> LocalResult<()> {
+    let tv = Instant::now();
+    if h.zero {
+        if let Some(e) = c.expect {
+            if zero_hashes.get(c.len as u64) != e {
+                return Err((
+                    ExitStatus::InvalidPool,
+                    format!(
+                        "the chunk at offset {} read by {from} is all zeros but the manifest says it holds data: \
+                         SRC {} is damaged",
+                        c.offset,
+                        job.src_path.display()
+                    ),
+                ));
+            }
+        }
+        return Ok(());
     }
-    *h.finalize().as_bytes()
+    if data.len() != c.len as usize {
+        return Err((
+            ExitStatus::Internal,
+            format!(
+                "the chunk at offset {} from {from} has {} bytes, expected {}",
+                c.offset,
+                data.len(),
+                c.len
+            ),
+        ));
+    }
+    if !own {
+        let got = crate::pool::manifest::hash_chunk(data);
+        let want = c.expect.unwrap_or(h.hash);
+        if got != want || (c.expect.is_some() && h.hash != want) {
+            return Err((
+                ExitStatus::System,
+                format!(
+                    "verification failed for the chunk at offset {} (sent by {from}): its hash \
+                     does not match the {}; the data was damaged in transit or in memory",
+                    c.offset,
+                    if c.expect.is_some() {
+                        "pool manifest"
+                    } else {
+                        "reader's hash"
+                    }
+                ),
+            ));
+        }
+    }
+    stats.verify += tv.elapsed();
+    let tw = Instant::now();
+    // write runs of non-zero blocks; all-zero blocks stay holes (the file was sized up front)
+    let mut pos = 0usize;
+    while pos < data.len() {
+        let blk = |p: usize| &data[p..(p + SPARSE_BLOCK).min(data.len())];
+        if crate::sparse::is_all_zero(blk(pos)) {
+            pos += blk(pos).len();
+            continue;
+        }
+        let mut end = pos;
+        while end < data.len() && end - pos < 4 * PIECE && !crate::sparse::is_all_zero(blk(end)) {
+            end += blk(end).len();
+        }
+        let off = c.offset + pos as u64;
+        job.out.write_all_at(&data[pos..end], off).map_err(|e| {
+            io_err(
+                &format!("cannot write {} at offset {off}", job.out_path.display()),
+                &e,
+            )
+        })?;
+        stats.bytes_written += (end - pos) as u64;
+        pos = end;
+        watchdog::touch();
+    }
+    // start writing the chunk back now, so that the fsync before the commit finds little left to do
+    // (asynchronous; errors surface at that fsync)
+    unsafe {
+        libc::sync_file_range(
+            job.out.as_raw_fd(),
+            c.offset as libc::off64_t,
+            c.len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+    stats.write += tw.elapsed();
+    Ok(())
 }
 
 /// Copy on one node: read every chunk, verify it against the manifest (pools), write it sparse.
 pub(crate) fn local(job: &FileJob, stats: &mut Stats) -> LocalResult<()> {
-    let mut ctx = Ctx {
-        job,
-        stats,
-        zero: ZeroHashes::default(),
-        err: None,
-        done: 0,
-    };
+    let mut zero = ZeroHashes::default();
     let mut buf = vec![0u8; job.chunk_size as usize];
-    let mut none = Reqs::new();
+    let mut done = 0u64;
     for c in job.chunks {
-        let h = ctx.read_chunk(c, &mut buf, &mut none)?;
+        let h = read_chunk(job, &mut zero, stats, c, &mut buf)?;
         // our own bytes: verified at read (pools), nothing travelled
-        ctx.land(c, &h, &buf[..h.sent as usize], true, "", &mut none)?;
+        land(
+            job,
+            &mut zero,
+            stats,
+            c,
+            &h,
+            &buf[..h.sent as usize],
+            true,
+            "",
+        )?;
+        done += c.len as u64;
+        (job.progress)(done);
     }
     Ok(())
+}
+
+/// A chunk read by the reader thread, with its send buffer.
+type Read = (Vec<u8>, LocalResult<SlotHeader>);
+
+/// One round handed to the writer: its buffer and, per slot, (chunk, header, offset in the buffer,
+/// owner).
+struct Landed {
+    buf: Vec<u8>,
+    slots: Vec<(usize, SlotHeader, usize, usize)>,
+}
+
+/// A round in flight.
+struct Flight {
+    round: usize,
+    buf: Vec<u8>,
+    /// This leader's chunk (allgather: MPI reads it from here until the round completes).
+    send: Option<Vec<u8>>,
+    hdr: Vec<u8>,
+    counts: Vec<i32>,
+    displs: Vec<i32>,
+    reqs: Reqs,
+    ring: Option<Ring>,
+}
+
+/// State of a pipelined ring for one round: in step `s` every leader sends block `me − s` to its
+/// right neighbour and receives block `me − s − 1` from its left one; block `k` is reader `k`'s chunk.
+struct Ring {
+    step: usize,
+    tag: i32,
+}
+
+impl Flight {
+    /// Drive the round on; true when its data has arrived everywhere it has to (on this leader).
+    fn progress(&mut self, comm: &SimpleCommunicator) -> LocalResult<bool> {
+        loop {
+            if !self.reqs.poll() {
+                return Ok(false);
+            }
+            let Some(ring) = self.ring.as_mut() else {
+                return Ok(true);
+            };
+            let n = comm.size() as usize;
+            if ring.step + 1 >= n {
+                return Ok(true);
+            }
+            let me = comm.rank() as usize;
+            let s = ring.step;
+            ring.step += 1;
+            let send = (me + n - s) % n;
+            let recv = (me + 2 * n - s - 1) % n;
+            let right = ((me + 1) % n) as i32;
+            let left = ((me + n - 1) % n) as i32;
+            let u8t = unsafe { ffi::RSMPI_UINT8_T };
+            let tag = ring.tag;
+            if self.counts[recv] > 0 {
+                let req = self.reqs.push();
+                check(
+                    unsafe {
+                        ffi::MPI_Irecv(
+                            self.buf.as_mut_ptr().add(self.displs[recv] as usize) as *mut c_void,
+                            self.counts[recv],
+                            u8t,
+                            left,
+                            tag,
+                            comm.as_raw(),
+                            req,
+                        )
+                    },
+                    "MPI_Irecv",
+                )?;
+            }
+            // the block `me − s` reaches the right neighbour unless it started there
+            if self.counts[send] > 0 {
+                let req = self.reqs.push();
+                check(
+                    unsafe {
+                        ffi::MPI_Isend(
+                            self.buf.as_ptr().add(self.displs[send] as usize) as *const c_void,
+                            self.counts[send],
+                            u8t,
+                            right,
+                            tag,
+                            comm.as_raw(),
+                            req,
+                        )
+                    },
+                    "MPI_Isend",
+                )?;
+            }
+        }
+    }
 }
 
 /// Distribute among the leaders of `comm` (every one of them needs the file).
@@ -347,198 +436,378 @@ pub(crate) fn distribute(
     let me = comm.rank() as usize;
     let slots = plan::slots_per_round(n, job.chunk_size);
     let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
-    let round_bytes =
-        |r: &Vec<plan::Slot>| -> usize { r.iter().map(|s| job.chunks[s.chunk].len as usize).sum() };
-    let max_round = rounds.iter().map(round_bytes).max().unwrap_or(0);
-    let mk = || RoundBuf {
-        send: vec![0u8; job.chunk_size as usize],
-        recv: vec![0u8; max_round],
-        hdr_send: [0u8; BLOCK_LEN],
-        hdr_recv: vec![0u8; BLOCK_LEN * n],
-        counts: vec![0; n],
-        displs: vec![0; n],
-        reqs: Reqs::new(),
-        mine: None,
-    };
-    let mut bufs = [mk(), mk()];
-    let mut ctx = Ctx {
-        job,
-        stats,
-        zero: ZeroHashes::default(),
-        err: None,
-        done: 0,
-    };
-    let host = ctx.me(Some(comm));
+    let recv_bufs = plan::round_buffers(slots, job.chunk_size);
+    let send_bufs = plan::send_buffers(recv_bufs);
+    let chunk = job.chunk_size as usize;
+    let t_all = Instant::now();
     tracing::debug!(
         nodes = n,
         slots,
         rounds = rounds.len(),
+        recv_bufs,
         ?algo,
         "distribution plan"
     );
-    let u8t = unsafe { ffi::RSMPI_UINT8_T };
+    // where each owner's chunk sits in a round's buffer: its position in the round
+    let position = |r: &Vec<Slot>, k: usize| r.iter().position(|s| s.owner == k);
+    let mine: Vec<usize> = rounds
+        .iter()
+        .filter_map(|r| r.iter().find(|s| s.owner == me).map(|s| s.chunk))
+        .collect();
 
-    // read my chunk of round r (polling the other buffer) and start the header exchange
-    let prepare =
-        |ctx: &mut Ctx, r: usize, b: &mut RoundBuf, other: &mut Reqs| -> LocalResult<()> {
-            b.mine = None;
-            let mut hdr = SlotHeader::default();
-            if ctx.err.is_none() {
-                if let Some(s) = rounds[r].iter().find(|s| s.owner == me) {
-                    let c = &job.chunks[s.chunk];
-                    match ctx.read_chunk(c, &mut b.send, other) {
-                        Ok(h) => {
-                            ctx.stats.bytes_sent += h.sent as u64;
-                            hdr = h;
-                            b.mine = Some((s.chunk, h));
-                        }
-                        Err(e) => ctx.err = Some(e),
-                    }
+    let stop = AtomicBool::new(false);
+    let written = AtomicU64::new(0);
+    let writer_err: Mutex<Option<(ExitStatus, String)>> = Mutex::new(None);
+    let writer_failed = AtomicBool::new(false);
+    let mut reader_stats = Stats::default();
+    let mut writer_stats = Stats::default();
+    let mut err: Option<(ExitStatus, String)> = None;
+
+    std::thread::scope(|scope| {
+        // reader thread
+        let (free_tx, free_rx) = channel::<Vec<u8>>();
+        let (ready_tx, ready_rx) = sync_channel::<Read>(send_bufs);
+        for _ in 0..send_bufs.min(mine.len()) {
+            let _ = free_tx.send(vec![0u8; chunk]);
+        }
+        let stop_r = &stop;
+        let mine_r = &mine;
+        let rstats = &mut reader_stats;
+        scope.spawn(move || {
+            let mut zero = ZeroHashes::default();
+            for &ci in mine_r {
+                let Ok(mut buf) = free_rx.recv() else { return };
+                if stop_r.load(Ordering::Relaxed) {
+                    return;
+                }
+                let h = read_chunk(job, &mut zero, rstats, &job.chunks[ci], &mut buf);
+                let failed = h.is_err();
+                if ready_tx.send((buf, h)).is_err() || failed {
+                    return;
                 }
             }
-            b.hdr_send = plan::encode_block(u64::from(ctx.err.is_some()), &hdr);
-            let req = b.reqs.push();
-            check(
-                unsafe {
-                    ffi::MPI_Iallgather(
-                        b.hdr_send.as_ptr() as *const c_void,
-                        BLOCK_LEN as i32,
-                        u8t,
-                        b.hdr_recv.as_mut_ptr() as *mut c_void,
-                        BLOCK_LEN as i32,
-                        u8t,
-                        comm.as_raw(),
-                        req,
-                    )
-                },
-                "MPI_Iallgather",
-            )
+        });
+        // writer thread
+        let (land_tx, land_rx) = channel::<Landed>();
+        let (back_tx, back_rx) = channel::<Vec<u8>>();
+        let (wstats, werr, wfailed, wdone) =
+            (&mut writer_stats, &writer_err, &writer_failed, &written);
+        scope.spawn(move || {
+            let mut zero = ZeroHashes::default();
+            let land_rx: Receiver<Landed> = land_rx;
+            let back_tx: Sender<Vec<u8>> = back_tx;
+            while let Ok(l) = land_rx.recv() {
+                if !wfailed.load(Ordering::Relaxed) {
+                    for &(ci, h, off, owner) in &l.slots {
+                        let c = &job.chunks[ci];
+                        let from = job.hosts.get(owner).map(String::as_str).unwrap_or("");
+                        let data = &l.buf[off..off + h.sent as usize];
+                        if let Err(e) = land(job, &mut zero, wstats, c, &h, data, owner == me, from)
+                        {
+                            *werr.lock().unwrap() = Some(e);
+                            wfailed.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                        wdone.fetch_add(c.len as u64, Ordering::Relaxed);
+                    }
+                }
+                if back_tx.send(l.buf).is_err() {
+                    return;
+                }
+            }
+        });
+
+        // the main thread: MPI only
+        let u8t = unsafe { ffi::RSMPI_UINT8_T };
+        let mut free_bufs: Vec<Vec<u8>> = Vec::new();
+        let mut allocated = 0usize;
+        let mut flights: VecDeque<Flight> = VecDeque::new();
+        let mut bo = Backoff(0);
+        let mut reported = 0u64;
+        let mut ready_rx = Some(ready_rx);
+        let mut free_tx = Some(free_tx);
+        let mut land_tx = Some(land_tx);
+        let mut stopped = false;
+
+        // poll everything in flight; hand completed rounds (in order) to the writer
+        let pump = |flights: &mut VecDeque<Flight>,
+                    land_tx: &Option<Sender<Landed>>,
+                    free_tx: &Option<Sender<Vec<u8>>>,
+                    stopped: bool|
+         -> LocalResult<bool> {
+            let mut moved = false;
+            for f in flights.iter_mut() {
+                f.progress(comm)?;
+            }
+            while let Some(f) = flights.front_mut() {
+                if !f.progress(comm)? {
+                    break;
+                }
+                let mut f = flights.pop_front().unwrap();
+                moved = true;
+                if let (Some(s), Some(tx)) = (f.send.take(), free_tx) {
+                    let _ = tx.send(s);
+                }
+                let slots = rounds[f.round]
+                    .iter()
+                    .map(|s| {
+                        let (_, h) = plan::decode_block(&f.hdr[s.owner * BLOCK_LEN..]);
+                        (s.chunk, h, f.displs[s.owner] as usize, s.owner)
+                    })
+                    .collect();
+                if let (Some(tx), false) = (land_tx, stopped) {
+                    let _ = tx.send(Landed { buf: f.buf, slots });
+                }
+            }
+            Ok(moved)
         };
-    // wait for round r's headers; unless someone failed, start its data movement
-    let start = |ctx: &mut Ctx, b: &mut RoundBuf| -> LocalResult<bool> {
-        b.reqs.wait();
-        let mut failed = Vec::new();
-        let mut off = 0i32;
-        for k in 0..n {
-            let (status, h) = plan::decode_block(&b.hdr_recv[k * BLOCK_LEN..]);
-            if status != 0 {
-                failed.push(job.hosts.get(k).cloned().unwrap_or_default());
-            }
-            b.counts[k] = h.sent as i32;
-            b.displs[k] = off;
-            off += h.sent as i32;
-        }
-        if !failed.is_empty() {
-            if ctx.err.is_none() {
-                ctx.err = Some((
-                    ExitStatus::Collective,
-                    format!("stopped: failed on {}", failed.join(", ")),
-                ));
-            }
-            return Ok(false);
-        }
-        match algo {
-            Algorithm::Allgather => {
-                let req = b.reqs.push();
+
+        let result: LocalResult<()> = (|| {
+            for (r, round) in rounds.iter().enumerate() {
+                // a round buffer; while every one of them is with the writer, the MPI thread
+                // waits for verify + write (while some are in flight, for the network)
+                let mut buf = loop {
+                    if let Some(b) = free_bufs.pop() {
+                        break b;
+                    }
+                    if allocated < recv_bufs {
+                        allocated += 1;
+                        break vec![0u8; slots * chunk];
+                    }
+                    let tw = Instant::now();
+                    let behind = flights.is_empty();
+                    if let Ok(b) = back_rx.try_recv() {
+                        break b;
+                    }
+                    if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                        bo.snooze();
+                    } else {
+                        bo.reset();
+                    }
+                    if behind {
+                        stats.wait_dest += tw.elapsed();
+                    }
+                };
+                // my chunk of this round
+                let mut hdr = SlotHeader::default();
+                let mut send = None;
+                if let Some(p) = position(round, me) {
+                    let tr = Instant::now();
+                    let got = loop {
+                        match ready_rx.as_ref().map(|r| r.try_recv()) {
+                            Some(Ok(x)) => break Some(x),
+                            Some(Err(TryRecvError::Empty)) => {
+                                if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                                    bo.snooze();
+                                } else {
+                                    bo.reset();
+                                }
+                            }
+                            _ => break None,
+                        }
+                    };
+                    stats.wait_src += tr.elapsed();
+                    match got {
+                        Some((sbuf, Ok(h))) => {
+                            if algo == Algorithm::Allgather {
+                                // MPI_Iallgatherv copies it into place
+                                send = Some(sbuf);
+                            } else {
+                                let d = p * chunk;
+                                buf[d..d + h.sent as usize]
+                                    .copy_from_slice(&sbuf[..h.sent as usize]);
+                                if let Some(tx) = &free_tx {
+                                    let _ = tx.send(sbuf);
+                                }
+                            }
+                            stats.bytes_sent += h.sent as u64;
+                            hdr = h;
+                        }
+                        Some((_, Err(e))) => {
+                            if err.is_none() {
+                                err = Some(e);
+                            }
+                        }
+                        None => {
+                            if err.is_none() {
+                                err = Some((
+                                    ExitStatus::Internal,
+                                    "the reader thread stopped".into(),
+                                ));
+                            }
+                        }
+                    }
+                }
+                if writer_failed.load(Ordering::Relaxed) && err.is_none() {
+                    err = writer_err.lock().unwrap().take();
+                }
+                // the header exchange
+                let block = plan::encode_block(u64::from(err.is_some()), &hdr);
+                let mut f = Flight {
+                    round: r,
+                    buf,
+                    send,
+                    hdr: vec![0u8; BLOCK_LEN * n],
+                    counts: vec![0; n],
+                    displs: vec![0; n],
+                    reqs: Reqs::new(),
+                    ring: None,
+                };
+                let req = f.reqs.push();
                 check(
                     unsafe {
-                        ffi::MPI_Iallgatherv(
-                            b.send.as_ptr() as *const c_void,
-                            b.counts[me],
+                        ffi::MPI_Iallgather(
+                            block.as_ptr() as *const c_void,
+                            BLOCK_LEN as i32,
                             u8t,
-                            b.recv.as_mut_ptr() as *mut c_void,
-                            b.counts.as_ptr(),
-                            b.displs.as_ptr(),
+                            f.hdr.as_mut_ptr() as *mut c_void,
+                            BLOCK_LEN as i32,
                             u8t,
                             comm.as_raw(),
                             req,
                         )
                     },
-                    "MPI_Iallgatherv",
+                    "MPI_Iallgather",
                 )?;
-            }
-            Algorithm::Bcast => {
-                let mine = b.counts[me] as usize;
-                let d = b.displs[me] as usize;
-                b.recv[d..d + mine].copy_from_slice(&b.send[..mine]);
-                for k in 0..n {
-                    if b.counts[k] == 0 {
-                        continue;
+                {
+                    let _p = watchdog::phase("distribution");
+                    while !f.reqs.poll() {
+                        if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                            bo.snooze();
+                        } else {
+                            bo.reset();
+                        }
                     }
-                    let req = b.reqs.push();
-                    check(
-                        unsafe {
-                            ffi::MPI_Ibcast(
-                                b.recv.as_mut_ptr().add(b.displs[k] as usize) as *mut c_void,
-                                b.counts[k],
-                                u8t,
-                                k as i32,
-                                comm.as_raw(),
-                                req,
-                            )
-                        },
-                        "MPI_Ibcast",
-                    )?;
                 }
-            }
-        }
-        Ok(true)
-    };
-    // verify and write round r (polling the other buffer)
-    let finish = |ctx: &mut Ctx, r: usize, b: &mut RoundBuf, other: &mut Reqs| {
-        if ctx.err.is_some() {
-            return;
-        }
-        for s in &rounds[r] {
-            let c = &job.chunks[s.chunk];
-            let (_, h) = plan::decode_block(&b.hdr_recv[s.owner * BLOCK_LEN..]);
-            let d = b.displs[s.owner] as usize;
-            let from = job.hosts.get(s.owner).cloned().unwrap_or_default();
-            let own = s.owner == me;
-            let data = &b.recv[d..d + b.counts[s.owner] as usize];
-            if let Err(e) = ctx.land(c, &h, data, own, &from, other) {
-                ctx.err = Some(e);
-                return;
-            }
-        }
-    };
-
-    if !rounds.is_empty() {
-        let (a, rest) = bufs.split_at_mut(1);
-        let (b0, b1) = (&mut a[0], &mut rest[0]);
-        prepare(&mut ctx, 0, b0, &mut b1.reqs)?;
-        let mut go = start(&mut ctx, b0)?;
-        let mut r = 0usize;
-        while go {
-            let (cur, next) = if r & 1 == 0 {
-                (&mut *b0, &mut *b1)
-            } else {
-                (&mut *b1, &mut *b0)
-            };
-            let more = r + 1 < rounds.len();
-            if more {
-                prepare(&mut ctx, r + 1, next, &mut cur.reqs)?;
-            }
-            {
-                let _p = watchdog::phase("distribution");
-                cur.reqs.wait();
-            }
-            if more {
-                go = start(&mut ctx, next)?;
-                if !go {
+                let mut failed = Vec::new();
+                for k in 0..n {
+                    let (status, h) = plan::decode_block(&f.hdr[k * BLOCK_LEN..]);
+                    if status != 0 {
+                        failed.push(job.hosts.get(k).cloned().unwrap_or_default());
+                    }
+                    f.counts[k] = h.sent as i32;
+                    f.displs[k] = (position(round, k).unwrap_or(0) * chunk) as i32;
+                }
+                if !failed.is_empty() {
+                    if err.is_none() {
+                        err = Some((
+                            ExitStatus::Collective,
+                            format!("stopped: failed on {}", failed.join(", ")),
+                        ));
+                    }
+                    stopped = true;
                     break;
                 }
-            } else {
-                go = false;
+                // the data
+                match algo {
+                    Algorithm::Allgather => {
+                        let sp = f
+                            .send
+                            .as_ref()
+                            .map_or(std::ptr::null(), |s| s.as_ptr() as *const c_void);
+                        let req = f.reqs.push();
+                        check(
+                            unsafe {
+                                ffi::MPI_Iallgatherv(
+                                    sp,
+                                    f.counts[me],
+                                    u8t,
+                                    f.buf.as_mut_ptr() as *mut c_void,
+                                    f.counts.as_ptr(),
+                                    f.displs.as_ptr(),
+                                    u8t,
+                                    comm.as_raw(),
+                                    req,
+                                )
+                            },
+                            "MPI_Iallgatherv",
+                        )?;
+                    }
+                    Algorithm::Bcast => {
+                        for k in 0..n {
+                            if f.counts[k] == 0 {
+                                continue;
+                            }
+                            let req = f.reqs.push();
+                            check(
+                                unsafe {
+                                    ffi::MPI_Ibcast(
+                                        f.buf.as_mut_ptr().add(f.displs[k] as usize) as *mut c_void,
+                                        f.counts[k],
+                                        u8t,
+                                        k as i32,
+                                        comm.as_raw(),
+                                        req,
+                                    )
+                                },
+                                "MPI_Ibcast",
+                            )?;
+                        }
+                    }
+                    Algorithm::Ring => {
+                        f.ring = Some(Ring {
+                            step: 0,
+                            tag: (r % 30000) as i32,
+                        });
+                    }
+                }
+                f.progress(comm)?;
+                flights.push_back(f);
+                pump(&mut flights, &land_tx, &free_tx, stopped)?;
+                let done = written.load(Ordering::Relaxed);
+                if done != reported {
+                    reported = done;
+                    (job.progress)(done);
+                }
             }
-            finish(&mut ctx, r, cur, &mut next.reqs);
-            r += 1;
+            Ok(())
+        })();
+        // every leader completes the rounds it started (all of them started the same ones)
+        let drained: LocalResult<()> = (|| {
+            let _p = watchdog::phase("distribution");
+            while !flights.is_empty() {
+                if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                    bo.snooze();
+                }
+                let done = written.load(Ordering::Relaxed);
+                if done != reported {
+                    reported = done;
+                    (job.progress)(done);
+                }
+            }
+            Ok(())
+        })();
+        // let the threads finish: the writer drains what it has, the reader stops
+        stop.store(true, Ordering::Relaxed);
+        drop(free_tx.take());
+        drop(ready_rx.take());
+        drop(land_tx.take());
+        let tw = Instant::now();
+        while back_rx.recv().is_ok() {}
+        stats.wait_dest += tw.elapsed();
+        if let Err(e) = result.and(drained) {
+            if err.is_none() {
+                err = Some(e);
+            }
         }
-        b0.reqs.wait();
-        b1.reqs.wait();
+    });
+    if err.is_none() {
+        err = writer_err.into_inner().unwrap();
     }
-    tracing::debug!(host, "distribution done");
-    match ctx.err {
+    (job.progress)(written.load(Ordering::Relaxed));
+    for s in [&reader_stats, &writer_stats] {
+        stats.bytes_read += s.bytes_read;
+        stats.bytes_written += s.bytes_written;
+        stats.read += s.read;
+        stats.write += s.write;
+        stats.verify += s.verify;
+    }
+    stats.pipeline = Some(t_all.elapsed());
+    tracing::debug!(
+        host = job.hosts.get(me).map(String::as_str),
+        "distribution done"
+    );
+    match err {
         Some(e) => Err(e),
         None => Ok(()),
     }

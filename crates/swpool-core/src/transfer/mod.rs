@@ -21,8 +21,9 @@
 //!    takes the temporary file, enough free space; one agreement, one message naming the node.
 //! 3. **Split reading and distribution** ([`engine`]): chunks that hold data (pool: from the manifest;
 //!    plain file: SEEK_DATA, then all-zero chunks found when read and never sent), each read once by
-//!    one leader, moved with non-blocking collectives in double-buffered rounds of bounded memory
-//!    ([`plan`]), verified (SHA-256 against the manifest, or against the reader's hash from the round
+//!    one leader, moved with non-blocking MPI in pipelined rounds of bounded memory (reader and
+//!    writer threads around the MPI thread, several rounds in flight; [`plan`], [`engine`]),
+//!    verified (BLAKE3 against the manifest, or against the reader's hash from the round
 //!    header) before being written sparse with `pwrite`.
 //! 4. **Commit**: fsync, agreement, rename on every node only if all succeeded; otherwise every node
 //!    removes its temporary and every rank returns the same error.
@@ -84,21 +85,26 @@ pub enum Algorithm {
     Allgather,
     /// One `MPI_Ibcast` per reader per round.
     Bcast,
+    /// A pipelined ring of `MPI_Isend`/`MPI_Irecv` per round: every chunk travels the ring of
+    /// leaders, each forwarding what it received from its left neighbour to its right one.
+    Ring,
 }
 
 impl Algorithm {
-    /// `SW_POOL_CP_ALGORITHM` (`allgather` or `bcast`), else the default.
+    /// `SW_POOL_CP_ALGORITHM` (`ring`, `allgather` or `bcast`), else the default.
     pub fn from_env() -> Algorithm {
         match std::env::var("SW_POOL_CP_ALGORITHM").as_deref() {
             Ok("bcast") => Algorithm::Bcast,
             Ok("allgather") => Algorithm::Allgather,
+            Ok("ring") => Algorithm::Ring,
             _ => Algorithm::DEFAULT,
         }
     }
-    /// Measured on the testbed (bench/results/cp-20261122-0501.md, 256 MiB, caps 400/800 Mbit):
-    /// Ibcast per reader wins slightly at 4 nodes (10.3 s vs 11.1 s), Iallgatherv clearly at 8
-    /// (12.3 s vs 17.7 s); the allgather is the default.
-    pub const DEFAULT: Algorithm = Algorithm::Allgather;
+    /// Measured on the testbed (1 GiB, caps 400/800 Mbit, bench/cp-probe.sh and bench/results/):
+    /// the pipelined ring is a little faster than the `MPI_Iallgatherv` (N = 8: 29.8 s vs 31.5 s;
+    /// N = 2: 27.0 s vs 27.9 s) and far faster than one `MPI_Ibcast` per reader (N = 8: 57 s); it
+    /// also keeps one TCP stream per neighbour instead of one per peer.
+    pub const DEFAULT: Algorithm = Algorithm::Ring;
 }
 
 /// A progress callback: `(bytes done, bytes total)`, called on world rank 0 only.
@@ -107,7 +113,7 @@ pub type ProgressSink = Arc<dyn Fn(u64, u64) + Send + Sync>;
 /// Options of [`copy`].
 #[derive(Clone)]
 pub struct CopyOptions {
-    /// Transfer chunk size for plain files and directories (default 4 MiB; 4 KiB ..= 40 MiB). Pools
+    /// Transfer chunk size for plain files and directories (default 4 MiB; 4 KiB ..= 32 MiB). Pools
     /// always move in their manifest's chunks.
     pub chunk_size: Option<u64>,
     /// Report progress to `progress_sink` (world rank 0 only).
@@ -158,6 +164,16 @@ pub struct Phases {
     pub verify: Duration,
     pub commit: Duration,
     pub total: Duration,
+    /// `distribute` is the wall time of the pipelined transfer, and `read`, `verify` and `write`
+    /// (summed over this leader's threads) overlapped it.
+    #[serde(default)]
+    pub overlapped: bool,
+    /// Within `distribute`: time the MPI thread waited for this leader's own chunks from SRC.
+    #[serde(default)]
+    pub wait_src: Duration,
+    /// Within `distribute`: time the MPI thread waited for verify + write to free a round buffer.
+    #[serde(default)]
+    pub wait_dest: Duration,
 }
 
 /// What [`copy`] did.
@@ -198,6 +214,13 @@ pub(crate) struct Stats {
     pub read: Duration,
     pub write: Duration,
     pub verify: Duration,
+    /// The MPI thread waited this long for this leader's own chunks from SRC (reader thread).
+    pub wait_src: Duration,
+    /// The MPI thread waited this long for a free round buffer while none was in flight (every one
+    /// being verified and written), and for the writer to finish at the end.
+    pub wait_dest: Duration,
+    /// Wall time of the pipelined transfer, in which read, verify and write overlap the network.
+    pub pipeline: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -879,9 +902,16 @@ fn leader_copy(
         Some(Prepared::Dir(td)) => td.sync(),
         None => Ok(()),
     });
-    report.phases.distribute = t1
-        .elapsed()
-        .saturating_sub(stats.read + stats.write + stats.verify + tc.elapsed());
+    report.phases.distribute = match stats.pipeline {
+        // read, verify and write ran in their own threads, overlapping the network
+        Some(wall) => wall,
+        None => t1
+            .elapsed()
+            .saturating_sub(stats.read + stats.write + stats.verify + tc.elapsed()),
+    };
+    report.phases.overlapped = stats.pipeline.is_some();
+    report.phases.wait_src = stats.wait_src;
+    report.phases.wait_dest = stats.wait_dest;
     let _c = watchdog::phase("commit");
     // 4. all-or-nothing
     job.leaders_agree(ready)?;

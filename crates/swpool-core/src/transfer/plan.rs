@@ -6,13 +6,16 @@
 
 use std::ops::Range;
 
-/// Upper bound on the memory the round buffers of one leader may take (two rounds in flight, each
-/// with a receive buffer and a send buffer). Together with the hash state, the file descriptors and
-/// the MPI library's own buffers a leader stays well under 256 MiB.
+/// Upper bound on the memory the pipeline's buffers of one leader may take: round buffers of
+/// `slots` chunks (rounds in flight or being verified and written, at least two) and one send buffer
+/// per round buffer plus one the reader thread reads ahead into. Together with the hash state, the
+/// file descriptors and the MPI library's own buffers a leader stays well under 256 MiB.
 pub const ROUND_MEMORY_BUDGET: u64 = 160 << 20;
-/// Largest chunk the bounded-memory pipeline accepts: one chunk per round, double-buffered, with
-/// a send buffer beside each receive buffer, must fit in [`ROUND_MEMORY_BUDGET`].
-pub const MAX_TRANSFER_CHUNK: u64 = ROUND_MEMORY_BUDGET / 4;
+/// Round buffers at most (rounds in flight plus rounds being verified and written).
+pub const MAX_ROUND_BUFS: usize = 3;
+/// Largest chunk the bounded-memory pipeline accepts: two round buffers of one chunk and three
+/// send buffers must fit in [`ROUND_MEMORY_BUDGET`] (32 MiB).
+pub const MAX_TRANSFER_CHUNK: u64 = ROUND_MEMORY_BUDGET / 5;
 /// Smallest chunk.
 pub const MIN_TRANSFER_CHUNK: u64 = 4096;
 /// Size of one slot of the per-round header (see [`SlotHeader`]).
@@ -61,16 +64,32 @@ pub fn owner_range(count: usize, owners: usize, k: usize) -> Range<usize> {
 }
 
 /// How many chunk slots one round may carry for `owners` readers with chunks of `chunk_size`, within
-/// [`ROUND_MEMORY_BUDGET`]: two rounds in flight, each a receive buffer of `slots` chunks plus a send
-/// buffer of one chunk. At least 1; at most `owners` (one chunk per reader per round).
+/// [`ROUND_MEMORY_BUDGET`]: two round buffers of `slots` chunks plus three send buffers. At least 1;
+/// at most `owners` (one chunk per reader per round).
 pub fn slots_per_round(owners: usize, chunk_size: u64) -> usize {
-    let by_memory = (ROUND_MEMORY_BUDGET / (2 * chunk_size.max(1))).saturating_sub(1) as usize;
-    by_memory.clamp(1, owners.max(1))
+    let chunks = (ROUND_MEMORY_BUDGET / chunk_size.max(1)) as usize;
+    (chunks.saturating_sub(3) / 2).clamp(1, owners.max(1))
 }
 
-/// Peak bytes of the round buffers for a plan (what [`slots_per_round`] bounds).
-pub fn round_buffer_bytes(slots: usize, max_owner_slots: usize, chunk_size: u64) -> u64 {
-    2 * (slots as u64 + max_owner_slots as u64) * chunk_size
+/// How many round buffers (of `slots` chunks, each with a send buffer) the pipeline may use, beside
+/// the reader's spare send buffer: at least 2 (one moving while one is written), at most
+/// [`MAX_ROUND_BUFS`].
+pub fn round_buffers(slots: usize, chunk_size: u64) -> usize {
+    let chunks = (ROUND_MEMORY_BUDGET / chunk_size.max(1)) as usize;
+    (chunks.saturating_sub(1) / (slots + 1)).clamp(2, MAX_ROUND_BUFS)
+}
+
+/// Send buffers of the reader thread for `round_bufs` round buffers: one per round in flight and
+/// one to read ahead into.
+pub fn send_buffers(round_bufs: usize) -> usize {
+    round_bufs + 1
+}
+
+/// Peak bytes of the pipeline's buffers for a plan (what [`slots_per_round`] and [`round_buffers`]
+/// bound).
+pub fn round_buffer_bytes(slots: usize, chunk_size: u64) -> u64 {
+    let rb = round_buffers(slots, chunk_size);
+    (rb * slots + send_buffers(rb)) as u64 * chunk_size
 }
 
 /// One entry of a round: chunk `chunk` (index into the chunk list), read and sent by `owner`.
@@ -125,7 +144,7 @@ pub struct SlotHeader {
     pub sent: u32,
     /// The chunk is all zeros: receivers leave a hole.
     pub zero: bool,
-    /// SHA-256 of the chunk's bytes (as read by the reader).
+    /// BLAKE3 hash of the chunk's bytes (as read by the reader; the manifest's chunk hash).
     pub hash: [u8; 32],
 }
 
@@ -230,7 +249,8 @@ mod tests {
             for owners in [1usize, 2, 3, 8, 64, 1000, 100_000] {
                 let slots = slots_per_round(owners, chunk);
                 assert!(slots >= 1 && slots <= owners);
-                let bytes = round_buffer_bytes(slots, 1, chunk);
+                assert!(round_buffers(slots, chunk) >= 2);
+                let bytes = round_buffer_bytes(slots, chunk);
                 assert!(
                     bytes <= ROUND_MEMORY_BUDGET,
                     "chunk {chunk} owners {owners}: {bytes} bytes"
@@ -240,7 +260,10 @@ mod tests {
         }
         // 4 MiB chunks: 8 nodes fit in one round each
         assert_eq!(slots_per_round(8, 4 << 20), 8);
-        assert_eq!(slots_per_round(100, 4 << 20), 19);
+        assert_eq!(round_buffers(8, 4 << 20), 3);
+        assert_eq!(round_buffer_bytes(8, 4 << 20), 112 << 20);
+        assert_eq!(slots_per_round(100, 4 << 20), 18);
+        assert_eq!(round_buffers(18, 4 << 20), 2);
         assert_eq!(slots_per_round(100, MAX_TRANSFER_CHUNK), 1);
     }
 
