@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench-build fuzz clean
+.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench bench-build fuzz clean
 
 all: build
 
@@ -48,6 +48,11 @@ test: lint test-unit test-cluster
 
 demo: build
 	bash tools/demo.sh
+
+# the benchmark report (issue 8): brings the virtual cluster up with the benchmark caps, runs every
+# configuration, writes bench/results/<date>/report.md with plots, takes the cluster down (~1 h)
+bench: build
+	bash bench/run
 
 bench-build: build
 	bash bench/build-overhead.sh
