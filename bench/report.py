@@ -144,9 +144,11 @@ if present:
     plots.append("storage_bytes_vs_nodes.png")
 
     # Figure 12: where the time goes (median of each phase, slowest node)
-    PH_ORDER = ["copy", "sbcast", "cp", "load", "mount", "hash", "umount"]
+    PH_ORDER = ["readhash", "copy", "sbcast", "cp", "load", "mount", "hash", "umount"]
     SW_PH = ["preflight", "read", "distribute", "write", "verify", "commit", "mount"]
-    PH_COL = {"copy": "tab:orange", "sbcast": "tab:red", "cp": "tab:cyan", "load": "tab:blue", "mount": "tab:purple",
+    PH_LABEL = {"readhash": "read from shared storage + hash", "copy": "copy to local disk", "sbcast": "sbcast to local disk",
+                "cp": "sw-pool cp", "load": "sw-pool load", "mount": "FUSE mount", "hash": "sha256sum (local)", "umount": "unmount"}
+    PH_COL = {"readhash": "tab:gray", "copy": "tab:orange", "sbcast": "tab:red", "cp": "tab:cyan", "load": "tab:blue", "mount": "tab:purple",
               "hash": "tab:olive", "umount": "tab:brown", "preflight": "#cccccc", "read": "#9ecae1",
               "distribute": "#3182bd", "write": "#fdae6b", "verify": "#a1d99b", "commit": "#636363"}
     fig, ax = plt.subplots(figsize=(10, 5))
@@ -172,7 +174,7 @@ if present:
             bottom = 0
             for p, v in segs:
                 ax.bar(xpos, v, bottom=bottom, color=PH_COL.get(p, "k"), edgecolor="white", width=0.8,
-                       label=p if p not in seen else None)
+                       label=PH_LABEL.get(p, p) if p not in seen else None)
                 seen.add(p); bottom += v
             ticks.append(xpos); ticklabels.append(f"{m}\nN={n}")
             xpos += 1
@@ -198,8 +200,8 @@ if any(k[0] == "smallfiles" for k in groups):
                 xs.append(j + (i - 1) * width); ys.append(s["median"])
                 err[0].append(s["median"] - s["min"]); err[1].append(s["max"] - s["median"])
         ax.bar(xs, ys, width, yerr=err, capsize=3, label=lab)
-        for x, y in zip(xs, ys):
-            ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=8)
+        for x, y, e in zip(xs, ys, err[1]):
+            ax.text(x, (y + e) * 1.08, f"{y:.2f}" if y < 10 else f"{y:.0f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(SF_OPS))); ax.set_xticklabels(["untar (tar -xf)", "md5sum every file", "rm -rf"])
     ax.set_yscale("log"); ax.set_ylabel("seconds (log scale, median)")
     t = meta.get("tree", {})
@@ -453,7 +455,7 @@ if nfail:
     L.append(f"{nfail} run(s) failed and are left out of the medians:\n")
     for r in runs:
         if not (r.get("ok", True) and not r.get("errors")):
-            L.append(f"- {r['section']} {r['method']} N={r['n']} {r.get('op', '')} rep {r['rep']}: rc {r.get('rc')}; {'; '.join(r.get('errors', []))[:300]}")
+            L.append(f"- {r['section']} {r['method']} N={r['n']}{(' ' + r['op']) if r.get('op') else ''} rep {r['rep']}: rc {r.get('rc')}; {'; '.join(r.get('errors', []))[:300]}")
 else:
     L.append("None: every run finished and produced the right digests.")
 L.append("")

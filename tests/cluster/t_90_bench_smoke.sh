@@ -23,7 +23,7 @@ for f in "$OUT"/*.png; do
   assert_eq "$(basename "$f") is a PNG" "89504e470d0a1a0a" "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')"
 done
 has_load=0; "$SW" load --help >/dev/null 2>&1 && has_load=1
-has_cp=0; "$SW" cp --help >/dev/null 2>&1 && has_cp=1
+has_cp=0; "$SW" cp --help 2>/dev/null | grep -q -- --json && has_cp=1
 # every configuration: REPS successful runs with the right digests; storage bytes counted
 check=$(python3 - "$OUT" "$has_load" "$has_cp" <<'PY'
 import json, sys, collections
