@@ -336,6 +336,15 @@ if busy:
              "Only a run on an otherwise idle machine is meaningful: rerun `make bench` then.\n")
 else:
     L.append(f"Load average {meta['loadavg_start']} at the start, {meta['loadavg_end']} at the end (idle enough).\n")
+red = []
+if meta["size_mb"] != 1000:
+    red.append(f"a {meta['size_mb']} MB file instead of 1 GB")
+if (meta.get("tree") or {}).get("files") not in (None, 56000) and "smallfiles" in meta["sections"]:
+    red.append(f"{meta['tree']['files']} small files instead of 56,000")
+if (meta.get("sparse") or {}).get("image_bytes") and round(meta["sparse"]["image_bytes"] / 1e6) != 4000:
+    red.append(f"a {meta['sparse']['image_bytes'] / 1e6:,.0f} MB sparse image instead of 4 GB")
+if red and not meta["quick"]:
+    L.append(f"> **Reduced sizes** (to fit the time this run had): {'; '.join(red)}. Ratios are comparable; absolute times are not the paper's. `make bench` without overrides runs the issue's sizes.\n")
 L.append("## Set-up\n")
 L.append(f"- Virtual cluster (`testbed/`): {TB['nodes_up']} nodes up, every node link capped at **{TB['node_rate']}** both ways, storage server egress capped at **{TB['storage_rate']}** "
          f"(DESIGN.md's benchmark model{'' if TB['managed_by_bench'] else '; testbed brought up by the caller, not by bench/run'}). "
