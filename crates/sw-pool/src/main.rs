@@ -34,7 +34,14 @@ fn install_signal_cleanup() {
         if let Some(sig) = signals.forever().next() {
             swpool_core::exec::terminate_children();
             swpool_core::atomic::remove_all_registered();
-            eprintln!("sw-pool: interrupted by signal {sig}; temporary files removed");
+            let host = rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned();
+            eprintln!(
+                "sw-pool: interrupted by signal {sig} on {host} (pid {}); temporary files removed",
+                std::process::id()
+            );
             std::process::exit(128 + sig);
         }
     });

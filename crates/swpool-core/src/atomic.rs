@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 static REGISTERED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static REGISTERED_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// Remove every registered temporary file (called from the signal handler thread).
+/// Remove every registered temporary file and directory (called from the signal handler thread).
 pub fn remove_all_registered() {
     let list = REGISTERED
         .lock()
@@ -18,6 +19,28 @@ pub fn remove_all_registered() {
         .unwrap_or_default();
     for p in list {
         let _ = std::fs::remove_file(&p);
+    }
+    let dirs = REGISTERED_DIRS
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default();
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// Register a temporary directory tree to be removed by [`remove_all_registered`].
+pub fn register_dir(p: &Path) {
+    REGISTERED_DIRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(p.to_path_buf());
+}
+
+/// Forget a temporary directory (it was renamed into place or removed).
+pub fn unregister_dir(p: &Path) {
+    if let Ok(mut l) = REGISTERED_DIRS.lock() {
+        l.retain(|x| x != p);
     }
 }
 

@@ -57,6 +57,8 @@ pub enum Error {
     Trust(#[from] crate::trust::TrustError),
     #[error(transparent)]
     Key(#[from] crate::trust::KeyError),
+    #[error(transparent)]
+    Transfer(#[from] crate::transfer::TransferError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -84,6 +86,7 @@ impl Error {
             Error::Size(_) => ExitStatus::BadInput,
             Error::Trust(e) => e.exit_status(),
             Error::Key(e) => e.exit_status(),
+            Error::Transfer(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

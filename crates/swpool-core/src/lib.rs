@@ -12,6 +12,7 @@ pub mod image;
 pub mod pool;
 pub mod size;
 pub mod sparse;
+pub mod transfer;
 pub mod trust;
 
 pub use error::{Error, ExitStatus, Result};

@@ -158,6 +158,16 @@ pub struct ModulefilesArgs {
 
 #[derive(Debug, Args)]
 pub struct CpArgs {
+    /// Print the result as JSON (phases, bytes read from SRC, bytes sent, nodes)
+    #[arg(long)]
+    pub json: bool,
+    /// Transfer chunk size for plain files and directories (e.g. 4MiB; default: the chunk_size
+    /// setting); pools always move in their manifest's chunks
+    #[arg(long, value_name = "SIZE")]
+    pub chunk: Option<String>,
+    /// Do not draw a progress bar (it is drawn only on world rank 0 and only on a terminal)
+    #[arg(long)]
+    pub no_progress: bool,
     /// Source file or directory (read once, from shared storage)
     pub src: PathBuf,
     /// Destination path on every node

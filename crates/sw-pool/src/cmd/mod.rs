@@ -2,6 +2,7 @@
 
 mod build;
 mod config;
+mod cp;
 mod generate;
 mod init;
 mod inspect;
@@ -26,7 +27,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Verify(a) => verify::run(g, a),
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
-        Command::Cp(_) => Err(not_yet("cp (scalable-fs-cp)", "the MPI broadcast engine")),
+        Command::Cp(a) => cp::run(g, a),
         Command::Mount(_) => Err(not_yet("mount (scalable-fs-mount)", "FUSE mounting")),
     }
 }

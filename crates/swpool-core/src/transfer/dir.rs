@@ -1,0 +1,512 @@
+//! Directories: one reader turns the tree into a tar stream in memory (a producer thread writing
+//! into a bounded channel, never an archive on disk); the stream moves in chunks (a small header
+//! with length and SHA-256, then the bytes, both `MPI_Bcast` from the reader); every receiving
+//! leader verifies each chunk and feeds it to an extractor thread unpacking into a temporary
+//! directory, renamed into place on collective success. Modes, symlinks, hard links and mtimes are
+//! kept (ownership is not: the files belong to whoever runs the copy).
+//!
+//! Memory: at most a few chunks in the two channels plus one being broadcast.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::time::Instant;
+
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use sha2::{Digest, Sha256};
+
+use super::engine::LocalResult;
+use super::{watchdog, Stats};
+use crate::error::ExitStatus;
+
+/// Signature of a tree's metadata (paths, types, modes, sizes, mtimes, link targets) and an
+/// estimate of its tar stream's size.
+pub(crate) fn signature(root: &Path) -> LocalResult<(String, u64)> {
+    let mut h = Sha256::new();
+    let mut bytes = 1024u64;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let mut names: Vec<_> = std::fs::read_dir(root.join(&rel))
+            .map_err(|e| walk_err(&root.join(&rel), e))?
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        names.sort();
+        for name in names.into_iter().rev() {
+            let r = rel.join(&name);
+            let p = root.join(&r);
+            let m = std::fs::symlink_metadata(&p).map_err(|e| walk_err(&p, e))?;
+            h.update(r.as_os_str().as_encoded_bytes());
+            h.update([0]);
+            h.update(m.mode().to_le_bytes());
+            h.update(m.mtime().to_le_bytes());
+            h.update(m.mtime_nsec().to_le_bytes());
+            bytes += 512;
+            if m.is_file() {
+                h.update(m.len().to_le_bytes());
+                bytes += m.len().div_ceil(512) * 512;
+            } else if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).map_err(|e| walk_err(&p, e))?;
+                h.update(t.as_os_str().as_encoded_bytes());
+            } else if m.is_dir() {
+                stack.push(r);
+            }
+        }
+    }
+    Ok((format!("tree:{}", hex::encode(h.finalize())), bytes))
+}
+
+fn walk_err(p: &Path, e: io::Error) -> (ExitStatus, String) {
+    (
+        crate::error::io_status(&e),
+        format!("cannot read {} in SRC: {e}", p.display()),
+    )
+}
+
+/// A temporary directory beside DEST, removed unless committed (also by the signal handler and
+/// the watchdog, through the registry in [`crate::atomic`]).
+pub(crate) struct TempDir {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl TempDir {
+    pub(crate) fn create(dest: &Path) -> io::Result<TempDir> {
+        let dir = crate::atomic::parent_dir(dest);
+        let name = dest
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "DEST has no file name"))?;
+        let path = dir.join(format!(
+            ".{}.swpool-tmp-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path)?;
+        crate::atomic::register_dir(&path);
+        Ok(TempDir {
+            path,
+            committed: false,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flush the extracted tree to disk.
+    pub(crate) fn sync(&self) -> LocalResult<()> {
+        let f = File::open(&self.path).map_err(|e| {
+            (
+                ExitStatus::System,
+                format!("cannot open {}: {e}", self.path.display()),
+            )
+        })?;
+        rustix::fs::syncfs(&f).map_err(|e| {
+            (
+                ExitStatus::System,
+                format!("cannot sync {}: {e}", self.path.display()),
+            )
+        })
+    }
+
+    /// Give the root SRC's mode and mtime, stamp it, and move it to `target` (replacing an earlier
+    /// copy atomically with `RENAME_EXCHANGE`).
+    pub(crate) fn commit(
+        mut self,
+        target: &Path,
+        mode: u32,
+        mtime_ns: i128,
+        stamp: impl FnOnce(&Path) -> LocalResult<()>,
+    ) -> LocalResult<()> {
+        let err = |what: &str, e: &dyn std::fmt::Display| {
+            (
+                ExitStatus::System,
+                format!("cannot {what} {}: {e}", self.path.display()),
+            )
+        };
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(mode & 0o7777))
+            .map_err(|e| err("chmod", &e))?;
+        let ts = rustix::fs::Timespec {
+            tv_sec: (mtime_ns.div_euclid(1_000_000_000)) as i64,
+            tv_nsec: (mtime_ns.rem_euclid(1_000_000_000)) as _,
+        };
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            &self.path,
+            &rustix::fs::Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            rustix::fs::AtFlags::empty(),
+        )
+        .map_err(|e| err("set the mtime of", &e))?;
+        stamp(&self.path)?;
+        if target.exists() {
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &self.path,
+                rustix::fs::CWD,
+                target,
+                rustix::fs::RenameFlags::EXCHANGE,
+            )
+            .map_err(|e| err("exchange with DEST", &e))?;
+            // self.path now holds the previous copy: removed on drop
+            let _ = std::fs::remove_dir_all(&self.path);
+        } else {
+            std::fs::rename(&self.path, target).map_err(|e| err("rename", &e))?;
+        }
+        let _ = crate::atomic::sync_dir(crate::atomic::parent_dir(target));
+        self.committed = true;
+        crate::atomic::unregister_dir(&self.path);
+        Ok(())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.path);
+            crate::atomic::unregister_dir(&self.path);
+        }
+    }
+}
+
+/// A `Write` cutting the stream into chunks sent over a bounded channel.
+struct ChanWriter {
+    tx: SyncSender<Vec<u8>>,
+    buf: Vec<u8>,
+    chunk: usize,
+}
+
+impl Write for ChanWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(self.chunk - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == self.chunk {
+            let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk));
+            self.tx.send(full).map_err(|_| {
+                io::Error::new(io::ErrorKind::BrokenPipe, "the distribution stopped")
+            })?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ChanWriter {
+    fn finish(mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            let rest = std::mem::take(&mut self.buf);
+            self.tx.send(rest).map_err(|_| {
+                io::Error::new(io::ErrorKind::BrokenPipe, "the distribution stopped")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A `Read` over chunks received from a channel.
+struct ChanReader {
+    rx: Receiver<Vec<u8>>,
+    cur: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChanReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.cur.len() {
+            match self.rx.recv() {
+                Ok(v) => {
+                    self.cur = v;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.cur.len() - self.pos);
+        out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Write the tree under `root` as a tar stream (sorted, no symlink following, hard links as links).
+/// Returns the bytes of file data read.
+fn produce(root: &Path, w: ChanWriter) -> Result<u64, String> {
+    let mut b = tar::Builder::new(w);
+    b.follow_symlinks(false);
+    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    let mut read = 0u64;
+    let mut stack = vec![PathBuf::new()];
+    let e = |p: &Path, e: io::Error| format!("cannot read {} in SRC: {e}", p.display());
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|x| e(&dir, x))?
+            .filter_map(|x| x.ok().map(|x| x.file_name()))
+            .collect();
+        names.sort();
+        // depth-first, in name order
+        let mut subdirs = Vec::new();
+        for name in names {
+            let r = rel.join(&name);
+            let p = root.join(&r);
+            let m = std::fs::symlink_metadata(&p).map_err(|x| e(&p, x))?;
+            let mut h = tar::Header::new_gnu();
+            h.set_metadata_in_mode(&m, tar::HeaderMode::Complete);
+            let ft = m.file_type();
+            if ft.is_dir() {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_size(0);
+                b.append_data(&mut h, &r, io::empty())
+                    .map_err(|x| e(&p, x))?;
+                subdirs.push(r);
+            } else if ft.is_symlink() {
+                let t = std::fs::read_link(&p).map_err(|x| e(&p, x))?;
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                b.append_link(&mut h, &r, &t).map_err(|x| e(&p, x))?;
+            } else if ft.is_file() {
+                if m.nlink() > 1 {
+                    if let Some(first) = links.get(&(m.dev(), m.ino())) {
+                        h.set_entry_type(tar::EntryType::Link);
+                        h.set_size(0);
+                        b.append_link(&mut h, &r, first).map_err(|x| e(&p, x))?;
+                        continue;
+                    }
+                    links.insert((m.dev(), m.ino()), r.clone());
+                }
+                let f = File::open(&p).map_err(|x| e(&p, x))?;
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_size(m.len());
+                b.append_data(&mut h, &r, f.take(m.len()))
+                    .map_err(|x| e(&p, x))?;
+                read += m.len();
+            } else {
+                tracing::warn!(path = %p.display(), "skipping a special file (device, fifo or socket)");
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    let w = b
+        .into_inner()
+        .map_err(|x| format!("cannot finish the tar stream: {x}"))?;
+    w.finish()
+        .map_err(|x| format!("cannot finish the tar stream: {x}"))?;
+    Ok(read)
+}
+
+fn extract(rd: ChanReader, dest: &Path) -> Result<(), String> {
+    let mut a = tar::Archive::new(rd);
+    a.set_preserve_permissions(true);
+    a.set_preserve_mtime(true);
+    a.set_unpack_xattrs(false);
+    a.set_overwrite(false);
+    let e = |x: io::Error| format!("cannot extract into {}: {x}", dest.display());
+    // directories get their mtimes last (creating their entries changed them)
+    let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    for entry in a.entries().map_err(e)? {
+        let mut entry = entry.map_err(e)?;
+        if entry.header().entry_type() == tar::EntryType::Directory {
+            if let (Ok(p), Ok(m)) = (entry.path(), entry.header().mtime()) {
+                dirs.push((dest.join(p), m));
+            }
+        }
+        entry.unpack_in(dest).map_err(e)?;
+    }
+    for (p, m) in dirs.iter().rev() {
+        let ts = rustix::fs::Timespec {
+            tv_sec: *m as i64,
+            tv_nsec: 0,
+        };
+        let _ = rustix::fs::utimensat(
+            rustix::fs::CWD,
+            p,
+            &rustix::fs::Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        );
+    }
+    Ok(())
+}
+
+const HDR: usize = 56;
+
+fn encode_hdr(status: u64, len: u64, eof: bool, hash: &[u8; 32]) -> [u8; HDR] {
+    let mut b = [0u8; HDR];
+    b[..8].copy_from_slice(&status.to_le_bytes());
+    b[8..16].copy_from_slice(&len.to_le_bytes());
+    b[16..24].copy_from_slice(&u64::from(eof).to_le_bytes());
+    b[24..].copy_from_slice(hash);
+    b
+}
+
+/// Stream the tree from the reader (rank 0 of `comm`, or this process when `comm` is `None`) into
+/// `tmp` on every receiving leader.
+pub(crate) fn transfer(
+    comm: Option<&SimpleCommunicator>,
+    src: &Path,
+    tmp: &Path,
+    chunk_size: u64,
+    hosts: &[String],
+    stats: &mut Stats,
+    progress: &dyn Fn(u64),
+) -> LocalResult<()> {
+    let chunk = chunk_size as usize;
+    let reader = !matches!(comm, Some(c) if c.rank() != 0);
+    let (ext_tx, ext_rx) = sync_channel::<Vec<u8>>(2);
+    let dest = tmp.to_path_buf();
+    let extractor = std::thread::spawn(move || {
+        extract(
+            ChanReader {
+                rx: ext_rx,
+                cur: Vec::new(),
+                pos: 0,
+            },
+            &dest,
+        )
+    });
+    let mut ext_tx = Some(ext_tx);
+    let mut err: Option<(ExitStatus, String)> = None;
+    let mut done = 0u64;
+    let t0 = Instant::now();
+    let mut feed = |data: Vec<u8>, err: &mut Option<(ExitStatus, String)>| {
+        if let Some(tx) = &ext_tx {
+            if tx.send(data).is_err() {
+                // the extractor stopped: its error is collected at the end
+                ext_tx = None;
+                if err.is_none() {
+                    *err = Some((ExitStatus::System, "extraction stopped".into()));
+                }
+            }
+        }
+    };
+    if reader {
+        let (prod_tx, prod_rx) = sync_channel::<Vec<u8>>(2);
+        let root = src.to_path_buf();
+        let mut producer = Some(std::thread::spawn(move || {
+            produce(
+                &root,
+                ChanWriter {
+                    tx: prod_tx,
+                    buf: Vec::with_capacity(chunk),
+                    chunk,
+                },
+            )
+        }));
+        loop {
+            let next = prod_rx.recv().ok();
+            watchdog::touch();
+            let (status, data, eof) = match next {
+                Some(d) => (0u64, d, false),
+                None => {
+                    let r = match producer.take() {
+                        Some(p) => p
+                            .join()
+                            .unwrap_or_else(|_| Err("the tar producer panicked".into())),
+                        None => Ok(0),
+                    };
+                    match r {
+                        Ok(n) => stats.bytes_read += n,
+                        Err(m) => err = Some((ExitStatus::System, m)),
+                    }
+                    (u64::from(err.is_some()), Vec::new(), true)
+                }
+            };
+            let tv = Instant::now();
+            let hash: [u8; 32] = crate::pool::manifest::hash_chunk(&data);
+            stats.verify += tv.elapsed();
+            if let Some(c) = comm {
+                let mut hdr = encode_hdr(status, data.len() as u64, eof, &hash);
+                c.process_at_rank(0).broadcast_into(&mut hdr[..]);
+                if !data.is_empty() {
+                    let mut d = data;
+                    c.process_at_rank(0).broadcast_into(&mut d[..]);
+                    watchdog::touch();
+                    stats.bytes_sent += d.len() as u64;
+                    done += d.len() as u64;
+                    feed(d, &mut err);
+                }
+            } else if !data.is_empty() {
+                done += data.len() as u64;
+                feed(data, &mut err);
+            }
+            progress(done);
+            if eof {
+                break;
+            }
+        }
+    } else {
+        let c = comm.expect("receiver has a communicator");
+        loop {
+            let mut hdr = [0u8; HDR];
+            c.process_at_rank(0).broadcast_into(&mut hdr[..]);
+            watchdog::touch();
+            let status = u64::from_le_bytes(hdr[..8].try_into().unwrap());
+            let len = u64::from_le_bytes(hdr[8..16].try_into().unwrap()) as usize;
+            let eof = u64::from_le_bytes(hdr[16..24].try_into().unwrap()) != 0;
+            if status != 0 {
+                if err.is_none() {
+                    err = Some((
+                        ExitStatus::Collective,
+                        format!(
+                            "the reader {} failed",
+                            hosts.first().cloned().unwrap_or_default()
+                        ),
+                    ));
+                }
+                break;
+            }
+            if len > 0 {
+                let mut d = vec![0u8; len];
+                c.process_at_rank(0).broadcast_into(&mut d[..]);
+                watchdog::touch();
+                let tv = Instant::now();
+                let got: [u8; 32] = crate::pool::manifest::hash_chunk(&d);
+                stats.verify += tv.elapsed();
+                if got[..] != hdr[24..] && err.is_none() {
+                    err = Some((
+                        ExitStatus::System,
+                        format!(
+                            "verification failed for the directory stream at byte {done} (sent by {}): SHA-256 mismatch",
+                            hosts.first().cloned().unwrap_or_default()
+                        ),
+                    ));
+                }
+                done += len as u64;
+                if err.is_none() {
+                    feed(d, &mut err);
+                }
+            }
+            progress(done);
+            if eof {
+                break;
+            }
+        }
+    }
+    drop(ext_tx);
+    let tw = Instant::now();
+    let extracted = extractor
+        .join()
+        .unwrap_or_else(|_| Err("the extractor panicked".into()));
+    stats.write += tw.elapsed();
+    let _ = t0;
+    match (err, extracted) {
+        (Some(e), Err(x)) if e.1 == "extraction stopped" => Err((ExitStatus::System, x)),
+        (Some(e), _) => Err(e),
+        (None, Err(x)) => Err((ExitStatus::System, x)),
+        (None, Ok(())) => {
+            stats.bytes_written += done;
+            Ok(())
+        }
+    }
+}

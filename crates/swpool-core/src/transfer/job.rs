@@ -1,0 +1,451 @@
+//! The job: an MPI context (world, one communicator per node, one among the node leaders) or a
+//! single process without MPI at all.
+
+use std::os::raw::c_void;
+use std::time::Duration;
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::*;
+
+use super::watchdog;
+use super::TransferError;
+use crate::error::ExitStatus;
+
+/// Longest hostname kept in the leader table.
+const HOST_LEN: usize = 64;
+
+pub(crate) struct Mpi {
+    pub(crate) world: SimpleCommunicator,
+    pub(crate) node: SimpleCommunicator,
+    /// Present on leaders only: the communicator of all node leaders (rank = node index).
+    pub(crate) leaders: Option<SimpleCommunicator>,
+    // dropped last: finalises MPI
+    _universe: mpi::environment::Universe,
+}
+
+/// Who and where this process is: an MPI job (any number of ranks per node) or a single process.
+///
+/// Created once per process with [`Job::init`]; MPI is finalised when it is dropped.
+pub struct Job {
+    pub(crate) mpi: Option<Mpi>,
+    world_rank: usize,
+    world_size: usize,
+    node_index: usize,
+    nodes: usize,
+    local_rank: usize,
+    hostname: String,
+    /// Hostname of every node leader, by node index.
+    leader_hosts: Vec<String>,
+    /// The pid of this node's leader, when this process can see it (liveness check).
+    leader_pid: Option<i32>,
+    /// `SW_POOL_FAKE_NODES=1`: one "node" per rank (testing on one machine).
+    pub(crate) fake: bool,
+}
+
+/// Was this process started by an MPI launcher (mpirun, mpiexec, srun with an MPI plugin)?
+/// `Err` when started by srun with several tasks but without a PMI plugin (every task would
+/// believe it is alone).
+pub fn launched_by_launcher(get: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
+    for v in [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMIX_RANK",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "MPI_LOCALNRANKS",
+    ] {
+        if get(v).is_some() {
+            return Ok(true);
+        }
+    }
+    let ntasks = get("SLURM_NTASKS")
+        .or_else(|| get("SLURM_NPROCS"))
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1);
+    if get("SLURM_STEP_ID").is_some() && ntasks > 1 {
+        return Err(format!(
+            "started by srun with {ntasks} tasks but without MPI (no PMIx/PMI variables): run it with \
+             `srun --mpi=pmix …` (or mpirun) so that the tasks form one MPI job"
+        ));
+    }
+    Ok(false)
+}
+
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl Job {
+    /// Initialise MPI only when launched by a launcher (`OMPI_COMM_WORLD_SIZE`, `PMIX_RANK`,
+    /// `PMI_RANK`, `PMI_SIZE`, or `SLURM_STEP_ID` with `SLURM_NTASKS` > 1, which is refused without a PMI
+    /// plugin); otherwise a single-process Job with no MPI at all (build/inspect never touch MPI).
+    pub fn init() -> Result<Job, TransferError> {
+        let launched =
+            launched_by_launcher(|k| std::env::var(k).ok()).map_err(TransferError::Mpi)?;
+        if !launched {
+            return Ok(Job::single());
+        }
+        Job::init_mpi()
+    }
+
+    /// A single-process job (no MPI).
+    pub fn single() -> Job {
+        let h = hostname();
+        Job {
+            mpi: None,
+            world_rank: 0,
+            world_size: 1,
+            node_index: 0,
+            nodes: 1,
+            local_rank: 0,
+            leader_hosts: vec![h.clone()],
+            hostname: h,
+            leader_pid: None,
+            fake: false,
+        }
+    }
+
+    fn init_mpi() -> Result<Job, TransferError> {
+        // MPI is only ever called from the main thread; helper threads do file I/O.
+        let (universe, _) =
+            mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or_else(|| {
+                TransferError::Mpi("MPI was already initialised in this process".into())
+            })?;
+        let world = universe.world();
+        let world_rank = world.rank() as usize;
+        let world_size = world.size() as usize;
+        // SW_POOL_FAKE_NODES=1 (tests on one machine only): every rank is its own "node"
+        let fake = std::env::var("SW_POOL_FAKE_NODES").as_deref() == Ok("1");
+        let node = if fake {
+            world
+                .split_by_color(Color::with_value(world.rank()))
+                .expect("a color was given")
+        } else {
+            world.split_shared(world.rank())
+        };
+        let local_rank = node.rank() as usize;
+        let is_leader = local_rank == 0;
+        let leaders = world.split_by_color_with_key(
+            if is_leader {
+                Color::with_value(0)
+            } else {
+                Color::undefined()
+            },
+            world.rank(),
+        );
+        let host = if fake {
+            format!("{}-fake{}", hostname(), world_rank)
+        } else {
+            hostname()
+        };
+        // leaders learn every leader's hostname; the node learns its index, the node count and
+        // its leader's pid
+        let mut info = [0u64; 3];
+        let mut leader_hosts = Vec::new();
+        if let Some(l) = &leaders {
+            let n = l.size() as usize;
+            let mut mine = [0u8; HOST_LEN];
+            let hb = host.as_bytes();
+            let k = hb.len().min(HOST_LEN);
+            mine[..k].copy_from_slice(&hb[..k]);
+            let mut all = vec![0u8; HOST_LEN * n];
+            l.all_gather_into(&mine[..], &mut all[..]);
+            leader_hosts = all
+                .chunks(HOST_LEN)
+                .map(|c| {
+                    let end = c.iter().position(|&b| b == 0).unwrap_or(HOST_LEN);
+                    String::from_utf8_lossy(&c[..end]).into_owned()
+                })
+                .collect();
+            info = [l.rank() as u64, n as u64, std::process::id() as u64];
+        }
+        node.process_at_rank(0).broadcast_into(&mut info[..]);
+        let leader_pid = info[2] as i32;
+        // the leader's pid is only useful if this process can see it (same pid namespace)
+        let visible = is_leader
+            || rustix::process::Pid::from_raw(leader_pid)
+                .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+        Ok(Job {
+            world_rank,
+            world_size,
+            node_index: info[0] as usize,
+            nodes: info[1] as usize,
+            local_rank,
+            hostname: host,
+            leader_hosts,
+            leader_pid: visible.then_some(leader_pid),
+            fake,
+            mpi: Some(Mpi {
+                world,
+                node,
+                leaders,
+                _universe: universe,
+            }),
+        })
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.local_rank == 0
+    }
+    /// Number of nodes (= number of leaders).
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+    /// This node's index among the nodes (the leader's rank among the leaders).
+    pub fn node_index(&self) -> usize {
+        self.node_index
+    }
+    pub fn hostname(&self) -> &str {
+        &self.hostname
+    }
+    pub fn world_rank(&self) -> usize {
+        self.world_rank
+    }
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+    /// Rank within the node (0 = the leader).
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+    /// True when MPI was initialised (launched by mpirun/srun).
+    pub fn is_mpi(&self) -> bool {
+        self.mpi.is_some()
+    }
+    /// Hostname of the leader of node `i` (known on leaders; elsewhere `node<i>`).
+    pub fn leader_host(&self, i: usize) -> String {
+        self.leader_hosts
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("node #{i}"))
+    }
+
+    /// `host (rank R)` for messages.
+    pub fn whoami(&self) -> String {
+        format!("{} (rank {})", self.hostname, self.world_rank)
+    }
+
+    /// A world barrier before a failing exit, so that every rank has printed its message before
+    /// the first non-zero exit makes the launcher kill the others. Bounded by the watchdog (10 s).
+    pub fn exit_barrier(&self) {
+        if let Some(m) = &self.mpi {
+            let _arm = watchdog::arm(self.whoami(), Duration::from_secs(10));
+            let _p = watchdog::phase("the final barrier");
+            m.world.barrier();
+        }
+    }
+
+    /// Collective agreement among ALL ranks (`mfu_alltrue`-like): every rank passes its local
+    /// result; every rank gets `Ok` only if all were `Ok`, else the same error naming the failing
+    /// node(s) (hostname, rank) and the reason. A rank that failed itself gets its own exit status;
+    /// the others get [`ExitStatus::Collective`].
+    pub fn all_agree(&self, local: Result<(), String>) -> Result<(), TransferError> {
+        let local = local.map_err(|m| (ExitStatus::System, m));
+        match &self.mpi {
+            None => local.map_err(|(status, m)| TransferError::Failed {
+                message: format!("{}: {m}", self.hostname),
+                status,
+            }),
+            Some(m) => agree(&m.world, &self.whoami(), local),
+        }
+    }
+
+    /// Like [`Job::all_agree`] among the node leaders only (call on leaders).
+    pub(crate) fn leaders_agree(
+        &self,
+        local: Result<(), (ExitStatus, String)>,
+    ) -> Result<(), TransferError> {
+        match self.mpi.as_ref().and_then(|m| m.leaders.as_ref()) {
+            None => local.map_err(|(status, m)| TransferError::Failed {
+                message: format!("{}: {m}", self.hostname),
+                status,
+            }),
+            Some(l) => agree(l, &self.whoami(), local),
+        }
+    }
+
+    /// The leader's value to every rank of its node (e.g. the leader's outcome). The leader
+    /// passes `Some(bytes)`, the other ranks `None`; every rank returns the leader's bytes.
+    /// Non-leaders wait without a time limit while the leader works, but notice within a second
+    /// when the leader process has died (when it is visible in this pid namespace).
+    pub fn from_leader(&self, value: Option<&[u8]>) -> Result<Vec<u8>, TransferError> {
+        let Some(m) = &self.mpi else {
+            return Ok(value.unwrap_or_default().to_vec());
+        };
+        let mut len = [value.map_or(0, |v| v.len() as u64)];
+        self.node_bcast_wait(&m.node, &mut len[..])?;
+        let mut buf = match value {
+            Some(v) => v.to_vec(),
+            None => vec![0u8; len[0] as usize],
+        };
+        self.node_bcast_wait(&m.node, &mut buf[..])?;
+        Ok(buf)
+    }
+
+    fn node_bcast_wait<T: Equivalence>(
+        &self,
+        node: &SimpleCommunicator,
+        buf: &mut [T],
+    ) -> Result<(), TransferError> {
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let rc = unsafe {
+            ffi::MPI_Ibcast(
+                buf.as_mut_ptr() as *mut c_void,
+                buf.len() as i32,
+                T::equivalent_datatype().as_raw(),
+                0,
+                node.as_raw(),
+                &mut req,
+            )
+        };
+        if rc != 0 {
+            return Err(TransferError::Mpi(format!("MPI_Ibcast failed ({rc})")));
+        }
+        let mut spins = 0u32;
+        loop {
+            let mut flag = 0;
+            unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            if flag != 0 {
+                return Ok(());
+            }
+            spins += 1;
+            if spins & 63 == 0 {
+                if let Some(pid) = self
+                    .leader_pid
+                    .filter(|_| !self.is_leader())
+                    .and_then(rustix::process::Pid::from_raw)
+                {
+                    let alive = rustix::process::test_kill_process(pid).is_ok()
+                        && !is_zombie(pid.as_raw_nonzero().get());
+                    if !alive {
+                        return Err(TransferError::Failed {
+                            message: format!(
+                                "the leader of node {} (pid {}) died; this rank ({}) gives up",
+                                self.hostname,
+                                pid.as_raw_nonzero(),
+                                self.whoami()
+                            ),
+                            status: ExitStatus::Collective,
+                        });
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(if self.is_leader() { 1 } else { 20 }));
+        }
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Agreement over `comm`: everyone learns every failure (status and message) and gets the same
+/// combined message.
+pub(crate) fn agree(
+    comm: &SimpleCommunicator,
+    who: &str,
+    local: Result<(), (ExitStatus, String)>,
+) -> Result<(), TransferError> {
+    let _w = watchdog::phase("agreement");
+    let n = comm.size() as usize;
+    let (status, msg) = match &local {
+        Ok(()) => (0i32, Vec::new()),
+        Err((s, m)) => (s.code().max(1), format!("{who}: {m}").into_bytes()),
+    };
+    let mine = [status, msg.len() as i32];
+    let mut all = vec![0i32; 2 * n];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    watchdog::touch();
+    if all.chunks(2).all(|c| c[0] == 0) {
+        return Ok(());
+    }
+    let counts: Vec<i32> = all.chunks(2).map(|c| c[1]).collect();
+    let displs: Vec<i32> = counts
+        .iter()
+        .scan(0, |acc, &x| {
+            let t = *acc;
+            *acc += x;
+            Some(t)
+        })
+        .collect();
+    let total: i32 = counts.iter().sum();
+    let mut buf = vec![0u8; total as usize];
+    {
+        let mut part = mpi::datatype::PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
+        comm.all_gather_varcount_into(&msg[..], &mut part);
+    }
+    watchdog::touch();
+    let mut failures = Vec::new();
+    for (i, c) in all.chunks(2).enumerate() {
+        if c[0] != 0 {
+            let s = displs[i] as usize;
+            failures.push(String::from_utf8_lossy(&buf[s..s + c[1] as usize]).into_owned());
+        }
+    }
+    let message = if failures.len() == 1 {
+        failures.remove(0)
+    } else {
+        format!(
+            "failed on {} nodes: {}",
+            failures.len(),
+            failures.join("; ")
+        )
+    };
+    let status = match local {
+        Err((s, _)) => s,
+        Ok(()) => ExitStatus::Collective,
+    };
+    Err(TransferError::Failed { message, status })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn launcher_detection() {
+        assert_eq!(launched_by_launcher(env(&[])), Ok(false));
+        assert_eq!(
+            launched_by_launcher(env(&[("OMPI_COMM_WORLD_SIZE", "4")])),
+            Ok(true)
+        );
+        assert_eq!(launched_by_launcher(env(&[("PMIX_RANK", "0")])), Ok(true));
+        assert_eq!(launched_by_launcher(env(&[("PMI_RANK", "1")])), Ok(true));
+        // one srun task: a plain process
+        assert_eq!(
+            launched_by_launcher(env(&[("SLURM_STEP_ID", "0"), ("SLURM_NTASKS", "1")])),
+            Ok(false)
+        );
+        // several srun tasks without PMI: refused with a hint
+        let e = launched_by_launcher(env(&[("SLURM_STEP_ID", "0"), ("SLURM_NTASKS", "4")]))
+            .unwrap_err();
+        assert!(e.contains("--mpi=pmix"), "{e}");
+        assert_eq!(
+            launched_by_launcher(env(&[
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_NTASKS", "4"),
+                ("PMIX_RANK", "2")
+            ])),
+            Ok(true)
+        );
+    }
+}

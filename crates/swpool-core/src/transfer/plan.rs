@@ -1,0 +1,277 @@
+//! Pure planning logic of the broadcast engine: which chunks move, who reads them, in which round,
+//! how much memory the rounds take, and the per-round header every reader sends.
+//!
+//! Everything here is deterministic and computed identically on every leader from the same inputs,
+//! so that no extra agreement is needed about the plan itself.
+
+use std::ops::Range;
+
+/// Upper bound on the memory the round buffers of one leader may take (two rounds in flight, each
+/// with a receive buffer and a send buffer). Together with the hash state, the file descriptors and
+/// the MPI library's own buffers a leader stays well under 256 MiB.
+pub const ROUND_MEMORY_BUDGET: u64 = 160 << 20;
+/// Largest chunk the bounded-memory pipeline accepts: one chunk per round, double-buffered, with
+/// a send buffer beside each receive buffer, must fit in [`ROUND_MEMORY_BUDGET`].
+pub const MAX_TRANSFER_CHUNK: u64 = ROUND_MEMORY_BUDGET / 4;
+/// Smallest chunk.
+pub const MIN_TRANSFER_CHUNK: u64 = 4096;
+/// Size of one slot of the per-round header (see [`SlotHeader`]).
+pub const SLOT_HEADER_LEN: usize = 40;
+/// Size of the per-leader status word that leads each leader's header block.
+pub const STATUS_LEN: usize = 8;
+
+/// One piece of the file that has to move: `[offset, offset + len)`, with the hash it must have when
+/// the source describes it (a pool manifest); otherwise the reader's hash (sent in the header) is used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub offset: u64,
+    pub len: u32,
+    pub expect: Option<[u8; 32]>,
+}
+
+/// The chunk grid of a plain file: `chunk_size`-aligned pieces of `[0, len)` that overlap a data
+/// range (holes reported by SEEK_HOLE are skipped; all-zero chunks are found later, when read).
+pub fn plain_chunks(len: u64, chunk_size: u64, data: &[Range<u64>]) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let mut hint = 0usize;
+    let mut off = 0u64;
+    while off < len {
+        let end = (off + chunk_size).min(len);
+        if crate::sparse::overlaps_data(data, &(off..end), &mut hint) {
+            out.push(Chunk {
+                offset: off,
+                len: (end - off) as u32,
+                expect: None,
+            });
+        }
+        off = end;
+    }
+    out
+}
+
+/// Split `count` chunks among `owners` readers in contiguous, balanced blocks (the first
+/// `count % owners` readers get one more): reader `k` reads `owner_range(count, owners, k)`.
+/// Contiguous blocks keep every reader's accesses sequential on shared storage.
+pub fn owner_range(count: usize, owners: usize, k: usize) -> Range<usize> {
+    let q = count / owners;
+    let r = count % owners;
+    let start = k * q + k.min(r);
+    let len = q + usize::from(k < r);
+    start..start + len
+}
+
+/// How many chunk slots one round may carry for `owners` readers with chunks of `chunk_size`, within
+/// [`ROUND_MEMORY_BUDGET`]: two rounds in flight, each a receive buffer of `slots` chunks plus a send
+/// buffer of one chunk. At least 1; at most `owners` (one chunk per reader per round).
+pub fn slots_per_round(owners: usize, chunk_size: u64) -> usize {
+    let by_memory = (ROUND_MEMORY_BUDGET / (2 * chunk_size.max(1))).saturating_sub(1) as usize;
+    by_memory.clamp(1, owners.max(1))
+}
+
+/// Peak bytes of the round buffers for a plan (what [`slots_per_round`] bounds).
+pub fn round_buffer_bytes(slots: usize, max_owner_slots: usize, chunk_size: u64) -> u64 {
+    2 * (slots as u64 + max_owner_slots as u64) * chunk_size
+}
+
+/// One entry of a round: chunk `chunk` (index into the chunk list), read and sent by `owner`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub owner: usize,
+    pub chunk: usize,
+}
+
+/// The rounds: in each, every reader contributes at most one chunk; a round carries at most
+/// `slots` chunks. Readers take turns (chunk s of every reader, then chunk s+1, …), so that every
+/// round keeps as many readers busy as memory allows and each reader reads sequentially.
+/// Within a round slots are ordered by owner (the layout of the gathered buffer).
+pub fn plan_rounds(count: usize, owners: usize, slots: usize) -> Vec<Vec<Slot>> {
+    let owners = owners.max(1);
+    let slots = slots.max(1);
+    let ranges: Vec<Range<usize>> = (0..owners).map(|k| owner_range(count, owners, k)).collect();
+    let depth = ranges.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut seq = Vec::with_capacity(count);
+    for s in 0..depth {
+        for (k, r) in ranges.iter().enumerate() {
+            if s < r.len() {
+                seq.push(Slot {
+                    owner: k,
+                    chunk: r.start + s,
+                });
+            }
+        }
+    }
+    let mut rounds: Vec<Vec<Slot>> = Vec::new();
+    let mut cur: Vec<Slot> = Vec::new();
+    for slot in seq {
+        // a reader contributes at most one chunk per round
+        if cur.len() == slots || cur.iter().any(|s| s.owner == slot.owner) {
+            rounds.push(std::mem::take(&mut cur));
+        }
+        cur.push(slot);
+    }
+    if !cur.is_empty() {
+        rounds.push(cur);
+    }
+    for r in &mut rounds {
+        r.sort_by_key(|s| s.owner);
+    }
+    rounds
+}
+
+/// What a reader says about one chunk it read in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotHeader {
+    /// Bytes sent for this chunk (0 when it is all zeros, or when the slot is unused).
+    pub sent: u32,
+    /// The chunk is all zeros: receivers leave a hole.
+    pub zero: bool,
+    /// SHA-256 of the chunk's bytes (as read by the reader).
+    pub hash: [u8; 32],
+}
+
+impl SlotHeader {
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.sent.to_le_bytes());
+        out[4..8].copy_from_slice(&u32::from(self.zero).to_le_bytes());
+        out[8..40].copy_from_slice(&self.hash);
+    }
+    pub fn decode(b: &[u8]) -> SlotHeader {
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&b[8..40]);
+        SlotHeader {
+            sent: u32::from_le_bytes(b[..4].try_into().unwrap()),
+            zero: u32::from_le_bytes(b[4..8].try_into().unwrap()) & 1 == 1,
+            hash,
+        }
+    }
+}
+
+/// A reader's header block for one round: its status (0 = fine, else it failed and everyone stops
+/// after this round) and one [`SlotHeader`] (it contributes at most one chunk per round).
+pub const BLOCK_LEN: usize = STATUS_LEN + SLOT_HEADER_LEN;
+
+pub fn encode_block(status: u64, slot: &SlotHeader) -> [u8; BLOCK_LEN] {
+    let mut b = [0u8; BLOCK_LEN];
+    b[..8].copy_from_slice(&status.to_le_bytes());
+    slot.encode(&mut b[8..]);
+    b
+}
+
+pub fn decode_block(b: &[u8]) -> (u64, SlotHeader) {
+    (
+        u64::from_le_bytes(b[..8].try_into().unwrap()),
+        SlotHeader::decode(&b[8..BLOCK_LEN]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_ranges_cover_everything_once() {
+        for count in [0usize, 1, 2, 7, 8, 9, 100, 257] {
+            for owners in 1..=9 {
+                let mut next = 0;
+                for k in 0..owners {
+                    let r = owner_range(count, owners, k);
+                    assert_eq!(r.start, next, "count {count} owners {owners} k {k}");
+                    next = r.end;
+                    let q = count / owners;
+                    assert!(r.len() == q || r.len() == q + 1);
+                }
+                assert_eq!(next, count);
+            }
+        }
+    }
+
+    #[test]
+    fn rounds_cover_every_chunk_once_one_per_owner() {
+        for count in [0usize, 1, 3, 8, 9, 31, 100] {
+            for owners in 1..=9 {
+                for slots in [1usize, 2, 3, owners, 16] {
+                    let rounds = plan_rounds(count, owners, slots);
+                    let mut seen = vec![0u32; count];
+                    for r in &rounds {
+                        assert!(!r.is_empty() && r.len() <= slots.max(1));
+                        for w in r.windows(2) {
+                            assert!(
+                                w[0].owner < w[1].owner,
+                                "one chunk per owner, sorted: {r:?}"
+                            );
+                        }
+                        for s in r {
+                            assert!(owner_range(count, owners, s.owner).contains(&s.chunk));
+                            seen[s.chunk] += 1;
+                        }
+                    }
+                    assert!(seen.iter().all(|&n| n == 1), "{count} {owners} {slots}");
+                    // each owner's chunks come in increasing order (sequential reads)
+                    for k in 0..owners {
+                        let mine: Vec<usize> = rounds
+                            .iter()
+                            .flat_map(|r| r.iter().filter(|s| s.owner == k).map(|s| s.chunk))
+                            .collect();
+                        assert!(mine.windows(2).all(|w| w[0] < w[1]));
+                    }
+                    // with enough slots the number of rounds is the deepest owner's share
+                    if slots >= owners && count > 0 {
+                        assert_eq!(rounds.len(), count.div_ceil(owners));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn memory_bound_holds_for_any_node_count() {
+        let mut chunk = MIN_TRANSFER_CHUNK;
+        while chunk <= MAX_TRANSFER_CHUNK {
+            for owners in [1usize, 2, 3, 8, 64, 1000, 100_000] {
+                let slots = slots_per_round(owners, chunk);
+                assert!(slots >= 1 && slots <= owners);
+                let bytes = round_buffer_bytes(slots, 1, chunk);
+                assert!(
+                    bytes <= ROUND_MEMORY_BUDGET,
+                    "chunk {chunk} owners {owners}: {bytes} bytes"
+                );
+            }
+            chunk *= 2;
+        }
+        // 4 MiB chunks: 8 nodes fit in one round each
+        assert_eq!(slots_per_round(8, 4 << 20), 8);
+        assert_eq!(slots_per_round(100, 4 << 20), 19);
+        assert_eq!(slots_per_round(100, MAX_TRANSFER_CHUNK), 1);
+    }
+
+    #[test]
+    fn header_round_trip() {
+        let h = SlotHeader {
+            sent: 4 << 20,
+            zero: false,
+            hash: [7u8; 32],
+        };
+        let b = encode_block(1, &h);
+        assert_eq!(decode_block(&b), (1, h));
+        let z = SlotHeader {
+            sent: 0,
+            zero: true,
+            hash: [0u8; 32],
+        };
+        assert_eq!(decode_block(&encode_block(0, &z)), (0, z));
+    }
+
+    #[test]
+    fn plain_grid_skips_holes() {
+        let mib = 1u64 << 20;
+        let c = plain_chunks(10 * mib + 1, 4 * mib, &[0..10, 9 * mib..9 * mib + 5]);
+        let offs: Vec<u64> = c.iter().map(|c| c.offset).collect();
+        assert_eq!(offs, vec![0, 8 * mib]);
+        assert_eq!(c[1].len as u64, 2 * mib + 1);
+        let whole: Vec<Range<u64>> = std::iter::once(0..10 * mib + 1).collect();
+        let c = plain_chunks(10 * mib + 1, 4 * mib, &whole);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[2].len, (2 * mib + 1) as u32);
+        assert!(plain_chunks(0, 4096, &[]).is_empty());
+    }
+}
