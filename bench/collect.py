@@ -51,15 +51,27 @@ for f in files:
                 phases[p[1]] = max(phases.get(p[1], 0.0), d)
         elif line.startswith("HASH "):
             hashes.append(line.split()[1])
-        elif line.startswith("{"):
+        elif line.startswith("ERROR"):
+            errors.append(line)
+
+    # sw-pool's --json report: one line or pretty-printed over several
+    dec = json.JSONDecoder()
+    pos = 0
+    while True:
+        i = text.find("{", pos)
+        if i < 0:
+            break
+        if i == 0 or text[i - 1] == "\n":
             try:
-                j = json.loads(line)
+                j, end = dec.raw_decode(text, i)
             except ValueError:
+                pos = i + 1
                 continue
             if isinstance(j, dict) and "phases" in j:
                 swpool.append(j)
-        elif line.startswith("ERROR"):
-            errors.append(line)
+            pos = end
+        else:
+            pos = i + 1
 
 rec["phases"] = {k: round(v, 4) for k, v in phases.items()}
 if swpool:
