@@ -144,7 +144,7 @@ if present:
     plots.append("storage_bytes_vs_nodes.png")
 
     # Figure 12: where the time goes (median of each phase, slowest node)
-    PH_ORDER = ["readhash", "copy", "sbcast", "cp", "load", "mount", "hash", "umount"]
+    PH_ORDER = ["copy", "sbcast", "cp", "load", "mount", "readhash", "hash", "umount"]
     PH_LABEL = {"readhash": "read from shared storage + hash", "copy": "copy to local disk", "sbcast": "sbcast to local disk",
                 "cp": "sw-pool cp", "load": "sw-pool load", "mount": "FUSE mount", "hash": "sha256sum (local)", "umount": "unmount",
                 "swtotal": "sw-pool's own total (--json)", "launch": "mpirun: starting the ranks, exit"}
@@ -152,7 +152,7 @@ if present:
               "hash": "tab:olive", "umount": "tab:brown", "preflight": "#cccccc", "read": "#9ecae1",
               "distribute": "#3182bd", "write": "#fdae6b", "verify": "#a1d99b", "commit": "#636363"}
     fig, ax = plt.subplots(figsize=(10, 5))
-    bars, labels, xpos = [], [], 0
+    bars, labels, xpos, top = [], [], 0, 0.0
     seen = set()
     ticks, ticklabels = [], []
     for n in NS:
@@ -187,12 +187,14 @@ if present:
                 ax.bar(xpos, v, bottom=bottom, color=PH_COL.get(p, "k"), edgecolor="white", width=0.8,
                        label=PH_LABEL.get(p, p) if p not in seen else None)
                 seen.add(p); bottom += v
+            top = max(top, bottom)
             ticks.append(xpos); ticklabels.append(f"{m}\nN={n}")
             xpos += 1
         xpos += 0.6
     ax.set_xticks(ticks); ax.set_xticklabels(ticklabels, rotation=90, fontsize=7)
     ax.set_ylabel("seconds (median per phase, slowest node)")
     ax.set_title("Figure 12: where the time goes, per method and N")
+    ax.set_ylim(0, top * 1.45 if top else 1)
     ax.legend(fontsize=8, ncol=2, loc="upper left"); ax.grid(alpha=0.3, axis="y")
     fig.tight_layout(); fig.savefig(os.path.join(OUT, "fig12_phases.png")); plt.close(fig)
     plots.append("fig12_phases.png")
