@@ -300,7 +300,7 @@ if dist_method:
     fv = {n: s["median"] for n, s in first.items() if s}
     rv = {n: s["median"] for n, s in rep.items() if s}
     ok = bool(fv) and all(0.98 <= v <= 1.02 for v in fv.values()) and bool(rv) and all(v <= 0.01 for v in rv.values())
-    goals.append(("P2", "storage bytes ÷ pool size = 1.00 ± 2 % (first), ~0 (≤ 0.01, repeat)",
+    goals.append(("P2", f"`{dist_method}`: storage bytes ÷ pool size = 1.00 ± 2 % (first), ~0 (≤ 0.01, repeat)",
                   "first: " + ", ".join(f"N={n}: {v:.3f}" for n, v in fv.items()) + "; repeat: " +
                   ", ".join(f"N={n}: {v:.4f}" for n, v in rv.items()), "pass" if ok else "MISSED"))
 else:
@@ -310,7 +310,7 @@ if dist_method:
     a, b = get("fig11", dist_method, maxn), get("fig11", "sbcast", maxn)
     if a and b:
         v = a["median"] / b["median"]
-        goals.append(("P3", f"sw-pool ÷ sbcast ≤ 0.5 at N = {maxn} (both end to end, with sha256sum on every node)",
+        goals.append(("P3", f"`{dist_method}` ÷ `sbcast` ≤ 0.5 at N = {maxn} (both end to end: on local disk and sha256sum done on every node)",
                       f"{a['median']:.2f} s ÷ {b['median']:.2f} s = {v:.2f}", "pass" if v <= 0.5 else "MISSED"))
     else:
         goals.append(("P3", f"sw-pool ÷ sbcast ≤ 0.5 at N = {maxn}", "a row is missing", "MISSED"))
