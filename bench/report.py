@@ -406,7 +406,7 @@ L.append("Phases are the slowest node's, medians over the runs: `copy`/`sbcast`/
          + ("sw-pool's own phases come from `--json` (its read, write and verify run inside distribute: they are pipelined)." if (has_load or has_cp) else
             "sw-pool's own per-phase breakdown (`load -v --json`: preflight, read, distribute, write, verify, commit, mount) is **not available in this build**; the bars show the other methods only."))
 L.append("")
-SWP = ["preflight", "read", "distribute", "write", "verify", "commit", "mount", "total"]
+SWP = ["resolve_trust", "preflight", "read", "distribute", "write", "verify", "commit", "copy", "mount", "total"]
 for m in ("swpool-cp", "swpool-load-sqfs", "swpool-load-ext2"):
     rows = []
     for n in NS:
