@@ -82,7 +82,10 @@ def fmt(x, d=2):
 def cell(s, d=2):
     if not s:
         return "–"
-    return f"{s['median']:.{d}f} ({s['min']:.{d}f}–{s['max']:.{d}f})"
+    few = f" [{s['n']} of {meta['reps']} runs]" if s["n"] < meta["reps"] else ""
+    if s["n"] == 1:
+        return f"{s['median']:.{d}f}{few}"
+    return f"{s['median']:.{d}f} ({s['min']:.{d}f}–{s['max']:.{d}f}){few}"
 
 
 def mb(b):
@@ -129,15 +132,17 @@ if present:
 
     # storage bytes vs nodes
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    for m in present:
+    marks = "osD^vP*"
+    for i, m in enumerate(present):
         xs, ys = [], []
+        off = 1 + 0.025 * (i - (len(present) - 1) / 2)   # methods with equal values stay visible side by side
         for n in NS:
             s = get("fig11", m, n, f=lambda r: r["storage_bytes"] / S)
             if s:
-                xs.append(n); ys.append(s["median"])
-        ax.plot(xs, ys, marker="o", label=METHODS[m], color=COLORS[m])
+                xs.append(n * off); ys.append(s["median"])
+        ax.plot(xs, ys, marker=marks[i % len(marks)], ms=7, lw=1.5, alpha=0.85, label=METHODS[m], color=COLORS[m])
     ax.set_xscale("log", base=2); ax.set_xticks(NS); ax.set_xticklabels([str(n) for n in NS])
-    ax.set_xlabel("nodes N"); ax.set_ylabel("bytes served by storage ÷ file size")
+    ax.set_xlabel("nodes N"); ax.set_ylabel("bytes served by storage ÷ file size\n(equal values drawn side by side)")
     ax.set_title("Shared-storage load: bytes the storage server sent per run")
     ax.set_ylim(bottom=0); ax.grid(alpha=0.3); ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout(); fig.savefig(os.path.join(OUT, "storage_bytes_vs_nodes.png")); plt.close(fig)
@@ -270,6 +275,15 @@ goals = []
 has_load, has_cp = meta["swpool"]["has_load"], meta["swpool"]["has_cp"]
 maxn = max(NS)
 
+def not_run(section):
+    """(measured, verdict) for a goal whose section has no successful run"""
+    if section not in meta["sections"]:
+        return "section not run (BENCH_SECTIONS)", "not run"
+    if not meta.get("complete", True) and not any(r["section"] == section for r in runs):
+        return "not measured: the run was interrupted before this section", "not measured"
+    return f"{section} section failed", "MISSED"
+
+
 # the sw-pool distribution figure: load (if present) else cp; time of the distribution step only
 dist_method, dist_phase = (("swpool-load-sqfs", "load") if has_load else ("swpool-cp", "cp") if has_cp else (None, None))
 if dist_method and WIRE_BPS:
@@ -294,7 +308,10 @@ else:
     goals.append(("P1", "sw-pool time ÷ wire limit ≤ 1.3, flat in N", "needs `sw-pool load` or `sw-pool cp`" if not dist_method else "node/storage caps unknown", NA))
 
 if dist_method:
-    pool_bytes = meta["pool_sqfs_bytes"]
+    pool_bytes = meta.get("pool_sqfs_bytes")
+    if not pool_bytes:  # not recorded: the size sw-pool itself reported for the pool it copied
+        tot = [r["swpool"].get("bytes_total") for r in runs if r.get("method") == dist_method and r.get("swpool", {}).get("bytes_total")]
+        pool_bytes = statistics.median(tot) if tot else S
     first = {n: get("fig11", dist_method, n, f=lambda r: r["storage_bytes"] / pool_bytes) for n in NS}
     rep = {n: get("fig11-repeat", dist_method, n, f=lambda r: r["storage_bytes"] / pool_bytes) for n in NS}
     fv = {n: s["median"] for n, s in first.items() if s}
@@ -307,13 +324,17 @@ else:
     goals.append(("P2", "storage bytes ÷ data = 1.00 (first), ~0 (repeat)", "needs `sw-pool load` or `sw-pool cp`", NA))
 
 if dist_method:
-    a, b = get("fig11", dist_method, maxn), get("fig11", "sbcast", maxn)
-    if a and b:
-        v = a["median"] / b["median"]
-        goals.append(("P3", f"`{dist_method}` ÷ `sbcast` ≤ 0.5 at N = {maxn} (both end to end: on local disk and sha256sum done on every node)",
-                      f"{a['median']:.2f} s ÷ {b['median']:.2f} s = {v:.2f}", "pass" if v <= 0.5 else "MISSED"))
+    both = [n for n in NS if get("fig11", dist_method, n) and get("fig11", "sbcast", n)]
+    crit = f"`{dist_method}` ÷ `sbcast` ≤ 0.5 at N = {maxn} (both end to end: on local disk and sha256sum done on every node)"
+    if both:
+        vals = {n: get("fig11", dist_method, n)["median"] / get("fig11", "sbcast", n)["median"] for n in both}
+        txt = ", ".join(f"N={n}: {v:.2f}" for n, v in vals.items())
+        if maxn in vals:
+            goals.append(("P3", crit, txt, "pass" if vals[maxn] <= 0.5 else "MISSED"))
+        else:
+            goals.append(("P3", crit, txt + f" (no complete N = {maxn} rows in this run)", "not measured at N = %d" % maxn))
     else:
-        goals.append(("P3", f"sw-pool ÷ sbcast ≤ 0.5 at N = {maxn}", "a row is missing", "MISSED"))
+        goals.append(("P3", crit, "a row is missing", "MISSED"))
 else:
     goals.append(("P3", "sw-pool ÷ sbcast ≤ 0.5 at N = 8", "needs `sw-pool load` or `sw-pool cp`", NA))
 
@@ -331,8 +352,7 @@ if ("squashfuse_ll", "hash", "cold") in p4r:
                   f"cold {c:.2f}, warm {fmt(w)} (fuse2fs: cold {fmt(p4r.get(('fuse2fs', 'hash', 'cold')))}, warm {fmt(p4r.get(('fuse2fs', 'hash', 'warm')))})",
                   "pass" if ok else "MISSED"))
 else:
-    goals.append(("P4", "mount read overhead ≤ 1.15", "P4 section failed" if "p4" in meta["sections"] else "section not run (BENCH_SECTIONS)",
-                  "MISSED" if "p4" in meta["sections"] else "not run"))
+    goals.append(("P4", "mount read overhead ≤ 1.15", *not_run("p4")))
 
 a, b = get("smallfiles", "pool", 1, "md5sum"), get("smallfiles", "shared", 1, "md5sum")
 if a and b:
@@ -340,20 +360,26 @@ if a and b:
     goals.append(("P5", "md5sum of every small file: in a pool ÷ on shared storage ≤ 0.1",
                   f"{a['median']:.2f} s ÷ {b['median']:.2f} s = {v:.3f}", "pass" if v <= 0.1 else "MISSED"))
 else:
-    goals.append(("P5", "small files in a pool ÷ shared storage ≤ 0.1", "small-file section failed" if "smallfiles" in meta["sections"] else "section not run (BENCH_SECTIONS)",
-                  "MISSED" if "smallfiles" in meta["sections"] else "not run"))
+    goals.append(("P5", "small files in a pool ÷ shared storage ≤ 0.1", *not_run("smallfiles")))
 
 # ------------------------------------------------------------------ report.md
 L = []
-la_s = float(meta["loadavg_start"].split()[0]); la_e = float(meta["loadavg_end"].split()[0])
-busy = max(la_s, la_e) > 0.5 * meta["host_cores"]
+las = [float(x.split()[0]) for x in (meta.get("loadavg_start"), meta.get("loadavg_end"), *meta.get("loadavg_observed", [])) if x]
+busy = bool(las) and max(las) > 0.5 * meta["host_cores"]
 L.append(f"# sw-pool benchmark report{' (--quick smoke run: sizes too small to mean anything)' if meta['quick'] else ''}\n")
-L.append(f"Run {meta['started']} – {meta['finished']}, `bench/run{' --quick' if meta['quick'] else ''}`, sw-pool {meta['swpool']['version'].split()[-1]} (git {meta['swpool']['git']}), {meta['host_cores']} host cores.\n")
+L.append(f"Run {meta['started']} – {meta.get('finished') or 'interrupted after ' + str(meta.get('interrupted_after', '?'))}, `bench/run{' --quick' if meta['quick'] else ''}`, sw-pool {meta['swpool']['version'].split()[-1]} (git {meta['swpool']['git']}), {meta['host_cores']} host cores.\n")
+if not meta.get("complete", True):
+    L.append("> **Interrupted run**: bench/run did not finish. Everything below comes from the runs that did finish; "
+             "configurations and sections without runs are shown as missing (–), never filled in.\n")
+if meta.get("note"):
+    L.append(f"> {meta['note']}\n")
 if busy:
-    L.append(f"> **The machine was busy during this run** (load average {meta['loadavg_start']} at the start, {meta['loadavg_end']} at the end, on {meta['host_cores']} cores: other engineers' builds and tests). "
+    seen_la = f"load average {meta['loadavg_start']} at the start, {meta['loadavg_end']} at the end" if meta.get("loadavg_start") else \
+        "load averages " + "; ".join(meta.get("loadavg_observed", [])) + " read during the run"
+    L.append(f"> **The machine was busy during this run** ({seen_la}, on {meta['host_cores']} cores: other engineers' builds and tests). "
              "All nodes share these cores and one page cache, so CPU-bound steps (ssh encryption, hashing, FUSE) ran late and the figures below are pessimistic and noisy. "
              "Only a run on an otherwise idle machine is meaningful: rerun `make bench` then.\n")
-else:
+elif las:
     L.append(f"Load average {meta['loadavg_start']} at the start, {meta['loadavg_end']} at the end (idle enough).\n")
 red = []
 if meta["size_mb"] != 1000:
@@ -368,8 +394,13 @@ L.append("## Set-up\n")
 L.append(f"- Virtual cluster (`testbed/`): {TB['nodes_up']} nodes up, every node link capped at **{TB['node_rate']}** both ways, storage server egress capped at **{TB['storage_rate']}** "
          f"(DESIGN.md's benchmark model{'' if TB['managed_by_bench'] else '; testbed brought up by the caller, not by bench/run'}). "
          f"Wire limit for one file to every node = size ÷ slowest cap = {fmt(S / WIRE_BPS if WIRE_BPS else None)} s.")
-L.append(f"- Data: `head -c {meta['size_mb']}MB /dev/urandom` = {S:,} bytes (the paper's Figure 9), in a squashfs pool ({meta['pool_sqfs_bytes']:,} B, `sw-pool build`, {meta['build_seconds']['random.sqfs']:.1f} s) "
-         f"and an ext2 pool ({meta['pool_ext2_bytes']:,} B, `sw-pool build{' -s 1020MB' if meta['size_mb'] == 1000 else ''}`, {meta['build_seconds']['random.ext2']:.1f} s) on the shared storage.")
+def num(v, unit="", f="{:,}"):
+    return (f.format(v) + unit) if v is not None else "not recorded"
+
+
+bs = meta.get("build_seconds") or {}
+L.append(f"- Data: `head -c {meta['size_mb']}MB /dev/urandom` = {S:,} bytes (the paper's Figure 9), in a squashfs pool ({num(meta.get('pool_sqfs_bytes'), ' B')}, `sw-pool build`, {num(bs.get('random.sqfs'), ' s', '{:.1f}')}) "
+         f"and an ext2 pool ({num(meta.get('pool_ext2_bytes'), ' B')}, `sw-pool build{' -s 1020MB' if meta['size_mb'] == 1000 else ''}`, {num(bs.get('random.ext2'), ' s', '{:.1f}')}) on the shared storage.")
 L.append(f"- Every configuration run {meta['reps']} times, interleaved; medians with (min–max). The page cache is dropped before every run (the nodes share one page cache); "
          "shared storage is sshfs without `kernel_cache`, so every read goes over the capped link. Storage bytes are the storage server NIC's transmit counter around each run (`testbed/storage-bytes`; ≈ file bytes + 0.4 %).")
 L.append("- Every run's result is checked: each node's sha256 (md5 list for the small files, size for the sparse copies) must match the source, or the run counts as failed.")
@@ -403,7 +434,7 @@ L.append("## Figure 12: where the time goes\n")
 if "fig12_phases.png" in plots:
     L.append("![phases](fig12_phases.png)\n")
 L.append("Phases are the slowest node's, medians over the runs: `copy`/`sbcast`/`cp`/`load` = getting the bytes to the node (and mounting, for `load`), `mount` = starting the FUSE helper, `hash` = sha256sum of the file. "
-         + ("sw-pool's own phases come from `--json` (its read, write and verify run inside distribute: they are pipelined)." if (has_load or has_cp) else
+         + ("For sw-pool the bar is its own `--json` total, what `mpirun` adds around it (starting the ranks on the nodes through the testbed's rsh agent, exiting), then the harness's mount and hash." if (has_load or has_cp) else
             "sw-pool's own per-phase breakdown (`load -v --json`: preflight, read, distribute, write, verify, commit, mount) is **not available in this build**; the bars show the other methods only."))
 L.append("")
 SWP = ["resolve_trust", "preflight", "read", "distribute", "write", "verify", "commit", "copy", "mount", "total"]
@@ -414,9 +445,9 @@ for m in ("swpool-cp", "swpool-load-sqfs", "swpool-load-ext2"):
         if sw:
             ph = [x.get("phases", {}) for x in sw]
             rows.append(f"| {n} | " + " | ".join(fmt(statistics.median([p[k] for p in ph if k in p])) if any(k in p for p in ph) else "–" for k in SWP)
-                        + f" | {statistics.median([x.get('bytes_read_from_src', 0) for x in sw]) / 1e6:,.1f} MB | {sw[0].get('algorithm', '–')} |")
+                        + f" | {statistics.median([x.get('bytes_read_from_src', 0) for x in sw]) / 1e6:,.1f} MB | {sw[-1].get('algorithm') or '–'} |")
     if rows:
-        L.append(f"`{m}`: sw-pool's own `--json` phases (world rank 0, seconds, medians; read/write/verify are inside distribute):\n")
+        L.append(f"`{m}`: sw-pool's own `--json` phases (world rank 0, seconds, medians). They overlap (reading, sending, verifying and writing are pipelined), so they do not add up to `total`:\n")
         L.append("| N | " + " | ".join(SWP) + " | read from SRC | algorithm |\n|---|" + "---|" * (len(SWP) + 2))
         L.extend(rows)
         L.append("")
@@ -437,12 +468,25 @@ for m in ("swpool-cp", "swpool-load-sqfs"):
         L.append(f"| {METHODS[m]}, repeated (already cached) | " + " | ".join((f"{s['median']:,.0f} B" if s else "–") for s in rr) + " |")
 L.append("")
 
+def have(section):
+    return any(r["section"] == section for r in runs)
+
+
+def missing_section(section):
+    L.append(f"**{not_run(section)[0][0].upper() + not_run(section)[0][1:]}.**\n")
+
+
 L.append("## P4: reading through the mount vs natively (node1, images on node-local disk)\n")
 if "p4_mount_overhead.png" in plots:
     L.append("![P4](p4_mount_overhead.png)\n")
 L.append("The FUSE helpers sw-pool's `mount` starts (squashfuse_ll for squashfs, fuse2fs for ext), run directly on the node, mount time excluded; cold = page cache dropped after mounting.\n")
-L.append("| | sha256sum cold | sha256sum warm | read cold | read warm |\n|---|---|---|---|---|")
-for kind, lab in P4_KINDS:
+if not have("p4"):
+    missing_section("p4")
+    P4_ROWS = []
+else:
+    L.append("| | sha256sum cold | sha256sum warm | read cold | read warm |\n|---|---|---|---|---|")
+    P4_ROWS = P4_KINDS
+for kind, lab in P4_ROWS:
     row = []
     for op in ("hash", "read"):
         for t in ("cold", "warm"):
@@ -456,21 +500,27 @@ t = meta.get("tree", {})
 L.append("## Seed 002 Table 1: many small files (node1)\n")
 if "smallfiles.png" in plots:
     L.append("![small files](smallfiles.png)\n")
-L.append(f"Tree: `bench/gen-tree.py --files {t.get('files')}` ({t.get('generator')}; the source-tree size mix; the Debian linux-source tarball would be 1.4 GB / 80k files and xz-bound on 2 cores). "
+L.append(f"Tree: `bench/gen-tree.py --files {t.get('files')}` ({(t.get('generator') or 'size not recorded') + '; '}the source-tree size mix; the Debian linux-source tarball would be 1.4 GB / 80k files and xz-bound on 2 cores). "
          f"`tar -xf` of an uncompressed tarball on node-local disk; `find . -type f -exec md5sum {{}} +` (batched, not one process per file: the paper's `\\;` would time 2 shared cores forking); `rm -rf`. "
-         f"The pool is `sw-pool build` of the same tree ({meta['build_seconds'].get('tree.sqfs') or 0:.1f} s on the login node) on shared storage, mounted with squashfuse_ll on the node; it is read-only, so only md5sum applies.\n")
-L.append("| operation | node-local disk | shared storage | pool on shared storage |\n|---|---|---|---|")
-for op in ("untar", "md5sum", "rm", "mount"):
+         f"The pool is `sw-pool build` of the same tree ({num(bs.get('tree.sqfs'), ' s', '{:.1f}')} on the login node) on shared storage, mounted with squashfuse_ll on the node; it is read-only, so only md5sum applies.\n")
+if not have("smallfiles"):
+    missing_section("smallfiles")
+else:
+    L.append("| operation | node-local disk | shared storage | pool on shared storage |\n|---|---|---|---|")
+for op in (("untar", "md5sum", "rm", "mount") if have("smallfiles") else ()):
     row = []
     for w, _ in SF_WHERE:
         s = get("smallfiles", w, 1, op)
         row.append(cell(s) if s else ("n/a (read-only)" if w == "pool" and op in ("untar", "rm") else "–" if op != "mount" else ("–" if w == "pool" else "n/a")))
     L.append(f"| {op} | " + " | ".join(row) + " |")
 sb = [get("smallfiles", w, 1, "md5sum", f=lambda r: r["storage_bytes"]) for w, _ in SF_WHERE]
-L.append("| storage bytes served during md5sum | " + " | ".join((f"{s['median'] / 1e6:,.1f} MB" if s else "–") for s in sb) + " |")
+if have("smallfiles"):
+    L.append("| storage bytes served during md5sum | " + " | ".join((f"{s['median'] / 1e6:,.1f} MB" if s else "–") for s in sb) + " |")
 L.append("")
 
 L.append("## Sparse pools\n")
+if not have("sparse"):
+    missing_section("sparse")
 if "sparse.png" in plots:
     L.append("![sparse](sparse.png)\n")
 if sp.get("image_bytes"):
