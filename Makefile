@@ -25,13 +25,17 @@ install: build
 	$(BIN) generate completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool
 	$(BIN) generate completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool
 	$(BIN) generate completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish
+	install -d $(DESTDIR)/etc/profile.d $(DESTDIR)$(PREFIX)/share/sw-pool/lmod
+	install -m 0644 etc/profile.d/sw-pool.sh $(DESTDIR)/etc/profile.d/sw-pool.sh
+	install -m 0644 etc/lmod/pool-modulefile.lua $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount \
 	  $(DESTDIR)$(PREFIX)/share/man/man1/sw-pool*.1 \
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool \
 	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool \
-	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish \
+	  $(DESTDIR)/etc/profile.d/sw-pool.sh $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua
 
 lint: setup
 	$(CARGO) fmt --all -- --check

@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# make demo: build a sample pool with two real packages (a C program compiled now, and a shell
-# script), inspect it, mount it with squashfuse_ll and use its packages through Lmod.
+# make demo: the main job end to end on the built-in virtual cluster (4 nodes, real Slurm, Open MPI,
+# FUSE and Lmod). An admin builds and signs a pool with two real packages (a C program compiled now,
+# and a script) and puts it on the throttled shared storage; a user's Slurm job loads it on all four
+# nodes with one command, uses both packages through `module load` on every node, and unloads it;
+# nothing stays mounted. The cluster is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SW=$PWD/target/release/sw-pool
-WORK=${DEMO_DIR:-/var/tmp/sw-pool-demo}
-rm -rf "$WORK"; mkdir -p "$WORK"
-MNT=$WORK/mnt
-cleanup() { mountpoint -q "$MNT/demo/1.0" 2>/dev/null && fusermount3 -u "$MNT/demo/1.0"; true; }
-trap cleanup EXIT
+REPO=$PWD
+# one user of the virtual cluster at a time on this machine
+if [ -z "${SWP_CLUSTER_SESSION:-}" ]; then
+  SWP_CLUSTER_SESSION=1 exec flock -o -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"
+fi
+# shellcheck source=../testbed/env.sh
+. testbed/env.sh
+SW=$REPO/target/release/sw-pool
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+cleanup() { testbed/down --purge >/dev/null 2>&1 || testbed/down --purge; }
+trap cleanup EXIT
+t0=$(date +%s)
 
-say "sw-pool init: a pool tree for demo/1.0"
-"$SW" init --name demo --version 1.0 --description "sw-pool demo pool" "$WORK/demo"
+say "bring up the virtual cluster: 4 nodes, shared storage capped at 50 MB/s, Slurm, munge"
+testbed/up
+W=$TB/scratch/demo            # scratch for the demo (same path on every node)
+P=$TB/export/pools            # the shared storage (the nodes see it as $SCRATCH = $TB/shared)
+mkdir -p "$W/bin" "$W/trusted" "$P/demo"
+cp "$SW" "$W/bin/sw-pool"
 
-say "two packages: hello (a script) and cfact (C, compiled now)"
-mkdir -p "$WORK/demo/install/hello/1.0/bin" "$WORK/demo/install/cfact/2.0/bin" "$WORK/demo/source/cfact"
-cat > "$WORK/demo/install/hello/1.0/bin/hello" <<'EOS'
+say "admin: sw-pool init, two packages (hello: a script; cfact: C, compiled now)"
+"$SW" init --name demo --version 1.0 --description "sw-pool demo pool" "$W/demo"
+mkdir -p "$W/demo/install/hello/1.0/bin" "$W/demo/install/cfact/2.0/bin" "$W/demo/source/cfact"
+cat > "$W/demo/install/hello/1.0/bin/hello" <<'EOS'
 #!/bin/sh
-echo "hello from $(hostname), pool ${SW_POOL_MOUNT:-?}"
+echo "hello from $(hostname)"
 EOS
-chmod 755 "$WORK/demo/install/hello/1.0/bin/hello"
-cat > "$WORK/demo/source/cfact/cfact.c" <<'EOS'
+chmod 755 "$W/demo/install/hello/1.0/bin/hello"
+cat > "$W/demo/source/cfact/cfact.c" <<'EOS'
 #include <stdio.h>
 #include <stdlib.h>
 int main(int argc, char **argv) {
@@ -31,32 +44,43 @@ int main(int argc, char **argv) {
     return 0;
 }
 EOS
-cc -O2 -o "$WORK/demo/install/cfact/2.0/bin/cfact" "$WORK/demo/source/cfact/cfact.c"
+cc -O2 -o "$W/demo/install/cfact/2.0/bin/cfact" "$W/demo/source/cfact/cfact.c"
 
-say "sw-pool build --gen-modulefiles demo-1.0.sqfs demo"
-"$SW" -v build --gen-modulefiles "$WORK/demo-1.0.sqfs" "$WORK/demo"
+say "admin: sw-pool build --gen-modulefiles, sign, inspect; the pool goes to shared storage"
+"$SW" build --gen-modulefiles "$P/demo/1.0.sqfs" "$W/demo"
+"$SW" keygen --out "$W/site-admin"
+"$SW" sign --key "$W/site-admin.pem" "$P/demo/1.0.sqfs"
+cp "$W/site-admin.pub.pem" "$W/trusted/site-admin.pem"
+"$SW" inspect "$P/demo/1.0.sqfs"
+chmod -R a+rX "$W" "$TB/export"
 
-say "sw-pool inspect demo-1.0.sqfs"
-"$SW" inspect "$WORK/demo-1.0.sqfs"
+say "user ($TB_USER): a Slurm job on 4 nodes loads the pool with one command and uses it"
+cat > "$W/job.sh" <<EOS
+#!/bin/bash
+set -euo pipefail
+source /usr/share/lmod/lmod/init/bash
+export PATH=$W/bin:\$PATH SW_POOL_PATH=\$SCRATCH/pools SW_POOL_TRUSTED_KEYS=$W/trusted
+unset MODULEPATH
+echo "--- sw-pool -v load --require-signature demo/1.0   (one leader per node, 2 ranks per node)"
+eval "\$(srun --mpi=pmix --ntasks-per-node=2 sw-pool -v load --require-signature demo/1.0)"
+echo "--- module avail"
+module avail 2>&1 | sed -n '1,4p'
+echo "--- on every node: module load hello/1.0 cfact/2.0"
+srun --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 cfact/2.0; hello; echo "  \$(hostname): \$(cfact 12)"' | sort
+echo "--- sw-pool unload demo/1.0"
+eval "\$(srun --mpi=pmix --ntasks-per-node=1 sw-pool unload demo/1.0)"
+echo "MODULEPATH after unload: '\${MODULEPATH:-}'"
+srun --ntasks-per-node=1 bash -c 'echo "  \$(hostname): \$(grep -c fuse /proc/self/mounts | tr -d "\n") FUSE mounts besides shared storage: \$(grep fuse /proc/self/mounts | grep -vc sshfs)"' | sort
+EOS
+chmod 755 "$W/job.sh"
+runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait -N4 -o "$W/job.out" --chdir=/tmp "$W/job.sh" >/dev/null || {
+  cat "$W/job.out"; echo "demo: the job failed" >&2; exit 1; }
+cat "$W/job.out"
 
-say "the paper's build: sw-pool build -s 1020MB test-pool.ext2 test-pool (with a 64 MB random file here)"
-mkdir -p "$WORK/test-pool"
-head -c 64MB /dev/urandom > "$WORK/test-pool/random.data"
-(cd "$WORK" && "$SW" build -q -s 1020MB test-pool.ext2 test-pool)
-"$SW" inspect "$WORK/test-pool.ext2" | sed -n '1,6p'
-ls -ls "$WORK/test-pool.ext2" | awk '{printf "on disk: %d KiB allocated for a %d-byte sparse file\n", $1, $6}'
-
-say "mount with squashfuse_ll and use the packages through Lmod"
-mkdir -p "$MNT/demo/1.0"
-squashfuse_ll "$WORK/demo-1.0.sqfs" "$MNT/demo/1.0"
-SW_POOL_MOUNT=$MNT bash -c '
-  source /usr/share/lmod/lmod/init/bash
-  export MODULEPATH=$SW_POOL_MOUNT/demo/1.0/modulefiles
-  module avail 2>&1
-  module load hello/1.0 cfact/2.0
-  hello
-  cfact 12
-'
-fusermount3 -u "$MNT/demo/1.0"
-say "demo done: nothing left mounted"
-! grep -q " $MNT" /proc/self/mounts
+say "after the job: no mount, no record of it on any node"
+for n in $TB_NODES; do
+  testbed/exec "$n" runuser -u "$TB_USER" -- "$SW" list | sed "s/^/  $n: /"
+done
+left=$(for n in $TB_NODES; do testbed/exec "$n" sh -c 'grep fuse /proc/self/mounts | grep -v sshfs || true'; done)
+if [ -n "$left" ]; then echo "demo: mounts left behind: $left" >&2; exit 1; fi
+say "demo done in $(( $(date +%s) - t0 )) s; taking the cluster down"

@@ -13,7 +13,7 @@ PACKAGES=(
   # the virtual cluster: Slurm, munge, sshd + sshfs for shared storage, iproute2 for namespaces
   slurmctld slurmd slurm-client munge openssh-server openssh-client sshfs iproute2 util-linux procps psmisc kmod strace shellcheck
   # Lmod (module avail / module load)
-  lmod
+  lmod csh fish zsh
   # benchmarks and reports
   python3 python3-matplotlib hyperfine time
 )

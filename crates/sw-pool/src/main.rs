@@ -23,8 +23,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// On SIGINT/SIGTERM/SIGHUP remove every temporary output still being written, then exit 128+signal:
-/// an interrupted command leaves no half-written file.
+/// On SIGINT/SIGTERM/SIGHUP stop the tools we started, undo a mount being set up, remove every
+/// temporary output still being written, then exit 128+signal: an interrupted command leaves no
+/// half-written file, helper or mount.
 fn install_signal_cleanup() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
@@ -33,6 +34,8 @@ fn install_signal_cleanup() {
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             swpool_core::exec::terminate_children();
+            // a mount in progress ends recorded or undone before we exit
+            let _critical = swpool_core::mount::finish_pending();
             swpool_core::atomic::remove_all_registered();
             let host = rustix::system::uname()
                 .nodename()

@@ -59,6 +59,10 @@ pub enum Error {
     Key(#[from] crate::trust::KeyError),
     #[error(transparent)]
     Transfer(#[from] crate::transfer::TransferError),
+    #[error(transparent)]
+    Mount(#[from] crate::mount::MountError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -87,6 +91,8 @@ impl Error {
             Error::Trust(e) => e.exit_status(),
             Error::Key(e) => e.exit_status(),
             Error::Transfer(e) => e.exit_status(),
+            Error::Mount(e) => e.exit_status(),
+            Error::State(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

@@ -29,7 +29,7 @@ pub fn terminate_children() {
     }
 }
 
-fn track(pid: u32, on: bool) {
+pub(crate) fn track(pid: u32, on: bool) {
     if let Ok(mut l) = CHILDREN.lock() {
         if on {
             l.push(pid);

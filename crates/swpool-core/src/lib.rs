@@ -16,3 +16,6 @@ pub mod transfer;
 pub mod trust;
 
 pub use error::{Error, ExitStatus, Result};
+pub mod env;
+pub mod mount;
+pub mod state;

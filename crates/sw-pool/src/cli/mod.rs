@@ -59,12 +59,23 @@ pub enum Command {
     Cp(CpArgs),
     /// Mount a pool or image read-only with FUSE (scalable-fs-mount)
     Mount(MountArgs),
+    /// Release a mount: the last user unmounts it (fusermount3 -u)
+    Umount(UmountArgs),
+    /// This node's pools mounted by you: mount points, job ids, reference counts, stale mounts
+    List(ListArgs),
+    /// Print the shell code that puts a mounted pool's modules on MODULEPATH (or takes them off)
+    Env(EnvArgs),
     /// Make a key pair for signing pools (Ed25519 by default; RSA and ECDSA P-256 on request)
     Keygen(KeygenArgs),
     /// Sign a pool: a signature over its manifest, and the paper-compatible POOL.sig
     Sign(SignArgs),
     /// Check a pool's signature and every chunk of its image against the signed manifest
     Verify(VerifyArgs),
+    /// Copy a pool to node-local storage on every node (MPI), mount it, and print the shell code
+    /// that puts its modules on MODULEPATH
+    Load(LoadArgs),
+    /// Release a loaded pool (the last user unmounts it) and print the shell code that undoes load
+    Unload(UnloadArgs),
     /// Show the effective configuration and where each value comes from
     Config(ConfigArgs),
     /// Generate shell completions or man pages
@@ -175,11 +186,76 @@ pub struct CpArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  sw-pool mount demo-1.0.sqfs $HOME/mnt/demo         mount a pool (squashfs -> squashfuse_ll)
+  scalable-fs-mount test-pool.ext2 $LOCAL_TMPDIR/mnt  the paper's tool (ext2 -> fuse2fs)
+  sw-pool mount demo/1.0                              found on $SW_POOL_PATH, mounted at $SW_POOL_MOUNT/demo/1.0
+
+The format comes from the image's magic, never from its name. Mounts are always ro,nosuid,nodev.
+The mount point must be an empty directory (not a symlink) owned by you or root. Mounting the same pool
+at the same mount point again only adds a reference (see `sw-pool list`); `sw-pool umount` drops one,
+and the last one unmounts. Records live in $XDG_RUNTIME_DIR/sw-pool (root: /run/sw-pool;
+SW_POOL_STATE_DIR overrides).")]
 pub struct MountArgs {
-    /// Mount options
+    /// Mount options: only ro, nosuid and nodev are accepted (and always applied); rw is refused
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Option<String>,
+    /// Job id recorded with the mount; default: $SLURM_JOB_ID
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Seconds to wait for the mount to appear
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub timeout: f64,
+    /// Print the mount record as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Print only the mount point (for scripts and the pool modulefile)
+    #[arg(long, conflicts_with = "json")]
+    pub print_mountpoint: bool,
+    /// The pool or image file, or NAME/VERSION of a pool on $SW_POOL_PATH
     pub image: PathBuf,
+    /// An empty directory; default for a pool: $SW_POOL_MOUNT/NAME/VERSION (created)
+    pub mountpoint: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A mount shared by several users (reference count > 1) loses one reference and stays.
+A busy mount is left mounted and the processes holding it are named; with --force it is detached
+lazily (it disappears when the last process lets go). A stale mount (its FUSE process died) and a
+record whose mount is gone are cleaned up."
+)]
+pub struct UmountArgs {
+    /// Detach lazily when busy; remove an unreadable record
+    #[arg(short, long)]
+    pub force: bool,
+    /// Drop the reference of this job; default: $SLURM_JOB_ID, else the latest
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Use it with eval: eval \"$(sw-pool env $SW_POOL_MOUNT/demo/1.0)\"
+The shell function in /etc/profile.d/sw-pool.sh does this for you (sw-pool load/unload/env)."
+)]
+pub struct EnvArgs {
+    /// Shell syntax: sh, bash, zsh, fish, csh, tcsh; default: $SW_POOL_SHELL, else $SHELL
+    #[arg(long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// Print the reverse change
+    #[arg(long)]
+    pub unload: bool,
+    /// Where the pool is mounted
     pub mountpoint: PathBuf,
 }
 
@@ -237,6 +313,63 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     pub pool: std::path::PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  mpirun sw-pool -v load -m $LOCAL_TMPDIR/mnt $SCRATCH/random.ext2    the paper's call (every node)
+  eval \"$(sw-pool load demo/1.0)\"        one node; with /etc/profile.d/sw-pool.sh just `sw-pool load demo/1.0`
+  srun -N4 --ntasks-per-node=1 sw-pool load --json demo/1.0
+
+Steps: resolve POOL (a file, or NAME/VERSION on $SW_POOL_PATH); read its manifest and apply the trust
+policy (nothing moves if it fails); copy it with the broadcast engine into the node-local cache
+(--cache-dir, $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared
+storage, every chunk verified as it lands; nothing when the cache already holds it); mount it read-only
+at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node; print the environment change (stdout) and, with
+-v, per-phase timings (stderr). A failure on any node fails every node the same way and leaves nothing
+mounted.")]
+pub struct LoadArgs {
+    /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
+    #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Node-local cache directory (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Refuse a pool that is not signed by a trusted key
+    #[arg(long)]
+    pub require_signature: bool,
+    /// Shell for the printed environment change: sh, bash, zsh, fish, csh (default: $SW_POOL_SHELL, $SHELL)
+    #[arg(long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// Job id recorded with the mount; default: $SLURM_JOB_ID
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Seconds to wait for each mount to appear
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub timeout: f64,
+    /// No progress bar
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print a JSON report (phases, bytes, mount point) instead of shell code
+    #[arg(long)]
+    pub json: bool,
+    /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
+    pub pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UnloadArgs {
+    /// Detach lazily when busy
+    #[arg(short, long)]
+    pub force: bool,
+    /// Shell for the printed environment change (default: $SW_POOL_SHELL, $SHELL)
+    #[arg(long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// Drop the reference of this job; default: $SLURM_JOB_ID
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// The mount point, the pool file, or NAME/VERSION (mounted at $SW_POOL_MOUNT/NAME/VERSION)
+    pub pool: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -3,15 +3,21 @@
 mod build;
 mod config;
 mod cp;
+mod env;
 mod generate;
 mod init;
 mod inspect;
 mod keygen;
+mod list;
+mod load;
 mod modulefiles;
+mod mount;
 mod sign;
+mod umount;
+mod unload;
 mod verify;
 
-use swpool_core::{Error, ExitStatus};
+use swpool_core::Error;
 
 use crate::cli::{Cli, Command};
 
@@ -25,21 +31,34 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Keygen(a) => keygen::run(g, a),
         Command::Sign(a) => sign::run(g, a),
         Command::Verify(a) => verify::run(g, a),
+        Command::Load(a) => load::run(g, a),
+        Command::Unload(a) => unload::run(g, a),
         Command::Config(a) => config::run(g, a),
         Command::Generate(a) => generate::run(a),
         Command::Cp(a) => cp::run(g, a),
-        Command::Mount(_) => Err(not_yet("mount (scalable-fs-mount)", "FUSE mounting")),
+        Command::Mount(a) => mount::run(g, a),
+        Command::Umount(a) => umount::run(g, a),
+        Command::List(a) => list::run(g, a),
+        Command::Env(a) => env::run(g, a),
     }
-}
-
-fn not_yet(what: &str, feature: &str) -> Error {
-    Error::other(
-        ExitStatus::Internal,
-        format!("{what} is not yet available in this build: {feature} has not landed yet"),
-    )
 }
 
 /// Load the configuration (files and environment; flags are applied by each command).
 pub fn config() -> Result<swpool_core::config::Config, Error> {
     Ok(swpool_core::config::Config::load()?)
+}
+
+/// End a collective command: on failure every rank prints the same message, then all meet at a
+/// bounded barrier before any exits (the first non-zero exit makes mpirun kill the rest).
+pub fn finish_collective(
+    job: swpool_core::transfer::Job,
+    r: Result<(), Error>,
+) -> Result<(), Error> {
+    if let Err(e) = r {
+        crate::output::print_error(&e);
+        job.exit_barrier();
+        drop(job);
+        std::process::exit(e.exit_status().code());
+    }
+    Ok(())
 }

@@ -28,6 +28,11 @@ pub enum ManifestError {
     },
     #[error("{} is a damaged pool: {reason}; rebuild it or copy it again from its source", path.display())]
     Corrupt { path: PathBuf, reason: String },
+    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", path.display())]
+    NoTrailer {
+        path: PathBuf,
+        format: crate::image::ImageFormat,
+    },
 }
 
 impl ManifestError {
@@ -69,12 +74,10 @@ impl Pool {
             Ok(r) => r,
             Err(trailer::ReadError::Io(e)) => return Err(io(e)),
             Err(trailer::ReadError::Trailer(trailer::TrailerError::NoMagic)) => {
-                if let Ok(f) = crate::image::detect(path) {
-                    return Err(ManifestError::Corrupt {
+                if let Ok(format) = crate::image::detect(path) {
+                    return Err(ManifestError::NoTrailer {
                         path: path.to_path_buf(),
-                        reason: format!(
-                            "it starts like a {f} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)"
-                        ),
+                        format,
                     });
                 }
                 return Err(ManifestError::NotAPool {

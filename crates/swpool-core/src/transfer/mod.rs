@@ -63,7 +63,7 @@ pub enum TransferError {
     Mpi(String),
     /// The copy failed (on this node or another one: the message names it). Every rank of the job
     /// gets the same message.
-    #[error("cp failed: {message}")]
+    #[error("{message}")]
     Failed { message: String, status: ExitStatus },
 }
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# P4 benchmark (not a test): reading a 1 GiB file through a sw-pool mount vs. natively from local disk.
+#
+#   bench/mount-read.sh [SIZE_MIB] [REPS]      (root; defaults 1024 MiB, 3 repetitions)
+#
+# For native, squashfuse_ll (squashfs pool) and fuse2fs (ext4 pool): sha256sum of the file and a raw
+# read (dd bs=1M to /dev/null), cold (page cache dropped: `echo 3 > /proc/sys/vm/drop_caches`, which
+# is machine-wide) and warm (read once before). Median of REPS runs. Writes
+# bench/results/mount-read-<date>.md and prints it. Everything it makes is under one temporary
+# directory on local disk, unmounted and removed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+SIZE_MIB=${1:-1024}
+REPS=${2:-3}
+SW=$REPO/target/release/sw-pool
+[[ $(id -u) == 0 ]] || { echo "mount-read: run as root (drop_caches)" >&2; exit 1; }
+[[ -x $SW ]] || { echo "mount-read: build first (cargo build --release)" >&2; exit 1; }
+
+W=$(mktemp -d /var/tmp/swp-bench-mount.XXXXXX)
+export SW_POOL_STATE_DIR=$W/state SW_POOL_SYSTEM_CONFIG='' SW_POOL_USER_CONFIG=''
+mkdir -m 700 "$W/state"
+cleanup() {
+  for m in "$W/mnt-sqfs" "$W/mnt-ext4"; do
+    "$SW" umount -q --force "$m" 2>/dev/null || true
+  done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+echo "mount-read: making a ${SIZE_MIB} MiB random file and the pools in $W" >&2
+mkdir -p "$W/tree/data"
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$W/tree/data/big.bin"
+cp "$W/tree/data/big.bin" "$W/native.bin"
+"$SW" build -q --name bench --version 1 "$W/pool.sqfs" "$W/tree"
+"$SW" build -q --name bench --version 1 --format ext4 "$W/pool.ext4" "$W/tree"
+mkdir "$W/mnt-sqfs" "$W/mnt-ext4"
+"$SW" mount -q "$W/pool.sqfs" "$W/mnt-sqfs"
+"$SW" mount -q "$W/pool.ext4" "$W/mnt-ext4"
+
+declare -A FILE=([native]=$W/native.bin [squashfuse_ll]=$W/mnt-sqfs/data/big.bin [fuse2fs]=$W/mnt-ext4/data/big.bin)
+ref=$(sha256sum "$W/native.bin" | cut -d' ' -f1)
+for k in squashfuse_ll fuse2fs; do
+  [[ $(sha256sum "${FILE[$k]}" | cut -d' ' -f1) == "$ref" ]] || { echo "mount-read: $k reads different bytes" >&2; exit 1; }
+done
+
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }'; }
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+sha() { sha256sum "$1"; }
+raw() { dd if="$1" of=/dev/null bs=1M status=none; }
+
+declare -A R
+for k in native squashfuse_ll fuse2fs; do
+  f=${FILE[$k]}
+  for op in sha raw; do
+    cold=() warm=()
+    for ((i = 0; i < REPS; i++)); do
+      drop; cold+=("$(t "$op" "$f")")
+      "$op" "$f" >/dev/null 2>&1; warm+=("$(t "$op" "$f")")
+    done
+    R[$k.$op.cold]=$(echo "${cold[*]}" | median)
+    R[$k.$op.warm]=$(echo "${warm[*]}" | median)
+    echo "mount-read: $k $op cold ${cold[*]} warm ${warm[*]}" >&2
+  done
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+mbs() { awk -v s="$SIZE_MIB" -v t="$1" 'BEGIN { printf "%.0f", s * 1.048576 / t }'; }
+out=$REPO/bench/results/mount-read-$(date +%Y-%m-%d).md
+{
+  echo "# P4: reading through the mount vs. native ($(date -u +%Y-%m-%dT%H:%MZ), $(hostname))"
+  echo
+  echo "One ${SIZE_MIB} MiB file of random data, read from a squashfs pool (zstd, $(squashfuse_ll --version 2>&1 | head -1 | sed 's/ (c).*//')),"
+  echo "an ext4 pool (fuse2fs $(dpkg-query -W -f '${Version}' fuse2fs 2>/dev/null)), and natively from the same local disk."
+  echo "Median of $REPS runs; cold = page cache dropped before the run, warm = read once before."
+  echo "\`bench/mount-read.sh $SIZE_MIB $REPS\`; $(nproc) cores, kernel $(uname -r)."
+  echo
+  echo "| path | sha256 cold (s) | ÷ native | sha256 warm (s) | ÷ native | dd cold (s) | MB/s | ÷ native | dd warm (s) | MB/s | ÷ native |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  for k in native squashfuse_ll fuse2fs; do
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$k" \
+      "${R[$k.sha.cold]}" "$(ratio "${R[$k.sha.cold]}" "${R[native.sha.cold]}")" \
+      "${R[$k.sha.warm]}" "$(ratio "${R[$k.sha.warm]}" "${R[native.sha.warm]}")" \
+      "${R[$k.raw.cold]}" "$(mbs "${R[$k.raw.cold]}")" "$(ratio "${R[$k.raw.cold]}" "${R[native.raw.cold]}")" \
+      "${R[$k.raw.warm]}" "$(mbs "${R[$k.raw.warm]}")" "$(ratio "${R[$k.raw.warm]}" "${R[native.raw.warm]}")"
+  done
+  echo
+  echo "Goal (issue 5): sha256 through the default mount ÷ native ≤ 1.15."
+  echo
+  echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (other work on this machine makes the figures noisy;"
+  echo "all runs are in the script's stderr)."
+} > "$out"
+cat "$out"
+echo "mount-read: written to $out" >&2

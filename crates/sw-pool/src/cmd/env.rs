@@ -1,0 +1,58 @@
+use swpool_core::env::{self, PoolMount, Shell, Snapshot};
+use swpool_core::mount;
+use swpool_core::state::StateDir;
+use swpool_core::{Error, ExitStatus};
+
+use crate::cli::{EnvArgs, GlobalArgs};
+
+pub fn run(_g: &GlobalArgs, a: EnvArgs) -> Result<(), Error> {
+    let shell: Shell = match a.shell.clone().or_else(|| {
+        std::env::var("SW_POOL_SHELL")
+            .ok()
+            .filter(|s| !s.is_empty())
+    }) {
+        Some(s) => s
+            .parse()
+            .map_err(|e: String| Error::other(ExitStatus::BadInput, e))?,
+        None => Shell::from_env(),
+    };
+    // unload works for a mount point that is gone too (its MODULEPATH entry must still go)
+    let mp = match mount::canonical_mountpoint(&a.mountpoint) {
+        Ok(p) => p,
+        Err(_) if a.unload => swpool_core::exec::absolute(&a.mountpoint),
+        Err(e) => return Err(e.into()),
+    };
+    let dir = StateDir::open_default()?;
+    let rec = dir.read(&mp)?;
+    if rec.is_none() && !a.unload {
+        return Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "no pool is mounted at {} by you on this node (see `sw-pool list`)",
+                mp.display()
+            ),
+        ));
+    }
+    let pm = PoolMount {
+        mount_point: mp.clone(),
+        pool: rec
+            .as_ref()
+            .and_then(|r| r.pool.as_ref())
+            .map(|p| (p.name.clone(), p.version.clone())),
+    };
+    if !a.unload && !mp.join("modulefiles").is_dir() {
+        eprintln!(
+            "sw-pool: warning: {} has no modulefiles/ directory: no modules will appear",
+            mp.display()
+        );
+    }
+    let now = Snapshot::from_env();
+    let changes = if a.unload {
+        env::unload_changes(&now, &pm)
+    } else {
+        env::load_changes(&now, &pm)
+    };
+    let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+    print!("{code}");
+    Ok(())
+}

@@ -1,0 +1,88 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use swpool_core::mount::{paths, ImageInfo, MountOptions, RealSys};
+use swpool_core::state::{self, AcquireRequest, StateDir};
+use swpool_core::Error;
+
+use crate::cli::{GlobalArgs, MountArgs};
+use crate::output::Printer;
+
+/// `--job-id`, else `$SLURM_JOB_ID`.
+pub fn job_id(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| std::env::var("SLURM_JOB_ID").ok())
+        .filter(|j| !j.is_empty())
+}
+
+pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
+    let mut p = Printer::new(g, a.json);
+    if a.print_mountpoint {
+        p.verbosity = crate::output::Verbosity::Quiet; // stdout is the mount point only
+    }
+    let options = MountOptions::parse(a.options.as_deref())?;
+    let cfg = super::config()?;
+    let uid = rustix::process::geteuid().as_raw();
+    let spec = a.image.to_string_lossy().into_owned();
+    let image: PathBuf = if paths::is_pool_spec(&spec) {
+        paths::resolve_pool(&spec, &cfg.pool_path.value)?
+    } else {
+        a.image.clone()
+    };
+    let mountpoint = match a.mountpoint {
+        Some(m) => m,
+        None => {
+            let info = ImageInfo::inspect(&image)?;
+            let Some(pool) = info.pool else {
+                return Err(Error::other(
+                    swpool_core::ExitStatus::BadInput,
+                    format!(
+                        "{} is a bare image without a sw-pool manifest: give a MOUNTPOINT",
+                        image.display()
+                    ),
+                ));
+            };
+            let root = paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid);
+            paths::create_mountpoint(&root, &pool.name, &pool.version, uid)?
+        }
+    };
+    let dir = StateDir::open_default()?;
+    let sys = RealSys::new();
+    let req = AcquireRequest {
+        image,
+        mountpoint,
+        options,
+        job_id: job_id(a.job_id),
+        timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+    };
+    let r = state::acquire(&sys, &dir, &req)?;
+    for n in &r.notes {
+        p.warn(n);
+    }
+    let rec = &r.record;
+    if a.print_mountpoint {
+        println!("{}", rec.mount_point.display());
+    }
+    if r.reused {
+        p.result(format!(
+            "{} is already mounted at {}: reference added (now {})",
+            rec.label(),
+            rec.mount_point.display(),
+            rec.refcount()
+        ));
+    } else {
+        p.result(format!(
+            "mounted {} ({}, {} pid {}) at {}",
+            rec.label(),
+            rec.format,
+            rec.backend,
+            rec.helper_pid,
+            rec.mount_point.display()
+        ));
+        p.verbose(format!("mount      {:.3} s", r.mount_seconds));
+    }
+    if let Some(pool) = &rec.pool {
+        p.verbose(format!("digest     {}", pool.digest));
+    }
+    p.json(&serde_json::to_value(&r).expect("json"));
+    Ok(())
+}

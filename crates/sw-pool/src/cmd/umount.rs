@@ -1,0 +1,54 @@
+use swpool_core::mount::{describe_holders, RealSys};
+use swpool_core::state::{self, StateDir};
+use swpool_core::Error;
+
+use crate::cli::{GlobalArgs, UmountArgs};
+use crate::output::Printer;
+
+pub fn run(g: &GlobalArgs, a: UmountArgs) -> Result<(), Error> {
+    let p = Printer::new(g, a.json);
+    let dir = StateDir::open_default()?;
+    let sys = RealSys::new();
+    let job = super::mount::job_id(a.job_id);
+    let r = state::release(&sys, &dir, &a.mountpoint, a.force, job.as_deref())?;
+    let label = r
+        .record
+        .as_ref()
+        .map(|r| r.label())
+        .unwrap_or_else(|| "unrecorded mount".into());
+    match &r.unmounted {
+        None if r.remaining > 0 => p.result(format!(
+            "{} at {} is still used ({} reference{} left); not unmounted",
+            label,
+            r.mount_point.display(),
+            r.remaining,
+            if r.remaining == 1 { "" } else { "s" }
+        )),
+        None => p.result(format!(
+            "{} at {} was not mounted any more; record removed",
+            label,
+            r.mount_point.display()
+        )),
+        Some(u) => {
+            if u.lazy {
+                p.warn(format!(
+                    "{} was busy and has been detached lazily; it disappears when these let go: {}",
+                    r.mount_point.display(),
+                    describe_holders(&u.holders, 0)
+                ));
+            }
+            p.result(format!(
+                "unmounted {} from {}{}",
+                label,
+                r.mount_point.display(),
+                if u.was_stale {
+                    " (it was stale: its FUSE process had died)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    p.json(&serde_json::to_value(&r).expect("json"));
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! `sw-pool load` / `unload` on one node (no MPI launcher): cache, mount, environment, references,
+//! the trust policy and failures that leave nothing cached half-way or mounted.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct T {
+    d: tempfile::TempDir,
+}
+
+impl T {
+    fn new() -> T {
+        let t = T { d: scratch() };
+        for sub in ["local", "state", "mnt", "keys"] {
+            std::fs::create_dir_all(t.d.path().join(sub)).unwrap();
+        }
+        t
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.d.path().join(rel)
+    }
+    fn sw(&self) -> Command {
+        let mut c = sw();
+        c.env("LOCAL_TMPDIR", self.p("local"))
+            .env("SW_POOL_STATE_DIR", self.p("state"))
+            .env("SW_POOL_MOUNT", self.p("mnt"))
+            .env("SW_POOL_TRUSTED_KEYS", self.p("keys"))
+            .env("SW_POOL_SHELL", "sh")
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("MODULEPATH");
+        c
+    }
+    fn run(&self, args: &[&str]) -> Out {
+        run(self.sw().args(args))
+    }
+    fn cache_files(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for e in std::fs::read_dir(self.p("local")).unwrap().flatten() {
+            if let Ok(rd) = std::fs::read_dir(e.path().join("cache")) {
+                v.extend(
+                    rd.flatten()
+                        .map(|f| f.file_name().to_string_lossy().into_owned()),
+                );
+            }
+        }
+        v
+    }
+    fn fuse_mounts(&self) -> usize {
+        let root = self.d.path().to_string_lossy().into_owned();
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&root) && l.contains("fuse"))
+            .count()
+    }
+}
+
+impl Drop for T {
+    fn drop(&mut self) {
+        let root = self.d.path().to_string_lossy().into_owned();
+        for l in std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+        {
+            if let Some(mp) = l.split_whitespace().nth(1).filter(|m| m.starts_with(&root)) {
+                let _ = Command::new("fusermount3").args(["-u", "-z", mp]).status();
+            }
+        }
+    }
+}
+
+fn pool(t: &T, with_modules: bool) -> PathBuf {
+    let tree = t.p("tree");
+    sample_tree(&tree);
+    if !with_modules {
+        std::fs::remove_dir_all(tree.join("modulefiles")).unwrap();
+    }
+    let out = t.p("demo.sqfs");
+    let mut a = vec!["build", "-q"];
+    if with_modules {
+        a.push("--gen-modulefiles");
+    }
+    a.extend([out.to_str().unwrap(), tree.to_str().unwrap()]);
+    let o = sw_run(&a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    out
+}
+
+#[test]
+fn load_twice_unload_twice() {
+    let t = T::new();
+    let p = pool(&t, true);
+    let o = t.run(&["-v", "load", p.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mp = t.p("mnt/demo/1.0");
+    assert!(
+        o.stdout
+            .contains(&format!("export MODULEPATH='{}/modulefiles'", mp.display())),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stderr.contains("mount") && o.stderr.contains("total"),
+        "-v timings on stderr: {}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains("unsigned"),
+        "an unsigned pool is flagged: {}",
+        o.stderr
+    );
+    assert!(mp.join("install/hello/1.0/bin/hello").exists());
+    assert_eq!(t.cache_files().len(), 1, "{:?}", t.cache_files());
+    assert_eq!(t.fuse_mounts(), 1);
+    // the environment it prints works with the real Lmod
+    let script = format!("source /usr/share/lmod/lmod/init/bash\n{}\nmodule load hello/1.0 cfact/2.0; hello; cfact 4", o.stdout);
+    let l = run(Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env_remove("MODULEPATH"));
+    assert!(
+        l.stdout.contains("hello from") && l.stdout.contains("24"),
+        "{}{}",
+        l.stdout,
+        l.stderr
+    );
+    // by NAME/VERSION on SW_POOL_PATH: the same mount, one more reference
+    let o = run(t
+        .sw()
+        .env("SW_POOL_PATH", t.p("pools"))
+        .args(["load", p.to_str().unwrap()]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(t.fuse_mounts(), 1);
+    let l = t.run(&["list"]);
+    assert!(
+        l.stdout.contains("demo/1.0") && l.stdout.contains(" 2 "),
+        "{}",
+        l.stdout
+    );
+    let o = t.run(&["unload", "demo/1.0"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(t.fuse_mounts(), 1, "one reference left: still mounted");
+    let o = run(t
+        .sw()
+        .env(
+            "MODULEPATH",
+            format!("/opt/mods:{}/modulefiles", mp.display()),
+        )
+        .env("SW_POOL_LOADED", &mp)
+        .args(["unload", "demo/1.0"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("export MODULEPATH='/opt/mods'"),
+        "unload takes exactly its entry off: {}",
+        o.stdout
+    );
+    assert_eq!(t.fuse_mounts(), 0);
+    assert_eq!(t.cache_files().len(), 1, "the verified cache entry stays");
+    let o = t.run(&["unload", "demo/1.0"]);
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("not loaded") || o.stderr.contains("not mounted"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn trust_policy_and_failures_leave_nothing() {
+    let t = T::new();
+    let p = pool(&t, true);
+    let ps = p.to_str().unwrap();
+    // an unsigned pool under --require-signature: refused, nothing cached or mounted
+    let o = t.run(&["load", "--require-signature", ps]);
+    assert_eq!(o.code, 7, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("is not signed") && o.stderr.contains("sw-pool sign"),
+        "{}",
+        o.stderr
+    );
+    assert!(t.cache_files().is_empty() && t.fuse_mounts() == 0);
+    // the same through the environment
+    let o = run(t
+        .sw()
+        .env("SW_POOL_REQUIRE_SIGNATURE", "1")
+        .args(["load", ps]));
+    assert_eq!(o.code, 7, "{}", o.stderr);
+    // signed by an untrusted key: refused with the fingerprint and how to trust it
+    assert_eq!(
+        sw_run(&["keygen", "-q", "--out", t.p("adm").to_str().unwrap()]).code,
+        0
+    );
+    assert_eq!(
+        sw_run(&["sign", "-q", "--key", t.p("adm.pem").to_str().unwrap(), ps]).code,
+        0
+    );
+    let o = t.run(&["load", "--require-signature", ps]);
+    assert_eq!(o.code, 7, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("not trusted") && o.stderr.contains("sha256:"),
+        "{}",
+        o.stderr
+    );
+    assert!(t.cache_files().is_empty() && t.fuse_mounts() == 0);
+    // trusted: loads
+    std::fs::copy(t.p("adm.pub.pem"), t.p("keys/site-admin.pem")).unwrap();
+    let o = t.run(&[
+        "load",
+        "--require-signature",
+        "-m",
+        t.p("m1").to_str().unwrap(),
+        ps,
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(t.run(&["unload", t.p("m1").to_str().unwrap()]).code, 0);
+    // a flipped byte in the image, loaded into an empty cache (the verified cache entry of the good
+    // pool would be served instead, without reading the damaged file at all): refused as it lands
+    let mut b = std::fs::read(&p).unwrap();
+    b[100] ^= 1;
+    let bad = t.p("bad.sqfs");
+    std::fs::write(&bad, &b).unwrap();
+    std::fs::create_dir_all(t.p("cache2")).unwrap();
+    let o = t.run(&[
+        "load",
+        "--cache-dir",
+        t.p("cache2").to_str().unwrap(),
+        "-m",
+        t.p("m2").to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_ne!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("offset") || o.stderr.contains("chunk"),
+        "{}",
+        o.stderr
+    );
+    let left: Vec<_> = walk(&t.p("cache2"));
+    assert!(
+        left.iter().all(|f| std::fs::metadata(f).unwrap().is_dir()),
+        "nothing cached half-way: {left:?}"
+    );
+    assert_eq!(t.fuse_mounts(), 0);
+    // not a pool; a mount point that is not empty
+    std::fs::write(t.p("junk"), vec![1u8; 5000]).unwrap();
+    let o = t.run(&["load", t.p("junk").to_str().unwrap()]);
+    assert_eq!(o.code, 4, "{}", o.stderr);
+    assert!(o.stderr.contains("not a sw-pool pool"), "{}", o.stderr);
+    std::fs::create_dir_all(t.p("full")).unwrap();
+    std::fs::write(t.p("full/x"), b"x").unwrap();
+    let o = t.run(&["load", "-m", t.p("full").to_str().unwrap(), ps]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("full") && o.stderr.contains("empty"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(t.fuse_mounts(), 0);
+    let o = t.run(&["load", "nosuch/9"]);
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("nosuch"), "{}", o.stderr);
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        v.push(e.path());
+        if e.path().is_dir() {
+            v.extend(walk(&e.path()));
+        }
+    }
+    v
+}
+
+#[test]
+fn a_pool_without_modulefiles_loads_with_a_warning() {
+    let t = T::new();
+    let p = pool(&t, false);
+    let o = t.run(&["load", p.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("no modulefiles/"), "{}", o.stderr);
+    assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
+}

@@ -1,0 +1,722 @@
+//! Mounting pools and images with FUSE, supervised.
+//!
+//! * The format comes from the image's magic ([`crate::image::detect`]), never from its name:
+//!   squashfs → `squashfuse_ll`, ext2/3/4 → `fuse2fs` ([`Backend`]).
+//! * Always `ro,nosuid,nodev` ([`MountOptions`]); `rw` is refused until writable user images exist.
+//! * The mount point is validated first ([`check_mountpoint`]): it exists, is a directory and not a
+//!   symlink (`lstat`, opened with `O_NOFOLLOW`), belongs to the caller or root, is empty and is not
+//!   already a mount point. The path used is the canonical one, as the kernel reports it.
+//! * The helper runs in the foreground as our child; we wait until the mount really appears in
+//!   `/proc/self/mountinfo`, with a timeout. On any failure we end the helper we started (by its
+//!   pid, never by name), unmount what may have appeared, and report its stderr with a hint.
+//! * Unmounting is `fusermount3 -u` (root without fusermount3: `umount`); a busy mount names the
+//!   processes holding it and is lazily unmounted (`-z`) only when forced. A mount whose FUSE process
+//!   died answers `ENOTCONN` ([`MountState::Stale`]); it is unmounted the same way.
+//!
+//! All system calls and process operations go through [`sys::Sys`] so the order of steps and the
+//! clean-up after failures are unit-tested with [`sys::FakeSys`].
+
+pub mod paths;
+pub mod proc;
+pub mod sys;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ExitStatus;
+use crate::exec::{ExecError, Tool, ToolCommand};
+use crate::image::{self, ImageFormat};
+use crate::pool::{ManifestError, Pool};
+
+pub use proc::{Holder, MountEntry};
+pub use sys::{FakeScript, FakeSys, RealSys, Sys};
+
+/// How long to wait for a mount to appear by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+const POLL: Duration = Duration::from_millis(10);
+
+/// Mount options as sw-pool accepts them: read-only, never setuid, never devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MountOptions {
+    _private: (),
+}
+
+impl MountOptions {
+    /// The options every sw-pool mount gets.
+    pub const FIXED: &'static str = "ro,nosuid,nodev";
+
+    /// Parse `-o OPTS`: `ro`, `nosuid`, `nodev` (the defaults) are accepted; `rw` and everything else
+    /// is refused with a reason.
+    pub fn parse(opts: Option<&str>) -> Result<MountOptions, MountError> {
+        for o in opts
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+        {
+            match o {
+                "ro" | "nosuid" | "nodev" => {}
+                "rw" => {
+                    return Err(MountError::Options(
+                        "-o rw: writable mounts are not supported yet (writable user images come in a later \
+                         release); pools are always mounted read-only (ro,nosuid,nodev)"
+                            .into(),
+                    ))
+                }
+                "suid" | "dev" => {
+                    return Err(MountError::Options(format!(
+                        "-o {o}: refused; sw-pool mounts are always nosuid,nodev"
+                    )))
+                }
+                other => {
+                    return Err(MountError::Options(format!(
+                        "-o {other}: unknown option; sw-pool accepts only ro, nosuid and nodev (always applied)"
+                    )))
+                }
+            }
+        }
+        Ok(MountOptions { _private: () })
+    }
+}
+
+/// The FUSE helper for a format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    SquashfuseLl,
+    Fuse2fs,
+}
+
+impl Backend {
+    pub fn for_format(f: ImageFormat) -> Backend {
+        if f.is_ext() {
+            Backend::Fuse2fs
+        } else {
+            Backend::SquashfuseLl
+        }
+    }
+    pub fn tool(self) -> Tool {
+        match self {
+            Backend::SquashfuseLl => Tool::SquashfuseLl,
+            Backend::Fuse2fs => Tool::Fuse2fs,
+        }
+    }
+    /// The helper's command line, in the foreground (`-f`) so that it is our child. Paths are absolute
+    /// (neither helper understands `--`). fuse2fs: `fakeroot` makes its own permission checks behave
+    /// like squashfuse_ll's (the mounting user reads every file, as they can read the image); `ro` is
+    /// enforced by fuse2fs itself (writes fail with EROFS, though the kernel lists the mount as rw).
+    pub fn command(self, image: &Path, mountpoint: &Path) -> ToolCommand {
+        match self {
+            Backend::SquashfuseLl => ToolCommand::new(Tool::SquashfuseLl)
+                .arg("-f")
+                .arg("-o")
+                .arg(MountOptions::FIXED)
+                .path(image)
+                .path(mountpoint),
+            Backend::Fuse2fs => ToolCommand::new(Tool::Fuse2fs)
+                .path(image)
+                .path(mountpoint)
+                .arg("-f")
+                .arg("-o")
+                .arg(format!("{},fakeroot", MountOptions::FIXED)),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.tool().program())
+    }
+}
+
+/// What is being mounted: format from the magic, and the manifest when the file is a pool.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageInfo {
+    /// Absolute path, not a symlink.
+    pub path: PathBuf,
+    pub format: ImageFormat,
+    pub backend: Backend,
+    /// `name`, `version` and `digest` of a pool; `None` for a bare image.
+    pub pool: Option<PoolId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolId {
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+}
+
+impl ImageInfo {
+    /// Look at the image: it must be a regular file (not a symlink) with squashfs or ext magic; a
+    /// pool trailer, if present, must be intact.
+    pub fn inspect(path: &Path) -> Result<ImageInfo, MountError> {
+        let path = crate::exec::absolute(path);
+        let meta = std::fs::symlink_metadata(&path).map_err(|source| MountError::Image {
+            path: path.clone(),
+            reason: source.to_string(),
+            status: crate::error::io_status(&source),
+        })?;
+        if meta.file_type().is_symlink() {
+            return Err(MountError::Image {
+                path: path.clone(),
+                reason: format!(
+                    "is a symbolic link; images are never mounted through symlinks, give the real path ({})",
+                    std::fs::canonicalize(&path)
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|_| "dangling".into())
+                ),
+                status: ExitStatus::BadInput,
+            });
+        }
+        if !meta.is_file() {
+            return Err(MountError::Image {
+                path,
+                reason: "is not a regular file".into(),
+                status: ExitStatus::BadInput,
+            });
+        }
+        // the directory part may contain symlinks ($SCRATCH often does): resolve it
+        let path = match (path.parent(), path.file_name()) {
+            (Some(d), Some(n)) => std::fs::canonicalize(d).map(|d| d.join(n)).unwrap_or(path),
+            _ => path,
+        };
+        let format = image::detect(&path).map_err(|e| match e {
+            image::DetectError::Unknown { .. } => MountError::Image {
+                path: path.clone(),
+                reason: "is not a squashfs or ext2/3/4 image (no file-system magic found; a damaged \
+                         superblock or not an image at all): rebuild it with `sw-pool build` or copy it again"
+                    .into(),
+                status: ExitStatus::InvalidPool,
+            },
+            image::DetectError::Io { source, .. } => MountError::Image {
+                path: path.clone(),
+                reason: source.to_string(),
+                status: crate::error::io_status(&source),
+            },
+        })?;
+        let pool = match Pool::open(&path) {
+            Ok(p) => Some(PoolId {
+                name: p.manifest.name,
+                version: p.manifest.version,
+                digest: p.manifest.digest,
+            }),
+            Err(ManifestError::NotAPool { .. } | ManifestError::NoTrailer { .. }) => None,
+            Err(e) => {
+                return Err(MountError::Image {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                    status: e.exit_status(),
+                })
+            }
+        };
+        Ok(ImageInfo {
+            path,
+            format,
+            backend: Backend::for_format(format),
+            pool,
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{0}")]
+    Options(String),
+    #[error("image {}: {reason}", path.display())]
+    Image {
+        path: PathBuf,
+        reason: String,
+        status: ExitStatus,
+    },
+    #[error("mount point {} on {}: {reason}", path.display(), node())]
+    MountPoint { path: PathBuf, reason: String },
+    #[error("FUSE is not usable on {}: {reason}", node())]
+    Fuse { reason: String },
+    #[error("cannot mount {}: {source}", image.display())]
+    Tool { image: PathBuf, source: ExecError },
+    /// The helper exited without mounting, or did not mount in time.
+    #[error("{0}")]
+    Helper(Box<HelperFailure>),
+    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", path.display(), node())]
+    NotMounted { path: PathBuf },
+    #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", path.display())]
+    NotOurs { path: PathBuf, fstype: String },
+    #[error("{} is busy on {}: {}\n  hint: end these processes or leave the directory, or use `sw-pool umount --force` for a lazy unmount (it disappears when the last user lets go)",
+        path.display(), node(), describe_holders(holders, *hidden))]
+    Busy {
+        path: PathBuf,
+        holders: Vec<Holder>,
+        hidden: usize,
+    },
+    #[error("could not unmount {}: {source}", path.display())]
+    Unmount { path: PathBuf, source: ExecError },
+    #[error("cannot read the mount table: {0}")]
+    MountTable(std::io::Error),
+}
+
+/// What went wrong with a FUSE helper.
+#[derive(Debug, Clone)]
+pub struct HelperFailure {
+    pub helper: Backend,
+    pub image: PathBuf,
+    pub mountpoint: PathBuf,
+    /// Its exit status; `None` when it timed out (and was stopped).
+    pub status: Option<String>,
+    pub timeout: Duration,
+    pub stderr: String,
+    pub hint: String,
+    pub cmdline: String,
+}
+
+impl fmt::Display for HelperFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.status {
+            Some(st) => write!(
+                f,
+                "{} could not mount {} at {} on {} ({st}): {}",
+                self.helper,
+                self.image.display(),
+                self.mountpoint.display(),
+                node(),
+                indent(&self.stderr)
+            )?,
+            None => write!(
+                f,
+                "{} did not mount {} at {} on {} within {:.1}s; it was stopped. Its output: {}",
+                self.helper,
+                self.image.display(),
+                self.mountpoint.display(),
+                node(),
+                self.timeout.as_secs_f32(),
+                indent(&self.stderr)
+            )?,
+        }
+        write!(f, "\n  hint: {}\n  command: {}", self.hint, self.cmdline)
+    }
+}
+
+/// The node an error happened on (errors are printed where they happen).
+fn node() -> String {
+    format!("node {}", crate::state::hostname())
+}
+
+fn indent(s: &str) -> String {
+    let t = s.trim();
+    if t.is_empty() {
+        "(no output)".into()
+    } else {
+        format!("\n    {}", t.lines().collect::<Vec<_>>().join("\n    "))
+    }
+}
+
+/// `pid 123 (uid 1000) bash: cwd; pid 456 …`
+pub fn describe_holders(h: &[Holder], hidden: usize) -> String {
+    let mut parts: Vec<String> = h
+        .iter()
+        .map(|h| {
+            format!(
+                "pid {}{} `{}` ({})",
+                h.pid,
+                h.uid.map(|u| format!(" uid {u}")).unwrap_or_default(),
+                h.command,
+                h.what.join(", ")
+            )
+        })
+        .collect();
+    if hidden > 0 {
+        parts.push(format!(
+            "{hidden} process(es) of other users could not be inspected (run as root to see them)"
+        ));
+    }
+    if parts.is_empty() {
+        "no process found holding it (a process may have just exited, or another mount namespace uses it)".into()
+    } else {
+        format!("held by {}", parts.join("; "))
+    }
+}
+
+impl MountError {
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            MountError::Options(_) => ExitStatus::BadInput,
+            MountError::Image { status, .. } => *status,
+            MountError::MountPoint { .. } => ExitStatus::BadInput,
+            MountError::Fuse { .. } => ExitStatus::System,
+            MountError::Tool { source, .. } => source.exit_status(),
+            MountError::Helper(h) if h.hint.contains("damaged") => ExitStatus::InvalidPool,
+            MountError::Helper(_) => ExitStatus::Tool,
+            MountError::NotMounted { .. } | MountError::NotOurs { .. } => ExitStatus::BadInput,
+            MountError::Busy { .. } => ExitStatus::System,
+            MountError::Unmount { source, .. } => source.exit_status(),
+            MountError::MountTable(_) => ExitStatus::System,
+        }
+    }
+}
+
+/// A hint for a helper's failure, from its stderr.
+pub fn hint_for(stderr: &str, backend: Backend, euid: u32) -> String {
+    let s = stderr.to_ascii_lowercase();
+    if s.contains("/dev/fuse") && (s.contains("no such file") || s.contains("not found"))
+        || s.contains("fuse: device not found")
+    {
+        "/dev/fuse is missing: load the kernel module (`modprobe fuse`), or in a container start it with `--device /dev/fuse`".into()
+    } else if s.contains("/dev/fuse") && s.contains("permission denied") {
+        format!("/dev/fuse is not usable by uid {euid}: an administrator must make it mode 0666 (`chmod 0666 /dev/fuse`, persistently with a udev rule)")
+    } else if s.contains("fusermount")
+        && (s.contains("not found") || s.contains("no such file") || s.contains("failed to exec"))
+    {
+        "fusermount3 is not installed: install the Debian package 'fuse3' (`apt-get install fuse3`)"
+            .into()
+    } else if s.contains("superblock")
+        || s.contains("bad magic")
+        || s.contains("version 0.0 detected")
+        || s.contains("only version 4.0 supported")
+        || s.contains("corrupt")
+        || s.contains("can't open squashfs")
+        || s.contains("not a squashfs")
+        || s.contains("e2fsck")
+    {
+        "the image is damaged (corrupt superblock): rebuild it with `sw-pool build` or copy it again from its source".into()
+    } else if s.contains("operation not permitted") || s.contains("mount failed") {
+        "the kernel refused the mount: FUSE mounts may be disabled for users here (check /etc/fuse.conf, `mount_max`, and that fusermount3 is setuid root)".into()
+    } else if s.contains("mountpoint is not empty") || s.contains("not empty") {
+        "the mount point is not empty".into()
+    } else {
+        format!("see {backend}'s message above; check that the image is intact (`sw-pool inspect IMAGE`)")
+    }
+}
+
+/// The state of a mount point now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountState {
+    /// Mounted and answering.
+    Mounted,
+    /// Mounted, but its FUSE process died (`ENOTCONN`).
+    Stale,
+    /// Not a mount point.
+    Absent,
+}
+
+/// Is `mountpoint` (canonical) mounted, and does it answer?
+pub fn state(sys: &dyn Sys, mounts: &[MountEntry], mountpoint: &Path) -> MountState {
+    if proc::mount_at(mounts, mountpoint).is_none() {
+        return MountState::Absent;
+    }
+    match sys.probe(mountpoint) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountState::Stale,
+        _ => MountState::Mounted,
+    }
+}
+
+/// The canonical form of a mount point path: its parent resolved (symlinks in the parent are
+/// allowed, the way the kernel shows them), its last component kept as given (checked not to be a
+/// symlink).
+pub fn canonical_mountpoint(p: &Path) -> Result<PathBuf, MountError> {
+    let abs = crate::exec::absolute(p);
+    let err = |reason: String| MountError::MountPoint {
+        path: abs.clone(),
+        reason,
+    };
+    let name = match abs.file_name() {
+        Some(n) if n != ".." => n.to_os_string(),
+        _ => return Err(err("give a directory path that ends in a name".into())),
+    };
+    let parent = abs.parent().unwrap_or(Path::new("/"));
+    let parent = std::fs::canonicalize(parent).map_err(|e| {
+        err(format!(
+            "its parent directory {} is not usable: {e}",
+            parent.display()
+        ))
+    })?;
+    Ok(parent.join(name))
+}
+
+/// Check a (canonical) mount point before mounting on it.
+pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
+    let err = |reason: String| MountError::MountPoint {
+        path: mp.to_path_buf(),
+        reason,
+    };
+    let m = sys.lstat(mp).map_err(|e| match e.kind() {
+        _ if e.raw_os_error() == Some(libc::ENOTCONN) => err(
+            "is a stale FUSE mount (its FUSE process died); clean it with `sw-pool umount --force`"
+                .into(),
+        ),
+        std::io::ErrorKind::NotFound => {
+            err("does not exist; create an empty directory first (`mkdir -p`)".into())
+        }
+        _ => err(e.to_string()),
+    })?;
+    match m.kind {
+        sys::FileKind::Dir => {}
+        sys::FileKind::Symlink => {
+            return Err(err(
+                "is a symbolic link; mount points must be real directories (symlinks could redirect the mount)".into(),
+            ))
+        }
+        _ => return Err(err("is not a directory".into())),
+    }
+    let uid = sys.euid();
+    if m.uid != uid && m.uid != 0 {
+        return Err(err(format!(
+            "belongs to uid {}, not to you (uid {uid}) or root",
+            m.uid
+        )));
+    }
+    let mounts = sys.mounts().map_err(MountError::MountTable)?;
+    if let Some(e) = proc::mount_at(&mounts, mp) {
+        let stale = matches!(state(sys, &mounts, mp), MountState::Stale);
+        return Err(err(format!(
+            "is already a mount point ({} from {}){}",
+            e.fstype,
+            e.source,
+            if stale {
+                "; its FUSE process died (stale): clean it with `sw-pool umount --force`"
+            } else {
+                "; unmount it first or choose another directory"
+            }
+        )));
+    }
+    if let Some(parent) = mp.parent() {
+        if let Ok(pm) = sys.lstat(parent) {
+            if pm.dev != m.dev {
+                return Err(err(
+                    "is already a mount point (another file system is mounted there)".into(),
+                ));
+            }
+        }
+    }
+    match sys.dir_is_empty(mp) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(err("is not empty; mount on an empty directory".into())),
+        Err(e) => Err(err(format!("cannot be read: {e}"))),
+    }
+}
+
+static CRITICAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held from starting a helper until its mount is recorded (or cleaned up after a failure): see
+/// [`finish_pending`].
+pub fn critical_section() -> std::sync::MutexGuard<'static, ()> {
+    CRITICAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// For the signal handler, after [`crate::exec::terminate_children`] stopped any helper still being
+/// supervised (so the mount fails fast and is cleaned up by the code that started it): wait until
+/// the mount in progress is either recorded or undone, and keep any other from starting. An
+/// interrupted `sw-pool mount` thus leaves a recorded mount or nothing, never an unrecorded one.
+/// Returns the guard: hold it until the process exits.
+pub fn finish_pending() -> std::sync::MutexGuard<'static, ()> {
+    critical_section()
+}
+
+/// A mount that appeared.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mounted {
+    pub mount_point: PathBuf,
+    pub backend: Backend,
+    pub helper_pid: u32,
+    pub elapsed: Duration,
+}
+
+/// Mount `image` at the canonical mount point `mp`, supervised. `log` receives the helper's stderr
+/// (it stays there while mounted).
+pub fn mount(
+    sys: &dyn Sys,
+    image: &ImageInfo,
+    mp: &Path,
+    log: &Path,
+    timeout: Duration,
+) -> Result<Mounted, MountError> {
+    let start = Instant::now();
+    check_mountpoint(sys, mp)?;
+    if let Err(e) = sys.open_fuse_device() {
+        let uid = sys.euid();
+        let reason = match e.kind() {
+            std::io::ErrorKind::NotFound => "/dev/fuse does not exist on this node; load the kernel module (`modprobe fuse`), or in a container start it with `--device /dev/fuse`".to_string(),
+            std::io::ErrorKind::PermissionDenied => format!("/dev/fuse cannot be opened by uid {uid} (permission denied); an administrator must make it mode 0666 (`chmod 0666 /dev/fuse`, persistently with a udev rule or the fuse package's defaults)"),
+            _ => format!("/dev/fuse cannot be opened: {e}"),
+        };
+        return Err(MountError::Fuse { reason });
+    }
+    let cmd = image.backend.command(&image.path, mp);
+    supervise(sys, image, mp, log, timeout, start, cmd)
+}
+
+/// Start the helper and wait for its mount (see [`mount`]).
+fn supervise(
+    sys: &dyn Sys,
+    image: &ImageInfo,
+    mp: &Path,
+    log: &Path,
+    timeout: Duration,
+    start: Instant,
+    cmd: ToolCommand,
+) -> Result<Mounted, MountError> {
+    let cmdline = cmd.cmdline();
+    let pid = sys
+        .spawn_helper(&cmd, log)
+        .map_err(|source| MountError::Tool {
+            image: image.path.clone(),
+            source,
+        })?;
+    let deadline = start + timeout;
+    loop {
+        let mounts = match sys.mounts() {
+            Ok(m) => m,
+            Err(e) => {
+                sys.kill_helper(pid);
+                return Err(MountError::MountTable(e));
+            }
+        };
+        if let Some(e) = proc::mount_at(&mounts, mp) {
+            if e.is_fuse() {
+                sys.release_helper(pid);
+                tracing::debug!(mountpoint = %mp.display(), pid, "mounted");
+                return Ok(Mounted {
+                    mount_point: mp.to_path_buf(),
+                    backend: image.backend,
+                    helper_pid: pid,
+                    elapsed: start.elapsed(),
+                });
+            }
+        }
+        match sys.helper_exited(pid) {
+            Ok(Some(status)) => {
+                let stderr = sys.read_log(log);
+                sys.kill_helper(pid); // reaps it; a no-op signal-wise
+                cleanup_partial(sys, mp);
+                return Err(MountError::Helper(Box::new(HelperFailure {
+                    helper: image.backend,
+                    image: image.path.clone(),
+                    mountpoint: mp.to_path_buf(),
+                    status: Some(status),
+                    timeout,
+                    hint: hint_for(&stderr, image.backend, sys.euid()),
+                    stderr,
+                    cmdline,
+                })));
+            }
+            Ok(None) => {}
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            sys.kill_helper(pid);
+            cleanup_partial(sys, mp);
+            return Err(MountError::Helper(Box::new(HelperFailure {
+                helper: image.backend,
+                image: image.path.clone(),
+                mountpoint: mp.to_path_buf(),
+                status: None,
+                timeout,
+                stderr: sys.read_log(log),
+                hint: "the image may be on slow or hung storage: copy it to node-local disk first, or raise --timeout".into(),
+                cmdline,
+            })));
+        }
+        sys.sleep(POLL);
+    }
+}
+
+/// After a failed mount: if something did get mounted at `mp` (a helper killed right after mounting),
+/// unmount it.
+fn cleanup_partial(sys: &dyn Sys, mp: &Path) {
+    if let Ok(m) = sys.mounts() {
+        if proc::mount_at(&m, mp).is_some_and(|e| e.is_fuse()) {
+            let _ = sys.run(&unmount_command(sys, mp, true));
+        }
+    }
+}
+
+fn unmount_command(sys: &dyn Sys, mp: &Path, lazy: bool) -> ToolCommand {
+    let use_umount = sys.euid() == 0 && Tool::Fusermount3.locate().is_err();
+    if use_umount {
+        let c = ToolCommand::new(Tool::Umount);
+        let c = if lazy { c.arg("-l") } else { c };
+        c.end_of_options().path(mp)
+    } else {
+        let c = ToolCommand::new(Tool::Fusermount3).arg("-u");
+        let c = if lazy { c.arg("-z") } else { c };
+        c.path(mp)
+    }
+}
+
+/// How an unmount went.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unmounted {
+    pub mount_point: PathBuf,
+    /// It was stale (its FUSE process had died).
+    pub was_stale: bool,
+    /// It was busy and lazily detached (`--force`); these held it.
+    pub lazy: bool,
+    pub holders: Vec<Holder>,
+}
+
+/// Unmount the FUSE mount at the canonical `mp`. Busy: an error naming the holders, unless `force`
+/// (then a lazy unmount, still naming them). Stale mounts are unmounted normally.
+pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, MountError> {
+    let mounts = sys.mounts().map_err(MountError::MountTable)?;
+    let Some(entry) = proc::mount_at(&mounts, mp) else {
+        return Err(MountError::NotMounted {
+            path: mp.to_path_buf(),
+        });
+    };
+    if !entry.is_fuse() {
+        return Err(MountError::NotOurs {
+            path: mp.to_path_buf(),
+            fstype: entry.fstype.clone(),
+        });
+    }
+    let was_stale = state(sys, &mounts, mp) == MountState::Stale;
+    match sys.run(&unmount_command(sys, mp, false)) {
+        Ok(_) => Ok(Unmounted {
+            mount_point: mp.to_path_buf(),
+            was_stale,
+            lazy: false,
+            holders: Vec::new(),
+        }),
+        Err(e) if e.stderr().is_some_and(|s| s.contains("busy")) => {
+            let (holders, hidden) = proc::holders(mp);
+            if !force {
+                return Err(MountError::Busy {
+                    path: mp.to_path_buf(),
+                    holders,
+                    hidden,
+                });
+            }
+            sys.run(&unmount_command(sys, mp, true))
+                .map_err(|source| MountError::Unmount {
+                    path: mp.to_path_buf(),
+                    source,
+                })?;
+            Ok(Unmounted {
+                mount_point: mp.to_path_buf(),
+                was_stale,
+                lazy: true,
+                holders,
+            })
+        }
+        Err(source) => {
+            if force && sys.run(&unmount_command(sys, mp, true)).is_ok() {
+                return Ok(Unmounted {
+                    mount_point: mp.to_path_buf(),
+                    was_stale,
+                    lazy: true,
+                    holders: Vec::new(),
+                });
+            }
+            Err(MountError::Unmount {
+                path: mp.to_path_buf(),
+                source,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

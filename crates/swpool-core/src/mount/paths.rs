@@ -1,0 +1,180 @@
+//! Where pools are mounted by default, creating mount points safely, and finding `name/version`.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::MountError;
+
+/// The directory under which pools are mounted as `<name>/<version>`: the configured `mount_dir`
+/// (`$SW_POOL_MOUNT`), else `/run/sw-pool/mnt` for root, else `$XDG_RUNTIME_DIR/sw-pool/mnt`, else
+/// `/tmp/sw-pool-<uid>/mnt`.
+pub fn default_mount_dir(configured: Option<&Path>, uid: u32) -> PathBuf {
+    if let Some(p) = configured {
+        return crate::exec::absolute(p);
+    }
+    if uid == 0 {
+        return PathBuf::from("/run/sw-pool/mnt");
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        let x = PathBuf::from(x);
+        if std::fs::symlink_metadata(&x).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+            return x.join("sw-pool/mnt");
+        }
+    }
+    PathBuf::from(format!("/tmp/sw-pool-{uid}/mnt"))
+}
+
+/// Create `root/<name>/<version>` (mode 0755 for each component made), checking every component
+/// from `root` down with `lstat`: no symlinks, directories only, and each component we create or
+/// descend into below `root` must belong to us or root. Returns the canonical path.
+pub fn create_mountpoint(
+    root: &Path,
+    name: &str,
+    version: &str,
+    uid: u32,
+) -> Result<PathBuf, MountError> {
+    for part in [name, version] {
+        crate::pool::manifest::check_name("pool name/version", part).map_err(|reason| {
+            MountError::MountPoint {
+                path: root.join(name).join(version),
+                reason,
+            }
+        })?;
+    }
+    let err = |p: &Path, reason: String| MountError::MountPoint {
+        path: p.to_path_buf(),
+        reason,
+    };
+    // the mount root itself: create its parents as needed (like mkdir -p), then check it
+    if std::fs::symlink_metadata(root).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(root)
+            .map_err(|e| err(root, format!("cannot create it: {e}")))?;
+    }
+    let mut cur = super::canonical_mountpoint(root)?;
+    for (i, part) in [None, Some(name), Some(version)].into_iter().enumerate() {
+        if let Some(p) = part {
+            cur = cur.join(p);
+            match std::fs::DirBuilder::new().mode(0o755).create(&cur) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(err(&cur, format!("cannot create it: {e}"))),
+            }
+        }
+        let m = match std::fs::symlink_metadata(&cur) {
+            Ok(m) => m,
+            // a stale FUSE mount at the mount point itself: the caller reports it (with its record)
+            Err(e) if i == 2 && e.raw_os_error() == Some(libc::ENOTCONN) => return Ok(cur),
+            Err(e) => return Err(err(&cur, e.to_string())),
+        };
+        if m.file_type().is_symlink() {
+            return Err(err(
+                &cur,
+                "is a symbolic link; refusing to mount through it".into(),
+            ));
+        }
+        if !m.is_dir() {
+            return Err(err(&cur, "is not a directory".into()));
+        }
+        if i > 0 && m.uid() != uid && m.uid() != 0 {
+            return Err(err(
+                &cur,
+                format!("belongs to uid {}, not to you (uid {uid})", m.uid()),
+            ));
+        }
+    }
+    Ok(cur)
+}
+
+const EXTS: &[&str] = &["sqfs", "squashfs", "ext4", "ext3", "ext2", "img"];
+
+/// Whether `spec` names a pool as `name/version` rather than a file.
+pub fn is_pool_spec(spec: &str) -> bool {
+    let parts: Vec<&str> = spec.split('/').collect();
+    parts.len() == 2
+        && parts
+            .iter()
+            .all(|p| crate::pool::manifest::check_name("", p).is_ok())
+        && !Path::new(spec).exists()
+}
+
+/// Find `name/version` in the pool path: `<dir>/<name>/<version>.<ext>` or `<dir>/<name>-<version>.<ext>`
+/// for ext in sqfs, squashfs, ext4, ext3, ext2, img; first directory first.
+pub fn resolve_pool(spec: &str, dirs: &[PathBuf]) -> Result<PathBuf, MountError> {
+    let (name, version) = spec.split_once('/').unwrap_or((spec, ""));
+    let mut tried = Vec::new();
+    for d in dirs {
+        for ext in EXTS {
+            for c in [
+                d.join(name).join(format!("{version}.{ext}")),
+                d.join(format!("{name}-{version}.{ext}")),
+            ] {
+                if c.is_file() {
+                    return Ok(c);
+                }
+                tried.push(c);
+            }
+        }
+    }
+    Err(MountError::Image {
+        path: PathBuf::from(spec),
+        reason: if dirs.is_empty() {
+            "is not a file, and no pool path is configured to find it as name/version (set SW_POOL_PATH)".into()
+        } else {
+            format!(
+                "no such pool in the pool path ({}); looked for <dir>/{name}/{version}.sqfs, <dir>/{name}-{version}.sqfs and the ext formats",
+                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":")
+            )
+        },
+        status: crate::error::ExitStatus::BadInput,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_checked_components_and_refuses_symlinks() {
+        let d = tempfile::tempdir().unwrap();
+        let uid = rustix::process::geteuid().as_raw();
+        let root = d.path().join("a/mnt");
+        let p = create_mountpoint(&root, "demo", "1.0", uid).unwrap();
+        assert!(p.ends_with("a/mnt/demo/1.0") && p.is_dir());
+        // again: fine
+        assert_eq!(create_mountpoint(&root, "demo", "1.0", uid).unwrap(), p);
+        // a symlink planted at <name>
+        std::fs::create_dir(d.path().join("evil")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("evil"), root.join("other")).unwrap();
+        let e = create_mountpoint(&root, "other", "1.0", uid)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(!d.path().join("evil/1.0").exists());
+        assert!(create_mountpoint(&root, "..", "1.0", uid).is_err());
+    }
+
+    #[test]
+    fn resolves_name_version() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("p2/demo")).unwrap();
+        std::fs::write(d.path().join("p2/demo/1.0.sqfs"), "x").unwrap();
+        std::fs::write(d.path().join("p2/tool-2.ext4"), "x").unwrap();
+        let dirs = vec![d.path().join("p1"), d.path().join("p2")];
+        assert_eq!(
+            resolve_pool("demo/1.0", &dirs).unwrap(),
+            d.path().join("p2/demo/1.0.sqfs")
+        );
+        assert_eq!(
+            resolve_pool("tool/2", &dirs).unwrap(),
+            d.path().join("p2/tool-2.ext4")
+        );
+        assert!(resolve_pool("nope/1", &dirs)
+            .unwrap_err()
+            .to_string()
+            .contains("no such pool"));
+        assert!(is_pool_spec("demo/1.0") && !is_pool_spec("/abs/x.sqfs") && !is_pool_spec("a/b/c"));
+    }
+}

@@ -1,0 +1,446 @@
+//! The operations a mount needs from the system, behind a trait (youki's `syscall/` pattern):
+//! [`RealSys`] does them, [`FakeSys`] records them and plays a script, so that the order of steps and
+//! the clean-up after each kind of failure are unit-tested without root and without FUSE.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::exec::{ExecError, Output, ToolCommand};
+
+use super::proc::MountEntry;
+
+/// What `lstat` says about a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMeta {
+    pub kind: FileKind,
+    pub uid: u32,
+    pub mode: u32,
+    pub dev: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+/// The system calls and process operations of mounting and unmounting.
+pub trait Sys {
+    /// The effective uid of the caller.
+    fn euid(&self) -> u32;
+    /// `lstat(2)`: never follows a symlink.
+    fn lstat(&self, p: &Path) -> io::Result<FileMeta>;
+    /// Whether a directory has no entries (opened with `O_NOFOLLOW|O_DIRECTORY`).
+    fn dir_is_empty(&self, p: &Path) -> io::Result<bool>;
+    /// `stat(2)` of a mount point: `ENOTCONN` means its FUSE process died.
+    fn probe(&self, p: &Path) -> io::Result<()>;
+    /// The mount table (`/proc/self/mountinfo`).
+    fn mounts(&self) -> io::Result<Vec<MountEntry>>;
+    /// Open `/dev/fuse` read-write (and close it): is FUSE usable by this user?
+    fn open_fuse_device(&self) -> io::Result<()>;
+    /// Start a FUSE helper in the foreground (`-f`), stdin closed, stdout and stderr into `log`, in
+    /// its own process group. Returns its pid.
+    fn spawn_helper(&self, cmd: &ToolCommand, log: &Path) -> Result<u32, ExecError>;
+    /// Has the helper we started exited? `Some(description of its status)` if so.
+    fn helper_exited(&self, pid: u32) -> io::Result<Option<String>>;
+    /// End a helper *we started* (SIGTERM, then SIGKILL) and reap it. Other pids are refused.
+    fn kill_helper(&self, pid: u32);
+    /// Forget a helper that is now serving its mount (it must outlive us; we never signal it again).
+    fn release_helper(&self, pid: u32);
+    /// Run a short tool to completion (`fusermount3 -u`, `umount`).
+    fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError>;
+    /// The helper's stderr so far.
+    fn read_log(&self, log: &Path) -> String;
+    fn sleep(&self, d: Duration);
+}
+
+/// The real system.
+#[derive(Debug, Default)]
+pub struct RealSys {
+    children: Mutex<HashMap<u32, Child>>,
+}
+
+impl RealSys {
+    pub fn new() -> RealSys {
+        RealSys::default()
+    }
+}
+
+fn kind_of(ft: std::fs::FileType) -> FileKind {
+    if ft.is_symlink() {
+        FileKind::Symlink
+    } else if ft.is_dir() {
+        FileKind::Dir
+    } else if ft.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    }
+}
+
+impl Sys for RealSys {
+    fn euid(&self) -> u32 {
+        rustix::process::geteuid().as_raw()
+    }
+    fn lstat(&self, p: &Path) -> io::Result<FileMeta> {
+        let m = std::fs::symlink_metadata(p)?;
+        Ok(FileMeta {
+            kind: kind_of(m.file_type()),
+            uid: m.uid(),
+            mode: m.mode(),
+            dev: m.dev(),
+        })
+    }
+    fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            p,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut dir = rustix::fs::Dir::read_from(&fd)?;
+        for e in dir.by_ref() {
+            let e = e?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+    fn probe(&self, p: &Path) -> io::Result<()> {
+        // statfs always reaches the FUSE process (stat may be answered from cached attributes:
+        // squashfuse_ll caches them forever). A hung process must not hang us: give it 5 s.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = p.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(rustix::fs::statfs(&path).map(drop).map_err(io::Error::from));
+        });
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
+        }
+    }
+    fn mounts(&self) -> io::Result<Vec<MountEntry>> {
+        super::proc::read_mountinfo()
+    }
+    fn open_fuse_device(&self) -> io::Result<()> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .map(drop)
+    }
+    fn spawn_helper(&self, cmd: &ToolCommand, log: &Path) -> Result<u32, ExecError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::process::CommandExt;
+        let cmdline = cmd.cmdline();
+        let spawn_err = |source| ExecError::Spawn {
+            cmdline: cmdline.clone(),
+            source,
+        };
+        let mut c = cmd.command()?;
+        let err = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(log)
+            .map_err(spawn_err)?;
+        // fuse2fs reports some failures on stdout: both go to the log
+        let out = err.try_clone().map_err(spawn_err)?;
+        // its own process group: a Ctrl-C in the user's terminal after the mount does not end it
+        c.stdout(out).stderr(err).process_group(0);
+        tracing::debug!(command = %cmdline, log = %log.display(), "starting FUSE helper");
+        let child = c.spawn().map_err(spawn_err)?;
+        let pid = child.id();
+        crate::exec::track(pid, true);
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, child);
+        Ok(pid)
+    }
+    fn helper_exited(&self, pid: u32) -> io::Result<Option<String>> {
+        let mut l = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        match l.get_mut(&pid) {
+            Some(c) => Ok(c.try_wait()?.map(|s| s.to_string())),
+            None => Ok(Some("not a child of this process".into())),
+        }
+    }
+    fn kill_helper(&self, pid: u32) {
+        let child = self
+            .children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid);
+        let Some(mut child) = child else {
+            tracing::warn!(
+                pid,
+                "refusing to signal pid {pid}: not a helper this process started"
+            );
+            return;
+        };
+        if pid > 1 {
+            if let Ok(None) = child.try_wait() {
+                if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::Term);
+                }
+                for _ in 0..50 {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill(); // SIGKILL if still there (a no-op error if reaped)
+            }
+            let _ = child.wait();
+        }
+        crate::exec::track(pid, false);
+    }
+    fn release_helper(&self, pid: u32) {
+        // dropping a Child neither kills nor waits: the helper lives on (re-parented when we exit)
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid);
+        crate::exec::track(pid, false);
+    }
+    fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
+        cmd.run()
+    }
+    fn read_log(&self, log: &Path) -> String {
+        std::fs::read(log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d)
+    }
+}
+
+/// How the fake helper behaves.
+#[derive(Debug, Clone, Default)]
+pub enum FakeHelper {
+    /// The mount appears after this many polls.
+    #[default]
+    Mounts,
+    MountsAfter(u32),
+    /// The helper exits with this stderr after this many polls, mounting nothing.
+    Exits(u32, String),
+    /// The helper never mounts and never exits (a hung helper).
+    Hangs,
+    /// The helper program is not installed.
+    NotInstalled,
+}
+
+/// The script the fake plays.
+#[derive(Debug, Clone, Default)]
+pub struct FakeScript {
+    pub helper: FakeHelper,
+    /// `open("/dev/fuse")` fails with this.
+    pub fuse_device: Option<io::ErrorKind>,
+    /// The mount table before anything happens.
+    pub mounts: Vec<MountEntry>,
+    /// `fusermount3 -u` fails as busy (a lazy `-z` still works).
+    pub busy: bool,
+    /// Mount points whose FUSE process is dead (probe gives ENOTCONN).
+    pub stale: Vec<PathBuf>,
+    pub euid: u32,
+}
+
+/// A recording fake: file metadata comes from the real file system (tests use temporary
+/// directories), every mount-related operation is recorded in `calls` and follows `script`.
+#[derive(Debug, Default)]
+pub struct FakeSys {
+    pub script: Mutex<FakeScript>,
+    pub calls: Mutex<Vec<String>>,
+    state: Mutex<FakeState>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    polls: u32,
+    running: Option<(u32, PathBuf, String)>,
+    next_pid: u32,
+}
+
+impl FakeSys {
+    pub fn new(script: FakeScript) -> FakeSys {
+        FakeSys {
+            script: Mutex::new(script),
+            calls: Mutex::default(),
+            state: Mutex::new(FakeState {
+                next_pid: 4242,
+                ..Default::default()
+            }),
+        }
+    }
+    fn rec(&self, s: impl Into<String>) {
+        self.calls.lock().unwrap().push(s.into());
+    }
+    /// The recorded calls, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+    /// The fake mount table now.
+    pub fn mount_table(&self) -> Vec<MountEntry> {
+        self.script.lock().unwrap().mounts.clone()
+    }
+    fn fake_entry(p: &Path, fstype: &str) -> MountEntry {
+        MountEntry {
+            mount_id: 900,
+            mount_point: p.to_path_buf(),
+            mount_options: "ro,nosuid,nodev,relatime".into(),
+            fstype: fstype.into(),
+            source: "fake".into(),
+            super_options: "ro,user_id=0,group_id=0".into(),
+        }
+    }
+    /// Advance the fake helper by one poll.
+    fn tick(&self) {
+        let mut st = self.state.lock().unwrap();
+        let Some((pid, mp, fstype)) = st.running.clone() else {
+            return;
+        };
+        st.polls += 1;
+        let polls = st.polls;
+        let mut sc = self.script.lock().unwrap();
+        let appear = match &sc.helper {
+            FakeHelper::Mounts => true,
+            FakeHelper::MountsAfter(n) => polls >= *n,
+            _ => false,
+        };
+        if appear && super::proc::mount_at(&sc.mounts, &mp).is_none() {
+            sc.mounts.push(Self::fake_entry(&mp, &fstype));
+            let _ = pid;
+        }
+    }
+}
+
+impl Sys for FakeSys {
+    fn euid(&self) -> u32 {
+        self.script.lock().unwrap().euid
+    }
+    fn lstat(&self, p: &Path) -> io::Result<FileMeta> {
+        let m = RealSys::new().lstat(p)?;
+        Ok(FileMeta {
+            uid: self.euid(), // temporary directories in tests belong to the fake caller
+            ..m
+        })
+    }
+    fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
+        RealSys::new().dir_is_empty(p)
+    }
+    fn probe(&self, p: &Path) -> io::Result<()> {
+        self.rec(format!("probe {}", p.display()));
+        if self.script.lock().unwrap().stale.iter().any(|s| s == p) {
+            return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
+        }
+        Ok(())
+    }
+    fn mounts(&self) -> io::Result<Vec<MountEntry>> {
+        self.tick();
+        Ok(self.mount_table())
+    }
+    fn open_fuse_device(&self) -> io::Result<()> {
+        self.rec("open /dev/fuse");
+        match self.script.lock().unwrap().fuse_device {
+            Some(k) => Err(io::Error::from(k)),
+            None => Ok(()),
+        }
+    }
+    fn spawn_helper(&self, cmd: &ToolCommand, _log: &Path) -> Result<u32, ExecError> {
+        self.rec(format!("spawn {}", cmd.cmdline()));
+        if let FakeHelper::NotInstalled = self.script.lock().unwrap().helper {
+            return Err(ExecError::NotFound {
+                tool: cmd.tool(),
+                searched: vec![PathBuf::from("/fake/bin")],
+            });
+        }
+        let mut st = self.state.lock().unwrap();
+        let pid = st.next_pid;
+        st.next_pid += 1;
+        st.polls = 0;
+        // the mount point is the last argument that is an absolute path
+        let mp = cmd
+            .cmdline()
+            .split(' ')
+            .rfind(|a| a.starts_with('/'))
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let fstype = format!("fuse.{}", cmd.tool().program());
+        st.running = Some((pid, mp, fstype));
+        Ok(pid)
+    }
+    fn helper_exited(&self, pid: u32) -> io::Result<Option<String>> {
+        let polls = self.state.lock().unwrap().polls;
+        let r = match &self.script.lock().unwrap().helper {
+            FakeHelper::Exits(n, _) if polls >= *n => Some("exit status: 1".to_string()),
+            _ => None,
+        };
+        if r.is_some() {
+            self.rec(format!("exited {pid}"));
+            self.state.lock().unwrap().running = None;
+        }
+        Ok(r)
+    }
+    fn kill_helper(&self, pid: u32) {
+        self.rec(format!("kill {pid}"));
+        self.state.lock().unwrap().running = None;
+    }
+    fn release_helper(&self, pid: u32) {
+        self.rec(format!("release {pid}"));
+        self.state.lock().unwrap().running = None;
+    }
+    fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
+        let line = cmd.cmdline();
+        self.rec(format!("run {line}"));
+        let mp = PathBuf::from(line.rsplit(' ').next().unwrap_or_default());
+        let mut sc = self.script.lock().unwrap();
+        let lazy = line.contains(" -z ") || line.contains(" -l ");
+        if sc.busy && !lazy && !sc.stale.contains(&mp) {
+            return Err(ExecError::Failed {
+                tool: cmd.tool(),
+                cmdline: line.clone(),
+                status: "exit status: 1".into(),
+                stderr: format!(
+                    "{}: failed to unmount {}: Device or resource busy",
+                    cmd.tool(),
+                    mp.display()
+                ),
+            });
+        }
+        match sc.mounts.iter().rposition(|m| m.mount_point == mp) {
+            Some(i) => {
+                sc.mounts.remove(i);
+                sc.stale.retain(|s| s != &mp);
+                Ok(Output {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                })
+            }
+            None => Err(ExecError::Failed {
+                tool: cmd.tool(),
+                cmdline: line.clone(),
+                status: "exit status: 1".into(),
+                stderr: format!("{}: entry for {} not found", cmd.tool(), mp.display()),
+            }),
+        }
+    }
+    fn read_log(&self, _log: &Path) -> String {
+        match &self.script.lock().unwrap().helper {
+            FakeHelper::Exits(_, s) => s.clone(),
+            _ => String::new(),
+        }
+    }
+    fn sleep(&self, _d: Duration) {}
+}

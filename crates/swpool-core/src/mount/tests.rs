@@ -1,0 +1,380 @@
+//! Ordering and clean-up of mount/unmount, with the recording fake.
+
+use super::sys::{FakeHelper, FakeScript, FakeSys};
+use super::*;
+
+fn image() -> ImageInfo {
+    ImageInfo {
+        path: PathBuf::from("/pools/demo.sqfs"),
+        format: ImageFormat::Squashfs,
+        backend: Backend::SquashfuseLl,
+        pool: None,
+    }
+}
+
+fn setup(helper: FakeHelper) -> (tempfile::TempDir, PathBuf, FakeSys) {
+    let d = tempfile::tempdir().unwrap();
+    let mp = std::fs::canonicalize(d.path()).unwrap().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let sys = FakeSys::new(FakeScript {
+        helper,
+        euid: 1000,
+        ..Default::default()
+    });
+    (d, mp, sys)
+}
+
+fn kinds(sys: &FakeSys) -> Vec<String> {
+    sys.calls()
+        .iter()
+        .map(|c| c.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn options() {
+    assert!(MountOptions::parse(None).is_ok());
+    assert!(MountOptions::parse(Some("ro,nosuid")).is_ok());
+    let e = MountOptions::parse(Some("rw")).unwrap_err().to_string();
+    assert!(
+        e.contains("not supported yet") && e.contains("read-only"),
+        "{e}"
+    );
+    assert!(MountOptions::parse(Some("ro,suid")).is_err());
+    assert!(MountOptions::parse(Some("exec,foo"))
+        .unwrap_err()
+        .to_string()
+        .contains("unknown option"));
+}
+
+#[test]
+fn backend_from_format_and_command_lines() {
+    assert_eq!(Backend::for_format(ImageFormat::Ext2), Backend::Fuse2fs);
+    assert_eq!(
+        Backend::for_format(ImageFormat::Squashfs),
+        Backend::SquashfuseLl
+    );
+    let c = Backend::SquashfuseLl.command(Path::new("/a/i.sqfs"), Path::new("/m"));
+    assert_eq!(
+        c.cmdline(),
+        "squashfuse_ll -f -o ro,nosuid,nodev /a/i.sqfs /m"
+    );
+    let c = Backend::Fuse2fs.command(Path::new("/a/i.ext4"), Path::new("/m"));
+    assert_eq!(
+        c.cmdline(),
+        "fuse2fs /a/i.ext4 /m -f -o ro,nosuid,nodev,fakeroot"
+    );
+}
+
+#[test]
+fn mount_checks_then_opens_fuse_then_spawns_then_waits() {
+    let (_d, mp, sys) = setup(FakeHelper::MountsAfter(3));
+    let m = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(m.helper_pid, 4242);
+    assert_eq!(
+        kinds(&sys),
+        ["open /dev/fuse", "spawn squashfuse_ll", "release 4242"]
+    );
+    assert!(proc::mount_at(&sys.mount_table(), &mp).is_some());
+}
+
+#[test]
+fn helper_failure_kills_only_our_child_and_reports_stderr_with_hint() {
+    let (_d, mp, sys) = setup(FakeHelper::Exits(
+        2,
+        "Squashfs version 0.0 detected, only version 4.0 supported.".into(),
+    ));
+    let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    let s = e.to_string();
+    assert!(
+        s.contains("version 0.0") && s.contains("damaged") && s.contains(&mp.display().to_string()),
+        "{s}"
+    );
+    assert_eq!(e.exit_status(), ExitStatus::InvalidPool);
+    assert_eq!(
+        kinds(&sys),
+        [
+            "open /dev/fuse",
+            "spawn squashfuse_ll",
+            "exited 4242",
+            "kill 4242"
+        ]
+    );
+    assert!(sys.mount_table().is_empty());
+}
+
+#[test]
+fn timeout_kills_the_helper_and_leaves_nothing_mounted() {
+    let (_d, mp, sys) = setup(FakeHelper::Hangs);
+    let e = mount(
+        &sys,
+        &image(),
+        &mp,
+        Path::new("/log"),
+        Duration::from_millis(30),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, MountError::Helper(h) if h.status.is_none()),
+        "{e}"
+    );
+    let k = kinds(&sys);
+    assert_eq!(k.last().unwrap(), "kill 4242", "{k:?}");
+    assert!(sys.mount_table().is_empty());
+}
+
+#[test]
+fn unusable_dev_fuse_fails_before_spawning() {
+    let (_d, mp, sys) = setup(FakeHelper::Mounts);
+    sys.script.lock().unwrap().fuse_device = Some(std::io::ErrorKind::PermissionDenied);
+    let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    assert!(e.to_string().contains("0666"), "{e}");
+    assert_eq!(kinds(&sys), ["open /dev/fuse"]);
+    sys.script.lock().unwrap().fuse_device = Some(std::io::ErrorKind::NotFound);
+    let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    assert!(e.to_string().contains("modprobe fuse"), "{e}");
+}
+
+#[test]
+fn helper_not_installed_names_the_package() {
+    let (_d, mp, sys) = setup(FakeHelper::NotInstalled);
+    let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    assert!(e.to_string().contains("apt-get install squashfuse"), "{e}");
+    assert_eq!(e.exit_status(), ExitStatus::Tool);
+    assert!(!kinds(&sys).iter().any(|c| c.starts_with("kill")));
+}
+
+#[test]
+fn bad_mount_points_are_refused_before_anything_runs() {
+    let (d, mp, sys) = setup(FakeHelper::Mounts);
+    // missing
+    let missing = mp.join("nope");
+    assert!(
+        mount(&sys, &image(), &missing, Path::new("/l"), DEFAULT_TIMEOUT)
+            .unwrap_err()
+            .to_string()
+            .contains("does not exist")
+    );
+    // a file
+    let f = d.path().join("file");
+    std::fs::write(&f, "x").unwrap();
+    let f = std::fs::canonicalize(&f).unwrap();
+    assert!(mount(&sys, &image(), &f, Path::new("/l"), DEFAULT_TIMEOUT)
+        .unwrap_err()
+        .to_string()
+        .contains("not a directory"));
+    // a symlink to a directory
+    let l = mp.parent().unwrap().join("link");
+    std::os::unix::fs::symlink(&mp, &l).unwrap();
+    assert!(mount(&sys, &image(), &l, Path::new("/l"), DEFAULT_TIMEOUT)
+        .unwrap_err()
+        .to_string()
+        .contains("symbolic link"));
+    // not empty
+    std::fs::write(mp.join("x"), "x").unwrap();
+    assert!(mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT)
+        .unwrap_err()
+        .to_string()
+        .contains("not empty"));
+    std::fs::remove_file(mp.join("x")).unwrap();
+    // already a mount point
+    sys.script.lock().unwrap().mounts.push(
+        FakeSys::new(FakeScript::default())
+            .mount_table()
+            .pop()
+            .unwrap_or(MountEntry {
+                mount_id: 1,
+                mount_point: mp.clone(),
+                mount_options: "rw".into(),
+                fstype: "tmpfs".into(),
+                source: "tmpfs".into(),
+                super_options: "rw".into(),
+            }),
+    );
+    let e = mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already a mount point"), "{e}");
+    // nothing was ever started
+    assert!(
+        !kinds(&sys).iter().any(|c| c.starts_with("spawn")),
+        "{:?}",
+        sys.calls()
+    );
+}
+
+#[test]
+fn unmount_busy_names_holders_and_needs_force() {
+    let (_d, mp, sys) = setup(FakeHelper::Mounts);
+    mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT).unwrap();
+    sys.script.lock().unwrap().busy = true;
+    let e = unmount(&sys, &mp, false).unwrap_err();
+    assert!(
+        matches!(e, MountError::Busy { .. }) && e.to_string().contains("--force"),
+        "{e}"
+    );
+    assert!(proc::mount_at(&sys.mount_table(), &mp).is_some());
+    let u = unmount(&sys, &mp, true).unwrap();
+    assert!(u.lazy);
+    assert!(
+        sys.calls().last().unwrap().contains("fusermount3 -u -z"),
+        "{:?}",
+        sys.calls()
+    );
+    assert!(sys.mount_table().is_empty());
+    // not mounted any more
+    assert!(matches!(
+        unmount(&sys, &mp, false),
+        Err(MountError::NotMounted { .. })
+    ));
+}
+
+#[test]
+fn stale_mounts_are_detected_and_unmounted() {
+    let (_d, mp, sys) = setup(FakeHelper::Mounts);
+    mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT).unwrap();
+    sys.script.lock().unwrap().stale.push(mp.clone());
+    let table = sys.mount_table();
+    assert_eq!(state(&sys, &table, &mp), MountState::Stale);
+    // a stale mount point cannot be mounted over
+    let e = check_mountpoint(&sys, &mp).unwrap_err().to_string();
+    assert!(e.contains("stale"), "{e}");
+    let u = unmount(&sys, &mp, true).unwrap();
+    assert!(u.was_stale && !u.lazy);
+    assert_eq!(state(&sys, &sys.mount_table(), &mp), MountState::Absent);
+}
+
+#[test]
+fn refuses_to_unmount_non_fuse() {
+    let (_d, mp, sys) = setup(FakeHelper::Mounts);
+    sys.script.lock().unwrap().mounts.push(MountEntry {
+        mount_id: 1,
+        mount_point: mp.clone(),
+        mount_options: "rw".into(),
+        fstype: "ext4".into(),
+        source: "/dev/sda1".into(),
+        super_options: "rw".into(),
+    });
+    assert!(matches!(
+        unmount(&sys, &mp, true),
+        Err(MountError::NotOurs { .. })
+    ));
+    assert!(!kinds(&sys).iter().any(|c| c.starts_with("run")));
+}
+
+#[test]
+fn hints() {
+    assert!(hint_for(
+        "fuse: device not found, try 'modprobe fuse' first",
+        Backend::SquashfuseLl,
+        5
+    )
+    .contains("modprobe"));
+    assert!(hint_for(
+        "fusermount3: failed to open /dev/fuse: Permission denied",
+        Backend::Fuse2fs,
+        5
+    )
+    .contains("0666"));
+    assert!(hint_for(
+        "bad.ext4: Superblock checksum does not match superblock.",
+        Backend::Fuse2fs,
+        0
+    )
+    .contains("damaged"));
+    assert!(hint_for(
+        "fuse: failed to exec fusermount3: No such file or directory",
+        Backend::SquashfuseLl,
+        5
+    )
+    .contains("fuse3"));
+}
+
+/// The real implementation, with the real squashfuse_ll (root only: the host's /dev/fuse is 0600).
+#[test]
+fn real_sys_mounts_times_out_cleanly_and_unmounts() {
+    let sys = RealSys::new();
+    if sys.euid() != 0 || sys.open_fuse_device().is_err() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    std::fs::create_dir(root.join("tree")).unwrap();
+    std::fs::write(root.join("tree/f"), "real").unwrap();
+    let img = root.join("i.sqfs");
+    let st = std::process::Command::new("mksquashfs")
+        .arg(root.join("tree"))
+        .arg(&img)
+        .args(["-quiet", "-noappend"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let info = ImageInfo::inspect(&img).unwrap();
+    assert_eq!(info.backend, Backend::SquashfuseLl);
+    let mp = root.join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let log = root.join("log");
+    // unmount whatever is left if an assertion fails
+    struct Guard(PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+    let _g = Guard(mp.clone());
+    // a helper that hangs (its image is a FIFO nobody writes): stopped at the timeout, reaped
+    let fifo = root.join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let hung = ImageInfo {
+        path: fifo,
+        ..info.clone()
+    };
+    let t0 = Instant::now();
+    let e = mount(&sys, &hung, &mp, &log, Duration::from_millis(300)).unwrap_err();
+    assert!(
+        matches!(&e, MountError::Helper(h) if h.status.is_none()),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let s = e.to_string();
+    assert!(s.contains("did not mount") && s.contains("stopped"), "{s}");
+    let table = sys.mounts().unwrap();
+    assert_eq!(state(&sys, &table, &mp), MountState::Absent);
+    // a real mount
+    let m = mount(&sys, &info, &mp, &log, DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(std::fs::read_to_string(mp.join("f")).unwrap(), "real");
+    let table = sys.mounts().unwrap();
+    let entry = proc::mount_at(&table, &mp).unwrap();
+    assert!(entry.has_option("nosuid") && entry.has_option("nodev") && entry.has_option("ro"));
+    assert_eq!(state(&sys, &table, &mp), MountState::Mounted);
+    assert!(std::path::Path::new(&format!("/proc/{}", m.helper_pid)).exists());
+    // busy: held by our own open directory? no — by a child's cwd
+    let mut c = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(&mp)
+        .spawn()
+        .unwrap();
+    let e = unmount(&sys, &mp, false).unwrap_err();
+    match &e {
+        MountError::Busy { holders, .. } => assert!(holders.iter().any(|h| h.pid == c.id()), "{e}"),
+        _ => panic!("{e}"),
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let u = unmount(&sys, &mp, false).unwrap();
+    assert!(!u.lazy && !u.was_stale);
+    assert_eq!(state(&sys, &sys.mounts().unwrap(), &mp), MountState::Absent);
+}

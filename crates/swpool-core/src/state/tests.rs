@@ -1,0 +1,316 @@
+//! Records and reference counts, with the recording fake for the mount itself.
+
+use super::*;
+use crate::mount::sys::{FakeHelper, FakeScript, FakeSys};
+use std::sync::Arc;
+
+struct Env {
+    _d: tempfile::TempDir,
+    dir: StateDir,
+    image: PathBuf,
+    mp: PathBuf,
+    sys: FakeSys,
+}
+
+fn env() -> Env {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let image = root.join("img.sqfs");
+    let mut b = b"hsqs".to_vec();
+    b.resize(8192, 0);
+    std::fs::write(&image, b).unwrap();
+    let mp = root.join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = StateDir::open(&root.join("state"), uid).unwrap();
+    let sys = FakeSys::new(FakeScript {
+        helper: FakeHelper::Mounts,
+        euid: uid,
+        ..Default::default()
+    });
+    Env {
+        _d: d,
+        dir,
+        image,
+        mp,
+        sys,
+    }
+}
+
+fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
+    AcquireRequest {
+        image: e.image.clone(),
+        mountpoint: e.mp.clone(),
+        options: mount::MountOptions::default(),
+        job_id: job.map(String::from),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+fn spawns(sys: &FakeSys) -> usize {
+    sys.calls()
+        .iter()
+        .filter(|c| c.starts_with("spawn"))
+        .count()
+}
+
+#[test]
+fn second_acquire_shares_the_mount_and_last_release_unmounts() {
+    let e = env();
+    let a = acquire(&e.sys, &e.dir, &req(&e, Some("11"))).unwrap();
+    assert!(!a.reused && a.record.refcount() == 1);
+    let b = acquire(&e.sys, &e.dir, &req(&e, Some("12"))).unwrap();
+    assert!(b.reused && b.record.refcount() == 2);
+    assert_eq!(b.record.job_ids(), ["11", "12"]);
+    assert_eq!(spawns(&e.sys), 1);
+    let r = release(&e.sys, &e.dir, &e.mp, false, Some("11")).unwrap();
+    assert_eq!(r.remaining, 1);
+    assert!(r.unmounted.is_none());
+    assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().job_ids(), ["12"]);
+    let r = release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+    assert_eq!(r.remaining, 0);
+    assert!(r.unmounted.is_some());
+    assert!(e.dir.read(&e.mp).unwrap().is_none());
+    assert!(e.sys.mount_table().is_empty());
+    // nothing left to release
+    let err = release(&e.sys, &e.dir, &e.mp, false, None).unwrap_err();
+    assert!(err.to_string().contains("not mounted"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(e.dir.path().join("mounts"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn find_pool_by_name_and_version() {
+    let e = env();
+    // the test image is a bare one: give its record a pool identity
+    let mut rec = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap().record;
+    assert!(e.dir.find_pool("demo", "1.0").unwrap().is_empty());
+    rec.pool = Some(mount::PoolId {
+        name: "demo".into(),
+        version: "1.0".into(),
+        digest: "sha256:00".into(),
+    });
+    e.dir.write(&rec).unwrap();
+    let f = e.dir.find_pool("demo", "1.0").unwrap();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].mount_point, e.mp);
+    assert!(e.dir.find_pool("demo", "2.0").unwrap().is_empty());
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}
+
+#[test]
+fn failed_mount_leaves_no_record_and_no_log() {
+    let e = env();
+    e.sys.script.lock().unwrap().helper = FakeHelper::Exits(1, "boom".into());
+    assert!(acquire(&e.sys, &e.dir, &req(&e, None)).is_err());
+    assert_eq!(
+        std::fs::read_dir(e.dir.path().join("mounts"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn different_image_at_the_same_mount_point_is_a_conflict() {
+    let e = env();
+    acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    let other = e.image.with_file_name("other.sqfs");
+    std::fs::copy(&e.image, &other).unwrap();
+    let mut r = req(&e, None);
+    r.image = other;
+    let err = acquire(&e.sys, &e.dir, &r).unwrap_err().to_string();
+    assert!(
+        err.contains("already has img.sqfs (") && err.contains("mounted"),
+        "{err}"
+    );
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}
+
+#[test]
+fn stale_and_gone_mounts_are_listed_and_cleaned() {
+    let e = env();
+    acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    e.sys.script.lock().unwrap().stale.push(e.mp.clone());
+    let l = list(&e.sys, &e.dir).unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].status, "stale");
+    // a new acquire refuses, naming the fix
+    let err = acquire(&e.sys, &e.dir, &req(&e, None))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("umount --force"), "{err}");
+    let r = release(&e.sys, &e.dir, &e.mp, true, None).unwrap();
+    assert!(r.unmounted.unwrap().was_stale);
+    assert!(list(&e.sys, &e.dir).unwrap().is_empty());
+    // a record whose mount disappeared
+    acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    e.sys.script.lock().unwrap().mounts.clear();
+    assert_eq!(list(&e.sys, &e.dir).unwrap()[0].status, "gone");
+    let a = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    assert!(
+        !a.reused && a.notes[0].contains("record replaced"),
+        "{:?}",
+        a.notes
+    );
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}
+
+#[test]
+fn unrecorded_fuse_mounts_are_listed() {
+    let e = env();
+    let uid = e.sys.euid();
+    e.sys
+        .script
+        .lock()
+        .unwrap()
+        .mounts
+        .push(MountEntryFor(uid, "/x/y"));
+    let l = list(&e.sys, &e.dir).unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].status, "unrecorded");
+    // someone else's is not ours to report
+    e.sys.script.lock().unwrap().mounts[0] = MountEntryFor(uid + 1, "/x/y");
+    assert!(list(&e.sys, &e.dir).unwrap().is_empty());
+}
+
+#[allow(non_snake_case)]
+fn MountEntryFor(uid: u32, p: &str) -> mount::MountEntry {
+    mount::MountEntry {
+        mount_id: 7,
+        mount_point: PathBuf::from(p),
+        mount_options: "ro,nosuid,nodev".into(),
+        fstype: "fuse.squashfuse_ll".into(),
+        source: "squashfuse_ll".into(),
+        super_options: format!("ro,user_id={uid},group_id=0"),
+    }
+}
+
+#[test]
+fn corrupt_foreign_and_symlinked_records_are_refused_clearly() {
+    let e = env();
+    let p = e.dir.record_path(&e.mp);
+    std::fs::write(&p, "{ not json").unwrap();
+    let err = acquire(&e.sys, &e.dir, &req(&e, None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unreadable") && err.contains(&p.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(spawns(&e.sys), 0);
+    assert_eq!(list(&e.sys, &e.dir).unwrap()[0].status, "corrupt");
+    // a symlink in its place is never followed
+    std::fs::remove_file(&p).unwrap();
+    let target = e.dir.path().join("elsewhere.json");
+    std::fs::write(&target, "{}").unwrap();
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    let err = acquire(&e.sys, &e.dir, &req(&e, None))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("symbolic link"), "{err}");
+    std::fs::remove_file(&p).unwrap();
+    // a valid record for another mount point under this name
+    let mut a = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap().record;
+    a.mount_point = PathBuf::from("/somewhere/else");
+    std::fs::write(&p, serde_json::to_vec(&a).unwrap()).unwrap();
+    let err = release(&e.sys, &e.dir, &e.mp, false, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/somewhere/else"), "{err}");
+    // --force cleans it
+    release(&e.sys, &e.dir, &e.mp, true, None).unwrap();
+}
+
+#[test]
+fn unsafe_state_directories_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let uid = rustix::process::geteuid().as_raw();
+    let open = std::fs::canonicalize(d.path()).unwrap().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let e = StateDir::open(&open, uid).unwrap_err().to_string();
+    assert!(e.contains("writable by others"), "{e}");
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&open, &link).unwrap();
+    assert!(StateDir::open(&link, uid)
+        .unwrap_err()
+        .to_string()
+        .contains("symbolic link"));
+    let e = StateDir::open(&d.path().join("x"), uid + 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not to you"), "{e}");
+    // a fresh one is created private
+    let p = d.path().join("fresh");
+    StateDir::open(&p, uid).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o700);
+}
+
+#[test]
+fn fifty_threads_acquire_and_release_one_mount() {
+    let e = Arc::new(env());
+    let n = 50;
+    let hs: Vec<_> = (0..n)
+        .map(|i| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let job = format!("{i}");
+                let a = acquire(&e.sys, &e.dir, &req(&e, Some(&job))).unwrap();
+                assert!(a.record.refcount() >= 1);
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let rec = e.dir.read(&e.mp).unwrap().unwrap();
+    assert_eq!(rec.refcount(), n);
+    assert_eq!(spawns(&e.sys), 1);
+    let hs: Vec<_> = (0..n)
+        .map(|i| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                release(&e.sys, &e.dir, &e.mp, false, Some(&format!("{i}"))).unwrap()
+            })
+        })
+        .collect();
+    let unmounts = hs
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|r| r.unmounted.is_some())
+        .count();
+    assert_eq!(unmounts, 1);
+    assert!(e.dir.read(&e.mp).unwrap().is_none());
+    assert!(e.sys.mount_table().is_empty());
+    // no temporary file left behind
+    assert_eq!(
+        std::fs::read_dir(e.dir.path().join("mounts"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn records_of_other_nodes_in_a_shared_directory_are_left_alone() {
+    let e = env();
+    let mut rec = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap().record;
+    // node2's record for the same mount point, as if /run were shared
+    rec.node = "node2-elsewhere".into();
+    let other = e.dir.path().join("mounts").join(format!(
+        "{}.json",
+        StateDir::key(&rec.node, &rec.mount_point)
+    ));
+    std::fs::write(&other, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let l = list(&e.sys, &e.dir).unwrap();
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0].record.as_ref().unwrap().node, hostname());
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+    assert!(other.exists(), "another node's record must survive");
+    assert!(list(&e.sys, &e.dir).unwrap().is_empty());
+}

@@ -1,0 +1,30 @@
+# sw-pool shell integration (installed as /etc/profile.d/sw-pool.sh by `make install`).
+#
+# Like Lmod's `module` function: `sw-pool load POOL`, `sw-pool unload POOL` and `sw-pool env MOUNTPOINT`
+# print shell code (MODULEPATH, SW_POOL_MOUNT, GWDG_SW_MOUNT, SW_POOL_LOADED) that this function
+# evaluates in the calling shell; every other subcommand runs unchanged. Messages go to stderr; only a
+# successful command's standard output is evaluated. bash, zsh and ksh only: POSIX sh cannot name a
+# function `sw-pool` (there, use `eval "$(sw-pool env DIR)"`).
+if [ -n "${BASH_VERSION-}${ZSH_VERSION-}${KSH_VERSION-}" ]; then
+  eval '
+sw-pool() {
+  typeset __swp_sub="" __swp_skip="" __swp_a __swp_out __swp_rc
+  for __swp_a in "$@"; do
+    if [ -n "$__swp_skip" ]; then __swp_skip=""; continue; fi
+    case "$__swp_a" in
+      --log) __swp_skip=1 ;;
+      -h|--help|-V|--version|--json) __swp_sub=""; break ;;
+      -*) ;;
+      *) [ -z "$__swp_sub" ] && __swp_sub="$__swp_a" ;;
+    esac
+  done
+  case "$__swp_sub" in
+    load|unload|env)
+      __swp_out=$(SW_POOL_SHELL=sh command sw-pool "$@")
+      __swp_rc=$?
+      if [ "$__swp_rc" -eq 0 ]; then eval "$__swp_out"; fi
+      return "$__swp_rc" ;;
+    *) command sw-pool "$@" ;;
+  esac
+}'
+fi
