@@ -82,6 +82,15 @@ if expect_hash is not None:
     rec["hashes_ok"] = bool(hashes) and all(h == expect_hash for h in hashes)
     if not rec["hashes_ok"]:
         errors.append(f"{len(hashes)} digests, expected {expect_hash}, got {sorted(set(hashes))}")
+if rec.get("rc", 0) != 0:  # keep the end of what the failing command said, for the report
+    tail = []
+    for f in files:
+        try:
+            tail += [l.strip() for l in open(f, errors="replace") if l.strip() and not l.startswith(("PH ", "HASH ", "-----"))]
+        except OSError:
+            pass
+    if tail:
+        errors.append("output: " + " / ".join(tail[-4:])[:400])
 if errors:
     rec["errors"] = errors
     rec["ok"] = False

@@ -525,8 +525,8 @@ if "sparse.png" in plots:
     L.append("![sparse](sparse.png)\n")
 if sp.get("image_bytes"):
     L.append(f"An ext4 pool of {sp['image_bytes'] / 1e6:,.0f} MB holding {sp['data_bytes'] / 1e6:,.0f} MB of random data ({sp['image_allocated_bytes'] / 1e6:,.0f} MB allocated on the storage) "
-             f"against the dense {sp['data_bytes'] / 1e6:,.0f} MB file, copied to {sp['n']} nodes at once. `cp --sparse=always` re-creates the holes on the node but has to read every zero over the network "
-             "(sshfs cannot report holes). P7 (issue 4) = sparse ÷ dense ≤ 1.2.\n")
+             f"against the dense {sp['data_bytes'] / 1e6:,.0f} MB file, copied to {sp['n']} nodes at once. `cp --sparse=always` re-creates the holes on the node, but the storage-bytes column shows what it read over the network to find them; "
+             "sw-pool cp skips holes (SEEK_DATA) and all-zero chunks. P7 (issue 4) = sparse ÷ dense ≤ 1.2.\n")
     L.append("| method | seconds | storage bytes | sparse ÷ dense |\n|---|---|---|---|")
     for m, lab in SP_METHODS:
         if m.startswith("swpool") and not has_cp:
