@@ -275,6 +275,10 @@ goals = []
 has_load, has_cp = meta["swpool"]["has_load"], meta["swpool"]["has_cp"]
 maxn = max(NS)
 
+def have(section):
+    return any(r["section"] == section for r in runs)
+
+
 def not_run(section):
     """(measured, verdict) for a goal whose section has no successful run"""
     if section not in meta["sections"]:
@@ -284,9 +288,19 @@ def not_run(section):
     return f"{section} section failed", "MISSED"
 
 
+def missing_section(section):
+    L.append(f"**{not_run(section)[0][0].upper() + not_run(section)[0][1:]}.**\n")
+
+
 # the sw-pool distribution figure: load (if present) else cp; time of the distribution step only
 dist_method, dist_phase = (("swpool-load-sqfs", "load") if has_load else ("swpool-cp", "cp") if has_cp else (None, None))
-if dist_method and WIRE_BPS:
+if not have("fig11") and ("fig11" not in meta["sections"] or not meta.get("complete", True)):
+    dist_method = "skip"
+if dist_method == "skip":
+    for g, c in (("P1", "sw-pool time ÷ wire limit ≤ 1.3, flat in N"), ("P2", "storage bytes ÷ data = 1.00 (first), ~0 (repeat)"),
+                 ("P3", "sw-pool ÷ sbcast ≤ 0.5 at N = 8")):
+        goals.append((g, c, *not_run("fig11")))
+elif dist_method and WIRE_BPS:
     ratios, own = {}, {}
     for n in NS:
         s = get("fig11", dist_method, n, f=phase_of(dist_phase))
@@ -307,7 +321,9 @@ if dist_method and WIRE_BPS:
 else:
     goals.append(("P1", "sw-pool time ÷ wire limit ≤ 1.3, flat in N", "needs `sw-pool load` or `sw-pool cp`" if not dist_method else "node/storage caps unknown", NA))
 
-if dist_method:
+if dist_method == "skip":
+    pass
+elif dist_method:
     pool_bytes = meta.get("pool_sqfs_bytes")
     if not pool_bytes:  # not recorded: the size sw-pool itself reported for the pool it copied
         tot = [r["swpool"].get("bytes_total") for r in runs if r.get("method") == dist_method and r.get("swpool", {}).get("bytes_total")]
@@ -323,7 +339,9 @@ if dist_method:
 else:
     goals.append(("P2", "storage bytes ÷ data = 1.00 (first), ~0 (repeat)", "needs `sw-pool load` or `sw-pool cp`", NA))
 
-if dist_method:
+if dist_method == "skip":
+    pass
+elif dist_method:
     both = [n for n in NS if get("fig11", dist_method, n) and get("fig11", "sbcast", n)]
     crit = f"`{dist_method}` ÷ `sbcast` ≤ 0.5 at N = {maxn} (both end to end: on local disk and sha256sum done on every node)"
     if both:
@@ -415,6 +433,8 @@ L.append("")
 L.append(f"## Figure 11: {S / 1e6:,.0f} MB to N nodes, then sha256sum on every node\n")
 if "fig11_time_vs_nodes.png" in plots:
     L.append("![time vs nodes](fig11_time_vs_nodes.png)\n")
+if not have("fig11"):
+    missing_section("fig11")
 L.append("Seconds, median (min–max), end to end (first command started → every node's hash done); sbcast timed inside its batch job (without Slurm's job start).\n")
 L.append("| method | " + " | ".join(f"N={n}" for n in NS) + " |\n|---|" + "---|" * len(NS))
 for m, lab in METHODS.items():
@@ -467,14 +487,6 @@ for m in ("swpool-cp", "swpool-load-sqfs"):
     if any(rr):
         L.append(f"| {METHODS[m]}, repeated (already cached) | " + " | ".join((f"{s['median']:,.0f} B" if s else "–") for s in rr) + " |")
 L.append("")
-
-def have(section):
-    return any(r["section"] == section for r in runs)
-
-
-def missing_section(section):
-    L.append(f"**{not_run(section)[0][0].upper() + not_run(section)[0][1:]}.**\n")
-
 
 L.append("## P4: reading through the mount vs natively (node1, images on node-local disk)\n")
 if "p4_mount_overhead.png" in plots:
