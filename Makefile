@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench-build fuzz clean
+.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench bench-build fuzz clean
 
 all: build
 
@@ -52,6 +52,12 @@ test: lint test-unit test-cluster
 
 demo: build
 	bash tools/demo.sh
+
+# the benchmark report (issue 8): brings the virtual cluster up with the benchmark caps, runs every
+# configuration, writes bench/results/<date>/report.md with plots, takes the cluster down (~2 h at the
+# default sizes on 2 cores; sizes: see the header of bench/run)
+bench: build
+	bash bench/run
 
 bench-build: build
 	bash bench/build-overhead.sh
