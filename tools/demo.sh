@@ -68,14 +68,19 @@ eval "\$code"
 echo "--- module avail"
 module avail 2>&1 | sed -n '1,4p'
 echo "--- on every node: module load hello/1.0 cfact/2.0"
-srun --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 cfact/2.0; hello; echo "  \$(hostname): \$(cfact 12)"' | sort
+srun -n4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 cfact/2.0; hello; echo "  \$(hostname): \$(cfact 12)"' | sort
 echo "--- sw-pool unload demo/1.0"
-code=\$(srun --mpi=pmix --ntasks-per-node=1 sw-pool unload demo/1.0)
+code=\$(srun --mpi=pmix -n4 --ntasks-per-node=1 sw-pool unload demo/1.0)
 eval "\$code"
 echo "MODULEPATH after unload: '\${MODULEPATH:-}'"
-srun --ntasks-per-node=1 bash -c 'echo "  \$(hostname): \$(grep -c fuse /proc/self/mounts | tr -d "\n") FUSE mounts besides shared storage: \$(grep fuse /proc/self/mounts | grep -vc sshfs)"' | sort
+srun -n4 --ntasks-per-node=1 $W/count-fuse.sh | sort
 EOS
 chmod 755 "$W/job.sh"
+cat > "$W/count-fuse.sh" <<'EOS'
+#!/bin/sh
+echo "  $(hostname): $(awk '$3 ~ /^fuse/ && $3 != "fuse.sshfs"' /proc/self/mounts | wc -l) FUSE mounts besides the shared storage"
+EOS
+chmod 755 "$W/count-fuse.sh"
 runuser -u "$TB_USER" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait -N4 --ntasks-per-node=2 -o "$W/out/job.out" --chdir=/tmp "$W/job.sh" >/dev/null || {
   cat "$W/out/job.out"; echo "demo: the job failed" >&2; exit 1; }
 cat "$W/out/job.out"
@@ -84,6 +89,6 @@ say "after the job: no mount, no record of it on any node"
 for n in $TB_NODES; do
   testbed/exec "$n" runuser -u "$TB_USER" -- "$SW" list | sed "s/^/  $n: /"
 done
-left=$(for n in $TB_NODES; do testbed/exec "$n" sh -c 'grep fuse /proc/self/mounts | grep -v sshfs || true'; done)
+left=$(for n in $TB_NODES; do testbed/exec "$n" awk '$3 ~ /^fuse/ && $3 != "fuse.sshfs"' /proc/self/mounts; done)
 if [ -n "$left" ]; then echo "demo: mounts left behind: $left" >&2; exit 1; fi
 say "demo done in $(( $(date +%s) - t0 )) s; taking the cluster down"
