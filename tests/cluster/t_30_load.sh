@@ -89,7 +89,7 @@ unset XDG_RUNTIME_DIR SW_POOL_STATE_DIR MODULEPATH
 code=\$(srun --mpi=pmix -N4 --ntasks-per-node=2 sw-pool load demo/1.0)
 eval "\$code"
 echo "MODULEPATH=\$MODULEPATH"
-srun -n4 -N4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module -t avail 2>&1 | grep -c -E "^(hello|cfact)/" ; module load hello/1.0 cfact/2.0 && hello && cfact'
+srun -n4 -N4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module -t avail 2>&1 | grep -E "^(hello/1.0|cfact/2.0)\\\$" | sort -u | wc -l ; module load hello/1.0 cfact/2.0 && hello && cfact'
 code=\$(srun --mpi=pmix -n4 -N4 --ntasks-per-node=1 sw-pool unload demo/1.0)
 eval "\$code"
 echo "AFTER=\${MODULEPATH:-}"
