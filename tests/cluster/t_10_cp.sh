@@ -148,7 +148,7 @@ t0=$(now)
 rc=0; out=$(as_user srun --mpi=pmix -N"$NN" --chdir=/tmp "$SW" cp "$SH/secret" /tmp/cp-secret 2>&1) || rc=$?
 [[ $rc != 0 ]] && pass "SRC unreadable: non-zero exit ($rc)" || fail "SRC unreadable" "exit 0"
 assert_match "SRC unreadable: message names the node and SRC" "node[0-9]+.*(SRC|secret).*(denied|Permission)" "$out"
-assert_eq "SRC unreadable: every rank reports it" "$NN" "$(grep -c 'error: cp failed' <<< "$out")"
+assert_eq "SRC unreadable: every rank reports it" "$NN" "$(grep -c 'sw-pool: error: ' <<< "$out")"
 assert_le "SRC unreadable: bounded time" "$(elapsed "$t0")" 30 s
 
 # DEST directory missing on one node
@@ -159,7 +159,7 @@ t0=$(now)
 rc=0; out=$("$TESTBED/mpirun" "$SW" cp "$SH/dense" "$TB/local/cp-dir/f" 2>&1) || rc=$?
 [[ $rc != 0 ]] && pass "DEST dir missing on $victim: non-zero exit" || fail "DEST dir missing" "exit 0"
 assert_match "DEST dir missing: names $victim" "$victim.*cp-dir.*create it" "$out"
-assert_eq "DEST dir missing: all $NN ranks report the same failure" "$NN" "$(grep -c "error: cp failed: $victim" <<< "$out")"
+assert_eq "DEST dir missing: all $NN ranks report the same failure" "$NN" "$(grep -c "sw-pool: error: $victim" <<< "$out")"
 left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-dir" 2>/dev/null || true; done)
 assert_eq "DEST dir missing: nothing written on the other nodes" "" "$left"
 assert_le "DEST dir missing: bounded time" "$(elapsed "$t0")" 30 s

@@ -37,12 +37,13 @@ pass "built the paper's ext2 pool and put it on shared storage"
 
 # --- the paper's command, verbatim, on every node
 LOCAL_TMPDIR=$TB/local SCRATCH=$TB/shared
+export SW_POOL_SHELL=sh   # the printed environment change in sh syntax, whatever $SHELL the caller has
 "$TESTBED/storage-bytes" --mark >/dev/null
 out=$("$TESTBED/mpirun" "$SW" -v load -m "$LOCAL_TMPDIR/t30mnt" "$SCRATCH/t30-$$/random.ext2" 2>&1) && rc=0 || rc=$?
 served=$("$TESTBED/storage-bytes" --since-mark)
 assert_eq "mpirun sw-pool -v load -m \$LOCAL_TMPDIR/mnt \$SCRATCH/random.ext2 exits 0" 0 "$rc"
 assert_match "-v prints per-phase timings including mount" "read +[0-9.]+ s.*distribute.*mount +[0-9.]+ s" "$(tr '\n' ' ' <<< "$out")"
-assert_eq "the environment change is printed once (by rank 0)" 1 "$(grep -c "^export MODULEPATH='$TB/local/t30mnt/modulefiles'" <<< "$out" || true)"
+assert_eq "the environment change is printed once (by rank 0)" 1 "$(grep -c "^export MODULEPATH='$TB/local/t30mnt/modulefiles[:']" <<< "$out" || true)"
 size=$(stat -c %s "$E/random.ext2")
 assert_within "shared storage served the pool's data once (bytes / file size)" "$(calc "$served / $size")" 0.5 1.05
 for n in "${nodes[@]}"; do
