@@ -32,6 +32,7 @@ stats() { python3 -c "import statistics,sys; v=sorted(map(float,sys.argv[1:])); 
 # warm the page cache with one untimed pass over each tree
 cat "$W/paper/random.data" > /dev/null; find "$W/small" -type f -exec cat {} + > /dev/null
 
+load_start=$(uptime)
 run_pair "ext2 paper ($BIG, -s ${SIZE_BIG})" \
   "truncate -s $SIZE_BIG $W/out && E2FSPROGS_FAKE_TIME=1 mke2fs -q -F -t ext2 -b 4096 -I 256 -m 0 -N 100 -d $W/paper $W/out" \
   "$SW -q build -s $SIZE_BIG --format ext2 $W/out $W/paper"
@@ -52,6 +53,8 @@ out=bench/results/build-overhead-$(date +%F).md
   echo
   echo "$(date -u +%FT%TZ), $(nproc) cores, $RUNS runs each (interleaved, warm page cache), times in seconds: median (min–max)."
   echo "Goal: overhead ≤ 10 % (ratio ≤ 1.10)."
+  echo
+  echo "Machine load at the start: \`$load_start\`; at the end: \`$(uptime)\` (only an idle machine gives meaningful ratios)."
   echo
   echo "| case | bare tool | sw-pool build | ratio | goal |"
   echo "|---|---|---|---|---|"
