@@ -478,16 +478,7 @@ fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
                 }
             }
             // the trailer, verified against the readers' hashes
-            let mut off = m.image_size;
-            while off < info.len {
-                let end = (off + info.chunk_size).min(info.len);
-                out.push(Chunk {
-                    offset: off,
-                    len: (end - off) as u32,
-                    expect: None,
-                });
-                off = end;
-            }
+            out.extend(plan::grid(m.image_size..info.len, info.chunk_size));
             out
         }
         None => info

@@ -32,24 +32,27 @@ pub struct Chunk {
     pub expect: Option<[u8; 32]>,
 }
 
+/// `chunk_size` pieces of `range` (the last one may be shorter), with no expected hash.
+pub fn grid(range: Range<u64>, chunk_size: u64) -> impl Iterator<Item = Chunk> {
+    let end = range.end;
+    (range.start..end)
+        .step_by(chunk_size.max(1) as usize)
+        .map(move |off| Chunk {
+            offset: off,
+            len: ((off + chunk_size).min(end) - off) as u32,
+            expect: None,
+        })
+}
+
 /// The chunk grid of a plain file: `chunk_size`-aligned pieces of `[0, len)` that overlap a data
 /// range (holes reported by SEEK_HOLE are skipped; all-zero chunks are found later, when read).
 pub fn plain_chunks(len: u64, chunk_size: u64, data: &[Range<u64>]) -> Vec<Chunk> {
-    let mut out = Vec::new();
     let mut hint = 0usize;
-    let mut off = 0u64;
-    while off < len {
-        let end = (off + chunk_size).min(len);
-        if crate::sparse::overlaps_data(data, &(off..end), &mut hint) {
-            out.push(Chunk {
-                offset: off,
-                len: (end - off) as u32,
-                expect: None,
-            });
-        }
-        off = end;
-    }
-    out
+    grid(0..len, chunk_size)
+        .filter(|c| {
+            crate::sparse::overlaps_data(data, &(c.offset..c.offset + c.len as u64), &mut hint)
+        })
+        .collect()
 }
 
 /// Split `count` chunks among `owners` readers in contiguous, balanced blocks (the first
