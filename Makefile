@@ -21,6 +21,8 @@ install: build
 	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sw-pool
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount
+	install -d $(DESTDIR)$(PREFIX)/libexec/sw-pool
+	for h in prolog task-prolog epilog; do ln -sf ../../bin/sw-pool $(DESTDIR)$(PREFIX)/libexec/sw-pool/$$h; done
 	$(BIN) generate man $(DESTDIR)$(PREFIX)/share/man/man1
 	$(BIN) generate completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool
 	$(BIN) generate completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool
@@ -35,7 +37,9 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool \
 	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool \
 	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish \
-	  $(DESTDIR)/etc/profile.d/sw-pool.sh $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua
+	  $(DESTDIR)/etc/profile.d/sw-pool.sh $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua \
+	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/prolog $(DESTDIR)$(PREFIX)/libexec/sw-pool/task-prolog \
+	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog
 
 lint: setup
 	$(CARGO) fmt --all -- --check

@@ -7,6 +7,7 @@
 TB=/var/tmp/swp-tb                    # all state (NOT under /tmp: every node has a private /tmp)
 TB_HOME_BASE=/var/tmp/swp-tb-home     # home of the unprivileged test user (survives --purge)
 TB_USER=swuser
+TB_USER2=swuser2                      # a second user (two users sharing a node)
 TB_NET=10.79.0                        # /24: .1 root ns (login + slurmctld), .2 storage, .11.. nodes
 TB_CIDR=$TB_NET.0/24
 TB_CTL=swpctl

@@ -57,6 +57,7 @@ pub enum Tool {
     Umount,
     Openssl,
     Logger,
+    Srun,
 }
 
 impl Tool {
@@ -74,6 +75,7 @@ impl Tool {
             Tool::Umount => "umount",
             Tool::Openssl => "openssl",
             Tool::Logger => "logger",
+            Tool::Srun => "srun",
         }
     }
 
@@ -88,6 +90,7 @@ impl Tool {
             Tool::Umount => "mount",
             Tool::Openssl => "openssl",
             Tool::Logger => "bsdutils",
+            Tool::Srun => "slurm-client",
         }
     }
 

@@ -12,6 +12,7 @@ pub mod exec;
 pub mod image;
 pub mod pool;
 pub mod size;
+pub mod slurm;
 pub mod sparse;
 pub mod transfer;
 pub mod trust;

@@ -63,6 +63,10 @@ pub enum Command {
     Umount(UmountArgs),
     /// This node's pools mounted by you: mount points, job ids, reference counts, stale mounts
     List(ListArgs),
+    /// Unmount and forget what a job left behind, stale mounts, or everything of yours on this node
+    Cleanup(CleanupArgs),
+    /// Slurm hooks: `prolog`, `task-prolog`, `epilog` (also installed as sw-pool-prolog, …)
+    Slurm(SlurmArgs),
     /// Print the shell code that puts a mounted pool's modules on MODULEPATH (or takes them off)
     Env(EnvArgs),
     /// Make a key pair for signing pools (Ed25519 by default; RSA and ECDSA P-256 on request)
@@ -240,9 +244,96 @@ pub struct UmountArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "STATUS: ok, mounting (right now), stale (FUSE helper died or mount interrupted),
+gone (record without mount), unrecorded (a sw-pool FUSE mount without record), corrupt.
+  sw-pool list --stale                     what `sw-pool cleanup --stale` would clean
+  srun -N4 --ntasks-per-node=1 --mpi=pmix sw-pool list --all-nodes    one table for the job's nodes"
+)]
 pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
+    /// Only mounts this job holds a reference to
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+    /// Only mounts without a record and records without a mount; also cache entries nothing mounts
+    #[arg(long)]
+    pub unreported: bool,
+    /// Only stale mounts (FUSE helper died), records whose mount is gone, interrupted mounts
+    #[arg(long)]
+    pub stale: bool,
+    /// Collect every node's list to rank 0 (run under mpirun/srun, one table for the job)
+    #[arg(long)]
+    pub all_nodes: bool,
+    /// Node-local cache directory for --unreported (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  sw-pool cleanup --stale --dry-run      what would be cleaned: stale FUSE mounts, records without mount
+  sw-pool cleanup --job 1234             drop job 1234's references; unmount what nobody else uses
+  sw-pool cleanup --all --kill           unmount all of yours, ending (by PID, after naming them) what holds them
+
+A mount other jobs still use only loses the selected job's references. Each action is logged to
+syslog (tag sw-pool) with the job id. Run as root with --user, it cleans that user's mounts as that user.")]
+pub struct CleanupArgs {
+    /// Drop this job's references (the last one unmounts)
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+    /// Stale FUSE mounts, records without a mount, interrupted mounts
+    #[arg(long)]
+    pub stale: bool,
+    /// Everything of yours on this node, with or without a record
+    #[arg(long)]
+    pub all: bool,
+    /// End the processes that keep a mount busy (named first) instead of detaching it lazily
+    #[arg(long)]
+    pub kill: bool,
+    /// Say what would be done; change nothing
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// As root: clean this user's mounts (run as that user)
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "slurm.conf (see README, \"For admins: Slurm\"):
+  Prolog=/usr/local/libexec/sw-pool/prolog        cleans the job user's stale mounts on the node
+  TaskProlog=/usr/local/libexec/sw-pool/task-prolog   mounts the job's pools on the node, sets MODULEPATH
+  Epilog=/usr/local/libexec/sw-pool/epilog        unmounts what the job mounted, kills leftover helpers
+  PrologFlags=Alloc
+Hooks do nothing for jobs that did not use sw-pool, drop to the job's user before any work, and are
+safe to run twice.")]
+pub struct SlurmArgs {
+    #[command(subcommand)]
+    pub hook: SlurmHook,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmHook {
+    /// Prolog (root, every allocated node): clean the job user's stale mounts there
+    Prolog(HookArgs),
+    /// TaskProlog (the job's user, every task): mount the job's pools on this node once; print
+    /// `export` lines for MODULEPATH
+    TaskProlog,
+    /// Epilog (root, every allocated node): unmount what the job mounted, remove its records, kill
+    /// its leftover FUSE helpers; other jobs' mounts stay
+    Epilog(HookArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// Job id (default: $SLURM_JOB_ID)
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+    /// The job's user id (default: $SLURM_JOB_UID)
+    #[arg(long, value_name = "UID")]
+    pub uid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -429,13 +520,19 @@ pub fn multicall_args(mut args: Vec<OsString>) -> Vec<OsString> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     });
-    let sub = match argv0.as_deref() {
-        Some("scalable-fs-cp") => "cp",
-        Some("scalable-fs-mount") => "mount",
+    let sub: &[&str] = match argv0.as_deref() {
+        Some("scalable-fs-cp") => &["cp"],
+        Some("scalable-fs-mount") => &["mount"],
+        // Slurm runs Prolog=/TaskProlog=/Epilog= programs without arguments
+        Some("sw-pool-prolog" | "prolog") => &["slurm", "prolog"],
+        Some("sw-pool-task-prolog" | "task-prolog") => &["slurm", "task-prolog"],
+        Some("sw-pool-epilog" | "epilog") => &["slurm", "epilog"],
         _ => return args,
     };
     args[0] = OsString::from("sw-pool");
-    args.insert(1, OsString::from(sub));
+    for (i, a) in sub.iter().enumerate() {
+        args.insert(1 + i, OsString::from(a));
+    }
     args
 }
 

@@ -58,7 +58,7 @@ pub fn shell(flag: Option<&str>) -> Result<Shell, Error> {
     }
 }
 
-fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
+pub(crate) fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
     let s = spec.to_string_lossy();
     if !spec.exists() && paths::is_pool_spec(&s) {
         return Ok(paths::resolve_pool(&s, pool_path)?);
@@ -76,7 +76,7 @@ fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
 }
 
 /// Create `-m DIR` if it is missing (its parent must exist), like the paper's `-m $LOCAL_TMPDIR/mnt`.
-fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
+pub(crate) fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
     if std::fs::symlink_metadata(mp).is_err() {
         std::fs::DirBuilder::new()
             .mode(0o755)
@@ -91,7 +91,64 @@ fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
     Ok(swpool_core::mount::canonical_mountpoint(mp)?)
 }
 
+/// Job-aware loading: `sw-pool load` (or `unload`) run as a single process in a Slurm allocation of
+/// several nodes (a batch script, an `salloc` shell) re-runs itself as one task per node of the
+/// allocation (`srun --overlap`), so the pool is broadcast to and mounted on every node, and its
+/// standard output (rank 0's environment change) is the caller's. Returns when nothing is to be
+/// spread; otherwise it does not return (exec). `SW_POOL_SPREAD=0` turns it off.
+pub fn spread_over_allocation() -> Result<(), Error> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if get("SW_POOL_SPREAD").as_deref() == Some("0") || get("SLURM_JOB_ID").is_none() {
+        return Ok(());
+    }
+    if swpool_core::transfer::job::launched_by_launcher(|k| std::env::var(k).ok()).unwrap_or(true) {
+        return Ok(()); // already one task of an MPI launch: the launcher chose the nodes
+    }
+    // inside a job step (srun -N1 …) we are one task on one node: do what was asked, here
+    if let Some(step) = get("SLURM_STEP_ID") {
+        if !matches!(
+            step.as_str(),
+            "batch" | "interactive" | "4294967294" | "4294967291"
+        ) {
+            return Ok(());
+        }
+    }
+    let nodes: u64 = get("SLURM_JOB_NUM_NODES")
+        .or_else(|| get("SLURM_NNODES"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    if nodes <= 1 {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().map_err(|e| {
+        Error::other(
+            ExitStatus::System,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let mut cmd = swpool_core::exec::ToolCommand::new(swpool_core::exec::Tool::Srun)
+        .arg("--overlap")
+        .arg(format!("--nodes={nodes}"))
+        .arg("--ntasks-per-node=1")
+        .arg("--kill-on-bad-exit=1")
+        .arg("--export=ALL,SW_POOL_SPREAD=0");
+    match get("SW_POOL_SRUN_MPI") {
+        Some(m) if m == "none" => {}
+        Some(m) => cmd = cmd.arg(format!("--mpi={m}")),
+        None => cmd = cmd.arg("--mpi=pmix"),
+    }
+    let cmd = cmd.arg(&exe).args(std::env::args_os().skip(1));
+    tracing::debug!("spreading over the job's {nodes} nodes: {}", cmd.cmdline());
+    use std::os::unix::process::CommandExt;
+    let e = cmd.command()?.exec();
+    Err(Error::other(
+        ExitStatus::Tool,
+        format!("cannot run srun to load on the job's {nodes} nodes: {e} (set SW_POOL_SPREAD=0 to load on this node only)"),
+    ))
+}
+
 pub fn run(g: &GlobalArgs, a: LoadArgs) -> Result<(), Error> {
+    spread_over_allocation()?;
     let job = Job::init()?;
     let r = load(g, &a, &job);
     super::finish_collective(job, r)
@@ -189,6 +246,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
                 options: MountOptions::parse(None)?,
                 job_id: job_id.clone(),
                 timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+                once_per_job: false,
             };
             let r = state::acquire(&sys, &dir, &req)?;
             Ok(Some((r.record.mount_point.clone(), r.reused)))
@@ -302,11 +360,26 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
         );
     }
     let pm = PoolMount {
-        mount_point: mp,
-        pool: Some((plan.name, plan.version)),
+        mount_point: mp.clone(),
+        pool: Some((plan.name.clone(), plan.version.clone())),
     };
-    let code = env::render(shell, &env::load_changes(&Snapshot::from_env(), &pm))
-        .map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+    let mut changes = env::load_changes(&Snapshot::from_env(), &pm);
+    if job_id.is_some() {
+        // the job's later steps mount the same pool on their nodes (TaskProlog)
+        changes.push(swpool_core::slurm::add_job_pool(
+            std::env::var(swpool_core::slurm::JOB_POOLS_VAR)
+                .ok()
+                .as_deref(),
+            &swpool_core::slurm::JobPool {
+                name: plan.name,
+                version: plan.version,
+                digest: plan.digest,
+                src: plan.src,
+                mount_point: mp,
+            },
+        ));
+    }
+    let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
     print!("{code}");
     Ok(())
 }

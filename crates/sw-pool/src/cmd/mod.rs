@@ -2,6 +2,7 @@
 
 mod build;
 mod cache;
+mod cleanup;
 mod config;
 mod cp;
 mod env;
@@ -14,6 +15,7 @@ mod load;
 mod modulefiles;
 mod mount;
 mod sign;
+mod slurm;
 mod umount;
 mod unload;
 mod verify;
@@ -41,6 +43,8 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Mount(a) => mount::run(g, a),
         Command::Umount(a) => umount::run(g, a),
         Command::List(a) => list::run(g, a),
+        Command::Cleanup(a) => cleanup::run(g, a),
+        Command::Slurm(a) => slurm::run(g, a),
         Command::Env(a) => env::run(g, a),
     }
 }

@@ -53,6 +53,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
         options,
         job_id: job_id(a.job_id),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+        once_per_job: false,
     };
     let r = state::acquire(&sys, &dir, &req)?;
     for n in &r.notes {

@@ -14,6 +14,7 @@ use super::load::{agree, shell};
 use crate::cli::{GlobalArgs, UnloadArgs};
 
 pub fn run(g: &GlobalArgs, a: UnloadArgs) -> Result<(), Error> {
+    super::load::spread_over_allocation()?;
     let job = Job::init()?;
     let r = unload(g, &a, &job);
     super::finish_collective(job, r)
@@ -96,12 +97,22 @@ fn unload(_g: &GlobalArgs, a: &UnloadArgs, job: &Job) -> Result<(), Error> {
     if job.world_rank() != 0 {
         return Ok(());
     }
-    let pm = PoolMount {
-        mount_point: mp,
-        pool,
-    };
-    let code = env::render(shell, &env::unload_changes(&Snapshot::from_env(), &pm))
-        .map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+    let mut changes = env::unload_changes(
+        &Snapshot::from_env(),
+        &PoolMount {
+            mount_point: mp.clone(),
+            pool,
+        },
+    );
+    if let Some(c) = swpool_core::slurm::remove_job_pool(
+        std::env::var(swpool_core::slurm::JOB_POOLS_VAR)
+            .ok()
+            .as_deref(),
+        &mp,
+    ) {
+        changes.push(c);
+    }
+    let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
     print!("{code}");
     Ok(())
 }

@@ -36,6 +36,9 @@ use crate::error::{Error, ExitStatus};
 use crate::image::ImageFormat;
 use crate::mount::{self, Backend, ImageInfo, MountError, MountState, PoolId, Sys, Unmounted};
 
+pub mod clean;
+pub use clean::{candidate_dirs, clean, Action, Selection};
+
 pub const SCHEMA: u32 = 1;
 const MAX_RECORD: u64 = 1 << 20;
 
@@ -97,6 +100,11 @@ pub struct Record {
     /// Seconds since the epoch.
     pub created: u64,
     pub refs: Vec<Ref>,
+    /// Written before the FUSE helper starts and cleared once it is up: a record that stays pending
+    /// after its writer died (SIGKILL between mount and record) is found and undone by
+    /// `sw-pool cleanup --stale` and the Slurm epilog (write-ahead, so no mount goes unrecorded).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 impl Record {
@@ -499,6 +507,9 @@ pub struct AcquireRequest {
     pub options: mount::MountOptions,
     pub job_id: Option<String>,
     pub timeout: Duration,
+    /// One reference per job: when the pool is already mounted there with a reference of
+    /// `job_id`, nothing changes (the Slurm task prolog runs once per task).
+    pub once_per_job: bool,
 }
 
 /// The result of [`acquire`].
@@ -524,6 +535,17 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
     if let Some(mut rec) = dir.read(&mp)? {
         let mounts = sys.mounts().map_err(MountError::MountTable)?;
         match mount::state(sys, &mounts, &mp) {
+            MountState::Mounted if rec.pending => {
+                // its writer held the lock and is gone: a mount whose record was never completed
+                notes.push(format!(
+                    "an interrupted mount of {} at {} (pid {} died while mounting) was undone",
+                    rec.label(),
+                    mp.display(),
+                    rec.refs.first().map(|r| r.pid).unwrap_or(0)
+                ));
+                mount::unmount(sys, &mp, true)?;
+                dir.remove(&mp)?;
+            }
             MountState::Mounted => {
                 if rec.uid != me {
                     return Err(StateError::Conflict {
@@ -543,18 +565,31 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
                     }
                     .into());
                 }
-                rec.refs.push(Ref {
-                    job_id: req.job_id.clone(),
-                    since: now(),
-                    pid: std::process::id(),
-                });
-                dir.write(&rec)?;
+                let has_job_ref =
+                    req.job_id.is_some() && rec.refs.iter().any(|r| r.job_id == req.job_id);
+                if !(req.once_per_job && has_job_ref) {
+                    rec.refs.push(Ref {
+                        job_id: req.job_id.clone(),
+                        since: now(),
+                        pid: std::process::id(),
+                    });
+                    dir.write(&rec)?;
+                }
                 return Ok(Acquired {
                     record: rec,
                     reused: true,
                     mount_seconds: 0.0,
                     notes,
                 });
+            }
+            MountState::Stale if rec.pending => {
+                notes.push(format!(
+                    "a stale, interrupted mount of {} at {} was cleaned",
+                    rec.label(),
+                    mp.display()
+                ));
+                mount::unmount(sys, &mp, true)?;
+                dir.remove(&mp)?;
             }
             MountState::Stale => {
                 return Err(StateError::Conflict {
@@ -581,21 +616,16 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
     let log = dir.log_path(&mp);
     // from the helper's start until the record is written: an interrupt waits for this to finish
     let _critical = mount::critical_section();
-    let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = std::fs::remove_file(&log);
-            return Err(e.into());
-        }
-    };
-    let rec = Record {
+    // write-ahead: the record exists (pending) before the helper starts, so that even a SIGKILL
+    // between mount and record leaves something `cleanup` and the Slurm epilog can find
+    let mut rec = Record {
         schema: SCHEMA,
         mount_point: mp.clone(),
         image: image.path.clone(),
         format: image.format,
         backend: image.backend,
         pool: image.pool.clone(),
-        helper_pid: m.helper_pid,
+        helper_pid: 0,
         uid: me,
         user: user_name(me),
         node: dir.node().to_string(),
@@ -605,7 +635,19 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
             since: now(),
             pid: std::process::id(),
         }],
+        pending: true,
     };
+    dir.write(&rec)?;
+    let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_file(&log);
+            let _ = dir.remove(&mp);
+            return Err(e.into());
+        }
+    };
+    rec.pending = false;
+    rec.helper_pid = m.helper_pid;
     if let Err(e) = dir.write(&rec) {
         // no record, no mount: undo it
         let _ = mount::unmount(sys, &mp, true);
@@ -704,8 +746,9 @@ pub struct ListEntry {
     pub mount_point: PathBuf,
     pub record: Option<Record>,
     pub state: MountState,
-    /// `ok`, `stale` (FUSE process died), `gone` (record without mount), `unrecorded` (a mount of this
-    /// user made by a FUSE helper sw-pool uses, without a record), `corrupt` (unreadable record).
+    /// `ok`, `mounting` (being mounted right now), `stale` (FUSE process died, or the mount was
+    /// interrupted), `gone` (record without mount), `unrecorded` (a mount of this user made by a FUSE
+    /// helper sw-pool uses, without a record), `corrupt` (unreadable record).
     pub status: &'static str,
     pub problem: Option<String>,
 }
@@ -720,12 +763,20 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
             Ok(rec) => {
                 let st = mount::state(sys, &mounts, &rec.mount_point);
                 seen.insert(rec.mount_point.clone());
+                let writer = rec.refs.first().map(|r| r.pid).unwrap_or(0);
                 let (status, problem) = match st {
+                    _ if rec.pending && clean::alive(writer) => ("mounting", None),
+                    _ if rec.pending => (
+                        "stale",
+                        Some(format!(
+                            "pid {writer} was killed while mounting it; clean it with `sw-pool cleanup --stale`"
+                        )),
+                    ),
                     MountState::Mounted => ("ok", None),
                     MountState::Stale => (
                         "stale",
                         Some(format!(
-                            "its FUSE helper (pid {}) died; clean it with `sw-pool umount --force {}`",
+                            "its FUSE helper (pid {}) died; clean it with `sw-pool cleanup --stale` (or `sw-pool umount --force {}`)",
                             rec.helper_pid,
                             rec.mount_point.display()
                         )),

@@ -44,6 +44,7 @@ fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
         options: mount::MountOptions::default(),
         job_id: job.map(String::from),
         timeout: Duration::from_secs(5),
+        once_per_job: false,
     }
 }
 

@@ -268,6 +268,44 @@ impl Job {
         }
     }
 
+    /// Every leader's bytes, in node order, on world rank 0 (`Some`); `None` on the other leaders.
+    /// Call on leaders only (e.g. `list --all-nodes`: one table for the job).
+    pub fn gather_leaders(&self, value: &[u8]) -> Result<Option<Vec<Vec<u8>>>, TransferError> {
+        let Some(l) = self.mpi.as_ref().and_then(|m| m.leaders.as_ref()) else {
+            return Ok(Some(vec![value.to_vec()]));
+        };
+        let root = l.process_at_rank(0);
+        let len = i32::try_from(value.len())
+            .map_err(|_| TransferError::Mpi(format!("{} bytes to gather", value.len())))?;
+        if l.rank() != 0 {
+            root.gather_into(&len);
+            root.gather_varcount_into(value);
+            return Ok(None);
+        }
+        let mut lens = vec![0i32; l.size() as usize];
+        root.gather_into_root(&len, &mut lens[..]);
+        let displs: Vec<i32> = lens
+            .iter()
+            .scan(0i32, |acc, &x| {
+                let d = *acc;
+                *acc += x;
+                Some(d)
+            })
+            .collect();
+        let total: usize = lens.iter().map(|&x| x as usize).sum();
+        let mut buf = vec![0u8; total];
+        {
+            let mut part = mpi::datatype::PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
+            root.gather_varcount_into_root(value, &mut part);
+        }
+        Ok(Some(
+            lens.iter()
+                .zip(&displs)
+                .map(|(&n, &d)| buf[d as usize..(d + n) as usize].to_vec())
+                .collect(),
+        ))
+    }
+
     /// The leader's value to every rank of its node (e.g. the leader's outcome). The leader
     /// passes `Some(bytes)`, the other ranks `None`; every rank returns the leader's bytes.
     /// Non-leaders wait without a time limit while the leader works, but notice within a second

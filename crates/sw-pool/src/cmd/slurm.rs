@@ -1,0 +1,331 @@
+//! `sw-pool slurm prolog|task-prolog|epilog`: the Slurm hooks (Prolog=, TaskProlog=, Epilog=).
+//!
+//! * **task-prolog** runs as the job's user for every task of every step. It does nothing (and prints
+//!   nothing) unless the task's environment names pools: `SW_POOL_JOB_POOLS` (set by `sw-pool load` in
+//!   the job) or `SW_POOL_LOAD` (given at submission). Then, once per node and job, it makes sure each
+//!   pool is in the node-local cache (verified chunk by chunk) and mounted at the job's mount point,
+//!   and prints `export` lines so that the task's `MODULEPATH` shows the pool's modules.
+//! * **epilog** runs as root on every node of the job: it drops to the job's user and runs
+//!   `sw-pool cleanup --job JOB_ID` (the job's references go; a mount other jobs use stays; the last
+//!   reference unmounts; leftover helpers are killed). Safe to run twice, and after `scancel -s KILL`.
+//! * **prolog** runs as root on every node at allocation: it drops to the job's user and cleans that
+//!   user's stale mounts on the node (helpers that died in earlier jobs), so the job starts clean.
+//!
+//! All three return at once for jobs that never used sw-pool.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use swpool_core::cache;
+use swpool_core::env::{self, Change, PoolMount, Snapshot};
+use swpool_core::mount::{paths, MountOptions, RealSys};
+use swpool_core::pool::Pool;
+use swpool_core::slurm::{self, JobEnv, JobPool, JOB_POOLS_VAR, LOAD_VAR};
+use swpool_core::state::{self, AcquireRequest, StateDir};
+use swpool_core::transfer::{copy, CopyOptions, Job};
+use swpool_core::trust::{authorize, TrustPolicy, TrustedKeys};
+use swpool_core::{Error, ExitStatus};
+
+use crate::cli::{GlobalArgs, HookArgs, SlurmArgs, SlurmHook};
+
+pub fn run(g: &GlobalArgs, a: SlurmArgs) -> Result<(), Error> {
+    match a.hook {
+        SlurmHook::Prolog(h) => root_hook(g, h, "prolog"),
+        SlurmHook::Epilog(h) => root_hook(g, h, "epilog"),
+        SlurmHook::TaskProlog => task_prolog(),
+    }
+}
+
+fn getenv(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+/// Does `uid` have any sw-pool state or sw-pool FUSE mount on this node?
+fn user_has_state(uid: u32) -> bool {
+    if !state::candidate_dirs(uid).is_empty() {
+        return true;
+    }
+    swpool_core::mount::proc::read_mountinfo()
+        .map(|m| {
+            m.iter()
+                .any(|e| e.is_swpool_helper() && e.fuse_user_id() == Some(uid))
+        })
+        .unwrap_or(false)
+}
+
+fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str) -> Result<(), Error> {
+    let je = JobEnv::from_env(getenv, h.job.as_deref(), h.uid)
+        .map_err(|e| Error::other(ExitStatus::Usage, format!("sw-pool slurm {kind}: {e}")))?;
+    if !user_has_state(je.uid) {
+        return Ok(()); // the job's user never used sw-pool on this node
+    }
+    let args: Vec<String> = match kind {
+        "epilog" => vec!["--job".into(), je.job_id.clone()],
+        _ => vec!["--stale".into()],
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    let node = state::hostname();
+    if euid == je.uid {
+        let sel = state::Selection {
+            job: (kind == "epilog").then(|| je.job_id.clone()),
+            stale: kind != "epilog",
+            ..Default::default()
+        };
+        super::cleanup::clean_all_stores(euid, &sel, Some(&je.job_id))?;
+        return Ok(());
+    }
+    if euid != 0 {
+        return Err(Error::other(
+            ExitStatus::Usage,
+            format!(
+                "sw-pool slurm {kind} for job {} must run as root (slurmd) or as the job's user (uid {})",
+                je.job_id, je.uid
+            ),
+        ));
+    }
+    let mut full = vec!["-q".to_string()];
+    full.extend(args);
+    let st = super::cleanup::as_user(
+        je.uid,
+        je.gid,
+        "cleanup",
+        &full,
+        &[("SLURM_JOB_ID", je.job_id.clone())],
+    )?;
+    if st != 0 {
+        slurm::syslog(
+            swpool_core::slurm::Level::Error,
+            &format!(
+                "job={} user={} node={node} {kind}: cleanup failed with status {st}",
+                je.job_id,
+                je.user.clone().unwrap_or_else(|| je.uid.to_string())
+            ),
+        );
+        return Err(Error::other(
+            ExitStatus::System,
+            format!(
+                "sw-pool slurm {kind} on {node}: cleaning job {}'s mounts failed (status {st}); see `sw-pool list` as uid {} and syslog (tag sw-pool)",
+                je.job_id, je.uid
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The pools the task's environment asks for, with the entry they came from.
+fn requested(cfg: &swpool_core::config::Config) -> Result<Vec<(JobPool, bool)>, String> {
+    let mut out: Vec<(JobPool, bool)> = Vec::new();
+    if let Some(v) = getenv(JOB_POOLS_VAR) {
+        for p in slurm::decode_job_pools(&v).map_err(|e| format!("{JOB_POOLS_VAR}: {e}"))? {
+            out.push((p, false));
+        }
+    }
+    if let Some(v) = getenv(LOAD_VAR) {
+        let uid = rustix::process::geteuid().as_raw();
+        for spec in slurm::parse_load_var(&v) {
+            let src = super::load::resolve(Path::new(&spec), &cfg.pool_path.value)
+                .map_err(|e| format!("{LOAD_VAR}={spec}: {e}"))?;
+            if out.iter().any(|(p, _)| p.src == src) {
+                continue; // loaded by an earlier step or prolog of this job
+            }
+            let pool = Pool::open(&src).map_err(|e| format!("{LOAD_VAR}={spec}: {e}"))?;
+            let m = &pool.manifest;
+            let root = paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid);
+            out.push((
+                JobPool {
+                    name: m.name.clone(),
+                    version: m.version.clone(),
+                    digest: m.digest.clone(),
+                    src,
+                    mount_point: root.join(&m.name).join(&m.version),
+                },
+                true,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn task_prolog() -> Result<(), Error> {
+    if getenv(JOB_POOLS_VAR).is_none() && getenv(LOAD_VAR).is_none() {
+        return Ok(()); // this job does not use sw-pool
+    }
+    let node = state::hostname();
+    let job_id = getenv("SLURM_JOB_ID");
+    let r = (|| -> Result<String, Error> {
+        let cfg = super::config()?;
+        let want = requested(&cfg).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+        let mut snap = Snapshot::from_env();
+        let mut changes: Vec<Change> = Vec::new();
+        for (p, from_load_var) in &want {
+            let mp = ensure(&cfg, p, job_id.as_deref())?;
+            let loaded = snap
+                .loaded
+                .as_deref()
+                .unwrap_or("")
+                .split(':')
+                .any(|e| Path::new(e) == mp);
+            let mut c = Vec::new();
+            if !loaded {
+                c = env::load_changes(
+                    &snap,
+                    &PoolMount {
+                        mount_point: mp.clone(),
+                        pool: Some((p.name.clone(), p.version.clone())),
+                    },
+                );
+            }
+            if *from_load_var {
+                c.push(slurm::add_job_pool(
+                    snap_get(&changes, JOB_POOLS_VAR)
+                        .or_else(|| getenv(JOB_POOLS_VAR))
+                        .as_deref(),
+                    &JobPool {
+                        mount_point: mp.clone(),
+                        ..p.clone()
+                    },
+                ));
+            }
+            for ch in &c {
+                apply(&mut snap, ch);
+            }
+            changes.extend(c);
+        }
+        slurm::task_prolog_lines(&changes).map_err(|e| Error::other(ExitStatus::BadInput, e))
+    })();
+    match r {
+        Ok(lines) => {
+            print!("{lines}");
+            let _ = std::io::stdout().flush();
+            Ok(())
+        }
+        Err(e) => {
+            // slurmstepd shows `print` lines on the task's stdout
+            let msg = format!("sw-pool: error: task prolog on {node}: {e}");
+            println!("print {}", msg.replace('\n', " "));
+            slurm::syslog(
+                swpool_core::slurm::Level::Error,
+                &format!(
+                    "job={} node={node} task-prolog: {e}",
+                    job_id.as_deref().unwrap_or("-")
+                ),
+            );
+            Err(e)
+        }
+    }
+}
+
+fn snap_get(changes: &[Change], var: &str) -> Option<String> {
+    changes.iter().rev().find_map(|c| match c {
+        Change::Set(k, v) if *k == var => Some(v.clone()),
+        _ => None,
+    })
+}
+
+fn apply(s: &mut Snapshot, c: &Change) {
+    let (k, v) = match c {
+        Change::Set(k, v) => (*k, Some(v.clone())),
+        Change::Unset(k) => (*k, None),
+    };
+    match k {
+        "MODULEPATH" => s.modulepath = v,
+        "SW_POOL_MOUNT" => s.sw_pool_mount = v,
+        "GWDG_SW_MOUNT" => s.gwdg_sw_mount = v,
+        env::LOADED_VAR => s.loaded = v,
+        env::SET_MOUNT_VAR => s.set_mount = v,
+        env::SET_GWDG_VAR => s.set_gwdg = v,
+        _ => {}
+    }
+}
+
+/// Make sure pool `p` is cached (verified) and mounted at its mount point on this node, with one
+/// reference of this job. The first task on the node does the work; the others find it done.
+fn ensure(
+    cfg: &swpool_core::config::Config,
+    p: &JobPool,
+    job_id: Option<&str>,
+) -> Result<PathBuf, Error> {
+    let uid = rustix::process::geteuid().as_raw();
+    let pool = Pool::open(&p.src)?;
+    if pool.manifest.digest != p.digest {
+        return Err(Error::other(
+            ExitStatus::InvalidPool,
+            format!(
+                "{} changed on shared storage since the job loaded it ({} → {}); every node of a job must use the same pool: load it again",
+                p.src.display(),
+                p.digest,
+                pool.manifest.digest
+            ),
+        ));
+    }
+    let policy = TrustPolicy {
+        require_signature: cfg.require_signature.value,
+        keys: TrustedKeys::load(&TrustedKeys::default_dirs()),
+    };
+    authorize(&pool, &policy)?;
+    let base = cache::base_dir(None, cfg.cache_dir.value.as_deref());
+    let cdir = cache::dir(&base, uid, true)?;
+    let dest = cache::entry_path(&cdir, &p.name, &p.version, &p.digest);
+    {
+        // one task per node copies; the others wait and then find the entry complete
+        let lock = cdir.join(".fill.lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .map_err(|e| {
+                Error::other(
+                    ExitStatus::System,
+                    format!("cannot open {}: {e}", lock.display()),
+                )
+            })?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
+            Error::other(
+                ExitStatus::System,
+                format!("cannot lock {}: {e}", lock.display()),
+            )
+        })?;
+        let opts = CopyOptions {
+            progress: false,
+            ..CopyOptions::default()
+        };
+        copy(&Job::single(), &p.src, &dest, &opts)?;
+    }
+    let root = paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid);
+    let mp = if p.mount_point == root.join(&p.name).join(&p.version) {
+        paths::create_mountpoint(&root, &p.name, &p.version, uid)?
+    } else {
+        super::load::explicit_mountpoint(&p.mount_point)?
+    };
+    let dir = StateDir::open_default()?;
+    let r = state::acquire(
+        &RealSys::new(),
+        &dir,
+        &AcquireRequest {
+            image: dest.clone(),
+            mountpoint: mp,
+            options: MountOptions::parse(None)?,
+            job_id: job_id.map(String::from),
+            timeout: Duration::from_secs(30),
+            once_per_job: true,
+        },
+    )?;
+    let _ = cache::touch(&dest);
+    if !r.reused {
+        slurm::syslog(
+            swpool_core::slurm::Level::Notice,
+            &format!(
+                "job={} user={} node={} task-prolog mounted {}/{} at {}",
+                job_id.unwrap_or("-"),
+                state::user_name(uid),
+                state::hostname(),
+                p.name,
+                p.version,
+                r.record.mount_point.display()
+            ),
+        );
+    }
+    Ok(r.record.mount_point)
+}

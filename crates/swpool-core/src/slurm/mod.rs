@@ -1,0 +1,350 @@
+//! Slurm integration: the pieces the `sw-pool slurm prolog|task-prolog|epilog` entry points share.
+//!
+//! * [`JobPool`] / [`JOB_POOLS_VAR`]: the pools a job loaded, carried in the job's environment
+//!   (`SW_POOL_JOB_POOLS`), so that every later step's TaskProlog mounts the same pool (same digest)
+//!   at the same mount point on its node, and the job's `MODULEPATH` is right everywhere.
+//! * [`JobEnv`]: who and what a hook runs for (`SLURM_JOB_ID`, `SLURM_JOB_UID`, …), validated.
+//! * [`task_prolog_lines`]: the `export NAME=value` / `unset NAME` lines slurmstepd reads from a
+//!   TaskProlog (it takes the value literally: no shell quoting).
+//! * [`syslog`]: one line per action, tagged `sw-pool`, with the job id (like the seed's
+//!   `logger -t software_images`).
+
+use std::path::PathBuf;
+
+use crate::env::Change;
+
+/// The job's loaded pools, for the TaskProlog of later steps.
+pub const JOB_POOLS_VAR: &str = "SW_POOL_JOB_POOLS";
+/// Pools to load in every step of a job, given at submission (`sbatch --export=ALL,SW_POOL_LOAD=demo/1.0`).
+pub const LOAD_VAR: &str = "SW_POOL_LOAD";
+
+/// A pool as loaded by a job: what, from where, and where it is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPool {
+    pub name: String,
+    pub version: String,
+    /// The manifest digest (`blake3:…`): every node must mount this very pool.
+    pub digest: String,
+    /// The pool file on shared storage.
+    pub src: PathBuf,
+    pub mount_point: PathBuf,
+}
+
+fn enc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' | ':' | '@' | '\n' | '\r' | '\0' => o.push_str(&format!("%{:02X}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn dec(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut o = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let h = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad %-escape in {s:?}"))?;
+            o.push(h);
+            i += 3;
+        } else {
+            o.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(o).map_err(|_| format!("{s:?} is not UTF-8"))
+}
+
+impl JobPool {
+    /// `name@version@digest@src@mountpoint`, each field %-escaped.
+    pub fn encode(&self) -> String {
+        [
+            enc(&self.name),
+            enc(&self.version),
+            enc(&self.digest),
+            enc(&self.src.to_string_lossy()),
+            enc(&self.mount_point.to_string_lossy()),
+        ]
+        .join("@")
+    }
+
+    pub fn decode(s: &str) -> Result<JobPool, String> {
+        let f: Vec<&str> = s.split('@').collect();
+        if f.len() != 5 {
+            return Err(format!("{s:?} is not name@version@digest@pool@mountpoint"));
+        }
+        let p = JobPool {
+            name: dec(f[0])?,
+            version: dec(f[1])?,
+            digest: dec(f[2])?,
+            src: PathBuf::from(dec(f[3])?),
+            mount_point: PathBuf::from(dec(f[4])?),
+        };
+        if p.name.is_empty() || p.version.is_empty() || !p.digest.starts_with("blake3:") {
+            return Err(format!(
+                "{s:?}: empty name/version or a digest that is not blake3:…"
+            ));
+        }
+        if !p.src.is_absolute() || !p.mount_point.is_absolute() {
+            return Err(format!(
+                "{s:?}: pool and mount point must be absolute paths"
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// Parse `SW_POOL_JOB_POOLS` (`:`-separated entries).
+pub fn decode_job_pools(v: &str) -> Result<Vec<JobPool>, String> {
+    v.split(':')
+        .filter(|e| !e.is_empty())
+        .map(JobPool::decode)
+        .collect()
+}
+
+/// `SW_POOL_JOB_POOLS` with `p` added (replacing an entry for the same mount point).
+pub fn add_job_pool(current: Option<&str>, p: &JobPool) -> Change {
+    let mut v: Vec<JobPool> = current
+        .map(decode_job_pools)
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    v.retain(|e| e.mount_point != p.mount_point);
+    v.push(p.clone());
+    Change::Set(
+        JOB_POOLS_VAR,
+        v.iter().map(JobPool::encode).collect::<Vec<_>>().join(":"),
+    )
+}
+
+/// `SW_POOL_JOB_POOLS` without the entry mounted at `mp` (`None`: nothing to change).
+pub fn remove_job_pool(current: Option<&str>, mp: &std::path::Path) -> Option<Change> {
+    let mut v = decode_job_pools(current?).ok()?;
+    let n = v.len();
+    v.retain(|e| e.mount_point != mp);
+    if v.len() == n {
+        return None;
+    }
+    Some(if v.is_empty() {
+        Change::Unset(JOB_POOLS_VAR)
+    } else {
+        Change::Set(
+            JOB_POOLS_VAR,
+            v.iter().map(JobPool::encode).collect::<Vec<_>>().join(":"),
+        )
+    })
+}
+
+/// `SW_POOL_LOAD`: pool specs separated by commas or white space.
+pub fn parse_load_var(v: &str) -> Vec<String> {
+    v.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The lines a TaskProlog prints for slurmstepd. Values are taken literally by Slurm, so a value
+/// with a line break cannot be passed (refused).
+pub fn task_prolog_lines(changes: &[Change]) -> Result<String, String> {
+    let mut s = String::new();
+    for c in changes {
+        match c {
+            Change::Set(k, v) => {
+                if v.contains('\n') || v.contains('\r') {
+                    return Err(format!("{k}'s value contains a line break"));
+                }
+                s.push_str(&format!("export {k}={v}\n"));
+            }
+            Change::Unset(k) => s.push_str(&format!("unset {k}\n")),
+        }
+    }
+    Ok(s)
+}
+
+/// Who and what a Slurm hook runs for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEnv {
+    pub job_id: String,
+    pub uid: u32,
+    pub gid: Option<u32>,
+    pub user: Option<String>,
+}
+
+/// A Slurm job id: digits, optionally `_`-joined (array tasks as some sites pass them).
+pub fn valid_job_id(j: &str) -> bool {
+    !j.is_empty()
+        && j.len() <= 32
+        && j.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+        && j.as_bytes()[0].is_ascii_digit()
+}
+
+impl JobEnv {
+    /// From a hook's environment (`SLURM_JOB_ID`, `SLURM_JOB_UID`, `SLURM_JOB_GID`, `SLURM_JOB_USER`),
+    /// with explicit values taking precedence.
+    pub fn from_env(
+        get: impl Fn(&str) -> Option<String>,
+        job: Option<&str>,
+        uid: Option<u32>,
+    ) -> Result<JobEnv, String> {
+        let job_id = job
+            .map(String::from)
+            .or_else(|| get("SLURM_JOB_ID"))
+            .filter(|j| !j.is_empty())
+            .ok_or(
+                "no job id: SLURM_JOB_ID is not set (run it from Slurm, or give --job JOB_ID)",
+            )?;
+        if !valid_job_id(&job_id) {
+            return Err(format!("{job_id:?} is not a Slurm job id"));
+        }
+        let uid = match uid {
+            Some(u) => u,
+            None => get("SLURM_JOB_UID")
+                .ok_or("SLURM_JOB_UID is not set (run it from Slurm, or give --uid UID)")?
+                .parse()
+                .map_err(|_| "SLURM_JOB_UID is not a number".to_string())?,
+        };
+        Ok(JobEnv {
+            job_id,
+            uid,
+            gid: get("SLURM_JOB_GID").and_then(|g| g.parse().ok()),
+            user: get("SLURM_JOB_USER").filter(|u| !u.is_empty()),
+        })
+    }
+}
+
+/// The primary group and home of `uid` from the passwd database.
+pub fn passwd_entry(uid: u32) -> Option<(u32, PathBuf)> {
+    let t = std::fs::read_to_string("/etc/passwd").ok()?;
+    t.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 5 && f[2].parse() == Ok(uid))
+            .then(|| Some((f[3].parse().ok()?, PathBuf::from(f[5]))))
+            .flatten()
+    })
+}
+
+/// Send one line to syslog (facility daemon, `sw-pool[pid]`), where journald or rsyslog keep it.
+/// Without a syslog socket it is dropped silently, like `logger`'s lines on such a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Notice,
+    Error,
+}
+
+pub fn syslog(level: Level, msg: &str) {
+    let priority = match level {
+        Level::Notice => libc::LOG_NOTICE,
+        Level::Error => libc::LOG_ERR,
+    };
+    use std::sync::Once;
+    static OPEN: Once = Once::new();
+    OPEN.call_once(|| {
+        // SAFETY: the ident is a static C string; openlog keeps the pointer
+        unsafe { libc::openlog(c"sw-pool".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
+    });
+    let clean: String = msg
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if let Ok(c) = std::ffi::CString::new(clean) {
+        // SAFETY: a constant "%s" format with one C string argument
+        unsafe { libc::syslog(priority, c"%s".as_ptr(), c.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(mp: &str) -> JobPool {
+        JobPool {
+            name: "demo".into(),
+            version: "1.0".into(),
+            digest: "blake3:00ff".into(),
+            src: "/shared/p:ools/demo@1.0%.sqfs".into(),
+            mount_point: mp.into(),
+        }
+    }
+
+    #[test]
+    fn job_pools_round_trip_with_awkward_paths() {
+        let a = pool("/tmp/m/demo/1.0");
+        let b = pool("/local/x:y");
+        let c1 = add_job_pool(None, &a);
+        let Change::Set(_, v1) = &c1 else { panic!() };
+        let c2 = add_job_pool(Some(v1), &b);
+        let Change::Set(_, v2) = &c2 else { panic!() };
+        assert_eq!(decode_job_pools(v2).unwrap(), vec![a.clone(), b.clone()]);
+        // the same mount point replaces, not duplicates
+        let Change::Set(_, v3) = add_job_pool(Some(v2), &a) else {
+            panic!()
+        };
+        assert_eq!(decode_job_pools(&v3).unwrap(), vec![b.clone(), a.clone()]);
+        let Some(Change::Set(_, v4)) = remove_job_pool(Some(&v3), &b.mount_point) else {
+            panic!()
+        };
+        assert_eq!(decode_job_pools(&v4).unwrap(), vec![a.clone()]);
+        assert_eq!(
+            remove_job_pool(Some(&v4), &a.mount_point),
+            Some(Change::Unset(JOB_POOLS_VAR))
+        );
+        assert_eq!(
+            remove_job_pool(Some(&v4), std::path::Path::new("/nope")),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_job_pools_are_refused() {
+        for bad in [
+            "x",
+            "a@b@c@d",
+            "a@b@sha256:00@/p@/m",
+            "a@b@blake3:00@rel@/m",
+            "a@b@blake3:00@/p@/m%G1",
+            "@b@blake3:00@/p@/m",
+        ] {
+            assert!(decode_job_pools(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_env_is_validated() {
+        let env = |k: &str| match k {
+            "SLURM_JOB_ID" => Some("123".to_string()),
+            "SLURM_JOB_UID" => Some("1001".to_string()),
+            "SLURM_JOB_USER" => Some("swuser".to_string()),
+            _ => None,
+        };
+        let j = JobEnv::from_env(env, None, None).unwrap();
+        assert_eq!((j.job_id.as_str(), j.uid), ("123", 1001));
+        assert!(JobEnv::from_env(env, Some("12;rm"), None).is_err());
+        assert!(JobEnv::from_env(|_| None, None, None).is_err());
+        assert!(JobEnv::from_env(|_| None, Some("7"), None).is_err());
+        assert_eq!(
+            JobEnv::from_env(|_| None, Some("7"), Some(5)).unwrap().uid,
+            5
+        );
+    }
+
+    #[test]
+    fn task_prolog_lines_are_literal() {
+        let s = task_prolog_lines(&[
+            Change::Set("MODULEPATH", "/a b/modulefiles:/x".into()),
+            Change::Unset("X"),
+        ])
+        .unwrap();
+        assert_eq!(s, "export MODULEPATH=/a b/modulefiles:/x\nunset X\n");
+        assert!(task_prolog_lines(&[Change::Set("A", "x\ny".into())]).is_err());
+    }
+
+    #[test]
+    fn load_var_splits_on_commas_and_space() {
+        assert_eq!(parse_load_var(" demo/1.0, x/2 ,,"), vec!["demo/1.0", "x/2"]);
+    }
+}

@@ -1,0 +1,425 @@
+//! Clean-up of a node's mounts and records: what a job leaves behind (the Slurm epilog,
+//! `sw-pool cleanup --job`), what crashed (`--stale`: FUSE helpers that died, records without a
+//! mount, mounts whose writer was killed before the record was complete), or everything (`--all`).
+//!
+//! Everything happens under the store's lock, so a `load` on the same node either finished before
+//! or starts after. A mount shared with other jobs only loses the selected job's references. Only
+//! processes proven to be ours are signalled: a FUSE helper whose `/proc` entry shows our uid, a
+//! helper command line and the mount point; with `kill`, processes that hold the mount (named
+//! first, by PID, never PID 1 and never ourselves).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{Record, StateDir, StateError};
+use crate::error::Error;
+use crate::mount::{self, MountError, MountState, Sys};
+
+/// What to clean.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Drop this job's references (the last one unmounts).
+    pub job: Option<String>,
+    /// Stale FUSE mounts, records without a mount, interrupted mounts.
+    pub stale: bool,
+    /// Everything of this user on this node.
+    pub all: bool,
+    /// End the processes that keep a mount busy (after naming them) instead of detaching lazily.
+    pub kill: bool,
+    /// Say what would be done; change nothing.
+    pub dry_run: bool,
+}
+
+/// One thing done (or, in a dry run, to be done).
+#[derive(Debug, Clone, Serialize)]
+pub struct Action {
+    pub mount_point: PathBuf,
+    /// `name/version` or the image's file name; `-` for a mount without a record.
+    pub pool: String,
+    pub jobs: Vec<String>,
+    /// `released`, `unmounted`, `record-removed`, `helper-killed`, `holder-killed`, `failed`.
+    pub action: &'static str,
+    pub detail: String,
+    pub done: bool,
+}
+
+fn act(
+    out: &mut Vec<Action>,
+    sel: &Selection,
+    mp: &Path,
+    pool: &str,
+    jobs: Vec<String>,
+    action: &'static str,
+    detail: String,
+) {
+    out.push(Action {
+        mount_point: mp.to_path_buf(),
+        pool: pool.to_string(),
+        jobs,
+        action,
+        detail,
+        done: !sel.dry_run,
+    });
+}
+
+/// Is `pid` alive?
+pub fn alive(pid: u32) -> bool {
+    pid > 1 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Is `pid` a FUSE helper of ours for `mp`: owned by `uid`, a helper sw-pool starts, with the mount
+/// point on its command line? (A recycled PID fails at least one of these.)
+pub fn is_our_helper(pid: u32, uid: u32, mp: &Path) -> bool {
+    if pid <= 1 || pid == std::process::id() {
+        return false;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let ruid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u32>().ok());
+    if ruid != Some(uid) {
+        return false;
+    }
+    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+    let prog = args
+        .first()
+        .map(|a| Path::new(std::ffi::OsStr::from_bytes(a)))
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let helper = matches!(
+        prog.as_str(),
+        "squashfuse_ll" | "squashfuse" | "fuse2fs" | "fusermount3"
+    );
+    let mpb = mp.as_os_str().as_bytes();
+    helper && args.contains(&mpb)
+}
+
+/// SIGTERM, wait up to `grace`, then SIGKILL. Refuses PID ≤ 1 and ourselves.
+pub fn terminate(pid: u32, grace: Duration) -> Result<(), String> {
+    if pid <= 1 || pid == std::process::id() {
+        return Err(format!("refusing to signal pid {pid}"));
+    }
+    let p = rustix::process::Pid::from_raw(pid as i32).ok_or("pid 0")?;
+    match rustix::process::kill_process(p, rustix::process::Signal::Term) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::SRCH) => return Ok(()),
+        Err(e) => return Err(format!("kill -TERM {pid}: {e}")),
+    }
+    let t = Instant::now();
+    while t.elapsed() < grace {
+        if !alive(pid) || zombie(pid) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    match rustix::process::kill_process(p, rustix::process::Signal::Kill) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(format!("kill -KILL {pid}: {e}")),
+    }
+}
+
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// Clean this node's mounts and records of the store's user as `sel` says.
+pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Action>, Error> {
+    let _lock = dir.lock()?;
+    let mounts = sys.mounts().map_err(MountError::MountTable)?;
+    let me = sys.euid();
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for r in dir.records()? {
+        let rec = match r {
+            Ok(r) => r,
+            Err(e) => {
+                if sel.all || sel.stale {
+                    let path = match &e {
+                        StateError::Corrupt { path, .. } => path.clone(),
+                        _ => dir.path().to_path_buf(),
+                    };
+                    act(
+                        &mut out,
+                        &Selection {
+                            dry_run: true,
+                            ..sel.clone()
+                        },
+                        &path,
+                        "-",
+                        vec![],
+                        "failed",
+                        format!("{e}: left for an admin to inspect"),
+                    );
+                }
+                continue;
+            }
+        };
+        seen.insert(rec.mount_point.clone());
+        clean_record(sys, dir, sel, &mounts, rec, &mut out)?;
+    }
+    // FUSE mounts of ours without a record
+    for m in &mounts {
+        if !(m.is_swpool_helper() && m.fuse_user_id() == Some(me)) || seen.contains(&m.mount_point)
+        {
+            continue;
+        }
+        seen.insert(m.mount_point.clone());
+        let st = mount::state(sys, &mounts, &m.mount_point);
+        if !(sel.all || (sel.stale && st == MountState::Stale)) {
+            continue;
+        }
+        unmount_and_reap(sys, sel, &m.mount_point, "-", vec![], None, me, &mut out);
+    }
+    Ok(out)
+}
+
+fn clean_record(
+    sys: &dyn Sys,
+    dir: &StateDir,
+    sel: &Selection,
+    mounts: &[crate::mount::MountEntry],
+    mut rec: Record,
+    out: &mut Vec<Action>,
+) -> Result<(), Error> {
+    let mp = rec.mount_point.clone();
+    let label = rec.label();
+    let st = mount::state(sys, mounts, &mp);
+    let writer_dead = rec.pending && rec.refs.iter().all(|r| !alive(r.pid));
+    let broken = st != MountState::Mounted || writer_dead;
+    let of_job = sel
+        .job
+        .as_ref()
+        .is_some_and(|j| rec.refs.iter().any(|r| r.job_id.as_deref() == Some(j)));
+    let whole = sel.all || (sel.stale && broken);
+    if !whole && !of_job {
+        return Ok(());
+    }
+    let jobs = rec.job_ids();
+    if !whole {
+        let j = sel.job.as_deref().expect("of_job");
+        let before = rec.refs.len();
+        rec.refs.retain(|r| r.job_id.as_deref() != Some(j));
+        let dropped = before - rec.refs.len();
+        if !rec.refs.is_empty() && !broken {
+            if !sel.dry_run {
+                dir.write(&rec)?;
+            }
+            act(
+                out,
+                sel,
+                &mp,
+                &label,
+                jobs,
+                "released",
+                format!(
+                    "dropped {dropped} reference(s) of job {j}; stays mounted for {} other reference(s) ({})",
+                    rec.refs.len(),
+                    {
+                        let o = rec.job_ids();
+                        if o.is_empty() { "interactive".to_string() } else { format!("jobs {}", o.join(",")) }
+                    }
+                ),
+            );
+            return Ok(());
+        }
+    }
+    if st != MountState::Absent {
+        let helper = (rec.helper_pid > 1).then_some(rec.helper_pid);
+        if !unmount_and_reap(sys, sel, &mp, &label, jobs.clone(), helper, rec.uid, out) {
+            return Ok(()); // still mounted: keep the record that says so
+        }
+    } else if rec.helper_pid > 1 && is_our_helper(rec.helper_pid, rec.uid, &mp) {
+        reap_helper(sel, &mp, &label, jobs.clone(), rec.helper_pid, out);
+    }
+    if !sel.dry_run {
+        dir.remove(&mp)?;
+    }
+    act(
+        out,
+        sel,
+        &mp,
+        &label,
+        jobs,
+        "record-removed",
+        match (st, writer_dead) {
+            (_, true) => "the mount was interrupted (its writer died)".into(),
+            (MountState::Absent, _) => "recorded but not mounted".into(),
+            (MountState::Stale, _) => "its FUSE helper had died (stale mount)".into(),
+            (MountState::Mounted, _) => "no references left".into(),
+        },
+    );
+    Ok(())
+}
+
+/// Unmount `mp` (naming and, with `kill`, ending what holds it; else detaching lazily), then make sure
+/// its helper is gone. `false` when it stays mounted.
+#[allow(clippy::too_many_arguments)]
+fn unmount_and_reap(
+    sys: &dyn Sys,
+    sel: &Selection,
+    mp: &Path,
+    label: &str,
+    jobs: Vec<String>,
+    helper: Option<u32>,
+    uid: u32,
+    out: &mut Vec<Action>,
+) -> bool {
+    let me = std::process::id();
+    if sel.kill {
+        let (holders, hidden) = mount::proc::holders(mp);
+        for h in holders.iter().filter(|h| h.pid > 1 && h.pid != me) {
+            if Some(h.pid) == helper {
+                continue;
+            }
+            if h.uid != Some(uid) && sys.euid() != 0 {
+                continue;
+            }
+            let detail = format!(
+                "pid {} ({}) held it: {}",
+                h.pid,
+                h.command,
+                h.what.join(", ")
+            );
+            let r = if sel.dry_run {
+                Ok(())
+            } else {
+                terminate(h.pid, Duration::from_secs(3))
+            };
+            match r {
+                Ok(()) => act(out, sel, mp, label, jobs.clone(), "holder-killed", detail),
+                Err(e) => act(
+                    out,
+                    sel,
+                    mp,
+                    label,
+                    jobs.clone(),
+                    "failed",
+                    format!("{detail}; {e}"),
+                ),
+            }
+        }
+        if hidden > 0 {
+            act(
+                out,
+                sel,
+                mp,
+                label,
+                jobs.clone(),
+                "failed",
+                format!("{hidden} process(es) we may not inspect may hold it"),
+            );
+        }
+    }
+    if sel.dry_run {
+        act(
+            out,
+            sel,
+            mp,
+            label,
+            jobs.clone(),
+            "unmounted",
+            String::new(),
+        );
+    } else {
+        match mount::unmount(sys, mp, true) {
+            Ok(u) => act(
+                out,
+                sel,
+                mp,
+                label,
+                jobs.clone(),
+                "unmounted",
+                if u.was_stale {
+                    "stale mount detached".into()
+                } else if u.lazy {
+                    format!(
+                        "busy: detached lazily ({})",
+                        mount::describe_holders(&u.holders, 0)
+                    )
+                } else {
+                    String::new()
+                },
+            ),
+            Err(MountError::NotMounted { .. }) => {}
+            Err(e) => {
+                act(out, sel, mp, label, jobs, "failed", e.to_string());
+                return false;
+            }
+        }
+    }
+    if let Some(pid) = helper {
+        if is_our_helper(pid, uid, mp) {
+            // give a helper that was unmounted a moment to exit on its own
+            let t = Instant::now();
+            while !sel.dry_run && alive(pid) && !zombie(pid) && t.elapsed() < Duration::from_secs(2)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) && !zombie(pid) {
+                reap_helper(sel, mp, label, jobs, pid, out);
+            }
+        }
+    }
+    true
+}
+
+fn reap_helper(
+    sel: &Selection,
+    mp: &Path,
+    label: &str,
+    jobs: Vec<String>,
+    pid: u32,
+    out: &mut Vec<Action>,
+) {
+    let r = if sel.dry_run {
+        Ok(())
+    } else {
+        terminate(pid, Duration::from_secs(2))
+    };
+    match r {
+        Ok(()) => act(
+            out,
+            sel,
+            mp,
+            label,
+            jobs,
+            "helper-killed",
+            format!("FUSE helper pid {pid} outlived its mount"),
+        ),
+        Err(e) => act(out, sel, mp, label, jobs, "failed", e),
+    }
+}
+
+/// The stores a user's mounts may be recorded in on this node, whatever environment the job had:
+/// `$SW_POOL_STATE_DIR` (as this process sees it), `/run/user/<uid>/sw-pool`, `/tmp/sw-pool-<uid>`,
+/// and `/run/sw-pool` for root. Only existing directories.
+pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
+    let mut v = vec![StateDir::default_path(uid)];
+    if uid == 0 {
+        v.push(PathBuf::from("/run/sw-pool"));
+    } else {
+        v.push(PathBuf::from(format!("/run/user/{uid}/sw-pool")));
+        v.push(PathBuf::from(format!("/tmp/sw-pool-{uid}")));
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in v {
+        if !out.contains(&p) && std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            out.push(p);
+        }
+    }
+    out
+}
