@@ -315,3 +315,123 @@ fn records_of_other_nodes_in_a_shared_directory_are_left_alone() {
     assert!(other.exists(), "another node's record must survive");
     assert!(list(&e.sys, &e.dir).unwrap().is_empty());
 }
+
+fn sel_job(j: &str) -> Selection {
+    Selection {
+        job: Some(j.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn cleanup_of_one_job_keeps_the_mount_another_job_uses() {
+    let e = env();
+    acquire(&e.sys, &e.dir, &req(&e, Some("11"))).unwrap();
+    acquire(&e.sys, &e.dir, &req(&e, Some("12"))).unwrap();
+    acquire(&e.sys, &e.dir, &req(&e, Some("11"))).unwrap();
+    let a = clean(&e.sys, &e.dir, &sel_job("11")).unwrap();
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a[0].action, "released");
+    assert!(
+        a[0].detail.contains("dropped 2 reference(s) of job 11"),
+        "{a:?}"
+    );
+    let rec = e.dir.read(&e.mp).unwrap().unwrap();
+    assert_eq!(rec.job_ids(), ["12"]);
+    assert_eq!(e.sys.mount_table().len(), 1);
+    // a job that holds nothing here: nothing happens
+    assert!(clean(&e.sys, &e.dir, &sel_job("99")).unwrap().is_empty());
+    let a = clean(&e.sys, &e.dir, &sel_job("12")).unwrap();
+    let kinds: Vec<&str> = a.iter().map(|x| x.action).collect();
+    assert_eq!(kinds, ["unmounted", "record-removed"], "{a:?}");
+    assert!(e.sys.mount_table().is_empty());
+    assert!(e.dir.read(&e.mp).unwrap().is_none());
+    // twice is harmless
+    assert!(clean(&e.sys, &e.dir, &sel_job("12")).unwrap().is_empty());
+}
+
+#[test]
+fn cleanup_dry_run_changes_nothing_then_stale_is_cleaned() {
+    let e = env();
+    acquire(&e.sys, &e.dir, &req(&e, Some("5"))).unwrap();
+    e.sys.script.lock().unwrap().stale.push(e.mp.clone());
+    let before = (e.dir.read(&e.mp).unwrap(), e.sys.mount_table());
+    let sel = Selection {
+        stale: true,
+        dry_run: true,
+        ..Default::default()
+    };
+    let a = clean(&e.sys, &e.dir, &sel).unwrap();
+    assert!(!a.is_empty() && a.iter().all(|x| !x.done), "{a:?}");
+    assert_eq!(before, (e.dir.read(&e.mp).unwrap(), e.sys.mount_table()));
+    // a healthy mount is not "stale"
+    let e2 = env();
+    acquire(&e2.sys, &e2.dir, &req(&e2, None)).unwrap();
+    let sel2 = Selection {
+        stale: true,
+        ..Default::default()
+    };
+    assert!(clean(&e2.sys, &e2.dir, &sel2).unwrap().is_empty());
+    release(&e2.sys, &e2.dir, &e2.mp, false, None).unwrap();
+    // the real thing
+    let a = clean(&e.sys, &e.dir, &sel2).unwrap();
+    assert!(a.iter().any(|x| x.action == "unmounted"), "{a:?}");
+    assert!(e.dir.read(&e.mp).unwrap().is_none());
+    assert!(list(&e.sys, &e.dir).unwrap().is_empty());
+}
+
+#[test]
+fn a_mount_whose_writer_was_killed_is_found_and_undone() {
+    let e = env();
+    let mut rec = acquire(&e.sys, &e.dir, &req(&e, Some("9"))).unwrap().record;
+    // as if the writer had been SIGKILLed between starting the helper and completing the record
+    rec.pending = true;
+    rec.refs[0].pid = 999_999_999;
+    e.dir.write(&rec).unwrap();
+    let l = list(&e.sys, &e.dir).unwrap();
+    assert_eq!(l[0].status, "stale");
+    assert!(l[0]
+        .problem
+        .as_deref()
+        .unwrap()
+        .contains("killed while mounting"));
+    // the job's epilog finds it by job id
+    let a = clean(&e.sys, &e.dir, &sel_job("9")).unwrap();
+    assert!(
+        a.iter()
+            .any(|x| x.action == "record-removed" && x.detail.contains("interrupted")),
+        "{a:?}"
+    );
+    assert!(e.sys.mount_table().is_empty());
+    // and a new acquire over such a leftover undoes it first
+    let mut rec = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap().record;
+    rec.pending = true;
+    rec.refs[0].pid = 999_999_999;
+    e.dir.write(&rec).unwrap();
+    let a = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    assert!(
+        !a.reused && a.notes[0].contains("interrupted"),
+        "{:?}",
+        a.notes
+    );
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}
+
+#[test]
+fn the_task_prolog_takes_one_reference_per_job() {
+    let e = env();
+    let mut r = req(&e, Some("77"));
+    r.once_per_job = true;
+    for _ in 0..3 {
+        acquire(&e.sys, &e.dir, &r).unwrap();
+    }
+    assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().refcount(), 1);
+    let mut other = req(&e, Some("78"));
+    other.once_per_job = true;
+    acquire(&e.sys, &e.dir, &other).unwrap();
+    assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().refcount(), 2);
+    assert_eq!(spawns(&e.sys), 1);
+    clean(&e.sys, &e.dir, &sel_job("77")).unwrap();
+    clean(&e.sys, &e.dir, &sel_job("78")).unwrap();
+    assert!(e.sys.mount_table().is_empty());
+}
