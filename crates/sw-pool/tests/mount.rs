@@ -832,3 +832,99 @@ fn interrupted_mounts_leave_a_recorded_mount_or_nothing() {
     }
     eprintln!("outcomes (exit status, mounted): {outcomes:?}");
 }
+
+/// `cleanup --job` keeps a mount another job uses; a killed helper is `list --stale`, `cleanup
+/// --stale --dry-run` changes nothing, `cleanup --stale` removes it (real squashfuse_ll).
+#[test]
+fn cleanup_by_job_and_of_stale_mounts() {
+    let t = T::new();
+    let img = pool(&t, "sqfs");
+    let mp = t.mkdir("mnt");
+    t.ok(&["mount", "--job-id", "5", &img, &mp]);
+    t.ok(&["mount", "--job-id", "6", &img, &mp]);
+    let o = t.ok(&["cleanup", "--job", "5"]);
+    assert!(o.stdout.contains("released"), "{}", o.stdout);
+    let v = t.list_json();
+    assert_eq!(
+        v["mounts"][0]["record"]["refs"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(v["mounts"][0]["record"]["refs"][0]["job_id"], "6");
+    assert_eq!(t.mounts().len(), 1);
+    let o = t.ok(&["list", "--job", "5"]);
+    assert!(o.stdout.contains("no mounts"), "{}", o.stdout);
+    // the helper dies: a stale mount
+    let pid = v["mounts"][0]["record"]["helper_pid"].as_u64().unwrap();
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    for _ in 0..50 {
+        if !pid_alive(pid) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = t.ok(&["list", "--stale"]);
+    assert!(o.stdout.contains("stale"), "{}", o.stdout);
+    let before = (t.mounts(), t.records());
+    let o = t.ok(&["cleanup", "--stale", "--dry-run"]);
+    assert!(o.stdout.contains("would: unmounted"), "{}", o.stdout);
+    assert_eq!(before, (t.mounts(), t.records()));
+    let o = t.ok(&["cleanup", "--stale", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(v["actions"].as_array().unwrap().len() >= 2, "{v}");
+    t.assert_clean();
+    // nothing left: twice is harmless
+    assert!(t
+        .ok(&["cleanup", "--stale"])
+        .stdout
+        .contains("nothing to clean"));
+}
+
+#[test]
+fn slurm_hooks_do_nothing_for_jobs_without_sw_pool() {
+    let t = T::new();
+    // the TaskProlog: no pools asked for -> no output at all (slurmstepd parses it)
+    let o = run(t.sw().args(["slurm", "task-prolog"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, ""), "{}", o.stderr);
+    // the multi-call name Slurm runs (no arguments)
+    let link = t.p("task-prolog");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let o = run(Command::new(&link)
+        .env_remove("SW_POOL_JOB_POOLS")
+        .env_remove("SW_POOL_LOAD"));
+    assert_eq!((o.code, o.stdout.as_str()), (0, ""), "{}", o.stderr);
+    // the epilog for a user who never used sw-pool here: nothing
+    let o = run(t
+        .sw()
+        .args(["slurm", "epilog"])
+        .env_remove("SW_POOL_STATE_DIR")
+        .env("SLURM_JOB_ID", "77")
+        .env("SLURM_JOB_UID", "4242421"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // outside Slurm: a usage error that says what is missing
+    let o = run(t.sw().args(["slurm", "epilog"]).env_remove("SLURM_JOB_ID"));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("SLURM_JOB_ID"), "{}", o.stderr);
+    let o = run(t
+        .sw()
+        .args(["slurm", "epilog", "--job", "1;rm"])
+        .env("SLURM_JOB_UID", "1"));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    // a TaskProlog given a damaged job environment fails loudly (a `print` line for the task)
+    let o = run(t
+        .sw()
+        .args(["slurm", "task-prolog"])
+        .env("SW_POOL_JOB_POOLS", "garbage"));
+    assert_ne!(o.code, 0);
+    assert!(o.stdout.starts_with("print sw-pool: error"), "{}", o.stdout);
+    // cleanup needs to be told what to clean
+    let o = t.run(&["cleanup"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("--job JOB_ID, --stale or --all"),
+        "{}",
+        o.stderr
+    );
+}

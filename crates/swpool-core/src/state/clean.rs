@@ -178,8 +178,8 @@ pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Actio
             continue;
         }
         seen.insert(m.mount_point.clone());
-        let st = mount::state(sys, &mounts, &m.mount_point);
-        if !(sel.all || (sel.stale && st == MountState::Stale)) {
+        // only `--all` touches mounts no record of ours names (another store, another tool)
+        if !sel.all {
             continue;
         }
         unmount_and_reap(sys, sel, &m.mount_point, "-", vec![], None, me, &mut out);
@@ -405,10 +405,19 @@ fn reap_helper(
 }
 
 /// The stores a user's mounts may be recorded in on this node, whatever environment the job had:
-/// `$SW_POOL_STATE_DIR` (as this process sees it), `/run/user/<uid>/sw-pool`, `/tmp/sw-pool-<uid>`,
-/// and `/run/sw-pool` for root. Only existing directories.
+/// `$XDG_RUNTIME_DIR/sw-pool` (as this process sees it), `/run/user/<uid>/sw-pool`,
+/// `/tmp/sw-pool-<uid>`, and `/run/sw-pool` for root. Only existing directories.
+///
+/// A set `SW_POOL_STATE_DIR` is the only store (the caller chose it).
 pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
     let mut v = vec![StateDir::default_path(uid)];
+    if std::env::var_os("SW_POOL_STATE_DIR").is_some_and(|v| !v.is_empty()) {
+        v.truncate(1);
+        return v
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+            .collect();
+    }
     if uid == 0 {
         v.push(PathBuf::from("/run/sw-pool"));
     } else {
