@@ -37,8 +37,15 @@ pub fn run(g: &GlobalArgs, a: CpArgs) -> Result<(), Error> {
                 b.set_position(done);
             }) as swpool_core::transfer::ProgressSink
         }),
+        // the benchmark switch (bench/cp-verify.sh); `load` never honours it
+        verify_chunks: !swpool_core::transfer::bench_no_verify(),
         ..CopyOptions::default()
     };
+    if !opts.verify_chunks && job.world_rank() == 0 {
+        eprintln!(
+            "sw-pool: warning: SW_POOL_BENCH_NO_VERIFY=1: chunks are NOT verified (a benchmark switch; unset it)"
+        );
+    }
     let res = copy(&job, &a.src, &a.dest, &opts);
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -107,6 +107,15 @@ impl Algorithm {
     pub const DEFAULT: Algorithm = Algorithm::Ring;
 }
 
+/// `SW_POOL_BENCH_NO_VERIFY=1`: a **benchmark switch, not a user option** (no flag, no config key,
+/// not in `--help`; honoured by `sw-pool cp` only, never by `load`). The file pipeline then neither
+/// hashes nor checks any chunk (zero detection and sparse writes stay), so that
+/// `bench/cp-verify.sh` can measure the broadcast with verification ÷ without (issue 6). A copy made
+/// this way is NOT verified; never set it outside a benchmark.
+pub fn bench_no_verify() -> bool {
+    std::env::var_os("SW_POOL_BENCH_NO_VERIFY").is_some_and(|v| v == "1")
+}
+
 /// A progress callback: `(bytes done, bytes total)`, called on world rank 0 only.
 pub type ProgressSink = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
@@ -121,6 +130,9 @@ pub struct CopyOptions {
     pub progress_sink: Option<ProgressSink>,
     /// Check each chunk a reader reads from a pool against the manifest before sending it.
     pub verify_source_chunks: bool,
+    /// Hash and check every chunk (reader and receivers). Always on, except that `sw-pool cp`
+    /// turns it off under the benchmark switch [`bench_no_verify`].
+    pub verify_chunks: bool,
     /// Distribution algorithm.
     pub algorithm: Algorithm,
     /// A rank that sees no progress for this long gives up (exit 8) and removes its temporaries.
@@ -134,6 +146,7 @@ impl Default for CopyOptions {
             progress: false,
             progress_sink: None,
             verify_source_chunks: true,
+            verify_chunks: true,
             algorithm: Algorithm::from_env(),
             stall_timeout: watchdog::default_timeout(),
         }
@@ -146,6 +159,7 @@ impl std::fmt::Debug for CopyOptions {
             .field("chunk_size", &self.chunk_size)
             .field("progress", &self.progress)
             .field("verify_source_chunks", &self.verify_source_chunks)
+            .field("verify_chunks", &self.verify_chunks)
             .field("algorithm", &self.algorithm)
             .field("stall_timeout", &self.stall_timeout)
             .finish()
@@ -852,6 +866,7 @@ fn leader_copy(
                         chunks: &chunks,
                         chunk_size: info.chunk_size,
                         verify_source: opts.verify_source_chunks,
+                        verify: opts.verify_chunks,
                         hosts: &hosts,
                         progress: &progress,
                     };
