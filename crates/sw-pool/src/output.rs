@@ -81,5 +81,9 @@ pub fn init_logging(g: &GlobalArgs) {
 }
 
 pub fn print_error(e: &swpool_core::Error) {
-    eprintln!("sw-pool: error: {e}");
+    // one write(2) for the whole line: stderr is unbuffered, and `eprintln!` writes the pieces of
+    // its format separately, so the lines of several ranks under one launcher could interleave
+    use std::io::Write;
+    let line = format!("sw-pool: error: {e}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
