@@ -5,7 +5,7 @@
 # Writes bench/results/build-overhead-<date>.md.  usage: bench/build-overhead.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SW=$PWD/target/release/sw-pool
+SW=${SW:-$PWD/target/release/sw-pool}  # SW=/path/to/other/sw-pool to measure another build
 RUNS=${RUNS:-3}
 BIG=1GB; FILES=50000
 if [[ ${1:-} == --quick ]]; then BIG=100MB; FILES=5000; RUNS=2; fi
@@ -48,10 +48,11 @@ run_pair "squashfs $FILES small files" \
 
 mkdir -p bench/results
 out=bench/results/build-overhead-$(date +%F).md
+[[ -e $out ]] && out=bench/results/build-overhead-$(date +%F-%H%M).md  # keep earlier results of the day
 {
   echo "# sw-pool build vs the bare mke2fs -d / mksquashfs call"
   echo
-  echo "$(date -u +%FT%TZ), $(nproc) cores, $RUNS runs each (interleaved, warm page cache), times in seconds: median (min–max)."
+  echo "$(date -u +%FT%TZ), $(nproc) cores, sw-pool: \`$SW\`, $RUNS runs each (interleaved, warm page cache), times in seconds: median (min–max)."
   echo "Goal: overhead ≤ 10 % (ratio ≤ 1.10)."
   echo
   echo "Machine load at the start: \`$load_start\`; at the end: \`$(uptime)\` (only an idle machine gives meaningful ratios)."

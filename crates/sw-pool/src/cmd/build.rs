@@ -77,9 +77,10 @@ pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
     p.result(format!("digest {}", m.digest));
     let t = &r.timings;
     p.verbose(format!(
-        "timings: scan {:.3}s, mkfs {:.3}s, hash {:.3}s, commit {:.3}s",
+        "timings: scan {:.3}s, mkfs {:.3}s, times {:.3}s, hash {:.3}s, commit {:.3}s",
         t.scan.as_secs_f64(),
         t.mkfs.as_secs_f64(),
+        t.times.as_secs_f64(),
         t.hash.as_secs_f64(),
         t.commit.as_secs_f64()
     ));
@@ -97,7 +98,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
         "packages": m.packages,
         "warnings": r.warnings,
         "tree": {"files": r.tree.files, "dirs": r.tree.dirs, "symlinks": r.tree.symlinks, "bytes": r.tree.bytes},
-        "timings": {"scan": t.scan.as_secs_f64(), "mkfs": t.mkfs.as_secs_f64(), "hash": t.hash.as_secs_f64(), "commit": t.commit.as_secs_f64()},
+        "timings": {"scan": t.scan.as_secs_f64(), "mkfs": t.mkfs.as_secs_f64(), "times": t.times.as_secs_f64(), "hash": t.hash.as_secs_f64(), "commit": t.commit.as_secs_f64()},
     }));
     Ok(())
 }

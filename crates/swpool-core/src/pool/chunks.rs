@@ -3,63 +3,71 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::manifest::{hash_chunk, Manifest};
 
 /// Hash every chunk of `file[0, image_size)`; `None` for holes and all-zero chunks.
 /// Holes are found with SEEK_DATA/SEEK_HOLE and never read; chunks are hashed on all cores,
 /// each worker with one chunk-sized buffer (memory: workers × chunk size).
+///
+/// Workers take the next unhashed chunk from a shared counter rather than a fixed share of the
+/// image: with fixed shares one worker sat idle while the other finished its half (a fast half of
+/// holes and metadata, or a core taken by another process), and the pass took as long as the
+/// slower half.
 pub fn hash_chunks(
     file: &File,
     image_size: u64,
     chunk_size: u64,
 ) -> std::io::Result<Vec<Option<[u8; 32]>>> {
     let data = crate::sparse::data_ranges(file, image_size)?;
-    let n = Manifest::chunk_count(image_size, chunk_size) as usize;
+    let n = Manifest::chunk_count(image_size, chunk_size);
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(8)
-        .min(n.max(1));
-    let mut results: Vec<Option<[u8; 32]>> = vec![None; n];
-    let slices: Vec<(usize, &mut [Option<[u8; 32]>])> = {
-        // interleave by blocks of chunks so each worker reads a contiguous stretch at a time
-        let per = n.div_ceil(workers.max(1)).max(1);
-        results
-            .chunks_mut(per)
-            .enumerate()
-            .map(|(k, s)| (k * per, s))
-            .collect()
-    };
-    std::thread::scope(|scope| -> std::io::Result<()> {
-        let mut handles = Vec::new();
-        for (first, slice) in slices {
-            let data = &data;
-            handles.push(scope.spawn(move || -> std::io::Result<()> {
-                let mut buf = vec![0u8; chunk_size as usize];
-                let mut hint = 0usize;
-                for (k, slot) in slice.iter_mut().enumerate() {
-                    let i = (first + k) as u64;
-                    let start = i * chunk_size;
-                    let end = (start + chunk_size).min(image_size);
-                    if !crate::sparse::overlaps_data(data, &(start..end), &mut hint) {
-                        continue;
+        .min(n.max(1) as usize);
+    let next = AtomicU64::new(0);
+    let found = std::thread::scope(|scope| -> std::io::Result<Vec<(u64, [u8; 32])>> {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let (data, next) = (&data, &next);
+                scope.spawn(move || -> std::io::Result<Vec<(u64, [u8; 32])>> {
+                    let mut buf = vec![0u8; chunk_size as usize];
+                    let mut hint = 0usize; // each worker's chunk indexes increase: the hint stays valid
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            return Ok(out);
+                        }
+                        let start = i * chunk_size;
+                        let end = (start + chunk_size).min(image_size);
+                        if !crate::sparse::overlaps_data(data, &(start..end), &mut hint) {
+                            continue;
+                        }
+                        let b = &mut buf[..(end - start) as usize];
+                        file.read_exact_at(b, start)?;
+                        if !crate::sparse::is_all_zero(b) {
+                            out.push((i, hash_chunk(b)));
+                        }
                     }
-                    let b = &mut buf[..(end - start) as usize];
-                    file.read_exact_at(b, start)?;
-                    if !crate::sparse::is_all_zero(b) {
-                        *slot = Some(hash_chunk(b));
-                    }
-                }
-                Ok(())
-            }));
-        }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
         for h in handles {
-            h.join()
-                .map_err(|_| std::io::Error::other("hash worker panicked"))??;
+            all.extend(
+                h.join()
+                    .map_err(|_| std::io::Error::other("hash worker panicked"))??,
+            );
         }
-        Ok(())
+        Ok(all)
     })?;
+    let mut results: Vec<Option<[u8; 32]>> = vec![None; n as usize];
+    for (i, h) in found {
+        results[i as usize] = Some(h);
+    }
     Ok(results)
 }
 
@@ -93,4 +101,51 @@ pub fn verify_image(file: &File, m: &Manifest) -> std::io::Result<Option<Mismatc
         }
     }
     Ok((mm.count > 0).then_some(mm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, SeekFrom, Write};
+
+    /// Whatever order the workers take chunks in, the result is the sequential one: holes and
+    /// all-zero chunks `None`, a short last chunk hashed over its own length.
+    #[test]
+    fn parallel_hashes_equal_sequential_ones() {
+        let chunk = 64u64 << 10;
+        let len = 100 * chunk + 1234; // a short last chunk
+        let mut f = tempfile::tempfile().unwrap();
+        f.set_len(len).unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..101u64 {
+            if i % 7 == 3 {
+                continue; // a hole
+            }
+            let n = if i == 100 { 1234 } else { chunk as usize };
+            let bytes: Vec<u8> = if i % 11 == 5 {
+                vec![0; n] // written zeros: data on disk, but an all-zero chunk
+            } else {
+                (0..n)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect()
+            };
+            f.seek(SeekFrom::Start(i * chunk)).unwrap();
+            f.write_all(&bytes).unwrap();
+        }
+        f.flush().unwrap();
+        let mut want = Vec::new();
+        for i in 0..101u64 {
+            let n = (len - i * chunk).min(chunk) as usize;
+            let mut b = vec![0u8; n];
+            f.read_exact_at(&mut b, i * chunk).unwrap();
+            want.push((!crate::sparse::is_all_zero(&b)).then(|| hash_chunk(&b)));
+        }
+        assert_eq!(hash_chunks(&f, len, chunk).unwrap(), want);
+        assert!(want[3].is_none() && want[5].is_none() && want[100].is_some());
+    }
 }
