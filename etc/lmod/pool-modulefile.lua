@@ -6,8 +6,9 @@
 --   ln -s $(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua <site modulefiles>/pool/<name>/<version>.lua
 -- The pool file is found on $SW_POOL_PATH (<dir>/<name>/<version>.sqfs or <dir>/<name>-<version>.sqfs,
 -- or .ext4/.ext3/.ext2/.img) and mounted at $SW_POOL_MOUNT/<name>/<version> (default: your runtime
--- directory). Inside a Slurm job the mount is recorded with $SLURM_JOB_ID. Set SW_POOL_BIN to use a
--- sw-pool that is not on PATH.
+-- directory). Inside a Slurm job the mount is recorded with $SLURM_JOB_ID and the pool is added to
+-- SW_POOL_LOAD, so that the TaskProlog mounts it on every node of the job's later steps. Set
+-- SW_POOL_BIN to use a sw-pool that is not on PATH.
 --
 -- Load mounts synchronously (a failure is a module error, and nothing is changed); unload runs
 -- `sw-pool umount` after Lmod has finished (Lmod's execute{}), so packages of the pool that are
@@ -40,6 +41,11 @@ end
 
 if mp then
    setenv(key, mp)
+   -- in a Slurm job, the job's later steps mount it on their nodes too (sw-pool's TaskProlog reads
+   -- SW_POOL_LOAD; see README, "For admins: Slurm"); unload takes it off again
+   if os.getenv("SLURM_JOB_ID") then
+      append_path{"SW_POOL_LOAD", name .. "/" .. version, delim = ","}
+   end
    prepend_path("MODULEPATH", pathJoin(mp, "modulefiles"))
    -- the paper's modulefiles read GWDG_SW_MOUNT, generated ones SW_POOL_MOUNT: <root> of <root>/<name>/<version>
    local root = mp:match("^(.*)/[^/]+/[^/]+$")

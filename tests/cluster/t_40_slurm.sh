@@ -162,6 +162,31 @@ for n in "${nodes[@]}"; do
 done
 [[ $ok == 1 ]] && pass "job2: after the job nothing left on any node"
 
+# --- 2b. `module load pool/demo/1.0` in the script (the pool modulefile) also follows the job
+mkdir -p "$W/modulefiles/pool/demo"
+ln -s "$REPO/etc/lmod/pool-modulefile.lua" "$W/modulefiles/pool/demo/1.0.lua"
+chmod -R a+rX "$W/modulefiles"
+cat > "$W/job2b.sh" <<EOS
+#!/bin/bash
+set -e
+$common
+module use $W/modulefiles
+module load pool/demo/1.0
+srun -N4 --ntasks-per-node=1 bash -lc 'module load hello/1.0 && hello'
+EOS
+chmod 755 "$W/job2b.sh"
+jid=$(as_user sbatch --parsable -N4 -o "$W/out/job2b-%j.out" --chdir=/tmp "$W/job2b.sh")
+wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+out=$(cat "$W/out/job2b-$jid.out" 2>/dev/null || true)
+echo "$out" | sed 's/^/  job2b: /' | head -8
+assert_eq "job2b: module load pool/demo/1.0 in the script: hello runs on all 4 nodes" 4 "$(grep -c '^hello from node' <<< "$out" || true)"
+ok=1
+for n in "${nodes[@]}"; do
+  wait_clean "$n" "$uid" || true
+  l=$(leftovers "$n" "$uid"); [[ $l == "0 0 0" ]] || { ok=0; fail "job2b: $n clean after the job" "$l"; }
+done
+[[ $ok == 1 ]] && pass "job2b: after the job nothing left on any node"
+
 # --- 3. scancel --signal=KILL mid-run; then the epilog again by hand
 cat > "$W/job3.sh" <<EOS
 #!/bin/bash

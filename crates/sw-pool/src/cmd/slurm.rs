@@ -160,12 +160,20 @@ fn task_prolog() -> Result<(), Error> {
         let mut changes: Vec<Change> = Vec::new();
         for (p, from_load_var) in &want {
             let mp = ensure(&cfg, p, job_id.as_deref())?;
+            // the task already has it (from `sw-pool load` or `module load pool/…` in the job)
+            let modulefiles = mp.join("modulefiles");
             let loaded = snap
                 .loaded
                 .as_deref()
                 .unwrap_or("")
                 .split(':')
-                .any(|e| Path::new(e) == mp);
+                .any(|e| Path::new(e) == mp)
+                || snap
+                    .modulepath
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(':')
+                    .any(|e| Path::new(e) == modulefiles);
             let mut c = Vec::new();
             if !loaded {
                 c = env::load_changes(
