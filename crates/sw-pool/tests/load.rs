@@ -364,3 +364,87 @@ fn cache_list_prune_and_watermarks() {
     assert_eq!(t.run(&["unload", "other/2"]).code, 0);
     assert_eq!(t.run(&["unload", "other/2"]).code, 0);
 }
+
+/// In a job (SLURM_JOB_ID, one node): load exports SW_POOL_JOB_POOLS; the TaskProlog run with the
+/// job's environment finds the pool mounted and changes nothing (one reference per job); the
+/// TaskProlog with SW_POOL_LOAD mounts it itself; the epilog's `cleanup --job` takes it all down;
+/// `list --unreported` then shows the cache entry nothing mounts.
+#[test]
+fn job_pools_for_the_task_prolog_and_cleanup_by_job() {
+    let t = T::new();
+    let p = pool(&t, true);
+    let o = run(t
+        .sw()
+        .env("SLURM_JOB_ID", "4711")
+        .args(["load", p.to_str().unwrap()]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("export SW_POOL_JOB_POOLS="))
+        .unwrap_or_else(|| panic!("no SW_POOL_JOB_POOLS in {}", o.stdout));
+    let v = line
+        .trim_start_matches("export SW_POOL_JOB_POOLS=")
+        .trim_end_matches(';')
+        .trim_matches('\'');
+    let mp = t.p("mnt/demo/1.0");
+    assert!(
+        v.starts_with("demo@1.0@blake3") && v.ends_with(&format!("@{}", mp.display())),
+        "{v}"
+    );
+    let modpath = format!("{}/modulefiles", mp.display());
+    // the TaskProlog of a later step: already mounted, MODULEPATH already right -> no output, no new ref
+    let o = run(t
+        .sw()
+        .env("SLURM_JOB_ID", "4711")
+        .env("SW_POOL_JOB_POOLS", v)
+        .env("MODULEPATH", &modpath)
+        .args(["slurm", "task-prolog"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, ""), "{}", o.stderr);
+    let l: serde_json::Value = serde_json::from_str(&t.run(&["list", "--json"]).stdout).unwrap();
+    assert_eq!(
+        l["mounts"][0]["record"]["refs"].as_array().unwrap().len(),
+        1
+    );
+    // a task whose environment lacks MODULEPATH gets the export lines (literal, no quotes)
+    let o = run(t
+        .sw()
+        .env("SLURM_JOB_ID", "4711")
+        .env("SW_POOL_JOB_POOLS", v)
+        .args(["slurm", "task-prolog"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains(&format!("export MODULEPATH={modpath}\n")),
+        "{}",
+        o.stdout
+    );
+    // another job on the node, given the pool at submission (SW_POOL_LOAD): a second reference
+    let o = run(t
+        .sw()
+        .env("SLURM_JOB_ID", "4712")
+        .env("SW_POOL_PATH", t.p("nowhere"))
+        .env("SW_POOL_LOAD", p.to_str().unwrap())
+        .args(["slurm", "task-prolog"]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("export SW_POOL_JOB_POOLS=demo@1.0@"),
+        "{}",
+        o.stdout
+    );
+    let l: serde_json::Value = serde_json::from_str(&t.run(&["list", "--json"]).stdout).unwrap();
+    assert_eq!(
+        l["mounts"][0]["record"]["refs"].as_array().unwrap().len(),
+        2
+    );
+    // the first job's epilog: the second job keeps the mount; then the second's
+    assert_eq!(t.run(&["cleanup", "--job", "4711"]).code, 0);
+    assert_eq!(t.fuse_mounts(), 1);
+    assert_eq!(t.run(&["cleanup", "--job", "4712"]).code, 0);
+    assert_eq!(t.fuse_mounts(), 0);
+    let o = t.run(&["list", "--unreported"]);
+    assert!(
+        o.stdout.contains("unused") && o.stdout.contains("demo/1.0"),
+        "{}",
+        o.stdout
+    );
+}
