@@ -21,6 +21,17 @@ use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, LoadArgs};
 
+/// One message line on stderr in a single write(2): under mpirun, stdout and stderr are forwarded
+/// separately, and a line written in pieces (as `eprintln!` does) can be split by the shell code on
+/// stdout.
+macro_rules! eline {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($t)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
 /// Everything a leader decided before the copy, sent to the other ranks of its node.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Plan {
@@ -129,6 +140,7 @@ pub fn spread_over_allocation() -> Result<(), Error> {
     let mut cmd = swpool_core::exec::ToolCommand::new(swpool_core::exec::Tool::Srun)
         .arg("--overlap")
         .arg(format!("--nodes={nodes}"))
+        .arg(format!("--ntasks={nodes}"))
         .arg("--ntasks-per-node=1")
         .arg("--kill-on-bad-exit=1")
         .arg("--export=ALL,SW_POOL_SPREAD=0");
@@ -212,7 +224,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
         })?;
     let t_plan = t0.elapsed();
     if rank0 && !a.json && !plan.verdict.starts_with("signed by ") {
-        eprintln!(
+        eline!(
             "sw-pool: warning: {} is {}; nothing vouches for its content",
             plan.src.display(),
             plan.verdict
@@ -299,7 +311,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
             ("mount", t_mount),
             ("total", total),
         ];
-        eprintln!(
+        eline!(
             "sw-pool: loaded {}/{} on {} node(s){}: {}",
             plan.name,
             plan.version,
@@ -312,9 +324,9 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
             mp.display()
         );
         for (k, d) in lines {
-            eprintln!("{k:<14} {:8.3} s", d.as_secs_f64());
+            eline!("{k:<14} {:8.3} s", d.as_secs_f64());
         }
-        eprintln!(
+        eline!(
             "bytes read from {}: {}, sent: {}, written: {} (all nodes)",
             plan.src.display(),
             report.bytes_read_from_src,
@@ -354,9 +366,10 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
         return Ok(());
     }
     if !mp.join("modulefiles").is_dir() {
-        eprintln!(
+        eline!(
             "sw-pool: warning: {}/{} has no modulefiles/ directory: no modules will appear",
-            plan.name, plan.version
+            plan.name,
+            plan.version
         );
     }
     let pm = PoolMount {
@@ -380,6 +393,9 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
         ));
     }
     let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
-    print!("{code}");
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(code.as_bytes());
+    let _ = out.flush();
     Ok(())
 }
