@@ -196,7 +196,7 @@ fn task_prolog() -> Result<(), Error> {
                 ));
             }
             for ch in &c {
-                apply(&mut snap, ch);
+                snap.apply(ch);
             }
             changes.extend(c);
         }
@@ -229,22 +229,6 @@ fn snap_get(changes: &[Change], var: &str) -> Option<String> {
         Change::Set(k, v) if *k == var => Some(v.clone()),
         _ => None,
     })
-}
-
-fn apply(s: &mut Snapshot, c: &Change) {
-    let (k, v) = match c {
-        Change::Set(k, v) => (*k, Some(v.clone())),
-        Change::Unset(k) => (*k, None),
-    };
-    match k {
-        "MODULEPATH" => s.modulepath = v,
-        "SW_POOL_MOUNT" => s.sw_pool_mount = v,
-        "GWDG_SW_MOUNT" => s.gwdg_sw_mount = v,
-        env::LOADED_VAR => s.loaded = v,
-        env::SET_MOUNT_VAR => s.set_mount = v,
-        env::SET_GWDG_VAR => s.set_gwdg = v,
-        _ => {}
-    }
 }
 
 /// Make sure pool `p` is cached (verified) and mounted at its mount point on this node, with one

@@ -84,6 +84,25 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// The variables after `c` (what the shell ends up with); other variables leave it unchanged.
+    pub fn apply(&mut self, c: &Change) {
+        let (k, v) = match c {
+            Change::Set(k, v) => (*k, Some(v.clone())),
+            Change::Unset(k) => (*k, None),
+        };
+        match k {
+            "MODULEPATH" => self.modulepath = v,
+            "SW_POOL_MOUNT" => self.sw_pool_mount = v,
+            "GWDG_SW_MOUNT" => self.gwdg_sw_mount = v,
+            LOADED_VAR => self.loaded = v,
+            SET_MOUNT_VAR => self.set_mount = v,
+            SET_GWDG_VAR => self.set_gwdg = v,
+            _ => {}
+        }
+    }
+}
+
 /// One variable change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {

@@ -12,19 +12,22 @@ fn pm(p: &str, nv: Option<(&str, &str)>) -> PoolMount {
 fn apply(s: &Snapshot, ch: &[Change]) -> Snapshot {
     let mut s = s.clone();
     for c in ch {
-        let (k, v) = match c {
-            Change::Set(k, v) => (*k, Some(v.clone())),
-            Change::Unset(k) => (*k, None),
+        let k = match c {
+            Change::Set(k, _) | Change::Unset(k) => *k,
         };
-        match k {
-            "MODULEPATH" => s.modulepath = v,
-            "SW_POOL_MOUNT" => s.sw_pool_mount = v,
-            "GWDG_SW_MOUNT" => s.gwdg_sw_mount = v,
-            LOADED_VAR => s.loaded = v,
-            SET_MOUNT_VAR => s.set_mount = v,
-            SET_GWDG_VAR => s.set_gwdg = v,
-            _ => panic!("{k}"),
-        }
+        assert!(
+            [
+                "MODULEPATH",
+                "SW_POOL_MOUNT",
+                "GWDG_SW_MOUNT",
+                LOADED_VAR,
+                SET_MOUNT_VAR,
+                SET_GWDG_VAR
+            ]
+            .contains(&k),
+            "{k}"
+        );
+        s.apply(c);
     }
     s
 }
