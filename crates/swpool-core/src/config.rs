@@ -8,7 +8,7 @@
 //! | key | environment | default | meaning |
 //! |---|---|---|---|
 //! | `format` | `SW_POOL_FORMAT` | `squashfs` | image format when OUT's extension names none |
-//! | `chunk_size` | `SW_POOL_CHUNK_SIZE` | `4MiB` | manifest chunk (and broadcast block) size |
+//! | `chunk_size` | `SW_POOL_CHUNK_SIZE` | `1MiB` | manifest chunk (and broadcast block) size |
 //! | `squashfs_level` | `SW_POOL_SQUASHFS_LEVEL` | mksquashfs' default | zstd level for squashfs pools |
 //! | `pool_path` | `SW_POOL_PATH` (`:`-separated) | none | directories searched for `name/version` |
 //! | `cache_dir` | `SW_POOL_CACHE` | `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp` | node-local pool cache |

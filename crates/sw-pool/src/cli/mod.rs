@@ -114,7 +114,7 @@ pub struct BuildArgs {
     /// Replace OUT if it exists
     #[arg(short, long)]
     pub force: bool,
-    /// Manifest chunk size (power of two, 4KiB..1GiB); default from config: 4MiB
+    /// Manifest chunk size (power of two, 4KiB..1GiB); default from config: 1MiB
     #[arg(long, value_name = "SIZE")]
     pub chunk: Option<String>,
     /// Write missing Lmod modulefiles into SRC before building
@@ -178,7 +178,7 @@ pub struct CpArgs {
     /// Print the result as JSON (phases, bytes read from SRC, bytes sent, nodes)
     #[arg(long)]
     pub json: bool,
-    /// Transfer chunk size for plain files and directories (e.g. 4MiB; default: the chunk_size
+    /// Transfer chunk size for plain files and directories (e.g. 1MiB; default: the chunk_size
     /// setting); pools always move in their manifest's chunks
     #[arg(long, value_name = "SIZE")]
     pub chunk: Option<String>,

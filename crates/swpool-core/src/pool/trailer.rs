@@ -216,6 +216,18 @@ pub fn write_trailer(
     manifest: &[u8],
     signature: &[u8],
 ) -> io::Result<u64> {
+    // never write a pool that every reader would refuse (about 1 M chunks: 1 TiB at 1 MiB chunks)
+    if manifest.len() as u64 > MAX_MANIFEST_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the manifest would take {} bytes, more than the {} MiB a pool may carry; \
+                 build with a larger --chunk",
+                manifest.len(),
+                MAX_MANIFEST_LEN >> 20
+            ),
+        ));
+    }
     f.set_len(image_size)?;
     f.seek(SeekFrom::Start(image_size))?;
     let t = trailer_bytes(image_size, manifest, signature);

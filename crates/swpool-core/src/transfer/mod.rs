@@ -122,7 +122,7 @@ pub type ProgressSink = Arc<dyn Fn(u64, u64) + Send + Sync>;
 /// Options of [`copy`].
 #[derive(Clone)]
 pub struct CopyOptions {
-    /// Transfer chunk size for plain files and directories (default 4 MiB; 4 KiB ..= 32 MiB). Pools
+    /// Transfer chunk size for plain files and directories (default 1 MiB; 4 KiB ..= 32 MiB). Pools
     /// always move in their manifest's chunks.
     pub chunk_size: Option<u64>,
     /// Report progress to `progress_sink` (world rank 0 only).
