@@ -139,6 +139,33 @@ if [[ -n $SINK_PID ]]; then
   assert_match "job1: the epilog logged to syslog with the job id" "sw-pool\[[0-9]+\]: job=$jid user=$TB_USER node=node[1-4] (unmounted|record-removed)" "$(cat "$W/syslog.txt")"
 fi
 
+# --- 1b. later steps' tasks do not go back to shared storage: the pool file can go once it is loaded
+# (the TaskProlog of a task on a node where the job's mount stands reads only the node's record;
+# before, every task of every step reopened the pool file on shared storage and checked its signature)
+cat > "$W/job1b.sh" <<EOS
+#!/bin/bash
+set -e
+$common
+cp $POOLS/demo/1.0.sqfs $W/out/fast-\$SLURM_JOB_ID.sqfs
+sw-pool load $W/out/fast-\$SLURM_JOB_ID.sqfs
+mv $W/out/fast-\$SLURM_JOB_ID.sqfs $W/out/fast-\$SLURM_JOB_ID.moved
+srun -N4 --ntasks-per-node=2 bash -lc 'module load hello/1.0 && hello'
+EOS
+chmod 755 "$W/job1b.sh"
+jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job1b-%j.out" --chdir=/tmp "$W/job1b.sh")
+wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+out=$(cat "$W/out/job1b-$jid.out" 2>/dev/null || true)
+echo "$out" | sed 's/^/  job1b: /' | head -20
+assert_eq "job1b: pool file moved away after load: all 8 tasks of the next step run hello" 8 "$(grep -c '^hello from node' <<< "$out" || true)"
+assert_eq "job1b: ... and no task prolog error" 0 "$(grep -c 'task prolog' <<< "$out" || true)"
+ok=1
+for n in "${nodes[@]}"; do
+  wait_clean "$n" "$uid" || true
+  l=$(leftovers "$n" "$uid")
+  [[ $l == "0 0 0" ]] || { ok=0; fail "job1b: $n clean after the job" "mounts records helpers = $l"; }
+done
+[[ $ok == 1 ]] && pass "job1b: after the job no mount, record or FUSE process on any node"
+
 # --- 2. SW_POOL_LOAD at submission: the TaskProlog loads it on every node of every step
 cat > "$W/job2.sh" <<EOS
 #!/bin/bash

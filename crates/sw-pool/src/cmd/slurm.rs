@@ -239,6 +239,18 @@ fn ensure(
     job_id: Option<&str>,
 ) -> Result<PathBuf, Error> {
     let uid = rustix::process::geteuid().as_raw();
+    // every task after the first on this node (and every later step): the job's mount stands and
+    // carries its reference. Done, from the node's record alone: no read of the pool on shared
+    // storage, no signature check again, no lock (the first task did all of that)
+    if let (Some(job), Ok(dir)) = (job_id, StateDir::open_default()) {
+        if let Ok(mp) = swpool_core::mount::canonical_mountpoint(&p.mount_point) {
+            if let Ok(Some(rec)) =
+                state::held_by_job(&RealSys::new(), &dir, &mp, Some(&p.digest), job)
+            {
+                return Ok(rec.mount_point);
+            }
+        }
+    }
     let pool = Pool::open(&p.src)?;
     if pool.manifest.digest != p.digest {
         return Err(Error::other(

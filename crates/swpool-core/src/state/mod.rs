@@ -524,6 +524,42 @@ pub struct Acquired {
     pub notes: Vec<String>,
 }
 
+/// The record of `mountpoint` when it is this user's live mount of the pool with manifest digest
+/// `digest` (any image when `None`) and already carries a reference of `job_id`: what
+/// [`acquire`] with `once_per_job` would leave unchanged. Reads the record and the mount table only
+/// (no lock, no image), so that the Slurm task prolog of every task after the first on a node touches
+/// neither the pool on shared storage nor the store's lock. `None` for anything else (no record, a
+/// pending or stale one, another pool, another user, no reference of the job): the caller then takes
+/// the full path.
+pub fn held_by_job(
+    sys: &dyn Sys,
+    dir: &StateDir,
+    mountpoint: &Path,
+    digest: Option<&str>,
+    job_id: &str,
+) -> Result<Option<Record>, Error> {
+    let Some(rec) = dir.read(mountpoint)? else {
+        return Ok(None);
+    };
+    let pool_ok = match (digest, &rec.pool) {
+        (None, _) => true,
+        (Some(d), Some(p)) => p.digest == d,
+        (Some(_), None) => false,
+    };
+    if rec.pending
+        || rec.uid != sys.euid()
+        || !pool_ok
+        || !rec.refs.iter().any(|r| r.job_id.as_deref() == Some(job_id))
+    {
+        return Ok(None);
+    }
+    let mounts = sys.mounts().map_err(MountError::MountTable)?;
+    Ok(match mount::state(sys, &mounts, &rec.mount_point) {
+        MountState::Mounted => Some(rec),
+        _ => None,
+    })
+}
+
 /// Mount `req.image` at `req.mountpoint` and record it, or add a reference to the same pool already
 /// mounted there. Everything happens under the store's lock.
 pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Acquired, Error> {
