@@ -439,20 +439,30 @@ fn the_task_prolog_takes_one_reference_per_job() {
 #[test]
 fn held_by_job_is_the_task_prolog_fast_path() {
     let e = env();
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "77").unwrap().is_none());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "77")
+        .unwrap()
+        .is_none());
     let mut r = req(&e, Some("77"));
     r.once_per_job = true;
     acquire(&e.sys, &e.dir, &r).unwrap();
     let calls = e.sys.calls().len();
-    let rec = held_by_job(&e.sys, &e.dir, &e.mp, None, "77").unwrap().unwrap();
+    let rec = held_by_job(&e.sys, &e.dir, &e.mp, None, "77")
+        .unwrap()
+        .unwrap();
     assert_eq!(rec.mount_point, e.mp);
     // it neither mounts nor changes the record
     assert_eq!(spawns(&e.sys), 1);
     assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().refcount(), 1);
-    assert!(e.sys.calls()[calls..].iter().all(|c| !c.starts_with("spawn")));
+    assert!(e.sys.calls()[calls..]
+        .iter()
+        .all(|c| !c.starts_with("spawn")));
     // another job, another pool: the full path
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "78").unwrap().is_none());
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abc"), "77").unwrap().is_none());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "78")
+        .unwrap()
+        .is_none());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abc"), "77")
+        .unwrap()
+        .is_none());
     let mut rec2 = rec.clone();
     rec2.pool = Some(mount::PoolId {
         name: "demo".into(),
@@ -460,16 +470,24 @@ fn held_by_job_is_the_task_prolog_fast_path() {
         digest: "abc".into(),
     });
     e.dir.write(&rec2).unwrap();
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abc"), "77").unwrap().is_some());
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abd"), "77").unwrap().is_none());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abc"), "77")
+        .unwrap()
+        .is_some());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abd"), "77")
+        .unwrap()
+        .is_none());
     // a pending record (its writer may still be mounting) is never taken as done
     let mut rec3 = rec2.clone();
     rec3.pending = true;
     e.dir.write(&rec3).unwrap();
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abc"), "77").unwrap().is_none());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, Some("abc"), "77")
+        .unwrap()
+        .is_none());
     e.dir.write(&rec).unwrap();
     // gone once the job's reference is released
     clean(&e.sys, &e.dir, &sel_job("77")).unwrap();
-    assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "77").unwrap().is_none());
+    assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "77")
+        .unwrap()
+        .is_none());
     assert!(e.sys.mount_table().is_empty());
 }
