@@ -382,7 +382,10 @@ else:
 
 # ------------------------------------------------------------------ report.md
 L = []
-las = [float(x.split()[0]) for x in (meta.get("loadavg_start"), meta.get("loadavg_end"), *meta.get("loadavg_observed", [])) if x]
+# Busy means other work: judged by the load before the first run. The end (and any observed) load
+# includes the benchmark's own nodes (N ranks, sshfs, N sha256sums at N = 8), so it is only reported.
+las = [float(x.split()[0]) for x in ((meta.get("loadavg_start"),) if meta.get("loadavg_start")
+                                     else meta.get("loadavg_observed", [])) if x]
 busy = bool(las) and max(las) > 0.5 * meta["host_cores"]
 L.append(f"# sw-pool benchmark report{' (--quick smoke run: sizes too small to mean anything)' if meta['quick'] else ''}\n")
 L.append(f"Run {meta['started']} – {meta.get('finished') or 'interrupted after ' + str(meta.get('interrupted_after', '?'))}, `bench/run{' --quick' if meta['quick'] else ''}`, sw-pool {meta['swpool']['version'].split()[-1]} (git {meta['swpool']['git']}), {meta['host_cores']} host cores.\n")
@@ -398,7 +401,8 @@ if busy:
              "All nodes share these cores and one page cache, so CPU-bound steps (ssh encryption, hashing, FUSE) ran late and the figures below are pessimistic and noisy. "
              "Only a run on an otherwise idle machine is meaningful: rerun `make bench` then.\n")
 elif las:
-    L.append(f"Load average {meta['loadavg_start']} at the start, {meta['loadavg_end']} at the end (idle enough).\n")
+    L.append(f"Load average {meta['loadavg_start']} at the start (idle enough), {meta['loadavg_end']} at the end "
+             "(the end includes this benchmark's own nodes).\n")
 red = []
 if meta["size_mb"] != 1000:
     red.append(f"a {meta['size_mb']} MB file instead of 1 GB")
