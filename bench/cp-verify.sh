@@ -50,7 +50,7 @@ rm -rf "$B/tree"
 "$SW_BIN" keygen -q --out "$B/key" >/dev/null
 "$SW_BIN" sign -q --key "$B/key.pem" "$B/pool.ext2" >/dev/null
 S=$(stat -c %s "$B/pool.ext2")
-DATA=$("$SW_BIN" inspect --json --no-check "$B/pool.ext2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifest"]["data_size"])')
+read -r DATA CHUNK_MIB < <("$SW_BIN" inspect --json --no-check "$B/pool.ext2" | python3 -c 'import json,sys; m = json.load(sys.stdin)["manifest"]; print(m["data_size"], m["chunk_size"] >> 20)')
 SRC_SHA=$(sha256sum < "$B/pool.ext2" | cut -d' ' -f1)
 
 {
@@ -59,7 +59,7 @@ SRC_SHA=$(sha256sum < "$B/pool.ext2" | cut -d' ' -f1)
   echo "Command: \`flock -o /var/tmp/swp-cluster-session.lock bench/cp-verify.sh $SIZE_MIB \"$COUNTS\" $PAIRS\`; binary \`$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- crates || echo +changes)\`."
   echo
   echo "Pool: a signed ext2 image of one ${SIZE_MIB} MiB random file, $S bytes, $DATA bytes of data in"
-  echo "4 MiB chunks. Testbed: node links $NODE_RATE both ways, storage egress $STOR_RATE; one rank per"
+  echo "$CHUNK_MIB MiB chunks. Testbed: node links $NODE_RATE both ways, storage egress $STOR_RATE; one rank per"
   echo "node; SRC on the shared storage (sshfs), DEST each node's local disk (removed before each run);"
   echo "page cache dropped before each run. Each time is wall time of \`testbed/mpirun sw-pool cp -v SRC"
   echo "DEST\` from the shell (mpirun start-up and DEST's fsync included). \"without\": the same command"
