@@ -149,7 +149,11 @@ $common
 cp $POOLS/demo/1.0.sqfs $W/out/fast-\$SLURM_JOB_ID.sqfs
 sw-pool load $W/out/fast-\$SLURM_JOB_ID.sqfs
 mv $W/out/fast-\$SLURM_JOB_ID.sqfs $W/out/fast-\$SLURM_JOB_ID.moved
-srun -N4 --ntasks-per-node=2 bash -lc 'module load hello/1.0 && hello'
+sleep 2
+export T0=\$(date +%s)
+# first thing in each task, before it touches the mount: the node's cache entry was marked used by
+# this task's prolog (LRU eviction sees the latest task, not only the load)
+srun -N4 --ntasks-per-node=2 bash -lc 'a=\$(stat -c %X \$LOCAL_TMPDIR/sw-pool-\$(id -u)/cache/*.pool | sort -n | tail -1); [ "\$a" -ge "\$T0" ] && echo "ATIME_FRESH \$(hostname)"; module load hello/1.0 && hello'
 EOS
 chmod 755 "$W/job1b.sh"
 jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job1b-%j.out" --chdir=/tmp "$W/job1b.sh")
@@ -158,6 +162,7 @@ out=$(cat "$W/out/job1b-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job1b: /' | head -20
 assert_eq "job1b: pool file moved away after load: all 8 tasks of the next step run hello" 8 "$(grep -c '^hello from node' <<< "$out" || true)"
 assert_eq "job1b: ... and no task prolog error" 0 "$(grep -c 'task prolog' <<< "$out" || true)"
+assert_eq "job1b: ... and each task's prolog marked the node's cache entry used (atime >= step start)" 8 "$(grep -c '^ATIME_FRESH node' <<< "$out" || true)"
 ok=1
 for n in "${nodes[@]}"; do
   wait_clean "$n" "$uid" || true

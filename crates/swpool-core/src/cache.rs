@@ -82,6 +82,19 @@ pub fn entry_path(cache: &Path, name: &str, version: &str, digest: &str) -> Path
     cache.join(format!("{name}-{version}-{hex}.pool"))
 }
 
+/// Whether `path` has the shape of `uid`'s cache entry for this pool (`…/sw-pool-<uid>/cache/<name>-
+/// <version>-<hex>.pool`) under any base directory. For callers that hold a mount record made in
+/// another environment (the Slurm task prolog does not see the job's `$LOCAL_TMPDIR`), so that
+/// bookkeeping such as [`touch`] goes to a cache entry and never to an image elsewhere.
+pub fn is_entry_of(path: &Path, uid: u32, name: &str, version: &str, digest: &str) -> bool {
+    let want = entry_path(Path::new(""), name, version, digest);
+    let cache = path.parent();
+    let top = cache.and_then(Path::parent);
+    path.file_name() == want.file_name()
+        && cache.and_then(Path::file_name) == Some("cache".as_ref())
+        && top.and_then(Path::file_name) == Some(format!("sw-pool-{uid}").as_ref())
+}
+
 /// Mark an entry used now (its access time), for least-recently-used eviction.
 pub fn touch(path: &Path) -> std::io::Result<()> {
     use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD, UTIME_NOW, UTIME_OMIT};
@@ -173,6 +186,37 @@ pub fn plan_prune(entries: &[Entry], target: u64) -> (Vec<&Entry>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_entry_of_accepts_only_this_users_entry_for_this_pool() {
+        let d = "blake3:00ff";
+        let ok = Path::new("/l/sw-pool-7/cache/demo-1.0-00ff.pool");
+        assert!(is_entry_of(ok, 7, "demo", "1.0", d));
+        assert_eq!(
+            entry_path(Path::new("/l/sw-pool-7/cache"), "demo", "1.0", d),
+            ok
+        );
+        assert!(
+            !is_entry_of(ok, 8, "demo", "1.0", d),
+            "another user's cache"
+        );
+        assert!(!is_entry_of(ok, 7, "demo", "1.1", d), "another version");
+        assert!(
+            !is_entry_of(ok, 7, "demo", "1.0", "blake3:00fe"),
+            "another digest"
+        );
+        for p in [
+            "/scratch/pools/demo-1.0-00ff.pool",
+            "/l/sw-pool-7/mnt/demo-1.0-00ff.pool",
+            "/l/sw-pool-77/cache/demo-1.0-00ff.pool",
+            "sw-pool-7/cache/demo-1.0-00ff.pool/x",
+            "demo-1.0-00ff.pool",
+            "/",
+            "",
+        ] {
+            assert!(!is_entry_of(Path::new(p), 7, "demo", "1.0", d), "{p}");
+        }
+    }
 
     fn e(name: &str, bytes: u64, used: i64, in_use: bool) -> Entry {
         Entry {

@@ -247,6 +247,12 @@ fn ensure(
             if let Ok(Some(rec)) =
                 state::held_by_job(&RealSys::new(), &dir, &mp, Some(&p.digest), job)
             {
+                // LRU bookkeeping sees the latest task, not only the first: a utimensat on the
+                // node-local cache entry, only when the mount is of such an entry (never a write
+                // to an image elsewhere, e.g. one `sw-pool mount` took from shared storage)
+                if cache::is_entry_of(&rec.image, uid, &p.name, &p.version, &p.digest) {
+                    let _ = cache::touch(&rec.image);
+                }
                 return Ok(rec.mount_point);
             }
         }
