@@ -6,7 +6,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ExitStatus;
 use crate::pool::Pool;
@@ -111,7 +111,7 @@ pub fn touch(path: &Path) -> std::io::Result<()> {
     utimensat(CWD, path, &t, AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from)
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Entry {
     pub path: PathBuf,
     /// `name/version` from the entry's manifest, or `None` for a damaged file.

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use swpool_core::cache;
 use swpool_core::mount::RealSys;
-use swpool_core::state::{self, ListEntry, StateDir};
+use swpool_core::state::{self, ListEntry, ListStatus, StateDir};
 use swpool_core::transfer::Job;
 use swpool_core::{Error, ExitStatus};
 
@@ -17,9 +17,9 @@ use crate::output::Printer;
 struct NodeList {
     node: String,
     state_dirs: Vec<std::path::PathBuf>,
-    mounts: Vec<serde_json::Value>,
+    mounts: Vec<ListEntry>,
     /// `--unreported`: cache entries that nothing mounts.
-    unused_cache: Vec<serde_json::Value>,
+    unused_cache: Vec<cache::Entry>,
     error: Option<String>,
 }
 
@@ -33,10 +33,10 @@ fn keep(a: &ListArgs, e: &ListEntry) -> bool {
             return false;
         }
     }
-    if a.stale && e.status != "stale" && e.status != "gone" {
+    if a.stale && !matches!(e.status, ListStatus::Stale | ListStatus::Gone) {
         return false;
     }
-    if a.unreported && e.status != "unrecorded" && e.status != "gone" {
+    if a.unreported && !matches!(e.status, ListStatus::Unrecorded | ListStatus::Gone) {
         return false;
     }
     true
@@ -58,7 +58,10 @@ fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
         used_dirs.push(dir.path().to_path_buf());
         for e in state::list(&sys, &dir)? {
             // an unrecorded mount shows up once, not once per store
-            if e.record.is_none() && e.status != "corrupt" && !seen.insert(e.mount_point.clone()) {
+            if e.record.is_none()
+                && e.status != ListStatus::Corrupt
+                && !seen.insert(e.mount_point.clone())
+            {
                 continue;
             }
             if e.record.is_some() {
@@ -74,22 +77,14 @@ fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
         .map(|e| e.mount_point.clone())
         .collect();
     mounts.retain(|e| e.record.is_some() || !recorded.contains(&e.mount_point));
-    let mounts: Vec<serde_json::Value> = mounts
-        .iter()
-        .filter(|e| keep(a, e))
-        .map(|e| serde_json::to_value(e).expect("json"))
-        .collect();
+    mounts.retain(|e| keep(a, e));
     let mut unused_cache = Vec::new();
     if a.unreported {
         let cfg = super::config()?;
         let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
         if let Ok(cdir) = cache::dir(&base, uid, false) {
             if let Ok(entries) = cache::list(&cdir, &super::cache::images_in_use()) {
-                unused_cache = entries
-                    .iter()
-                    .filter(|e| !e.in_use)
-                    .map(|e| serde_json::to_value(e).expect("json"))
-                    .collect();
+                unused_cache = entries.into_iter().filter(|e| !e.in_use).collect();
             }
         }
     }
@@ -156,14 +151,6 @@ pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
     Ok(())
 }
 
-fn s<'a>(v: &'a serde_json::Value, path: &[&str]) -> Option<&'a serde_json::Value> {
-    let mut v = v;
-    for k in path {
-        v = v.get(k)?;
-    }
-    (!v.is_null()).then_some(v)
-}
-
 fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
     let total: usize = nodes.iter().map(|n| n.mounts.len()).sum();
     if total == 0
@@ -198,27 +185,22 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
             p.result(format!("{}error: {e}", nc(&n.node)));
         }
         for m in &n.mounts {
-            let rec = s(m, &["record"]);
+            let rec = m.record.as_ref();
             let label = rec
-                .and_then(|r| {
-                    let pool = s(r, &["pool"])?;
-                    Some(format!(
-                        "{}/{}",
-                        pool.get("name")?.as_str()?,
-                        pool.get("version")?.as_str()?
-                    ))
-                })
-                .or_else(|| {
-                    rec.and_then(|r| s(r, &["image"]))
-                        .and_then(|i| i.as_str())
-                        .and_then(|i| i.rsplit('/').next().map(String::from))
+                .map(|r| match &r.pool {
+                    Some(pool) => format!("{}/{}", pool.name, pool.version),
+                    None => r
+                        .image
+                        .file_name()
+                        .map(|f| f.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| "-".into()),
                 })
                 .unwrap_or_else(|| "-".into());
             let digest: String = rec
-                .and_then(|r| s(r, &["pool", "digest"]))
-                .and_then(|d| d.as_str())
-                .map(|d| {
-                    d.split(':')
+                .and_then(|r| r.pool.as_ref())
+                .map(|p| {
+                    p.digest
+                        .split(':')
                         .next_back()
                         .unwrap_or("")
                         .chars()
@@ -226,37 +208,26 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
                         .collect()
                 })
                 .unwrap_or_else(|| "-".into());
-            let refs = rec
-                .and_then(|r| s(r, &["refs"]))
-                .and_then(|r| r.as_array())
-                .map(|a| a.to_vec())
+            let mut jobs: Vec<&str> = rec
+                .map(|r| r.refs.iter().filter_map(|x| x.job_id.as_deref()).collect())
                 .unwrap_or_default();
-            let mut jobs: Vec<String> = refs
-                .iter()
-                .filter_map(|r| r.get("job_id").and_then(|j| j.as_str()).map(String::from))
-                .collect();
             jobs.dedup();
             p.result(format!(
                 "{}{:<10} {:<20} {:<14} {:>4} {:<12} {}",
                 nc(&n.node),
-                m.get("status").and_then(|x| x.as_str()).unwrap_or("?"),
+                m.status,
                 label,
                 digest,
-                if rec.is_some() {
-                    refs.len().to_string()
-                } else {
-                    "-".into()
-                },
+                rec.map(|r| r.refs.len().to_string())
+                    .unwrap_or_else(|| "-".into()),
                 if jobs.is_empty() {
                     "-".into()
                 } else {
                     jobs.join(",")
                 },
-                m.get("mount_point")
-                    .and_then(|x| x.as_str())
-                    .unwrap_or_default()
+                m.mount_point.display()
             ));
-            if let Some(pr) = m.get("problem").and_then(|x| x.as_str()) {
+            if let Some(pr) = &m.problem {
                 p.result(format!("{}           ! {pr}", nc("")));
             }
         }
@@ -265,10 +236,8 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
                 "{}{:<10} {:<20} {} (cached, not mounted; `sw-pool cache prune` may evict it)",
                 nc(&n.node),
                 "unused",
-                c.get("pool")
-                    .and_then(|x| x.as_str())
-                    .unwrap_or("(damaged)"),
-                c.get("path").and_then(|x| x.as_str()).unwrap_or_default()
+                c.pool.as_deref().unwrap_or("(damaged)"),
+                c.path.display()
             ));
         }
     }

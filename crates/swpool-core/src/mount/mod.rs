@@ -391,7 +391,7 @@ pub fn hint_for(stderr: &str, backend: Backend, euid: u32) -> String {
 }
 
 /// The state of a mount point now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MountState {
     /// Mounted and answering.

@@ -776,8 +776,45 @@ pub fn release(
     })
 }
 
+/// What [`list`] makes of a mount point (serialized lowercase, as `sw-pool list --json` prints it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListStatus {
+    Ok,
+    Mounting,
+    Stale,
+    Gone,
+    Unrecorded,
+    Corrupt,
+}
+
+impl ListStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListStatus::Ok => "ok",
+            ListStatus::Mounting => "mounting",
+            ListStatus::Stale => "stale",
+            ListStatus::Gone => "gone",
+            ListStatus::Unrecorded => "unrecorded",
+            ListStatus::Corrupt => "corrupt",
+        }
+    }
+}
+
+impl std::fmt::Display for ListStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ListStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// One line of [`list`].
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ListEntry {
     pub mount_point: PathBuf,
     pub record: Option<Record>,
@@ -785,7 +822,7 @@ pub struct ListEntry {
     /// `ok`, `mounting` (being mounted right now), `stale` (FUSE process died, or the mount was
     /// interrupted), `gone` (record without mount), `unrecorded` (a mount of this user made by a FUSE
     /// helper sw-pool uses, without a record), `corrupt` (unreadable record).
-    pub status: &'static str,
+    pub status: ListStatus,
     pub problem: Option<String>,
 }
 
@@ -801,16 +838,16 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
                 seen.insert(rec.mount_point.clone());
                 let writer = rec.refs.first().map(|r| r.pid).unwrap_or(0);
                 let (status, problem) = match st {
-                    _ if rec.pending && clean::alive(writer) => ("mounting", None),
+                    _ if rec.pending && clean::alive(writer) => (ListStatus::Mounting, None),
                     _ if rec.pending => (
-                        "stale",
+                        ListStatus::Stale,
                         Some(format!(
                             "pid {writer} was killed while mounting it; clean it with `sw-pool cleanup --stale`"
                         )),
                     ),
-                    MountState::Mounted => ("ok", None),
+                    MountState::Mounted => (ListStatus::Ok, None),
                     MountState::Stale => (
-                        "stale",
+                        ListStatus::Stale,
                         Some(format!(
                             "its FUSE helper (pid {}) died; clean it with `sw-pool cleanup --stale` (or `sw-pool umount --force {}`)",
                             rec.helper_pid,
@@ -818,7 +855,7 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
                         )),
                     ),
                     MountState::Absent => (
-                        "gone",
+                        ListStatus::Gone,
                         Some(format!(
                             "recorded but not mounted; remove the record with `sw-pool umount {}`",
                             rec.mount_point.display()
@@ -842,7 +879,7 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
                     mount_point: PathBuf::new(),
                     record: None,
                     state: MountState::Absent,
-                    status: "corrupt",
+                    status: ListStatus::Corrupt,
                     problem: Some(format!("{e} ({})", path.display())),
                 });
             }
@@ -858,9 +895,9 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
                 record: None,
                 state: st,
                 status: if st == MountState::Stale {
-                    "stale"
+                    ListStatus::Stale
                 } else {
-                    "unrecorded"
+                    ListStatus::Unrecorded
                 },
                 problem: Some(format!(
                     "a {} mount of {} without a sw-pool record{}",
