@@ -776,7 +776,8 @@ pub fn release(
     })
 }
 
-/// What [`list`] makes of a mount point (serialized lowercase, as `sw-pool list --json` prints it).
+/// What [`list`] makes of a mount point (serialized lowercase, as `sw-pool list --json` prints it;
+/// [`ListStatus::as_str`] gives the same name for the table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ListStatus {
@@ -804,12 +805,6 @@ impl ListStatus {
 impl std::fmt::Display for ListStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for ListStatus {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
     }
 }
 

@@ -139,7 +139,7 @@ fn stale_and_gone_mounts_are_listed_and_cleaned() {
     e.sys.script.lock().unwrap().stale.push(e.mp.clone());
     let l = list(&e.sys, &e.dir).unwrap();
     assert_eq!(l.len(), 1);
-    assert_eq!(l[0].status, "stale");
+    assert_eq!(l[0].status, ListStatus::Stale);
     // a new acquire refuses, naming the fix
     let err = acquire(&e.sys, &e.dir, &req(&e, None))
         .unwrap_err()
@@ -151,7 +151,7 @@ fn stale_and_gone_mounts_are_listed_and_cleaned() {
     // a record whose mount disappeared
     acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
     e.sys.script.lock().unwrap().mounts.clear();
-    assert_eq!(list(&e.sys, &e.dir).unwrap()[0].status, "gone");
+    assert_eq!(list(&e.sys, &e.dir).unwrap()[0].status, ListStatus::Gone);
     let a = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
     assert!(
         !a.reused && a.notes[0].contains("record replaced"),
@@ -173,7 +173,7 @@ fn unrecorded_fuse_mounts_are_listed() {
         .push(MountEntryFor(uid, "/x/y"));
     let l = list(&e.sys, &e.dir).unwrap();
     assert_eq!(l.len(), 1);
-    assert_eq!(l[0].status, "unrecorded");
+    assert_eq!(l[0].status, ListStatus::Unrecorded);
     // someone else's is not ours to report
     e.sys.script.lock().unwrap().mounts[0] = MountEntryFor(uid + 1, "/x/y");
     assert!(list(&e.sys, &e.dir).unwrap().is_empty());
@@ -204,7 +204,7 @@ fn corrupt_foreign_and_symlinked_records_are_refused_clearly() {
         "{err}"
     );
     assert_eq!(spawns(&e.sys), 0);
-    assert_eq!(list(&e.sys, &e.dir).unwrap()[0].status, "corrupt");
+    assert_eq!(list(&e.sys, &e.dir).unwrap()[0].status, ListStatus::Corrupt);
     // a symlink in its place is never followed
     std::fs::remove_file(&p).unwrap();
     let target = e.dir.path().join("elsewhere.json");
@@ -389,7 +389,7 @@ fn a_mount_whose_writer_was_killed_is_found_and_undone() {
     rec.refs[0].pid = 999_999_999;
     e.dir.write(&rec).unwrap();
     let l = list(&e.sys, &e.dir).unwrap();
-    assert_eq!(l[0].status, "stale");
+    assert_eq!(l[0].status, ListStatus::Stale);
     assert!(l[0]
         .problem
         .as_deref()
@@ -490,4 +490,19 @@ fn held_by_job_is_the_task_prolog_fast_path() {
         .unwrap()
         .is_none());
     assert!(e.sys.mount_table().is_empty());
+}
+
+#[test]
+fn list_status_prints_as_its_json_name() {
+    for st in [
+        ListStatus::Ok,
+        ListStatus::Mounting,
+        ListStatus::Stale,
+        ListStatus::Gone,
+        ListStatus::Unrecorded,
+        ListStatus::Corrupt,
+    ] {
+        assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        assert_eq!(format!("{st:<10}|"), format!("{:<10}|", st.as_str()));
+    }
 }
