@@ -53,6 +53,11 @@ mkdir -p "$W/bin" "$W/libexec/sw-pool" "$W/tree" "$W/out" "$E/pools/demo"
 chmod 1777 "$W/out"
 cp "$SW" "$W/bin/sw-pool"
 SW=$W/bin/sw-pool
+# the installed shell integration and pool modulefile, copied where every node sees them (the
+# checkout itself may sit in a directory private to this host, e.g. a clone under /tmp)
+mkdir -p "$W/etc/profile.d" "$W/etc/lmod"
+cp "$REPO/etc/profile.d/sw-pool.sh" "$W/etc/profile.d/sw-pool.sh"
+cp "$REPO/etc/lmod/pool-modulefile.lua" "$W/etc/lmod/pool-modulefile.lua"
 # the installed names of the hooks (Makefile `install`, README "For admins: Slurm")
 for h in prolog task-prolog epilog; do ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/$h"; done
 
@@ -100,7 +105,7 @@ assert_eq "a job without sw-pool runs with the hooks installed" 4 "$(grep -c nod
 assert_eq "a job without sw-pool: the hooks left no state dir on node1" 0 "$("$TESTBED/exec" node1 sh -c "ls -d /tmp/sw-pool-$uid 2>/dev/null | wc -l")"
 
 common="source /usr/share/lmod/lmod/init/bash
-source $REPO/etc/profile.d/sw-pool.sh
+source $W/etc/profile.d/sw-pool.sh
 export PATH=$W/bin:\$PATH SW_POOL_PATH=$POOLS SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 unset XDG_RUNTIME_DIR SW_POOL_STATE_DIR MODULEPATH SW_POOL_LOADED SW_POOL_JOB_POOLS"
 
@@ -196,7 +201,7 @@ done
 
 # --- 2b. `module load pool/demo/1.0` in the script (the pool modulefile) also follows the job
 mkdir -p "$W/modulefiles/pool/demo"
-ln -s "$REPO/etc/lmod/pool-modulefile.lua" "$W/modulefiles/pool/demo/1.0.lua"
+ln -s "$W/etc/lmod/pool-modulefile.lua" "$W/modulefiles/pool/demo/1.0.lua"
 chmod -R a+rX "$W/modulefiles"
 cat > "$W/job2b.sh" <<EOS
 #!/bin/bash
@@ -308,7 +313,7 @@ assert_eq "list --all-nodes: one row per node, from rank 0 only" 4 "$(grep -c -E
 cat > "$W/pair.sh" <<EOS
 #!/bin/bash
 # one load/unload pair as the calling user, in a login-like shell with the profile.d function
-source $REPO/etc/profile.d/sw-pool.sh
+source $W/etc/profile.d/sw-pool.sh
 export PATH=$W/bin:\$PATH SW_POOL_PATH=$POOLS SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 unset XDG_RUNTIME_DIR SW_POOL_STATE_DIR MODULEPATH SLURM_JOB_ID
 sw-pool load demo/1.0 2>>$W/out/pairs-\$(id -u).err || { echo LOADFAIL; exit 1; }
