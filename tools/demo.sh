@@ -87,7 +87,7 @@ cat "$W/out/job.out"
 
 say "after the job: no mount, no record of it on any node"
 for n in $TB_NODES; do
-  testbed/exec "$n" runuser -u "$TB_USER" -- "$SW" list | sed "s/^/  $n: /"
+  testbed/exec "$n" runuser -u "$TB_USER" -- "$W/bin/sw-pool" list | sed "s/^/  $n: /"
 done
 left=$(for n in $TB_NODES; do testbed/exec "$n" awk '$3 ~ /^fuse/ && $3 != "fuse.sshfs"' /proc/self/mounts; done)
 if [ -n "$left" ]; then echo "demo: mounts left behind: $left" >&2; exit 1; fi
