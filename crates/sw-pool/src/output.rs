@@ -87,3 +87,64 @@ pub fn print_error(e: &swpool_core::Error) {
     let line = format!("sw-pool: error: {e}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
+
+/// One message line on stderr in a single write(2): under mpirun, stdout and stderr are forwarded
+/// separately, and a line written in pieces (as `eprintln!` does) can be split by the shell code on
+/// stdout.
+#[macro_export]
+macro_rules! eline {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($t)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
+/// The shell for printed environment code: `--shell`, `$SW_POOL_SHELL`, else from `$SHELL`.
+pub fn shell(flag: Option<&str>) -> Result<swpool_core::env::Shell, swpool_core::Error> {
+    use swpool_core::{env::Shell, Error, ExitStatus};
+    let configured = flag.map(String::from).or_else(|| {
+        std::env::var("SW_POOL_SHELL")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    match configured {
+        Some(s) => s
+            .parse()
+            .map_err(|e: String| Error::other(ExitStatus::BadInput, e)),
+        None => Ok(Shell::from_env()),
+    }
+}
+
+/// Print shell code on stdout in one write (see [`eline`]).
+pub fn shell_code(code: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(code.as_bytes());
+    let _ = out.flush();
+}
+
+/// A progress bar on stderr, when it is a terminal and nothing asked for none (world rank 0 only).
+pub fn progress(show: bool) -> Option<indicatif::ProgressBar> {
+    if !show || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(0);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+        )
+        .expect("template"),
+    );
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    Some(b)
+}
+
+/// The broadcast's progress callback driving `bar`.
+pub fn progress_sink(bar: &indicatif::ProgressBar) -> swpool_core::transfer::ProgressSink {
+    let b = bar.clone();
+    std::sync::Arc::new(move |done: u64, total: u64| {
+        b.set_length(total);
+        b.set_position(done);
+    })
+}

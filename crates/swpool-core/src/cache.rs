@@ -183,6 +183,29 @@ pub fn plan_prune(entries: &[Entry], target: u64) -> (Vec<&Entry>, u64) {
     (victims, total)
 }
 
+/// After a load: a cache above the high watermark is pruned to the low one (least recently used
+/// first, never an image in `in_use`, never `keep`). Problems are logged, never fatal to the load.
+pub fn prune_to_watermarks(cfg: &crate::config::Config, keep: &Path, uid: u32, in_use: &[PathBuf]) {
+    let Some(cache) = keep.parent() else { return };
+    let mut in_use = in_use.to_vec();
+    in_use.push(keep.to_path_buf());
+    let Ok(entries) = list(cache, &in_use) else {
+        return;
+    };
+    let total = entries.iter().map(|e| e.disk_bytes).sum();
+    if let Some(target) = cfg.cache_prune_target(total) {
+        let (victims, _) = plan_prune(&entries, target);
+        for v in victims {
+            match std::fs::remove_file(&v.path) {
+                Ok(()) => {
+                    tracing::info!(uid, path = %v.path.display(), "evicted from the node-local cache")
+                }
+                Err(e) => tracing::warn!(path = %v.path.display(), "cannot evict: {e}"),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,20 @@ impl ExitStatus {
     pub fn code(self) -> i32 {
         self as i32
     }
+    /// The status of a code (as carried between ranks); unknown codes are internal errors.
+    pub fn from_code(code: u8) -> ExitStatus {
+        match code {
+            0 => ExitStatus::Success,
+            2 => ExitStatus::Usage,
+            3 => ExitStatus::BadInput,
+            4 => ExitStatus::InvalidPool,
+            5 => ExitStatus::Tool,
+            6 => ExitStatus::System,
+            7 => ExitStatus::Trust,
+            8 => ExitStatus::Collective,
+            _ => ExitStatus::Internal,
+        }
+    }
 }
 
 /// Any error sw-pool can report.
@@ -65,6 +79,11 @@ pub enum Error {
     Mount(#[from] crate::mount::MountError),
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    /// A collective step failed on one or more nodes (the same error on every rank).
+    #[error(transparent)]
+    Agreed(#[from] crate::collective::Agreed),
+    #[error(transparent)]
+    PoolSpec(#[from] crate::pool::spec::SpecError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -96,6 +115,8 @@ impl Error {
             Error::Cache(e) => e.exit_status(),
             Error::Mount(e) => e.exit_status(),
             Error::State(e) => e.exit_status(),
+            Error::Agreed(e) => e.exit_status(),
+            Error::PoolSpec(_) => ExitStatus::BadInput,
             Error::Other { status, .. } => *status,
         }
     }

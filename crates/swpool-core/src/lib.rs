@@ -6,10 +6,12 @@
 
 pub mod atomic;
 pub mod cache;
+pub mod collective;
 pub mod config;
 pub mod error;
 pub mod exec;
 pub mod image;
+pub mod load;
 pub mod pool;
 pub mod size;
 pub mod slurm;

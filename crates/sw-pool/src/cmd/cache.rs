@@ -1,9 +1,8 @@
 //! `sw-pool cache list|prune`: this user's node-local pool cache.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use swpool_core::cache::{self, Entry};
-use swpool_core::config::Config;
 use swpool_core::size::{parse_size, Bytes};
 use swpool_core::state::StateDir;
 use swpool_core::Error;
@@ -13,42 +12,9 @@ use crate::output::Printer;
 
 /// Images mounted by this user on this node (never evicted).
 pub fn images_in_use() -> Vec<PathBuf> {
-    let Ok(dir) = StateDir::open_default() else {
-        return Vec::new();
-    };
-    let node = dir.node().to_string();
-    dir.records()
-        .map(|v| {
-            v.into_iter()
-                .flatten()
-                .filter(|r| r.node == node)
-                .map(|r| r.image)
-                .collect()
-        })
+    StateDir::open_default()
+        .map(|d| swpool_core::state::images_in_use(&d))
         .unwrap_or_default()
-}
-
-/// After a load: a cache above the high watermark is pruned to the low one (least recently used
-/// first, never a mounted pool, never `keep`). Problems are logged, never fatal to the load.
-pub fn prune_to_watermarks(cfg: &Config, keep: &Path, uid: u32) {
-    let Some(cache) = keep.parent() else { return };
-    let mut in_use = images_in_use();
-    in_use.push(keep.to_path_buf());
-    let Ok(entries) = cache::list(cache, &in_use) else {
-        return;
-    };
-    let total = entries.iter().map(|e| e.disk_bytes).sum();
-    if let Some(target) = cfg.cache_prune_target(total) {
-        let (victims, _) = cache::plan_prune(&entries, target);
-        for v in victims {
-            match std::fs::remove_file(&v.path) {
-                Ok(()) => {
-                    tracing::info!(uid, path = %v.path.display(), "evicted from the node-local cache")
-                }
-                Err(e) => tracing::warn!(path = %v.path.display(), "cannot evict: {e}"),
-            }
-        }
-    }
 }
 
 pub fn run(g: &GlobalArgs, a: CacheArgs) -> Result<(), Error> {

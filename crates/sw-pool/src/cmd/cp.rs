@@ -4,14 +4,12 @@
 //! timings like the paper's MPI_Wtime breakdown, `--json`) and draws the progress bar (indicatif,
 //! only on a terminal). On failure every rank prints the same message and exits non-zero.
 
-use std::io::IsTerminal;
-use std::sync::Arc;
 use std::time::Duration;
 
 use swpool_core::config::parse_chunk_size;
 use swpool_core::size::Bytes;
 use swpool_core::transfer::{copy, CopyOptions, CopyReport, Job};
-use swpool_core::{Error, ExitStatus};
+use swpool_core::{collective::Collective, Error, ExitStatus};
 
 use crate::cli::{CpArgs, GlobalArgs};
 use crate::output::Printer;
@@ -26,17 +24,11 @@ pub fn run(g: &GlobalArgs, a: CpArgs) -> Result<(), Error> {
     let job = Job::init()?;
     let rank0 = job.world_rank() == 0;
     let p = Printer::new(g, a.json);
-    let bar = (rank0 && !a.no_progress && !a.json && !g.quiet && std::io::stderr().is_terminal())
-        .then(progress_bar);
+    let bar = crate::output::progress(rank0 && !a.no_progress && !a.json && !g.quiet);
     let opts = CopyOptions {
         chunk_size: Some(chunk),
         progress: bar.is_some(),
-        progress_sink: bar.clone().map(|b| {
-            Arc::new(move |done: u64, total: u64| {
-                b.set_length(total);
-                b.set_position(done);
-            }) as swpool_core::transfer::ProgressSink
-        }),
+        progress_sink: bar.as_ref().map(crate::output::progress_sink),
         // the benchmark switch (bench/cp-verify.sh); `load` never honours it
         verify_chunks: !swpool_core::transfer::bench_no_verify(),
         ..CopyOptions::default()
@@ -66,18 +58,6 @@ pub fn run(g: &GlobalArgs, a: CpArgs) -> Result<(), Error> {
         print_report(&p, &job, &report);
     }
     Ok(())
-}
-
-fn progress_bar() -> indicatif::ProgressBar {
-    let b = indicatif::ProgressBar::new(0);
-    b.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-        )
-        .expect("template"),
-    );
-    b.enable_steady_tick(Duration::from_millis(200));
-    b
 }
 
 fn secs(d: Duration) -> f64 {

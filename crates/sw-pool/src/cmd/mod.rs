@@ -54,6 +54,29 @@ pub fn config() -> Result<swpool_core::config::Config, Error> {
     Ok(swpool_core::config::Config::load()?)
 }
 
+/// In a Slurm batch script or `salloc` shell of several nodes, `load`/`unload` re-run themselves
+/// once per node (`srun --overlap`): this does not return then (exec).
+pub fn spread_over_allocation() -> Result<(), Error> {
+    let exe = std::env::current_exe().map_err(|e| {
+        Error::other(
+            swpool_core::ExitStatus::System,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let get = |k: &str| std::env::var(k).ok();
+    let Some(cmd) = swpool_core::slurm::spread_command(get, &exe, std::env::args_os().skip(1))
+    else {
+        return Ok(());
+    };
+    tracing::debug!("spreading over the job's nodes: {}", cmd.cmdline());
+    use std::os::unix::process::CommandExt;
+    let e = cmd.command()?.exec();
+    Err(Error::other(
+        swpool_core::ExitStatus::Tool,
+        format!("cannot run srun to run on every node of the job: {e} (set SW_POOL_SPREAD=0 to run on this node only)"),
+    ))
+}
+
 /// End a collective command: on failure every rank prints the same message, then all meet at a
 /// bounded barrier before any exits (the first non-zero exit makes mpirun kill the rest).
 pub fn finish_collective(

@@ -23,8 +23,8 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
     let cfg = super::config()?;
     let uid = rustix::process::geteuid().as_raw();
     let spec = a.image.to_string_lossy().into_owned();
-    let image: PathBuf = if paths::is_pool_spec(&spec) {
-        paths::resolve_pool(&spec, &cfg.pool_path.value)?
+    let image: PathBuf = if swpool_core::pool::spec::is_pool_spec(&spec) {
+        swpool_core::pool::spec::resolve_pool(&spec, &cfg.pool_path.value)?
     } else {
         a.image.clone()
     };

@@ -14,17 +14,14 @@
 //! All three return at once for jobs that never used sw-pool.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use swpool_core::cache;
 use swpool_core::env::{self, Change, PoolMount, Snapshot};
-use swpool_core::mount::{paths, MountOptions, RealSys};
+use swpool_core::load::{ensure, NodeContext};
+use swpool_core::mount::{paths, RealSys};
 use swpool_core::pool::Pool;
 use swpool_core::slurm::{self, JobEnv, JobPool, JOB_POOLS_VAR, LOAD_VAR};
-use swpool_core::state::{self, AcquireRequest, StateDir};
-use swpool_core::transfer::{copy, CopyOptions, Job};
-use swpool_core::trust::{authorize, TrustPolicy, TrustedKeys};
+use swpool_core::state;
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, HookArgs, SlurmArgs, SlurmHook};
@@ -124,7 +121,7 @@ fn requested(cfg: &swpool_core::config::Config) -> Result<Vec<(JobPool, bool)>, 
     if let Some(v) = getenv(LOAD_VAR) {
         let uid = rustix::process::geteuid().as_raw();
         for spec in slurm::parse_load_var(&v) {
-            let src = super::load::resolve(Path::new(&spec), &cfg.pool_path.value)
+            let src = swpool_core::load::resolve(Path::new(&spec), &cfg.pool_path.value)
                 .map_err(|e| format!("{LOAD_VAR}={spec}: {e}"))?;
             if out.iter().any(|(p, _)| p.src == src) {
                 continue; // loaded by an earlier step or prolog of this job
@@ -139,6 +136,7 @@ fn requested(cfg: &swpool_core::config::Config) -> Result<Vec<(JobPool, bool)>, 
                     digest: m.digest.clone(),
                     src,
                     mount_point: root.join(&m.name).join(&m.version),
+                    cache: None,
                 },
                 true,
             ));
@@ -155,11 +153,13 @@ fn task_prolog() -> Result<(), Error> {
     let job_id = getenv("SLURM_JOB_ID");
     let r = (|| -> Result<String, Error> {
         let cfg = super::config()?;
+        let sys = RealSys::new();
+        let node_ctx = NodeContext::real(&cfg, &sys)?;
         let want = requested(&cfg).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
         let mut snap = Snapshot::from_env();
         let mut changes: Vec<Change> = Vec::new();
         for (p, from_load_var) in &want {
-            let mp = ensure(&cfg, p, job_id.as_deref())?;
+            let mp = ensure(&node_ctx, p, job_id.as_deref())?;
             // the task already has it (from `sw-pool load` or `module load pool/…` in the job)
             let modulefiles = mp.join("modulefiles");
             let loaded = snap
@@ -229,113 +229,4 @@ fn snap_get(changes: &[Change], var: &str) -> Option<String> {
         Change::Set(k, v) if *k == var => Some(v.clone()),
         _ => None,
     })
-}
-
-/// Make sure pool `p` is cached (verified) and mounted at its mount point on this node, with one
-/// reference of this job. The first task on the node does the work; the others find it done.
-fn ensure(
-    cfg: &swpool_core::config::Config,
-    p: &JobPool,
-    job_id: Option<&str>,
-) -> Result<PathBuf, Error> {
-    let uid = rustix::process::geteuid().as_raw();
-    // every task after the first on this node (and every later step): the job's mount stands and
-    // carries its reference. Done, from the node's record alone: no read of the pool on shared
-    // storage, no signature check again, no lock (the first task did all of that)
-    if let (Some(job), Ok(dir)) = (job_id, StateDir::open_default()) {
-        if let Ok(mp) = swpool_core::mount::canonical_mountpoint(&p.mount_point) {
-            if let Ok(Some(rec)) =
-                state::held_by_job(&RealSys::new(), &dir, &mp, Some(&p.digest), job)
-            {
-                // LRU bookkeeping sees the latest task, not only the first: a utimensat on the
-                // node-local cache entry, only when the mount is of such an entry (never a write
-                // to an image elsewhere, e.g. one `sw-pool mount` took from shared storage)
-                if cache::is_entry_of(&rec.image, uid, &p.name, &p.version, &p.digest) {
-                    let _ = cache::touch(&rec.image);
-                }
-                return Ok(rec.mount_point);
-            }
-        }
-    }
-    let pool = Pool::open(&p.src)?;
-    if pool.manifest.digest != p.digest {
-        return Err(Error::other(
-            ExitStatus::InvalidPool,
-            format!(
-                "{} changed on shared storage since the job loaded it ({} → {}); every node of a job must use the same pool: load it again",
-                p.src.display(),
-                p.digest,
-                pool.manifest.digest
-            ),
-        ));
-    }
-    let policy = TrustPolicy {
-        require_signature: cfg.require_signature.value,
-        keys: TrustedKeys::load(&TrustedKeys::default_dirs()),
-    };
-    authorize(&pool, &policy)?;
-    let base = cache::base_dir(None, cfg.cache_dir.value.as_deref());
-    let cdir = cache::dir(&base, uid, true)?;
-    let dest = cache::entry_path(&cdir, &p.name, &p.version, &p.digest);
-    {
-        // one task per node copies; the others wait and then find the entry complete
-        let lock = cdir.join(".fill.lock");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock)
-            .map_err(|e| {
-                Error::other(
-                    ExitStatus::System,
-                    format!("cannot open {}: {e}", lock.display()),
-                )
-            })?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
-            Error::other(
-                ExitStatus::System,
-                format!("cannot lock {}: {e}", lock.display()),
-            )
-        })?;
-        let opts = CopyOptions {
-            progress: false,
-            ..CopyOptions::default()
-        };
-        copy(&Job::single(), &p.src, &dest, &opts)?;
-    }
-    let root = paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid);
-    let mp = if p.mount_point == root.join(&p.name).join(&p.version) {
-        paths::create_mountpoint(&root, &p.name, &p.version, uid)?
-    } else {
-        super::load::explicit_mountpoint(&p.mount_point)?
-    };
-    let dir = StateDir::open_default()?;
-    let r = state::acquire(
-        &RealSys::new(),
-        &dir,
-        &AcquireRequest {
-            image: dest.clone(),
-            mountpoint: mp,
-            options: MountOptions::parse(None)?,
-            job_id: job_id.map(String::from),
-            timeout: Duration::from_secs(30),
-            once_per_job: true,
-        },
-    )?;
-    let _ = cache::touch(&dest);
-    if !r.reused {
-        slurm::syslog(
-            swpool_core::slurm::Level::Notice,
-            &format!(
-                "job={} user={} node={} task-prolog mounted {}/{} at {}",
-                job_id.unwrap_or("-"),
-                state::user_name(uid),
-                state::hostname(),
-                p.name,
-                p.version,
-                r.record.mount_point.display()
-            ),
-        );
-    }
-    Ok(r.record.mount_point)
 }

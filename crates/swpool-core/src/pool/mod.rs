@@ -1,9 +1,11 @@
 //! Pools: the layout of a pool's tree, its manifest, and the pool file that carries both.
 
 pub mod chunks;
+pub mod fs_size;
 pub mod layout;
 pub mod manifest;
 pub mod modulefile;
+pub mod spec;
 pub mod trailer;
 
 use std::fs::File;
@@ -54,6 +56,9 @@ pub struct Pool {
     pub manifest_bytes: Vec<u8>,
     /// The signature block (empty when unsigned).
     pub signature: Vec<u8>,
+    /// The file as it was opened: every later read of this pool goes through this handle, so
+    /// that what was checked is what is used (a path can be replaced; an open file cannot).
+    pub file: File,
 }
 
 impl Pool {
@@ -117,6 +122,21 @@ impl Pool {
             manifest,
             manifest_bytes: raw.manifest,
             signature: raw.signature,
+            file: f,
         })
+    }
+
+    /// The trailer's bytes (`[image_size, file_len)`: manifest, signature block, footer), read
+    /// from the open handle.
+    pub fn tail(&self) -> Result<Vec<u8>, ManifestError> {
+        use std::os::unix::fs::FileExt;
+        let mut tail = vec![0u8; (self.file_len - self.manifest.image_size) as usize];
+        self.file
+            .read_exact_at(&mut tail, self.manifest.image_size)
+            .map_err(|source| ManifestError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(tail)
     }
 }

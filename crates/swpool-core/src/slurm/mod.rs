@@ -28,6 +28,9 @@ pub struct JobPool {
     /// The pool file on shared storage.
     pub src: PathBuf,
     pub mount_point: PathBuf,
+    /// The node-local cache entry the job's load used: a later step's node that lacks the pool
+    /// caches it in the same directory (not in one its own environment would choose).
+    pub cache: Option<PathBuf>,
 }
 
 fn enc(s: &str) -> String {
@@ -62,22 +65,27 @@ fn dec(s: &str) -> Result<String, String> {
 }
 
 impl JobPool {
-    /// `name@version@digest@src@mountpoint`, each field %-escaped.
+    /// `name@version@digest@src@mountpoint[@cache]`, each field %-escaped.
     pub fn encode(&self) -> String {
-        [
+        let mut f = vec![
             enc(&self.name),
             enc(&self.version),
             enc(&self.digest),
             enc(&self.src.to_string_lossy()),
             enc(&self.mount_point.to_string_lossy()),
-        ]
-        .join("@")
+        ];
+        if let Some(c) = &self.cache {
+            f.push(enc(&c.to_string_lossy()));
+        }
+        f.join("@")
     }
 
     pub fn decode(s: &str) -> Result<JobPool, String> {
         let f: Vec<&str> = s.split('@').collect();
-        if f.len() != 5 {
-            return Err(format!("{s:?} is not name@version@digest@pool@mountpoint"));
+        if f.len() != 5 && f.len() != 6 {
+            return Err(format!(
+                "{s:?} is not name@version@digest@pool@mountpoint[@cache]"
+            ));
         }
         let p = JobPool {
             name: dec(f[0])?,
@@ -85,13 +93,17 @@ impl JobPool {
             digest: dec(f[2])?,
             src: PathBuf::from(dec(f[3])?),
             mount_point: PathBuf::from(dec(f[4])?),
+            cache: f.get(5).map(|c| dec(c).map(PathBuf::from)).transpose()?,
         };
         if p.name.is_empty() || p.version.is_empty() || !p.digest.starts_with("blake3:") {
             return Err(format!(
                 "{s:?}: empty name/version or a digest that is not blake3:…"
             ));
         }
-        if !p.src.is_absolute() || !p.mount_point.is_absolute() {
+        if !p.src.is_absolute()
+            || !p.mount_point.is_absolute()
+            || p.cache.as_ref().is_some_and(|c| !c.is_absolute())
+        {
             return Err(format!(
                 "{s:?}: pool and mount point must be absolute paths"
             ));
@@ -257,6 +269,55 @@ pub fn syslog(level: Level, msg: &str) {
     }
 }
 
+/// Job-aware loading: `sw-pool load` (or `unload`) run as a single process in a Slurm allocation
+/// of several nodes (a batch script, an `salloc` shell) re-runs itself as one task per node of the
+/// allocation (`srun --overlap`), so the pool is broadcast to and mounted on every node, and its
+/// standard output (rank 0's environment change) is the caller's. `None` when nothing is to be
+/// spread: not in a job, `SW_POOL_SPREAD=0`, already one task of a launch or of a step, one node.
+pub fn spread_command(
+    get: impl Fn(&str) -> Option<String>,
+    exe: &std::path::Path,
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Option<crate::exec::ToolCommand> {
+    let get = |k: &str| get(k).filter(|v| !v.is_empty());
+    if get("SW_POOL_SPREAD").as_deref() == Some("0") || get("SLURM_JOB_ID").is_none() {
+        return None;
+    }
+    if crate::transfer::job::launched_by_launcher(&get).unwrap_or(true) {
+        return None; // already one task of an MPI launch: the launcher chose the nodes
+    }
+    // inside a job step (srun -N1 …) we are one task on one node: do what was asked, here
+    if let Some(step) = get("SLURM_STEP_ID") {
+        if !matches!(
+            step.as_str(),
+            "batch" | "interactive" | "4294967294" | "4294967291"
+        ) {
+            return None;
+        }
+    }
+    let nodes: u64 = get("SLURM_JOB_NUM_NODES")
+        .or_else(|| get("SLURM_NNODES"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    if nodes <= 1 {
+        return None;
+    }
+    // --ntasks: a job's SLURM_NTASKS would make srun ignore --ntasks-per-node=1
+    let mut cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Srun)
+        .arg("--overlap")
+        .arg(format!("--nodes={nodes}"))
+        .arg(format!("--ntasks={nodes}"))
+        .arg("--ntasks-per-node=1")
+        .arg("--kill-on-bad-exit=1")
+        .arg("--export=ALL,SW_POOL_SPREAD=0");
+    match get("SW_POOL_SRUN_MPI") {
+        Some(m) if m == "none" => {}
+        Some(m) => cmd = cmd.arg(format!("--mpi={m}")),
+        None => cmd = cmd.arg("--mpi=pmix"),
+    }
+    Some(cmd.arg(exe).args(args))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,7 +329,40 @@ mod tests {
             digest: "blake3:00ff".into(),
             src: "/shared/p:ools/demo@1.0%.sqfs".into(),
             mount_point: mp.into(),
+            cache: Some("/local/sw-pool-0/cache/demo-1.0-00ff.pool".into()),
         }
+    }
+
+    #[test]
+    fn spreads_only_from_a_multi_node_batch_shell() {
+        use std::collections::HashMap;
+        let run = |pairs: &[(&str, &str)]| {
+            let m: HashMap<String, String> = pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+            spread_command(
+                |k| m.get(k).cloned(),
+                std::path::Path::new("/usr/bin/sw-pool"),
+                ["load".into(), "demo/1.0".into()],
+            )
+            .map(|c| c.cmdline())
+        };
+        let batch = [("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "4"), ("SLURM_STEP_ID", "batch")];
+        let line = run(&batch).expect("spreads");
+        assert!(line.contains("--nodes=4") && line.contains("--ntasks=4"), "{line}");
+        assert!(line.contains("--mpi=pmix") && line.ends_with("load demo/1.0"), "{line}");
+        assert_eq!(run(&[("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "1")]), None);
+        assert_eq!(run(&[("SLURM_JOB_NUM_NODES", "4")]), None);
+        let mut step = batch.to_vec();
+        step[2] = ("SLURM_STEP_ID", "3");
+        assert_eq!(run(&step), None);
+        let mut off = batch.to_vec();
+        off.push(("SW_POOL_SPREAD", "0"));
+        assert_eq!(run(&off), None);
+        let mut mpi = batch.to_vec();
+        mpi.push(("OMPI_COMM_WORLD_SIZE", "4"));
+        assert_eq!(run(&mpi), None);
     }
 
     #[test]

@@ -498,6 +498,20 @@ fn ensure_private_dir(p: &Path, uid: u32) -> Result<(), StateError> {
     Ok(())
 }
 
+/// Images mounted by this user on this node, from the records of `dir` (never evicted).
+pub fn images_in_use(dir: &StateDir) -> Vec<PathBuf> {
+    let node = dir.node().to_string();
+    dir.records()
+        .map(|v| {
+            v.into_iter()
+                .flatten()
+                .filter(|r| r.node == node)
+                .map(|r| r.image)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// What to mount where, for whom.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {

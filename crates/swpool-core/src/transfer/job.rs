@@ -11,6 +11,7 @@ use mpi::traits::*;
 
 use super::watchdog;
 use super::TransferError;
+use crate::collective::{Agreed, Collective, Failure};
 use crate::error::ExitStatus;
 
 /// Longest hostname kept in the leader table.
@@ -188,26 +189,6 @@ impl Job {
         })
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.local_rank == 0
-    }
-    /// Number of nodes (= number of leaders).
-    pub fn nodes(&self) -> usize {
-        self.nodes
-    }
-    /// This node's index among the nodes (the leader's rank among the leaders).
-    pub fn node_index(&self) -> usize {
-        self.node_index
-    }
-    pub fn hostname(&self) -> &str {
-        &self.hostname
-    }
-    pub fn world_rank(&self) -> usize {
-        self.world_rank
-    }
-    pub fn world_size(&self) -> usize {
-        self.world_size
-    }
     /// Rank within the node (0 = the leader).
     pub fn local_rank(&self) -> usize {
         self.local_rank
@@ -217,54 +198,20 @@ impl Job {
         self.mpi.is_some()
     }
     /// Hostname of the leader of node `i` (known on leaders; elsewhere `node<i>`).
-    pub fn leader_host(&self, i: usize) -> String {
+    fn host_of_leader(&self, i: usize) -> String {
         self.leader_hosts
             .get(i)
             .cloned()
             .unwrap_or_else(|| format!("node #{i}"))
     }
 
-    /// `host (rank R)` for messages.
-    pub fn whoami(&self) -> String {
-        format!("{} (rank {})", self.hostname, self.world_rank)
-    }
-
     /// A world barrier before a failing exit, so that every rank has printed its message before
     /// the first non-zero exit makes the launcher kill the others. Bounded by the watchdog (10 s).
     pub fn exit_barrier(&self) {
         if let Some(m) = &self.mpi {
-            let _arm = watchdog::arm(self.whoami(), Duration::from_secs(10));
+            let _arm = watchdog::arm(Collective::whoami(self), Duration::from_secs(10));
             let _p = watchdog::phase("the final barrier");
             m.world.barrier();
-        }
-    }
-
-    /// Collective agreement among ALL ranks (`mfu_alltrue`-like): every rank passes its local
-    /// result; every rank gets `Ok` only if all were `Ok`, else the same error naming the failing
-    /// node(s) (hostname, rank) and the reason. A rank that failed itself gets its own exit status;
-    /// the others get [`ExitStatus::Collective`].
-    pub fn all_agree(&self, local: Result<(), String>) -> Result<(), TransferError> {
-        let local = local.map_err(|m| (ExitStatus::System, m));
-        match &self.mpi {
-            None => local.map_err(|(status, m)| TransferError::Failed {
-                message: format!("{}: {m}", self.hostname),
-                status,
-            }),
-            Some(m) => agree(&m.world, &self.whoami(), local),
-        }
-    }
-
-    /// Like [`Job::all_agree`] among the node leaders only (call on leaders).
-    pub(crate) fn leaders_agree(
-        &self,
-        local: Result<(), (ExitStatus, String)>,
-    ) -> Result<(), TransferError> {
-        match self.mpi.as_ref().and_then(|m| m.leaders.as_ref()) {
-            None => local.map_err(|(status, m)| TransferError::Failed {
-                message: format!("{}: {m}", self.hostname),
-                status,
-            }),
-            Some(l) => agree(l, &self.whoami(), local),
         }
     }
 
@@ -310,7 +257,7 @@ impl Job {
     /// passes `Some(bytes)`, the other ranks `None`; every rank returns the leader's bytes.
     /// Non-leaders wait without a time limit while the leader works, but notice within a second
     /// when the leader process has died (when it is visible in this pid namespace).
-    pub fn from_leader(&self, value: Option<&[u8]>) -> Result<Vec<u8>, TransferError> {
+    fn bytes_from_leader(&self, value: Option<&[u8]>) -> Result<Vec<u8>, TransferError> {
         let Some(m) = &self.mpi else {
             return Ok(value.unwrap_or_default().to_vec());
         };
@@ -372,7 +319,7 @@ impl Job {
                     }
                 }
             }
-            std::thread::sleep(Duration::from_millis(if self.is_leader() { 1 } else { 20 }));
+            std::thread::sleep(Duration::from_millis(if self.local_rank == 0 { 1 } else { 20 }));
         }
     }
 }
@@ -387,27 +334,14 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Agreement over `comm`: everyone learns every failure (status and message) and gets the same
-/// combined message.
-pub(crate) fn agree(
-    comm: &SimpleCommunicator,
-    who: &str,
-    local: Result<(), (ExitStatus, String)>,
-) -> Result<(), TransferError> {
+/// Every member's bytes, in rank order, on every member of `comm` (two `MPI_Allgather(v)` calls).
+fn all_gather_bytes(comm: &SimpleCommunicator, mine: &[u8]) -> Vec<Vec<u8>> {
     let _w = watchdog::phase("agreement");
     let n = comm.size() as usize;
-    let (status, msg) = match &local {
-        Ok(()) => (0i32, Vec::new()),
-        Err((s, m)) => (s.code().max(1), format!("{who}: {m}").into_bytes()),
-    };
-    let mine = [status, msg.len() as i32];
-    let mut all = vec![0i32; 2 * n];
-    comm.all_gather_into(&mine[..], &mut all[..]);
+    let len = mine.len() as i32;
+    let mut counts = vec![0i32; n];
+    comm.all_gather_into(&len, &mut counts[..]);
     watchdog::touch();
-    if all.chunks(2).all(|c| c[0] == 0) {
-        return Ok(());
-    }
-    let counts: Vec<i32> = all.chunks(2).map(|c| c[1]).collect();
     let displs: Vec<i32> = counts
         .iter()
         .scan(0, |acc, &x| {
@@ -416,34 +350,95 @@ pub(crate) fn agree(
             Some(t)
         })
         .collect();
-    let total: i32 = counts.iter().sum();
-    let mut buf = vec![0u8; total as usize];
+    let total: usize = counts.iter().map(|&c| c as usize).sum();
+    let mut buf = vec![0u8; total];
     {
         let mut part = mpi::datatype::PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
-        comm.all_gather_varcount_into(&msg[..], &mut part);
+        comm.all_gather_varcount_into(mine, &mut part);
     }
     watchdog::touch();
-    let mut failures = Vec::new();
-    for (i, c) in all.chunks(2).enumerate() {
-        if c[0] != 0 {
-            let s = displs[i] as usize;
-            failures.push(String::from_utf8_lossy(&buf[s..s + c[1] as usize]).into_owned());
+    counts
+        .iter()
+        .zip(&displs)
+        .map(|(&c, &d)| buf[d as usize..(d + c) as usize].to_vec())
+        .collect()
+}
+
+impl Collective for Job {
+    fn world_rank(&self) -> usize {
+        self.world_rank
+    }
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+    fn node_index(&self) -> usize {
+        self.node_index
+    }
+    fn nodes(&self) -> usize {
+        self.nodes
+    }
+    fn is_leader(&self) -> bool {
+        self.local_rank == 0
+    }
+    fn hostname(&self) -> &str {
+        &self.hostname
+    }
+    fn leader_host(&self, i: usize) -> String {
+        self.host_of_leader(i)
+    }
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, Agreed> {
+        Ok(match &self.mpi {
+            None => vec![mine.to_vec()],
+            Some(m) => all_gather_bytes(&m.world, mine),
+        })
+    }
+    fn leaders_all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, Agreed> {
+        Ok(match self.mpi.as_ref().and_then(|m| m.leaders.as_ref()) {
+            None => vec![mine.to_vec()],
+            Some(l) => all_gather_bytes(l, mine),
+        })
+    }
+    fn leaders_bcast(&self, root: usize, mine: Option<&[u8]>) -> Result<Vec<u8>, Agreed> {
+        Ok(match self.mpi.as_ref().and_then(|m| m.leaders.as_ref()) {
+            None => mine.unwrap_or_default().to_vec(),
+            Some(l) => {
+                let mut len = [mine.map_or(0u64, |v| v.len() as u64)];
+                l.process_at_rank(root as i32).broadcast_into(&mut len[..]);
+                let mut buf = match mine {
+                    Some(v) => v.to_vec(),
+                    None => vec![0u8; len[0] as usize],
+                };
+                l.process_at_rank(root as i32).broadcast_into(&mut buf[..]);
+                watchdog::touch();
+                buf
+            }
+        })
+    }
+    fn from_leader(&self, mine: Option<&[u8]>) -> Result<Vec<u8>, Agreed> {
+        self.bytes_from_leader(mine).map_err(|e| Agreed {
+            failures: vec![Failure {
+                host: self.hostname.clone(),
+                rank: self.world_rank,
+                status: e.exit_status(),
+                message: e.to_string(),
+            }],
+            own: Some(e.exit_status()),
+            show_rank: true,
+        })
+    }
+    fn mpi_leaders(&self) -> Option<&SimpleCommunicator> {
+        self.mpi.as_ref().and_then(|m| m.leaders.as_ref())
+    }
+    fn node_path(&self, p: &std::path::Path) -> std::path::PathBuf {
+        if self.fake {
+            std::path::PathBuf::from(
+                p.to_string_lossy()
+                    .replace("%n", &self.node_index.to_string()),
+            )
+        } else {
+            p.to_path_buf()
         }
     }
-    let message = if failures.len() == 1 {
-        failures.remove(0)
-    } else {
-        format!(
-            "failed on {} nodes: {}",
-            failures.len(),
-            failures.join("; ")
-        )
-    };
-    let status = match local {
-        Err((s, _)) => s,
-        Ok(()) => ExitStatus::Collective,
-    };
-    Err(TransferError::Failed { message, status })
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ pub enum TransferError {
     /// gets the same message.
     #[error("{message}")]
     Failed { message: String, status: ExitStatus },
+    /// A step failed on one or more nodes: every rank gets the same failures.
+    #[error(transparent)]
+    Agreed(#[from] Agreed),
 }
 
 impl TransferError {
@@ -73,6 +76,7 @@ impl TransferError {
         match self {
             TransferError::Mpi(_) => ExitStatus::System,
             TransferError::Failed { status, .. } => *status,
+            TransferError::Agreed(a) => a.exit_status(),
         }
     }
 }
@@ -137,6 +141,64 @@ pub struct CopyOptions {
     pub algorithm: Algorithm,
     /// A rank that sees no progress for this long gives up (exit 8) and removes its temporaries.
     pub stall_timeout: Duration,
+    /// The pool the trust policy authorized (`load`): the copy moves exactly its bytes or fails on
+    /// every node with "changed on shared storage since it was checked".
+    pub authorized: Option<Authorized>,
+}
+
+/// A pool as it was when the trust policy checked it: its length and its trailer bytes (manifest
+/// with every chunk hash, signature block, footer). Every reader checks that the file it opens
+/// still ends in these bytes, and every chunk is checked against the manifest they hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    pub len: u64,
+    pub image_size: u64,
+    pub tail: Vec<u8>,
+}
+
+impl Authorized {
+    /// The trailer of an opened pool, read from its open file handle.
+    pub fn of(pool: &Pool) -> Result<Authorized, crate::pool::ManifestError> {
+        Ok(Authorized {
+            len: pool.file_len,
+            image_size: pool.manifest.image_size,
+            tail: pool.tail()?,
+        })
+    }
+
+    fn changed(src: &Path) -> (ExitStatus, String) {
+        bad(
+            ExitStatus::InvalidPool,
+            format!(
+                "{} changed on shared storage since it was checked; run load again",
+                src.display()
+            ),
+        )
+    }
+
+    /// Node 0's view of SRC is the authorized pool.
+    fn check(&self, src: &Path, info: &SrcInfo) -> Local<()> {
+        let same = info.kind == Kind::Pool
+            && info.len == self.len
+            && info.tail_hex.as_deref() == Some(hex::encode(&self.tail).as_str());
+        if same {
+            Ok(())
+        } else {
+            Err(Self::changed(src))
+        }
+    }
+
+    /// A reader's open SRC still ends in the authorized trailer.
+    fn check_file(&self, src: &Path, f: &File) -> Local<()> {
+        use std::os::unix::fs::FileExt;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut tail = vec![0u8; self.tail.len()];
+        if len != self.len || f.read_exact_at(&mut tail, self.image_size).is_err() || tail != self.tail
+        {
+            return Err(Self::changed(src));
+        }
+        Ok(())
+    }
 }
 
 impl Default for CopyOptions {
@@ -149,6 +211,7 @@ impl Default for CopyOptions {
             verify_chunks: true,
             algorithm: Algorithm::from_env(),
             stall_timeout: watchdog::default_timeout(),
+            authorized: None,
         }
     }
 }
@@ -285,7 +348,7 @@ fn mtime_ns(m: &std::fs::Metadata) -> i128 {
 /// Copy `src` to `dest` on every node of the job. Collective: every rank calls it with the same
 /// arguments; only leaders do I/O; every rank gets the same outcome.
 pub fn copy(
-    job: &Job,
+    job: &dyn Collective,
     src: &Path,
     dest: &Path,
     opts: &CopyOptions,
@@ -297,7 +360,7 @@ pub fn copy(
         return outcome_from_leader(job, None);
     }
     let res = leader_copy(job, src, dest, opts);
-    if job.is_mpi() {
+    if job.world_size() > 1 {
         outcome_from_leader(job, Some(res))
     } else {
         res
@@ -306,7 +369,7 @@ pub fn copy(
 
 /// The leader's outcome to the ranks of its node.
 fn outcome_from_leader(
-    job: &Job,
+    job: &dyn Collective,
     res: Option<Result<CopyReport, TransferError>>,
 ) -> Result<CopyReport, TransferError> {
     #[derive(Serialize, Deserialize)]
@@ -340,20 +403,10 @@ fn outcome_from_leader(
     }
 }
 
-type Local<T> = Result<T, (ExitStatus, String)>;
+use crate::collective::{Agreed, Collective, Local};
 
 fn bad(status: ExitStatus, m: impl Into<String>) -> (ExitStatus, String) {
     (status, m.into())
-}
-
-/// Broadcast bytes from `root` of `comm` (blocking; small metadata only).
-fn bcast_bytes(comm: &SimpleCommunicator, root: i32, mine: Option<Vec<u8>>) -> Vec<u8> {
-    let mut len = [mine.as_ref().map_or(0u64, |v| v.len() as u64)];
-    comm.process_at_rank(root).broadcast_into(&mut len[..]);
-    let mut buf = mine.unwrap_or_else(|| vec![0u8; len[0] as usize]);
-    comm.process_at_rank(root).broadcast_into(&mut buf[..]);
-    watchdog::touch();
-    buf
 }
 
 /// Leader 0: what is SRC?
@@ -491,8 +544,20 @@ fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
                     });
                 }
             }
-            // the trailer, verified against the readers' hashes
-            out.extend(plan::grid(m.image_size..info.len, info.chunk_size));
+            // the trailer: its bytes are known (node 0 read them, and checked them against the
+            // authorized pool when there is one), so its chunks are bound to them too
+            let tail = info
+                .tail_hex
+                .as_deref()
+                .and_then(|h| hex::decode(h).ok())
+                .unwrap_or_default();
+            out.extend(plan::grid(m.image_size..info.len, info.chunk_size).map(|mut c| {
+                let s = (c.offset - m.image_size) as usize;
+                if let Some(b) = tail.get(s..s + c.len as usize) {
+                    c.expect = Some(*blake3::hash(b).as_bytes());
+                }
+                c
+            }));
             out
         }
         None => info
@@ -724,66 +789,47 @@ fn preflight(info: &SrcInfo, src: &Path, target: &Path, reader: bool) -> Local<P
 }
 
 fn leader_copy(
-    job: &Job,
+    job: &dyn Collective,
     src: &Path,
     dest: &Path,
     opts: &CopyOptions,
 ) -> Result<CopyReport, TransferError> {
     let t0 = Instant::now();
-    let leaders = job.mpi.as_ref().and_then(|m| m.leaders.as_ref());
     let pf = watchdog::phase("preflight");
     // 1. leader 0 inspects SRC and tells the others
-    let info: Local<SrcInfo> = if job.node_index() == 0 {
-        inspect_src(src, opts.chunk_size)
-    } else {
-        Err(bad(ExitStatus::Internal, ""))
-    };
-    let info = match leaders {
-        None => info,
-        Some(l) => {
-            let mine = (job.node_index() == 0).then(|| {
-                let v: Result<SrcInfo, (u8, String)> = info.map_err(|(s, m)| (s as u8, m));
-                serde_json::to_vec(&v).expect("json")
-            });
-            let bytes = bcast_bytes(l, 0, mine);
-            match serde_json::from_slice::<Result<SrcInfo, (u8, String)>>(&bytes) {
-                Ok(Ok(i)) => Ok(i),
-                Ok(Err((s, m))) => Err(bad(
-                    if job.node_index() == 0 {
-                        status_from(s)
-                    } else {
-                        ExitStatus::Collective
-                    },
-                    m,
-                )),
-                Err(e) => Err(bad(ExitStatus::Internal, format!("bad SRC info: {e}"))),
-            }
-        }
+    let info: Option<Local<SrcInfo>> = (job.node_index() == 0).then(|| {
+        inspect_src(src, opts.chunk_size).and_then(|i| match &opts.authorized {
+            Some(a) => a.check(src, &i).map(|()| i),
+            None => Ok(i),
+        })
+    });
+    let mine = info.as_ref().map(|i| {
+        let v: Result<&SrcInfo, (u8, &str)> = i.as_ref().map_err(|(s, m)| (*s as u8, m.as_str()));
+        serde_json::to_vec(&v).expect("json")
+    });
+    let bytes = job.leaders_bcast(0, mine.as_deref())?;
+    let info: Local<SrcInfo> = match info {
+        Some(own) => own,
+        None => match serde_json::from_slice::<Result<SrcInfo, (u8, String)>>(&bytes) {
+            Ok(Ok(i)) => Ok(i),
+            Ok(Err((_, m))) => Err(bad(ExitStatus::Collective, m)),
+            Err(e) => Err(bad(ExitStatus::Internal, format!("bad SRC info: {e}"))),
+        },
     };
     let info = info.map_err(|(status, m)| TransferError::Failed {
         message: format!("{}: {m}", job.leader_host(0)),
         status,
     })?;
     // testing on one machine: `%n` in DEST stands for the (fake) node index
-    let dest = if job.fake {
-        PathBuf::from(
-            dest.to_string_lossy()
-                .replace("%n", &job.node_index().to_string()),
-        )
-    } else {
-        dest.to_path_buf()
-    };
+    let dest = job.node_path(dest);
     let target = target_path(src, &dest, info.kind);
     let need = !holds_identical(&info, &target);
     // who needs it
-    let needs: Vec<bool> = match leaders {
-        None => vec![need],
-        Some(l) => {
-            let mut all = vec![0u8; l.size() as usize];
-            l.all_gather_into(&[u8::from(need)][..], &mut all[..]);
-            all.into_iter().map(|b| b != 0).collect()
-        }
-    };
+    let needs: Vec<bool> = job
+        .leaders_all_gather(&[u8::from(need)])?
+        .into_iter()
+        .map(|b| b.first() == Some(&1))
+        .collect();
     let receivers: Vec<usize> = (0..needs.len()).filter(|&i| needs[i]).collect();
     let mut report = CopyReport {
         nodes: job.nodes(),
@@ -822,7 +868,7 @@ fn leader_copy(
 
     // 3. transfer among the receivers
     let t1 = Instant::now();
-    let tcomm: Option<SimpleCommunicator> = leaders.and_then(|l| {
+    let tcomm: Option<SimpleCommunicator> = job.mpi_leaders().and_then(|l| {
         l.split_by_color_with_key(
             if need {
                 Color::with_value(0)
@@ -853,6 +899,10 @@ fn leader_copy(
                     crate::error::io_status(&e),
                     format!("cannot open SRC {}: {e}", src.display()),
                 )
+            });
+            let src_f = src_f.and_then(|f| match &opts.authorized {
+                Some(a) => a.check_file(src, &f).map(|()| f),
+                None => Ok(f),
             });
             match src_f {
                 Err(e) => Err(e),
@@ -952,20 +1002,13 @@ fn leader_copy(
     report.algorithm = algorithm;
     // totals over all leaders
     let mine = [stats.bytes_read, stats.bytes_sent, stats.bytes_written];
-    let totals = match leaders {
-        None => mine,
-        Some(l) => {
-            let mut all = vec![0u64; 3 * l.size() as usize];
-            l.all_gather_into(&mine[..], &mut all[..]);
-            let mut t = [0u64; 3];
-            for c in all.chunks(3) {
-                for i in 0..3 {
-                    t[i] += c[i];
-                }
-            }
-            t
+    let mut totals = [0u64; 3];
+    let mine_b: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for b in job.leaders_all_gather(&mine_b)? {
+        for (i, c) in b.chunks_exact(8).take(3).enumerate() {
+            totals[i] += u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
-    };
+    }
     report.bytes_read_from_src = totals[0];
     report.bytes_sent = totals[1];
     report.bytes_written = totals[2];
@@ -993,19 +1036,5 @@ fn remove_stale_temporaries(parent: &Path, target: &Path) {
             tracing::info!(path = %p.display(), "removing a stale temporary of a dead copy");
             let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
         }
-    }
-}
-
-fn status_from(code: u8) -> ExitStatus {
-    match code {
-        0 => ExitStatus::Success,
-        2 => ExitStatus::Usage,
-        3 => ExitStatus::BadInput,
-        4 => ExitStatus::InvalidPool,
-        5 => ExitStatus::Tool,
-        6 => ExitStatus::System,
-        7 => ExitStatus::Trust,
-        8 => ExitStatus::Collective,
-        _ => ExitStatus::Internal,
     }
 }

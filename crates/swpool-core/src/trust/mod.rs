@@ -21,7 +21,9 @@ mod verify;
 pub use keys::{fingerprint, Algorithm, KeyError, TrustedKey, TrustedKeys};
 pub use sign::detached_path;
 pub use sign::{sign_pool, SignReport};
-pub use verify::{authorize, verify_pool, KeySource, Signer, TrustPolicy, Verdict, VerifyReport};
+pub use verify::{
+    authorize, verify_pool, KeySource, PolicyOrigin, Signer, TrustPolicy, Verdict, VerifyReport,
+};
 
 use std::path::PathBuf;
 

@@ -17,7 +17,7 @@ use crate::pool::chunks::verify_image;
 use crate::pool::Pool;
 
 /// Who signed a pool, as far as this machine trusts it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Signer {
     /// The name of the trusted key (its file name).
     pub name: String,
@@ -35,22 +35,103 @@ pub enum KeySource {
     Dirs(Vec<PathBuf>),
 }
 
-/// The policy `load` enforces.
+/// Why the policy requires a signature, or does not.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum PolicyOrigin {
+    /// `require_signature` was set (file, environment or flag): the setting's origin.
+    Explicit(String),
+    /// Not set, and trusted keys are installed: a site that has keys wants them used.
+    KeysInstalled(usize),
+    /// Not set, and no trusted key is installed.
+    NoKeys,
+}
+
+impl std::fmt::Display for PolicyOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyOrigin::Explicit(o) => write!(f, "set in {o}"),
+            PolicyOrigin::KeysInstalled(n) => write!(
+                f,
+                "default: {n} trusted key(s) installed, so signatures are required (set require_signature = false to allow others)"
+            ),
+            PolicyOrigin::NoKeys => f.write_str("default: no trusted key installed"),
+        }
+    }
+}
+
+/// The policy `load`, `mount` and the TaskProlog enforce.
 #[derive(Debug, Clone)]
 pub struct TrustPolicy {
     pub require_signature: bool,
     pub keys: TrustedKeys,
+    pub origin: PolicyOrigin,
+}
+
+impl TrustPolicy {
+    /// Secure by default where a site has keys: unless `require_signature` is set explicitly, a
+    /// signature by a trusted key is required as soon as any trusted key is installed.
+    pub fn from_config(cfg: &crate::config::Config, keys: TrustedKeys) -> TrustPolicy {
+        let s = &cfg.require_signature;
+        let (require, origin) = if s.origin != crate::config::Origin::Default {
+            (s.value, PolicyOrigin::Explicit(s.origin.to_string()))
+        } else if !keys.keys.is_empty() {
+            (true, PolicyOrigin::KeysInstalled(keys.keys.len()))
+        } else {
+            (s.value, PolicyOrigin::NoKeys)
+        };
+        TrustPolicy {
+            require_signature: require,
+            keys,
+            origin,
+        }
+    }
 }
 
 /// What the policy says about a pool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "trust", rename_all = "snake_case")]
 pub enum Verdict {
     /// Signed by a trusted key; the manifest signature verified.
-    Trusted(Signer),
+    Trusted { name: String, fingerprint: String },
     /// Not signed, and the policy allows that.
     Unsigned,
     /// Signed by a key this machine does not trust, and the policy allows that.
-    UnknownSigner { fingerprint: String },
+    UntrustedSigner { fingerprint: String },
+}
+
+impl Verdict {
+    pub fn is_trusted(&self) -> bool {
+        matches!(self, Verdict::Trusted { .. })
+    }
+
+    /// The warning for a pool nothing trusted vouches for (`None` when trusted): what it is,
+    /// and how to trust its signer or to require signatures.
+    pub fn warning(&self, pool: &std::path::Path) -> Option<String> {
+        let require = "to refuse such pools, set require_signature = true (or SW_POOL_REQUIRE_SIGNATURE=1, --require-signature)";
+        match self {
+            Verdict::Trusted { .. } => None,
+            Verdict::Unsigned => Some(format!(
+                "{} is unsigned; nothing vouches for its content (sign it with `sw-pool sign`; {require})",
+                pool.display()
+            )),
+            Verdict::UntrustedSigner { fingerprint } => Some(format!(
+                "{} is signed by an untrusted key {fingerprint}; nothing vouches for its content (if you trust its owner, check the fingerprint with them and copy their public key into ~/.config/sw-pool/trusted-keys/ or /etc/sw-pool/trusted-keys/; {require})",
+                pool.display()
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Trusted { name, fingerprint } => write!(f, "signed by {name} ({fingerprint})"),
+            Verdict::Unsigned => f.write_str("unsigned"),
+            Verdict::UntrustedSigner { fingerprint } => {
+                write!(f, "signed by an untrusted key {fingerprint}")
+            }
+        }
+    }
 }
 
 fn verify_bytes(
@@ -131,12 +212,18 @@ pub fn authorize(pool: &Pool, policy: &TrustPolicy) -> Result<Verdict, TrustErro
     }
     let block = read_block(pool)?;
     match policy.keys.find(&block.key_fingerprint) {
-        Some(k) => Ok(Verdict::Trusted(check_signature(pool, &block, k)?)),
+        Some(k) => {
+            let s = check_signature(pool, &block, k)?;
+            Ok(Verdict::Trusted {
+                name: s.name,
+                fingerprint: s.fingerprint,
+            })
+        }
         None if policy.require_signature => Err(TrustError::Untrusted {
             path: pool.path.clone(),
             fingerprint: block.key_fingerprint,
         }),
-        None => Ok(Verdict::UnknownSigner {
+        None => Ok(Verdict::UntrustedSigner {
             fingerprint: block.key_fingerprint,
         }),
     }

@@ -1,0 +1,562 @@
+//! The per-node load pipeline, once, for every command that brings a pool onto a node:
+//! `sw-pool load` (collective, under MPI), the Slurm TaskProlog (one node), `sw-pool mount
+//! NAME/VERSION`.
+//!
+//! resolve → open once → authorize (a typed [`Verdict`]) → place (broadcast into the node-local
+//! cache, bound to the authorized bytes) → mount → cache upkeep → the environment change, as data.
+//!
+//! Every step that can fail on one node ends in an agreement ([`Collective`]): a failure anywhere
+//! fails every rank with the same error naming the node, and leaves no temporary file and no mount
+//! anywhere (the nodes that mounted take their mount back). See `docs/architecture.md`.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache;
+use crate::collective::{leader_value, Collective, Local};
+use crate::config::Config;
+use crate::env::{self, Change, PoolMount, Snapshot};
+use crate::error::{Error, ExitStatus};
+use crate::mount::{self, paths, MountOptions, Sys};
+use crate::pool::Pool;
+use crate::slurm::{self, JobPool};
+use crate::state::{self, AcquireRequest, StateDir};
+use crate::transfer::{copy, Authorized, CopyOptions, CopyReport, ProgressSink};
+use crate::trust::{authorize, TrustPolicy, TrustedKeys, Verdict};
+
+/// What to load, and where.
+#[derive(Clone, Default)]
+pub struct LoadRequest {
+    /// A pool file, or `NAME/VERSION` found on the pool path.
+    pub pool: PathBuf,
+    /// Mount here (created if missing; its parent must exist); default
+    /// `<mount dir>/NAME/VERSION`.
+    pub mountpoint: Option<PathBuf>,
+    /// The node-local cache's base directory (`--cache-dir`), before the configured one.
+    pub cache_dir: Option<PathBuf>,
+    /// The job the mount's reference belongs to.
+    pub job_id: Option<String>,
+    /// How long a mount may take to appear.
+    pub timeout: Duration,
+    /// One reference per job (the TaskProlog runs once per task).
+    pub once_per_job: bool,
+    /// The pool must have this manifest digest (a job's later steps mount the very pool the job
+    /// loaded).
+    pub expect_digest: Option<String>,
+    /// Progress of the broadcast (world rank 0).
+    pub progress: Option<ProgressSink>,
+}
+
+/// Everything a node needs that is not the request: configuration, trust, the system.
+pub struct NodeContext<'a> {
+    pub cfg: &'a Config,
+    pub policy: TrustPolicy,
+    pub uid: u32,
+    pub sys: &'a dyn Sys,
+    /// The mount-record store.
+    pub state: StateDir,
+}
+
+impl<'a> NodeContext<'a> {
+    /// The real node: the trust policy from the configuration and the trusted-keys directories,
+    /// the default record store.
+    pub fn real(cfg: &'a Config, sys: &'a dyn Sys) -> Result<NodeContext<'a>, Error> {
+        Ok(NodeContext {
+            cfg,
+            policy: TrustPolicy::from_config(cfg, TrustedKeys::load(&TrustedKeys::default_dirs())),
+            uid: sys.euid(),
+            sys,
+            state: StateDir::open_default()?,
+        })
+    }
+}
+
+/// Observes the pipeline's steps (progress output; tests force races between them).
+pub trait Observer: Sync {
+    /// The pool was opened and authorized on this node, nothing moved yet.
+    fn authorized(&self, _node: usize, _pool: &Path) {}
+}
+
+/// No observer.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// What a node leader decided in the first step, sent to the ranks of its node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// The pool file.
+    pub src: PathBuf,
+    /// Its node-local cache entry.
+    pub dest: PathBuf,
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    pub verdict: Verdict,
+}
+
+/// Wall time of the pipeline's steps (world rank 0's figures).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    pub resolve_trust: Duration,
+    pub mount: Duration,
+    pub total: Duration,
+}
+
+/// A loaded pool.
+#[derive(Debug, Clone, Serialize)]
+pub struct Loaded {
+    pub plan: Plan,
+    pub mount_point: PathBuf,
+    /// It was mounted there already (on rank 0's node): only a reference was added.
+    pub reused: bool,
+    /// The broadcast's report (nothing moved when `skipped_all`).
+    pub copy: CopyReport,
+    pub timings: Timings,
+}
+
+/// Resolve a pool spec: an existing path (a regular file), or `NAME/VERSION` on the pool path.
+/// The same input gives the same message and status everywhere.
+pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
+    let s = spec.to_string_lossy();
+    if std::fs::symlink_metadata(spec).is_err() && crate::pool::spec::is_pool_spec(&s) {
+        return Ok(crate::pool::spec::resolve_pool(&s, pool_path)?);
+    }
+    match std::fs::metadata(spec) {
+        Err(_) => Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "pool {} does not exist (give a pool file, or NAME/VERSION found on $SW_POOL_PATH)",
+                spec.display()
+            ),
+        )),
+        Ok(m) if !m.is_file() => Err(Error::other(
+            ExitStatus::InvalidPool,
+            format!(
+                "{} is not a sw-pool pool: not a regular file; give a pool file built with `sw-pool build`",
+                spec.display()
+            ),
+        )),
+        Ok(_) => Ok(crate::exec::absolute(spec)),
+    }
+}
+
+/// Create `-m DIR` if it is missing (its parent must exist), like the paper's `-m $LOCAL_TMPDIR/mnt`.
+pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
+    if std::fs::symlink_metadata(mp).is_err() {
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(mp)
+            .map_err(|e| {
+                Error::other(
+                    ExitStatus::BadInput,
+                    format!("cannot create mount point {}: {e}", mp.display()),
+                )
+            })?;
+    }
+    Ok(mount::canonical_mountpoint(mp)?)
+}
+
+/// Step 1 on a node leader: resolve, open once, authorize, choose the cache entry.
+fn plan(
+    node: &NodeContext,
+    req: &LoadRequest,
+) -> Result<(Plan, Authorized), Error> {
+    let src = resolve(&req.pool, &node.cfg.pool_path.value)?;
+    let pool = Pool::open(&src)?;
+    crate::pool::fs_size::check_fits(&pool)?;
+    let verdict = authorize(&pool, &node.policy)?;
+    let m = &pool.manifest;
+    if let Some(want) = &req.expect_digest {
+        if &m.digest != want {
+            return Err(Error::other(
+                ExitStatus::InvalidPool,
+                format!(
+                    "{} changed on shared storage since the job loaded it ({want} → {}); every node of a job must use the same pool: load it again",
+                    src.display(),
+                    m.digest
+                ),
+            ));
+        }
+    }
+    let base = cache::base_dir(req.cache_dir.as_deref(), node.cfg.cache_dir.value.as_deref());
+    let dest = cache::entry_path(
+        &cache::dir(&base, node.uid, true)?,
+        &m.name,
+        &m.version,
+        &m.digest,
+    );
+    let authorized = Authorized::of(&pool)?;
+    Ok((
+        Plan {
+            src,
+            dest,
+            name: m.name.clone(),
+            version: m.version.clone(),
+            digest: m.digest.clone(),
+            verdict,
+        },
+        authorized,
+    ))
+}
+
+/// Step 5 on a node leader: the mount point, then mount (or add a reference).
+fn mount_here(
+    node: &NodeContext,
+    req: &LoadRequest,
+    plan: &Plan,
+) -> Result<(PathBuf, bool), Error> {
+    let mp = match &req.mountpoint {
+        Some(m) => explicit_mountpoint(m)?,
+        None => {
+            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            paths::create_mountpoint(&root, &plan.name, &plan.version, node.uid)?
+        }
+    };
+    let r = state::acquire(
+        node.sys,
+        &node.state,
+        &AcquireRequest {
+            image: plan.dest.clone(),
+            mountpoint: mp,
+            options: MountOptions::parse(None)?,
+            job_id: req.job_id.clone(),
+            timeout: req.timeout,
+            once_per_job: req.once_per_job,
+        },
+    )?;
+    Ok((r.record.mount_point, r.reused))
+}
+
+/// Load a pool on every node of the job. Collective: every rank calls it; node leaders do the
+/// work; every rank returns the same outcome.
+pub fn load(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LoadRequest,
+    observer: &dyn Observer,
+) -> Result<Loaded, Error> {
+    let t0 = Instant::now();
+    let leader = job.is_leader();
+
+    // 1. resolve, open once, authorize: before any byte moves
+    let planned = leader.then(|| {
+        let r = plan(node, req);
+        if r.is_ok() {
+            observer.authorized(job.node_index(), &req.pool);
+        }
+        r
+    });
+    let mine: Local<()> = match &planned {
+        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
+        _ => Ok(()),
+    };
+    job.agree(mine)?;
+    let (own_plan, authorized) = match planned {
+        Some(Ok((p, a))) => (Some(p), Some(a)),
+        _ => (None, None),
+    };
+    // every node authorized the same pool (a pool replaced while the nodes opened it is refused)
+    let same: Local<()> = match (&own_plan, &authorized) {
+        (Some(p), Some(a)) => {
+            let key = format!("{}:{}", p.digest, blake3::hash(&a.tail).to_hex());
+            let all = job.leaders_all_gather(key.as_bytes())?;
+            if all.iter().all(|k| k == key.as_bytes()) {
+                Ok(())
+            } else {
+                Err((
+                    ExitStatus::InvalidPool,
+                    format!(
+                        "{} changed on shared storage while the nodes checked it; run load again",
+                        p.src.display()
+                    ),
+                ))
+            }
+        }
+        _ => Ok(()),
+    };
+    job.agree(same)?;
+    let plan: Plan = leader_value(job, own_plan.as_ref())?;
+    let resolve_trust = t0.elapsed();
+
+    // 2.-6. place: the broadcast into the node-local cache, bound to the authorized bytes
+    let opts = CopyOptions {
+        progress: req.progress.is_some(),
+        progress_sink: req.progress.clone(),
+        authorized,
+        ..CopyOptions::default()
+    };
+    let report: CopyReport = copy(job, &plan.src, &plan.dest, &opts)?;
+
+    // 7. mount on every node, all or nothing
+    let tm = Instant::now();
+    let mounted = leader.then(|| mount_here(node, req, &plan));
+    let mine: Local<()> = match &mounted {
+        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
+        _ => Ok(()),
+    };
+    if let Err(e) = job.agree(mine) {
+        if let Some(Ok((mp, _))) = &mounted {
+            // the nodes that did mount take their mount (or their reference) back
+            let _ = state::release(node.sys, &node.state, mp, true, req.job_id.as_deref());
+        }
+        return Err(e.into());
+    }
+    if leader {
+        // cache upkeep: least-recently-used bookkeeping, then the watermarks
+        let _ = cache::touch(&plan.dest);
+        cache::prune_to_watermarks(node.cfg, &plan.dest, node.uid, &state::images_in_use(&node.state));
+    }
+    let own_mp = mounted.and_then(Result::ok);
+    let (mount_point, reused): (PathBuf, bool) = leader_value(job, own_mp.as_ref())?;
+    let mount = tm.elapsed();
+    Ok(Loaded {
+        plan,
+        mount_point,
+        reused,
+        copy: report,
+        timings: Timings {
+            resolve_trust,
+            mount,
+            total: t0.elapsed(),
+        },
+    })
+}
+
+impl Loaded {
+    /// The `--json` report (stable field names; `ranks`: the job's world size).
+    pub fn report(&self, ranks: usize) -> serde_json::Value {
+        let (r, ph, p) = (&self.copy, &self.copy.phases, &self.plan);
+        serde_json::json!({
+            "pool": {"name": p.name, "version": p.version, "digest": p.digest, "src": p.src,
+                     "trust": p.verdict.to_string(), "verdict": p.verdict},
+            "cache": p.dest,
+            "mountpoint": self.mount_point,
+            "nodes": r.nodes,
+            "nodes_received": r.nodes_received,
+            "ranks": ranks,
+            "skipped_all": r.skipped_all,
+            "bytes_read_from_src": r.bytes_read_from_src,
+            "bytes_sent": r.bytes_sent,
+            "bytes_written": r.bytes_written,
+            "phases": {
+                "resolve_trust": self.timings.resolve_trust.as_secs_f64(),
+                "preflight": ph.preflight.as_secs_f64(),
+                "read": ph.read.as_secs_f64(),
+                "distribute": ph.distribute.as_secs_f64(),
+                "write": ph.write.as_secs_f64(),
+                "verify": ph.verify.as_secs_f64(),
+                "commit": ph.commit.as_secs_f64(),
+                "copy": ph.total.as_secs_f64(),
+                "mount": self.timings.mount.as_secs_f64(),
+                "total": self.timings.total.as_secs_f64(),
+            },
+        })
+    }
+}
+
+/// The environment change of a load: `MODULEPATH`, `SW_POOL_MOUNT`, …, and in a Slurm job the
+/// pool added to `SW_POOL_JOB_POOLS` so that the job's later steps mount it on their nodes.
+pub fn environment(l: &Loaded, now: &Snapshot, job_pools: Option<&str>, in_job: bool) -> Vec<Change> {
+    let pm = PoolMount {
+        mount_point: l.mount_point.clone(),
+        pool: Some((l.plan.name.clone(), l.plan.version.clone())),
+    };
+    let mut changes = env::load_changes(now, &pm);
+    if in_job {
+        changes.push(slurm::add_job_pool(
+            job_pools,
+            &JobPool {
+                name: l.plan.name.clone(),
+                version: l.plan.version.clone(),
+                digest: l.plan.digest.clone(),
+                src: l.plan.src.clone(),
+                mount_point: l.mount_point.clone(),
+                cache: Some(l.plan.dest.clone()),
+            },
+        ));
+    }
+    changes
+}
+
+/// The Slurm TaskProlog's step: make sure the job's pool `p` is cached (verified) and mounted at
+/// its mount point on this node, with one reference of this job. Every task after the first on a
+/// node answers from the node's record alone (no read of the pool on shared storage, no signature
+/// check again, no lock); the first one runs the pipeline, under a lock so that one task per node
+/// copies and the others then find the entry complete.
+pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<PathBuf, Error> {
+    if let Some(job) = job_id {
+        if let Ok(mp) = mount::canonical_mountpoint(&p.mount_point) {
+            if let Ok(Some(rec)) =
+                state::held_by_job(node.sys, &node.state, &mp, Some(&p.digest), job)
+            {
+                // LRU bookkeeping sees the latest task, not only the first: a utimensat on the
+                // node-local cache entry, only when the mount is of such an entry (never a write
+                // to an image elsewhere, e.g. one `sw-pool mount` took from shared storage)
+                if cache::is_entry_of(&rec.image, node.uid, &p.name, &p.version, &p.digest) {
+                    let _ = cache::touch(&rec.image);
+                }
+                return Ok(rec.mount_point);
+            }
+        }
+    }
+    // the cache directory the job's load used, when this node has it (a task's environment may
+    // name another $LOCAL_TMPDIR than the batch script's: one copy per node, not two)
+    let cache_dir = p
+        .cache
+        .as_deref()
+        .filter(|c| cache::is_entry_of(c, node.uid, &p.name, &p.version, &p.digest))
+        .and_then(|c| c.parent()?.parent()?.parent())
+        .filter(|b| b.is_dir())
+        .map(Path::to_path_buf);
+    let base = cache::base_dir(cache_dir.as_deref(), node.cfg.cache_dir.value.as_deref());
+    let cdir = cache::dir(&base, node.uid, true)?;
+    let lock = cdir.join(".fill.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(|e| {
+            Error::other(
+                ExitStatus::System,
+                format!("cannot open {}: {e}", lock.display()),
+            )
+        })?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
+        Error::other(
+            ExitStatus::System,
+            format!("cannot lock {}: {e}", lock.display()),
+        )
+    })?;
+    let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+    let default_mp = root.join(&p.name).join(&p.version);
+    let req = LoadRequest {
+        pool: p.src.clone(),
+        mountpoint: (p.mount_point != default_mp).then(|| p.mount_point.clone()),
+        cache_dir: Some(base),
+        job_id: job_id.map(String::from),
+        timeout: Duration::from_secs(30),
+        once_per_job: true,
+        expect_digest: Some(p.digest.clone()),
+        progress: None,
+    };
+    let l = load(&crate::transfer::Job::single(), node, &req, &Quiet)?;
+    if !l.reused {
+        slurm::syslog(
+            slurm::Level::Notice,
+            &format!(
+                "job={} user={} node={} task-prolog mounted {}/{} at {}",
+                job_id.unwrap_or("-"),
+                state::user_name(node.uid),
+                state::hostname(),
+                p.name,
+                p.version,
+                l.mount_point.display()
+            ),
+        );
+    }
+    Ok(l.mount_point)
+}
+
+/// The mount point of what `spec` names: a directory is the mount point itself; a pool file or
+/// NAME/VERSION is looked up at `<mount dir>/NAME/VERSION`.
+fn mountpoint_of(
+    spec: &Path,
+    mount_dir: Option<&Path>,
+    uid: u32,
+) -> Result<(PathBuf, Option<(String, String)>), Error> {
+    if spec.is_dir() {
+        return Ok((mount::canonical_mountpoint(spec)?, None));
+    }
+    let s = spec.to_string_lossy();
+    let (name, version) = if spec.is_file() {
+        let p = Pool::open(spec)?;
+        (p.manifest.name, p.manifest.version)
+    } else if crate::pool::spec::is_pool_spec(&s) {
+        let (n, v) = s.split_once('/').expect("NAME/VERSION");
+        (n.to_string(), v.to_string())
+    } else {
+        return Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "{} is neither a mount point, a pool file nor NAME/VERSION (see `sw-pool list`)",
+                spec.display()
+            ),
+        ));
+    };
+    let mp = paths::default_mount_dir(mount_dir, uid)
+        .join(&name)
+        .join(&version);
+    if !mp.is_dir() {
+        return Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "pool {name}/{version} is not loaded on this node (nothing at {}; see `sw-pool list`)",
+                mp.display()
+            ),
+        ));
+    }
+    Ok((mount::canonical_mountpoint(&mp)?, Some((name, version))))
+}
+
+/// What [`unload`] did (world rank 0's node).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unloaded {
+    pub mount_point: PathBuf,
+    pub pool: Option<(String, String)>,
+    /// References other jobs or loads still hold on rank 0's node (it stays mounted then).
+    pub remaining: usize,
+}
+
+/// Drop this user's reference to a loaded pool on every node (the last one unmounts it; the
+/// cache entry stays). Collective like [`load`].
+pub fn unload(
+    job: &dyn Collective,
+    node: &NodeContext,
+    spec: &Path,
+    force: bool,
+    job_id: Option<&str>,
+) -> Result<Unloaded, Error> {
+    let released = job.is_leader().then(|| -> Result<Unloaded, Error> {
+        let (mp, pool) = mountpoint_of(spec, node.cfg.mount_dir.value.as_deref(), node.uid)?;
+        let r = state::release(node.sys, &node.state, &mp, force, job_id)?;
+        let pool = pool.or_else(|| {
+            r.record
+                .as_ref()
+                .and_then(|r| r.pool.as_ref())
+                .map(|p| (p.name.clone(), p.version.clone()))
+        });
+        Ok(Unloaded {
+            mount_point: mp,
+            pool,
+            remaining: r.remaining,
+        })
+    });
+    let mine: Local<()> = match &released {
+        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
+        _ => Ok(()),
+    };
+    job.agree(mine)?;
+    Ok(leader_value(job, released.and_then(Result::ok).as_ref())?)
+}
+
+/// The environment change of an unload.
+pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>) -> Vec<Change> {
+    let mut changes = env::unload_changes(
+        now,
+        &PoolMount {
+            mount_point: u.mount_point.clone(),
+            pool: u.pool.clone(),
+        },
+    );
+    if let Some(c) = slurm::remove_job_pool(job_pools, &u.mount_point) {
+        changes.push(c);
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests;
