@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 use swpool_core::cache;
+use swpool_core::collective::Collective;
 use swpool_core::mount::RealSys;
 use swpool_core::state::{self, ListEntry, ListStatus, StateDir};
-use swpool_core::collective::Collective;
 use swpool_core::transfer::Job;
 use swpool_core::{Error, ExitStatus};
 

@@ -59,10 +59,7 @@ impl Group {
             self.cv.notify_all();
         } else {
             while !st.done.contains_key(&generation) {
-                let (g, t) = self
-                    .cv
-                    .wait_timeout(st, FakeCluster::TIMEOUT)
-                    .unwrap();
+                let (g, t) = self.cv.wait_timeout(st, FakeCluster::TIMEOUT).unwrap();
                 st = g;
                 assert!(
                     !(t.timed_out() && !st.done.contains_key(&generation)),
@@ -206,17 +203,31 @@ mod tests {
             };
             r.agree(local)
         });
-        let msgs: Vec<String> = out.iter().map(|o| o.as_ref().unwrap_err().to_string()).collect();
-        assert!(msgs.iter().all(|m| m == "fake2 (rank 4): disk full"), "{msgs:?}");
-        assert_eq!(out[4].as_ref().unwrap_err().exit_status(), ExitStatus::System);
-        assert_eq!(out[0].as_ref().unwrap_err().exit_status(), ExitStatus::Collective);
+        let msgs: Vec<String> = out
+            .iter()
+            .map(|o| o.as_ref().unwrap_err().to_string())
+            .collect();
+        assert!(
+            msgs.iter().all(|m| m == "fake2 (rank 4): disk full"),
+            "{msgs:?}"
+        );
+        assert_eq!(
+            out[4].as_ref().unwrap_err().exit_status(),
+            ExitStatus::System
+        );
+        assert_eq!(
+            out[0].as_ref().unwrap_err().exit_status(),
+            ExitStatus::Collective
+        );
     }
 
     #[test]
     fn leader_values_reach_their_node_only() {
         let out = FakeCluster::run(3, 3, |r| {
             let mine = format!("node{}", r.node_index());
-            let v = r.from_leader(r.is_leader().then_some(mine.as_bytes())).unwrap();
+            let v = r
+                .from_leader(r.is_leader().then_some(mine.as_bytes()))
+                .unwrap();
             let all = if r.is_leader() {
                 r.leaders_all_gather(&v).unwrap().len()
             } else {

@@ -234,7 +234,10 @@ mod tests {
             own: Some(ExitStatus::Trust),
             show_rank: true,
         };
-        assert_eq!(b.to_string(), "failed on 2 nodes: n1 (rank 1): x; n3 (rank 3): y");
+        assert_eq!(
+            b.to_string(),
+            "failed on 2 nodes: n1 (rank 1): x; n3 (rank 3): y"
+        );
         assert_eq!(b.exit_status(), ExitStatus::Trust);
     }
 }

@@ -160,10 +160,7 @@ pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
 }
 
 /// Step 1 on a node leader: resolve, open once, authorize, choose the cache entry.
-fn plan(
-    node: &NodeContext,
-    req: &LoadRequest,
-) -> Result<(Plan, Authorized), Error> {
+fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Error> {
     let src = resolve(&req.pool, &node.cfg.pool_path.value)?;
     let pool = Pool::open(&src)?;
     crate::pool::fs_size::check_fits(&pool)?;
@@ -181,7 +178,10 @@ fn plan(
             ));
         }
     }
-    let base = cache::base_dir(req.cache_dir.as_deref(), node.cfg.cache_dir.value.as_deref());
+    let base = cache::base_dir(
+        req.cache_dir.as_deref(),
+        node.cfg.cache_dir.value.as_deref(),
+    );
     let dest = cache::entry_path(
         &cache::dir(&base, node.uid, true)?,
         &m.name,
@@ -240,6 +240,12 @@ pub fn load(
 ) -> Result<Loaded, Error> {
     let t0 = Instant::now();
     let leader = job.is_leader();
+    // several "nodes" on one machine (tests): `%n` in the node-local paths is the node index
+    let req = &LoadRequest {
+        mountpoint: req.mountpoint.as_deref().map(|p| job.node_path(p)),
+        cache_dir: req.cache_dir.as_deref().map(|p| job.node_path(p)),
+        ..req.clone()
+    };
 
     // 1. resolve, open once, authorize: before any byte moves
     let planned = leader.then(|| {
@@ -307,7 +313,12 @@ pub fn load(
     if leader {
         // cache upkeep: least-recently-used bookkeeping, then the watermarks
         let _ = cache::touch(&plan.dest);
-        cache::prune_to_watermarks(node.cfg, &plan.dest, node.uid, &state::images_in_use(&node.state));
+        cache::prune_to_watermarks(
+            node.cfg,
+            &plan.dest,
+            node.uid,
+            &state::images_in_use(&node.state),
+        );
     }
     let own_mp = mounted.and_then(Result::ok);
     let (mount_point, reused): (PathBuf, bool) = leader_value(job, own_mp.as_ref())?;
@@ -359,7 +370,12 @@ impl Loaded {
 
 /// The environment change of a load: `MODULEPATH`, `SW_POOL_MOUNT`, …, and in a Slurm job the
 /// pool added to `SW_POOL_JOB_POOLS` so that the job's later steps mount it on their nodes.
-pub fn environment(l: &Loaded, now: &Snapshot, job_pools: Option<&str>, in_job: bool) -> Vec<Change> {
+pub fn environment(
+    l: &Loaded,
+    now: &Snapshot,
+    job_pools: Option<&str>,
+    in_job: bool,
+) -> Vec<Change> {
     let pm = PoolMount {
         mount_point: l.mount_point.clone(),
         pool: Some((l.plan.name.clone(), l.plan.version.clone())),

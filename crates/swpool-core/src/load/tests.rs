@@ -1,0 +1,357 @@
+//! The load pipeline on an in-process cluster ([`FakeCluster`]): real pool files, real copies into
+//! per-node cache directories, real trust checks; the FUSE helper is the recording fake. Each test
+//! fails one step on one node and checks that every rank gets the same error and that nothing is
+//! left on any node (no temporary file, no mount, no record).
+
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use super::*;
+use crate::collective::fake::{FakeCluster, FakeRank};
+use crate::mount::sys::{FakeHelper, FakeScript, FakeSys};
+use crate::pool::manifest::tests::sample;
+use crate::pool::trailer::write_trailer;
+use crate::trust::{keys, sign_pool, TrustedKey};
+
+const NODES: usize = 4;
+
+struct Site {
+    _d: tempfile::TempDir,
+    root: PathBuf,
+    pool: PathBuf,
+    key: openssl::pkey::PKey<openssl::pkey::Private>,
+    uid: u32,
+}
+
+/// A squashfs-like image (a superblock claiming `bytes_used`, random data) as a signed pool.
+fn write_pool(path: &Path, seed: u8, key: &openssl::pkey::PKey<openssl::pkey::Private>) {
+    let mut image = vec![0u8; 3 << 20];
+    image[0..4].copy_from_slice(b"hsqs");
+    let len = image.len() as u64;
+    image[40..48].copy_from_slice(&len.to_le_bytes());
+    let mut x = 0x9e37_79b9_u32.wrapping_add(seed as u32);
+    for b in image[4096..].iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *b = x as u8;
+    }
+    let m = sample(&image, 1 << 20);
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    std::io::Write::write_all(&mut f, &image).unwrap();
+    write_trailer(&mut f, image.len() as u64, &m.to_json(), &[]).unwrap();
+    drop(f);
+    sign_pool(&tmp, key).unwrap();
+    let _ = std::fs::remove_file(crate::trust::detached_path(&tmp));
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn site() -> Site {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let key = keys::generate(keys::Algorithm::Ed25519).unwrap();
+    let pool = root.join("shared/demo.sqfs");
+    std::fs::create_dir_all(pool.parent().unwrap()).unwrap();
+    write_pool(&pool, 1, &key);
+    for n in 0..NODES {
+        std::fs::create_dir_all(root.join(format!("node{n}/cache"))).unwrap();
+    }
+    Site {
+        _d: d,
+        root,
+        pool,
+        key,
+        uid: rustix::process::geteuid().as_raw(),
+    }
+}
+
+fn trusted(key: &openssl::pkey::PKey<openssl::pkey::Private>, name: &str) -> TrustedKey {
+    let public =
+        openssl::pkey::PKey::public_key_from_pem(&key.public_key_to_pem().unwrap()).unwrap();
+    TrustedKey {
+        name: name.into(),
+        path: PathBuf::from(format!("/fake/{name}.pem")),
+        fingerprint: keys::fingerprint(&public).unwrap(),
+        key: public,
+    }
+}
+
+/// What each node looks like, and how to break one.
+#[derive(Default, Clone, Copy)]
+struct Faults {
+    /// This node's trusted key has the signer's fingerprint but another key (bad signature).
+    bad_signature_on: Option<usize>,
+    /// This node's disk has no free space.
+    full_disk_on: Option<usize>,
+    /// This node's FUSE helper exits instead of mounting.
+    mount_fails_on: Option<usize>,
+}
+
+struct NodeOutcome {
+    result: Result<Loaded, String>,
+    status: Option<ExitStatus>,
+    mounts: usize,
+}
+
+fn run(
+    s: &Site,
+    ranks_per_node: usize,
+    faults: Faults,
+    observer: &dyn Observer,
+) -> Vec<NodeOutcome> {
+    let cfg = Config::default();
+    let req = LoadRequest {
+        pool: s.pool.clone(),
+        mountpoint: Some(s.root.join("node%n/mnt")),
+        cache_dir: Some(s.root.join("node%n/cache")),
+        timeout: Duration::from_secs(5),
+        ..LoadRequest::default()
+    };
+    FakeCluster::run(NODES, ranks_per_node, |r: &FakeRank| {
+        let n = r.node_index();
+        let sys = FakeSys::new(FakeScript {
+            helper: if faults.mount_fails_on == Some(n) {
+                FakeHelper::Exits(1, "fuse: mount failed: Operation not permitted".into())
+            } else {
+                FakeHelper::Mounts
+            },
+            euid: s.uid,
+            ..Default::default()
+        });
+        let mut key = trusted(&s.key, "site");
+        if faults.bad_signature_on == Some(n) {
+            key.key = trusted(&keys::generate(keys::Algorithm::Ed25519).unwrap(), "x").key;
+        }
+        let keys = crate::trust::TrustedKeys {
+            keys: vec![key],
+            ..Default::default()
+        };
+        let node = NodeContext {
+            cfg: &cfg,
+            policy: TrustPolicy::from_config(&cfg, keys),
+            uid: s.uid,
+            sys: &sys,
+            state: StateDir::open(&s.root.join(format!("node{n}/state")), s.uid).unwrap(),
+        };
+        if faults.full_disk_on == Some(n) {
+            crate::transfer::TEST_FREE_BYTES.with(|c| c.set(Some(4096)));
+        }
+        let res = load(r, &node, &req, observer);
+        crate::transfer::TEST_FREE_BYTES.with(|c| c.set(None));
+        NodeOutcome {
+            status: res.as_ref().err().map(Error::exit_status),
+            result: res.map_err(|e| e.to_string()),
+            mounts: sys.mounts().unwrap().len(),
+        }
+    })
+}
+
+/// Every rank failed with the same message; nothing is left anywhere.
+fn failed_alike(s: &Site, out: &[NodeOutcome], needle: &str, node: usize) -> String {
+    let msgs: Vec<&String> = out
+        .iter()
+        .map(|o| o.result.as_ref().err().unwrap())
+        .collect();
+    assert!(msgs.iter().all(|m| *m == msgs[0]), "{msgs:#?}");
+    assert!(msgs[0].contains(needle), "{}", msgs[0]);
+    assert!(msgs[0].contains(&format!("fake{node}")), "{}", msgs[0]);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.mounts, 0, "rank {i} left a mount");
+        let st = o.status.unwrap();
+        assert!(
+            st != ExitStatus::Success && st != ExitStatus::Internal,
+            "{st:?}"
+        );
+    }
+    for n in 0..NODES {
+        let cache = s.root.join(format!("node{n}/cache"));
+        for e in walk(&cache) {
+            let name = e.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                !name.contains("swpool-tmp"),
+                "a temporary is left: {}",
+                e.display()
+            );
+        }
+        let state = s.root.join(format!("node{n}/state"));
+        let records: Vec<_> = walk(&state)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        assert!(records.is_empty(), "records left on node {n}: {records:?}");
+    }
+    msgs[0].clone()
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn loads_on_every_node_with_one_verdict() {
+    let s = site();
+    let out = run(&s, 2, Faults::default(), &Quiet);
+    let first = out[0].result.as_ref().unwrap();
+    assert!(matches!(&first.plan.verdict, Verdict::Trusted { name, .. } if name == "site"));
+    let original = std::fs::read(&s.pool).unwrap();
+    for (i, o) in out.iter().enumerate() {
+        let l = o.result.as_ref().unwrap();
+        assert_eq!(l.plan.digest, first.plan.digest);
+        assert_eq!(l.mount_point, s.root.join(format!("node{}/mnt", i / 2)));
+        if i % 2 == 0 {
+            assert_eq!(o.mounts, 1, "node {} mounted", i / 2);
+            assert_eq!(std::fs::read(&l.plan.dest).unwrap(), original);
+        }
+    }
+    assert_eq!(first.copy.nodes, NODES);
+    assert!(!first.reused);
+}
+
+#[test]
+fn a_bad_signature_on_node_3_fails_every_node() {
+    let s = site();
+    let f = Faults {
+        bad_signature_on: Some(2),
+        ..Faults::default()
+    };
+    let m = failed_alike(&s, &run(&s, 2, f, &Quiet), "signature does not verify", 2);
+    assert!(m.contains("do not use this pool"), "{m}");
+    // nothing moved: no cache entry anywhere
+    for n in 0..NODES {
+        assert!(walk(&s.root.join(format!("node{n}/cache")))
+            .iter()
+            .all(|p| p.extension().is_none_or(|x| x != "pool")));
+    }
+}
+
+#[test]
+fn a_full_disk_on_node_2_fails_every_node() {
+    let s = site();
+    let f = Faults {
+        full_disk_on: Some(1),
+        ..Faults::default()
+    };
+    let m = failed_alike(&s, &run(&s, 2, f, &Quiet), "not enough space", 1);
+    assert!(m.contains("free space on this node"), "{m}");
+}
+
+#[test]
+fn a_mount_that_fails_on_node_4_fails_every_node() {
+    let s = site();
+    let f = Faults {
+        mount_fails_on: Some(3),
+        ..Faults::default()
+    };
+    failed_alike(&s, &run(&s, 2, f, &Quiet), "fuse", 3);
+}
+
+/// Replaces the pool on shared storage once every node has checked it, before anything moves.
+struct Republish<'a> {
+    site: &'a Site,
+    all_checked: Barrier,
+    replaced: Barrier,
+}
+
+impl Observer for Republish<'_> {
+    fn authorized(&self, node: usize, _pool: &Path) {
+        self.all_checked.wait();
+        if node == 0 {
+            // an admin republishes: same name, new content, signed by the same trusted key
+            let new = self.site.root.join("shared/new.sqfs");
+            write_pool(&new, 2, &self.site.key);
+            std::fs::rename(&new, &self.site.pool).unwrap();
+        }
+        self.replaced.wait();
+    }
+}
+
+#[test]
+fn a_pool_changed_between_check_and_copy_is_refused_everywhere() {
+    let s = site();
+    let obs = Republish {
+        site: &s,
+        all_checked: Barrier::new(NODES),
+        replaced: Barrier::new(NODES),
+    };
+    let out = run(&s, 2, Faults::default(), &obs);
+    let m = failed_alike(
+        &s,
+        &out,
+        "changed on shared storage since it was checked",
+        0,
+    );
+    assert!(m.contains("run load again"), "{m}");
+    for n in 0..NODES {
+        assert!(walk(&s.root.join(format!("node{n}/cache")))
+            .iter()
+            .all(|p| p.extension().is_none_or(|x| x != "pool")));
+    }
+}
+
+#[test]
+fn untrusted_and_unsigned_verdicts_carry_a_warning() {
+    let p = Path::new("/shared/x.sqfs");
+    assert!(Verdict::Trusted {
+        name: "a".into(),
+        fingerprint: "sha256:00".into()
+    }
+    .warning(p)
+    .is_none());
+    let w = Verdict::UntrustedSigner {
+        fingerprint: "sha256:ab".into(),
+    }
+    .warning(p)
+    .unwrap();
+    assert!(
+        w.contains("untrusted key sha256:ab") && w.contains("trusted-keys"),
+        "{w}"
+    );
+    assert!(w.contains("require_signature"), "{w}");
+    let u = Verdict::Unsigned.warning(p).unwrap();
+    assert!(
+        u.contains("unsigned") && u.contains("require_signature"),
+        "{u}"
+    );
+}
+
+#[test]
+fn signatures_are_required_by_default_where_keys_are_installed() {
+    let key = keys::generate(keys::Algorithm::Ed25519).unwrap();
+    let with_keys = crate::trust::TrustedKeys {
+        keys: vec![trusted(&key, "site")],
+        ..Default::default()
+    };
+    let cfg = Config::default();
+    let p = TrustPolicy::from_config(&cfg, with_keys.clone());
+    assert!(p.require_signature);
+    assert!(
+        p.origin.to_string().contains("1 trusted key"),
+        "{}",
+        p.origin
+    );
+    let p = TrustPolicy::from_config(&cfg, crate::trust::TrustedKeys::default());
+    assert!(!p.require_signature);
+    // an explicit `require_signature = false` wins
+    let mut cfg = Config::default();
+    cfg.apply_env(|k| (k == "SW_POOL_REQUIRE_SIGNATURE").then(|| "false".to_string()))
+        .unwrap();
+    let p = TrustPolicy::from_config(&cfg, with_keys);
+    assert!(!p.require_signature);
+    assert!(
+        p.origin.to_string().contains("SW_POOL_REQUIRE_SIGNATURE"),
+        "{}",
+        p.origin
+    );
+}

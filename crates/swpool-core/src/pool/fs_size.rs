@@ -37,7 +37,9 @@ pub fn parse(head: &[u8]) -> Result<FsSize, String> {
         let sb = &head[1024..];
         let log = le32(sb, 0x18);
         if log > 6 {
-            return Err(format!("ext superblock: block size 1024 << {log} is not plausible"));
+            return Err(format!(
+                "ext superblock: block size 1024 << {log} is not plausible"
+            ));
         }
         let block = 1024u64 << log;
         let incompat = le32(sb, 0x60);

@@ -348,11 +348,24 @@ mod tests {
             )
             .map(|c| c.cmdline())
         };
-        let batch = [("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "4"), ("SLURM_STEP_ID", "batch")];
+        let batch = [
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_JOB_NUM_NODES", "4"),
+            ("SLURM_STEP_ID", "batch"),
+        ];
         let line = run(&batch).expect("spreads");
-        assert!(line.contains("--nodes=4") && line.contains("--ntasks=4"), "{line}");
-        assert!(line.contains("--mpi=pmix") && line.ends_with("load demo/1.0"), "{line}");
-        assert_eq!(run(&[("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "1")]), None);
+        assert!(
+            line.contains("--nodes=4") && line.contains("--ntasks=4"),
+            "{line}"
+        );
+        assert!(
+            line.contains("--mpi=pmix") && line.ends_with("load demo/1.0"),
+            "{line}"
+        );
+        assert_eq!(
+            run(&[("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "1")]),
+            None
+        );
         assert_eq!(run(&[("SLURM_JOB_NUM_NODES", "4")]), None);
         let mut step = batch.to_vec();
         step[2] = ("SLURM_STEP_ID", "3");

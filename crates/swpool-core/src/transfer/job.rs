@@ -319,7 +319,11 @@ impl Job {
                     }
                 }
             }
-            std::thread::sleep(Duration::from_millis(if self.local_rank == 0 { 1 } else { 20 }));
+            std::thread::sleep(Duration::from_millis(if self.local_rank == 0 {
+                1
+            } else {
+                20
+            }));
         }
     }
 }

@@ -193,7 +193,9 @@ impl Authorized {
         use std::os::unix::fs::FileExt;
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
         let mut tail = vec![0u8; self.tail.len()];
-        if len != self.len || f.read_exact_at(&mut tail, self.image_size).is_err() || tail != self.tail
+        if len != self.len
+            || f.read_exact_at(&mut tail, self.image_size).is_err()
+            || tail != self.tail
         {
             return Err(Self::changed(src));
         }
@@ -551,13 +553,15 @@ fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
                 .as_deref()
                 .and_then(|h| hex::decode(h).ok())
                 .unwrap_or_default();
-            out.extend(plan::grid(m.image_size..info.len, info.chunk_size).map(|mut c| {
-                let s = (c.offset - m.image_size) as usize;
-                if let Some(b) = tail.get(s..s + c.len as usize) {
-                    c.expect = Some(*blake3::hash(b).as_bytes());
-                }
-                c
-            }));
+            out.extend(
+                plan::grid(m.image_size..info.len, info.chunk_size).map(|mut c| {
+                    let s = (c.offset - m.image_size) as usize;
+                    if let Some(b) = tail.get(s..s + c.len as usize) {
+                        c.expect = Some(*blake3::hash(b).as_bytes());
+                    }
+                    c
+                }),
+            );
             out
         }
         None => info
@@ -666,6 +670,12 @@ fn write_stamp(info: &SrcInfo, path: &Path) -> Local<()> {
     Ok(())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Unit tests: the free space this thread's "node" reports (a full disk on one fake node).
+    pub(crate) static TEST_FREE_BYTES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
 /// What a receiving leader prepared in preflight.
 enum Prepared {
     File { tmp: Box<TempOutput>, out: File },
@@ -742,7 +752,12 @@ fn preflight(info: &SrcInfo, src: &Path, target: &Path, reader: bool) -> Local<P
             format!("cannot query free space of {}: {e}", parent.display()),
         )
     })?;
-    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    #[allow(unused_mut)]
+    let mut free = st.f_bavail.saturating_mul(st.f_frsize);
+    #[cfg(test)]
+    if let Some(f) = TEST_FREE_BYTES.with(|c| c.get()) {
+        free = f; // a full disk on one node of a fake cluster (unit tests only)
+    }
     // a little slack for metadata blocks
     let need = info.data_bytes + info.data_bytes / 64 + (1 << 20);
     if free < need {
