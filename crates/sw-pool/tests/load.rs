@@ -89,6 +89,79 @@ fn pool(t: &T, with_modules: bool) -> PathBuf {
     out
 }
 
+/// An untrusted signer is warned about like an unsigned pool (it loaded silently before), and a
+/// site that installed a trusted key requires signatures unless told otherwise.
+#[test]
+fn untrusted_signers_warn_and_installed_keys_require_signatures() {
+    let t = T::new();
+    let p = pool(&t, true);
+    let ps = p.to_str().unwrap();
+    let unsigned = t.p("unsigned.sqfs");
+    std::fs::copy(&p, &unsigned).unwrap();
+    assert_eq!(
+        sw_run(&["keygen", "-q", "--out", t.p("adm").to_str().unwrap()]).code,
+        0
+    );
+    assert_eq!(
+        sw_run(&["sign", "-q", "--key", t.p("adm.pem").to_str().unwrap(), ps]).code,
+        0
+    );
+    // no trusted key installed: the untrusted signer loads, with a warning saying what to do
+    let o = t.run(&["load", "-m", t.p("m1").to_str().unwrap(), ps]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("warning") && o.stderr.contains("untrusted key sha256:"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains("trusted-keys") && o.stderr.contains("require_signature"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(t.run(&["unload", t.p("m1").to_str().unwrap()]).code, 0);
+    // a trusted key installed: an unsigned pool is refused by default, nothing cached or mounted
+    std::fs::copy(t.p("adm.pub.pem"), t.p("keys/site-admin.pem")).unwrap();
+    let before = t.cache_files();
+    let o = t.run(&[
+        "load",
+        "-m",
+        t.p("m2").to_str().unwrap(),
+        unsigned.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 7, "{}", o.stderr);
+    assert!(o.stderr.contains("is not signed"), "{}", o.stderr);
+    assert_eq!(t.cache_files(), before);
+    assert_eq!(t.fuse_mounts(), 0);
+    // `sw-pool config` says why
+    let o = t.run(&["config"]);
+    assert!(
+        o.stdout.contains("signatures by a trusted key required"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("1 trusted key(s) installed"),
+        "{}",
+        o.stdout
+    );
+    // an explicit require_signature = false allows it again, with the warning
+    let o = run(t.sw().env("SW_POOL_REQUIRE_SIGNATURE", "false").args([
+        "load",
+        "-m",
+        t.p("m3").to_str().unwrap(),
+        unsigned.to_str().unwrap(),
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("is unsigned"), "{}", o.stderr);
+    assert_eq!(t.run(&["unload", t.p("m3").to_str().unwrap()]).code, 0);
+    // and the signed pool now loads as trusted, without a warning
+    let o = t.run(&["load", "-m", t.p("m4").to_str().unwrap(), ps]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("warning"), "{}", o.stderr);
+    assert_eq!(t.run(&["unload", t.p("m4").to_str().unwrap()]).code, 0);
+}
+
 #[test]
 fn load_twice_unload_twice() {
     let t = T::new();

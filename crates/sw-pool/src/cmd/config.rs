@@ -10,6 +10,27 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
     for (k, v, o) in &rows {
         p.result(format!("{k:<18} {v:<40} ({o})"));
     }
+    // the effective trust policy: require_signature above, or the default where keys are installed
+    let dirs = swpool_core::trust::TrustedKeys::default_dirs();
+    let policy = swpool_core::trust::TrustPolicy::from_config(
+        &cfg,
+        swpool_core::trust::TrustedKeys::load(&dirs),
+    );
+    let required = if policy.require_signature {
+        "signatures by a trusted key required"
+    } else {
+        "unsigned and untrusted pools allowed, with a warning"
+    };
+    let dir_list = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    p.result(format!(
+        "{:<18} {required} ({})",
+        "trust policy", policy.origin
+    ));
+    p.result(format!("{:<18} {dir_list}", "trusted keys in"));
     let files: Vec<String> = swpool_core::config::Config::files()
         .iter()
         .map(|f| f.display().to_string())
@@ -25,6 +46,7 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
     p.json(&serde_json::json!({
         "settings": rows.iter().map(|(k, v, o)| serde_json::json!({"key": k, "value": v, "origin": o})).collect::<Vec<_>>(),
         "files": files,
+        "trust_policy": {"require_signature": policy.require_signature, "origin": policy.origin.to_string(), "trusted_keys": policy.keys.keys.len(), "dirs": dirs},
     }));
     Ok(())
 }
