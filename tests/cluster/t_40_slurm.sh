@@ -246,10 +246,28 @@ for n in "${nodes[@]}"; do
   l=$(leftovers "$n" "$uid"); [[ $l == "0 0 0" ]] || { ok=0; fail "job3: $n clean after scancel --signal=KILL" "$l"; }
 done
 [[ $ok == 1 ]] && pass "job3: scancel --signal=KILL: the epilog left nothing on any node"
-"$TESTBED/exec" node3 sh -c "ls -la /tmp/sw-pool-$uid/mounts 2>/dev/null; ps -u $uid -o pid,comm" > "$W/out/before2" 2>&1 || true
+# what the epilog can change on node3, scoped to node3 (its mount namespace: nodes share the pid
+# namespace, so a plain `ps -u` also lists other nodes' processes, and a killed job's processes on
+# any node that are still being torn down): the user's records there, the user's FUSE mounts there,
+# and the user's processes whose mount namespace is node3's
+node3_ns=$("$TESTBED/exec" node3 readlink /proc/self/ns/mnt)
+node3_state() {
+  "$TESTBED/exec" node3 sh -c "ls -la /tmp/sw-pool-$uid/mounts 2>/dev/null | awk '{print \$1, \$3, \$NF}'; awk '\$3 ~ /^fuse/ && \$4 ~ /user_id=$uid(,|\$)/ {print \$2, \$3}' /proc/self/mounts"
+  for p in /proc/[0-9]*; do
+    [[ $(stat -c %u "$p" 2>/dev/null) == "$uid" && $(readlink "$p/ns/mnt" 2>/dev/null) == "$node3_ns" ]] || continue
+    echo "proc $(cat "$p/comm" 2>/dev/null)"
+  done | sort
+}
+# the killed job's processes on node3 end asynchronously (slurmstepd, helpers after unmount): wait
+# until none is left there (bounded), and say what was still running if some stay
+no_user_procs_on_node3() { ! node3_state | grep -q '^proc '; }
+if ! wait_for 300 no_user_procs_on_node3; then
+  echo "  job3: still running on node3 after 30 s:"; node3_state | sed 's/^/    /'
+fi
+node3_state > "$W/out/before2" 2>&1 || true
 rc=0; "$TESTBED/exec" node3 env SLURM_JOB_ID="$jid" SLURM_JOB_UID="$uid" SLURM_JOB_USER="$TB_USER" "$W/libexec/sw-pool/epilog" || rc=$?
 assert_eq "job3: the epilog run a second time by hand exits 0" 0 "$rc"
-"$TESTBED/exec" node3 sh -c "ls -la /tmp/sw-pool-$uid/mounts 2>/dev/null; ps -u $uid -o pid,comm" > "$W/out/after2" 2>&1 || true
+node3_state > "$W/out/after2" 2>&1 || true
 assert_eq "job3: ... and changes nothing" "$(cat "$W/out/before2")" "$(cat "$W/out/after2")"
 
 # --- 4. two concurrent jobs on node1 sharing the pool: the first one's end keeps the second's mount

@@ -51,6 +51,7 @@ pub fn overlaps_data(ranges: &[Range<u64>], range: &Range<u64>, hint: &mut usize
 /// True if every byte of `buf` is zero.
 pub fn is_all_zero(buf: &[u8]) -> bool {
     // SAFETY-free fast path: compare in u128 words; the compiler vectorises this loop
+    // SAFETY: every bit pattern is a valid u128, and align_to only reinterprets the aligned middle.
     let (head, body, tail) = unsafe { buf.align_to::<u128>() };
     head.iter().all(|&b| b == 0) && body.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }

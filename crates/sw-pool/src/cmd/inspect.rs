@@ -65,7 +65,12 @@ pub fn run(g: &GlobalArgs, a: InspectArgs) -> Result<(), Error> {
             "yes"
         }
     ));
-    p.result(format!("built     {} at {} (epoch)", m.builder, m.created));
+    p.result(format!(
+        "built     {} at {} (epoch {})",
+        m.builder,
+        swpool_core::pool::manifest::utc(m.created as i64),
+        m.created
+    ));
     if m.packages.is_empty() {
         p.result("packages  none (an ad-hoc pool without install/)");
     } else {

@@ -448,6 +448,8 @@ fn with_early_writeback<T>(file: &File, f: impl FnOnce() -> T) -> T {
             let fd = file.as_raw_fd();
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(WRITEBACK_EVERY) {
                 // SAFETY: a plain syscall on a descriptor `file` keeps open for this scope.
+                // SAFETY: `fd` belongs to the image file the build holds open; sync_file_range only
+                // starts writeback and touches no memory of ours.
                 let r = unsafe { libc::sync_file_range(fd, 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
                 if r != 0 {
                     tracing::debug!(error = %std::io::Error::last_os_error(), "sync_file_range: no early writeback");

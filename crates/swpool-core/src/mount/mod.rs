@@ -32,7 +32,7 @@ use crate::image::{self, ImageFormat};
 use crate::pool::{ManifestError, Pool};
 
 pub use proc::{Holder, MountEntry};
-pub use sys::{FakeScript, FakeSys, RealSys, Sys};
+pub use sys::{RealSys, Sys};
 
 /// How long to wait for a mount to appear by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);

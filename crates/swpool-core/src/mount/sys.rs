@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Child;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -227,220 +227,231 @@ impl Sys for RealSys {
     }
 }
 
-/// How the fake helper behaves.
-#[derive(Debug, Clone, Default)]
-pub enum FakeHelper {
-    /// The mount appears after this many polls.
-    #[default]
-    Mounts,
-    MountsAfter(u32),
-    /// The helper exits with this stderr after this many polls, mounting nothing.
-    Exits(u32, String),
-    /// The helper never mounts and never exits (a hung helper).
-    Hangs,
-    /// The helper program is not installed.
-    NotInstalled,
-}
+/// The recording fake of [`Sys`] (unit tests only): a scripted FUSE helper and mount table, so that
+/// mount ordering and clean-up after failures are tested without root or FUSE.
+#[cfg(test)]
+pub use fake::{FakeHelper, FakeScript, FakeSys};
 
-/// The script the fake plays.
-#[derive(Debug, Clone, Default)]
-pub struct FakeScript {
-    pub helper: FakeHelper,
-    /// `open("/dev/fuse")` fails with this.
-    pub fuse_device: Option<io::ErrorKind>,
-    /// The mount table before anything happens.
-    pub mounts: Vec<MountEntry>,
-    /// `fusermount3 -u` fails as busy (a lazy `-z` still works).
-    pub busy: bool,
-    /// Mount points whose FUSE process is dead (probe gives ENOTCONN).
-    pub stale: Vec<PathBuf>,
-    pub euid: u32,
-}
+#[cfg(test)]
+mod fake {
+    use super::*;
+    use std::path::PathBuf;
 
-/// A recording fake: file metadata comes from the real file system (tests use temporary
-/// directories), every mount-related operation is recorded in `calls` and follows `script`.
-#[derive(Debug, Default)]
-pub struct FakeSys {
-    pub script: Mutex<FakeScript>,
-    pub calls: Mutex<Vec<String>>,
-    state: Mutex<FakeState>,
-}
+    /// How the fake helper behaves.
+    #[derive(Debug, Clone, Default)]
+    pub enum FakeHelper {
+        /// The mount appears after this many polls.
+        #[default]
+        Mounts,
+        MountsAfter(u32),
+        /// The helper exits with this stderr after this many polls, mounting nothing.
+        Exits(u32, String),
+        /// The helper never mounts and never exits (a hung helper).
+        Hangs,
+        /// The helper program is not installed.
+        NotInstalled,
+    }
 
-#[derive(Debug, Default)]
-struct FakeState {
-    polls: u32,
-    running: Option<(u32, PathBuf, String)>,
-    next_pid: u32,
-}
+    /// The script the fake plays.
+    #[derive(Debug, Clone, Default)]
+    pub struct FakeScript {
+        pub helper: FakeHelper,
+        /// `open("/dev/fuse")` fails with this.
+        pub fuse_device: Option<io::ErrorKind>,
+        /// The mount table before anything happens.
+        pub mounts: Vec<MountEntry>,
+        /// `fusermount3 -u` fails as busy (a lazy `-z` still works).
+        pub busy: bool,
+        /// Mount points whose FUSE process is dead (probe gives ENOTCONN).
+        pub stale: Vec<PathBuf>,
+        pub euid: u32,
+    }
 
-impl FakeSys {
-    pub fn new(script: FakeScript) -> FakeSys {
-        FakeSys {
-            script: Mutex::new(script),
-            calls: Mutex::default(),
-            state: Mutex::new(FakeState {
-                next_pid: 4242,
-                ..Default::default()
-            }),
-        }
+    /// A recording fake: file metadata comes from the real file system (tests use temporary
+    /// directories), every mount-related operation is recorded in `calls` and follows `script`.
+    #[derive(Debug, Default)]
+    pub struct FakeSys {
+        pub script: Mutex<FakeScript>,
+        pub calls: Mutex<Vec<String>>,
+        state: Mutex<FakeState>,
     }
-    fn rec(&self, s: impl Into<String>) {
-        self.calls.lock().unwrap().push(s.into());
-    }
-    /// The recorded calls, in order.
-    pub fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-    /// The fake mount table now.
-    pub fn mount_table(&self) -> Vec<MountEntry> {
-        self.script.lock().unwrap().mounts.clone()
-    }
-    fn fake_entry(p: &Path, fstype: &str) -> MountEntry {
-        MountEntry {
-            mount_id: 900,
-            mount_point: p.to_path_buf(),
-            mount_options: "ro,nosuid,nodev,relatime".into(),
-            fstype: fstype.into(),
-            source: "fake".into(),
-            super_options: "ro,user_id=0,group_id=0".into(),
-        }
-    }
-    /// Advance the fake helper by one poll.
-    fn tick(&self) {
-        let mut st = self.state.lock().unwrap();
-        let Some((pid, mp, fstype)) = st.running.clone() else {
-            return;
-        };
-        st.polls += 1;
-        let polls = st.polls;
-        let mut sc = self.script.lock().unwrap();
-        let appear = match &sc.helper {
-            FakeHelper::Mounts => true,
-            FakeHelper::MountsAfter(n) => polls >= *n,
-            _ => false,
-        };
-        if appear && super::proc::mount_at(&sc.mounts, &mp).is_none() {
-            sc.mounts.push(Self::fake_entry(&mp, &fstype));
-            let _ = pid;
-        }
-    }
-}
 
-impl Sys for FakeSys {
-    fn euid(&self) -> u32 {
-        self.script.lock().unwrap().euid
+    #[derive(Debug, Default)]
+    struct FakeState {
+        polls: u32,
+        running: Option<(u32, PathBuf, String)>,
+        next_pid: u32,
     }
-    fn lstat(&self, p: &Path) -> io::Result<FileMeta> {
-        let m = RealSys::new().lstat(p)?;
-        Ok(FileMeta {
-            uid: self.euid(), // temporary directories in tests belong to the fake caller
-            ..m
-        })
-    }
-    fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
-        RealSys::new().dir_is_empty(p)
-    }
-    fn probe(&self, p: &Path) -> io::Result<()> {
-        self.rec(format!("probe {}", p.display()));
-        if self.script.lock().unwrap().stale.iter().any(|s| s == p) {
-            return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
+
+    impl FakeSys {
+        pub fn new(script: FakeScript) -> FakeSys {
+            FakeSys {
+                script: Mutex::new(script),
+                calls: Mutex::default(),
+                state: Mutex::new(FakeState {
+                    next_pid: 4242,
+                    ..Default::default()
+                }),
+            }
         }
-        Ok(())
-    }
-    fn mounts(&self) -> io::Result<Vec<MountEntry>> {
-        self.tick();
-        Ok(self.mount_table())
-    }
-    fn open_fuse_device(&self) -> io::Result<()> {
-        self.rec("open /dev/fuse");
-        match self.script.lock().unwrap().fuse_device {
-            Some(k) => Err(io::Error::from(k)),
-            None => Ok(()),
+        fn rec(&self, s: impl Into<String>) {
+            self.calls.lock().unwrap().push(s.into());
+        }
+        /// The recorded calls, in order.
+        pub fn calls(&self) -> Vec<String> {
+            self.calls.lock().unwrap().clone()
+        }
+        /// The fake mount table now.
+        pub fn mount_table(&self) -> Vec<MountEntry> {
+            self.script.lock().unwrap().mounts.clone()
+        }
+        fn fake_entry(p: &Path, fstype: &str) -> MountEntry {
+            MountEntry {
+                mount_id: 900,
+                mount_point: p.to_path_buf(),
+                mount_options: "ro,nosuid,nodev,relatime".into(),
+                fstype: fstype.into(),
+                source: "fake".into(),
+                super_options: "ro,user_id=0,group_id=0".into(),
+            }
+        }
+        /// Advance the fake helper by one poll.
+        fn tick(&self) {
+            let mut st = self.state.lock().unwrap();
+            let Some((pid, mp, fstype)) = st.running.clone() else {
+                return;
+            };
+            st.polls += 1;
+            let polls = st.polls;
+            let mut sc = self.script.lock().unwrap();
+            let appear = match &sc.helper {
+                FakeHelper::Mounts => true,
+                FakeHelper::MountsAfter(n) => polls >= *n,
+                _ => false,
+            };
+            if appear && crate::mount::proc::mount_at(&sc.mounts, &mp).is_none() {
+                sc.mounts.push(Self::fake_entry(&mp, &fstype));
+                let _ = pid;
+            }
         }
     }
-    fn spawn_helper(&self, cmd: &ToolCommand, _log: &Path) -> Result<u32, ExecError> {
-        self.rec(format!("spawn {}", cmd.cmdline()));
-        if let FakeHelper::NotInstalled = self.script.lock().unwrap().helper {
-            return Err(ExecError::NotFound {
-                tool: cmd.tool(),
-                searched: vec![PathBuf::from("/fake/bin")],
-            });
+
+    impl Sys for FakeSys {
+        fn euid(&self) -> u32 {
+            self.script.lock().unwrap().euid
         }
-        let mut st = self.state.lock().unwrap();
-        let pid = st.next_pid;
-        st.next_pid += 1;
-        st.polls = 0;
-        // the mount point is the last argument that is an absolute path
-        let mp = cmd
-            .cmdline()
-            .split(' ')
-            .rfind(|a| a.starts_with('/'))
-            .map(PathBuf::from)
-            .unwrap_or_default();
-        let fstype = format!("fuse.{}", cmd.tool().program());
-        st.running = Some((pid, mp, fstype));
-        Ok(pid)
-    }
-    fn helper_exited(&self, pid: u32) -> io::Result<Option<String>> {
-        let polls = self.state.lock().unwrap().polls;
-        let r = match &self.script.lock().unwrap().helper {
-            FakeHelper::Exits(n, _) if polls >= *n => Some("exit status: 1".to_string()),
-            _ => None,
-        };
-        if r.is_some() {
-            self.rec(format!("exited {pid}"));
+        fn lstat(&self, p: &Path) -> io::Result<FileMeta> {
+            let m = RealSys::new().lstat(p)?;
+            Ok(FileMeta {
+                uid: self.euid(), // temporary directories in tests belong to the fake caller
+                ..m
+            })
+        }
+        fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
+            RealSys::new().dir_is_empty(p)
+        }
+        fn probe(&self, p: &Path) -> io::Result<()> {
+            self.rec(format!("probe {}", p.display()));
+            if self.script.lock().unwrap().stale.iter().any(|s| s == p) {
+                return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
+            }
+            Ok(())
+        }
+        fn mounts(&self) -> io::Result<Vec<MountEntry>> {
+            self.tick();
+            Ok(self.mount_table())
+        }
+        fn open_fuse_device(&self) -> io::Result<()> {
+            self.rec("open /dev/fuse");
+            match self.script.lock().unwrap().fuse_device {
+                Some(k) => Err(io::Error::from(k)),
+                None => Ok(()),
+            }
+        }
+        fn spawn_helper(&self, cmd: &ToolCommand, _log: &Path) -> Result<u32, ExecError> {
+            self.rec(format!("spawn {}", cmd.cmdline()));
+            if let FakeHelper::NotInstalled = self.script.lock().unwrap().helper {
+                return Err(ExecError::NotFound {
+                    tool: cmd.tool(),
+                    searched: vec![PathBuf::from("/fake/bin")],
+                });
+            }
+            let mut st = self.state.lock().unwrap();
+            let pid = st.next_pid;
+            st.next_pid += 1;
+            st.polls = 0;
+            // the mount point is the last argument that is an absolute path
+            let mp = cmd
+                .cmdline()
+                .split(' ')
+                .rfind(|a| a.starts_with('/'))
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            let fstype = format!("fuse.{}", cmd.tool().program());
+            st.running = Some((pid, mp, fstype));
+            Ok(pid)
+        }
+        fn helper_exited(&self, pid: u32) -> io::Result<Option<String>> {
+            let polls = self.state.lock().unwrap().polls;
+            let r = match &self.script.lock().unwrap().helper {
+                FakeHelper::Exits(n, _) if polls >= *n => Some("exit status: 1".to_string()),
+                _ => None,
+            };
+            if r.is_some() {
+                self.rec(format!("exited {pid}"));
+                self.state.lock().unwrap().running = None;
+            }
+            Ok(r)
+        }
+        fn kill_helper(&self, pid: u32) {
+            self.rec(format!("kill {pid}"));
             self.state.lock().unwrap().running = None;
         }
-        Ok(r)
-    }
-    fn kill_helper(&self, pid: u32) {
-        self.rec(format!("kill {pid}"));
-        self.state.lock().unwrap().running = None;
-    }
-    fn release_helper(&self, pid: u32) {
-        self.rec(format!("release {pid}"));
-        self.state.lock().unwrap().running = None;
-    }
-    fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
-        let line = cmd.cmdline();
-        self.rec(format!("run {line}"));
-        let mp = PathBuf::from(line.rsplit(' ').next().unwrap_or_default());
-        let mut sc = self.script.lock().unwrap();
-        let lazy = line.contains(" -z ") || line.contains(" -l ");
-        if sc.busy && !lazy && !sc.stale.contains(&mp) {
-            return Err(ExecError::Failed {
-                tool: cmd.tool(),
-                cmdline: line.clone(),
-                status: "exit status: 1".into(),
-                stderr: format!(
-                    "{}: failed to unmount {}: Device or resource busy",
-                    cmd.tool(),
-                    mp.display()
-                ),
-            });
+        fn release_helper(&self, pid: u32) {
+            self.rec(format!("release {pid}"));
+            self.state.lock().unwrap().running = None;
         }
-        match sc.mounts.iter().rposition(|m| m.mount_point == mp) {
-            Some(i) => {
-                sc.mounts.remove(i);
-                sc.stale.retain(|s| s != &mp);
-                Ok(Output {
-                    stdout: String::new(),
-                    stderr: String::new(),
-                })
+        fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
+            let line = cmd.cmdline();
+            self.rec(format!("run {line}"));
+            let mp = PathBuf::from(line.rsplit(' ').next().unwrap_or_default());
+            let mut sc = self.script.lock().unwrap();
+            let lazy = line.contains(" -z ") || line.contains(" -l ");
+            if sc.busy && !lazy && !sc.stale.contains(&mp) {
+                return Err(ExecError::Failed {
+                    tool: cmd.tool(),
+                    cmdline: line.clone(),
+                    status: "exit status: 1".into(),
+                    stderr: format!(
+                        "{}: failed to unmount {}: Device or resource busy",
+                        cmd.tool(),
+                        mp.display()
+                    ),
+                });
             }
-            None => Err(ExecError::Failed {
-                tool: cmd.tool(),
-                cmdline: line.clone(),
-                status: "exit status: 1".into(),
-                stderr: format!("{}: entry for {} not found", cmd.tool(), mp.display()),
-            }),
+            match sc.mounts.iter().rposition(|m| m.mount_point == mp) {
+                Some(i) => {
+                    sc.mounts.remove(i);
+                    sc.stale.retain(|s| s != &mp);
+                    Ok(Output {
+                        stdout: String::new(),
+                        stderr: String::new(),
+                    })
+                }
+                None => Err(ExecError::Failed {
+                    tool: cmd.tool(),
+                    cmdline: line.clone(),
+                    status: "exit status: 1".into(),
+                    stderr: format!("{}: entry for {} not found", cmd.tool(), mp.display()),
+                }),
+            }
         }
-    }
-    fn read_log(&self, _log: &Path) -> String {
-        match &self.script.lock().unwrap().helper {
-            FakeHelper::Exits(_, s) => s.clone(),
-            _ => String::new(),
+        fn read_log(&self, _log: &Path) -> String {
+            match &self.script.lock().unwrap().helper {
+                FakeHelper::Exits(_, s) => s.clone(),
+                _ => String::new(),
+            }
         }
+        fn sleep(&self, _d: Duration) {}
     }
-    fn sleep(&self, _d: Duration) {}
 }

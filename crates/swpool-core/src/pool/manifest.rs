@@ -302,9 +302,39 @@ impl ChunkListBuilder {
     }
 }
 
+/// `epoch` seconds as UTC `YYYY-MM-DD HH:MM:SS UTC` (the proleptic Gregorian calendar; days from
+/// the epoch to a civil date as in Howard Hinnant's `civil_from_days`).
+pub fn utc(epoch: i64) -> String {
+    let days = epoch.div_euclid(86_400);
+    let secs = epoch.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_795_000_000), "2026-11-18 11:06:40 UTC");
+        assert_eq!(utc(-1), "1969-12-31 23:59:59 UTC");
+    }
 
     pub fn sample(image: &[u8], chunk: u64) -> Manifest {
         let mut b = ChunkListBuilder::new(image.len() as u64, chunk);

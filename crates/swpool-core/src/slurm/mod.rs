@@ -257,6 +257,7 @@ pub fn syslog(level: Level, msg: &str) {
     static OPEN: Once = Once::new();
     OPEN.call_once(|| {
         // SAFETY: the ident is a static C string; openlog keeps the pointer
+        // SAFETY: the ident is a 'static C string literal, as openlog requires (it keeps the pointer).
         unsafe { libc::openlog(c"sw-pool".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
     });
     let clean: String = msg
@@ -265,6 +266,7 @@ pub fn syslog(level: Level, msg: &str) {
         .collect();
     if let Ok(c) = std::ffi::CString::new(clean) {
         // SAFETY: a constant "%s" format with one C string argument
+        // SAFETY: a constant "%s" format with one NUL-terminated argument that lives across the call.
         unsafe { libc::syslog(priority, c"%s".as_ptr(), c.as_ptr()) };
     }
 }

@@ -71,11 +71,14 @@ impl Reqs {
         Reqs(Vec::new())
     }
     fn push(&mut self) -> *mut ffi::MPI_Request {
+        // SAFETY: reading an MPI constant the MPI library initialised (MPI is initialised while a
+        // Job exists). The pointer returned below is used only by the one MPI call that fills it.
         self.0.push(unsafe { ffi::RSMPI_REQUEST_NULL });
         self.0.last_mut().unwrap() as *mut _
     }
     /// Test every request once; true when none is pending.
     fn poll(&mut self) -> bool {
+        // SAFETY: reading an MPI constant (MPI is initialised while a Job exists).
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
         let mut pending = false;
         for r in &mut self.0 {
@@ -83,6 +86,9 @@ impl Reqs {
                 continue;
             }
             let mut flag = 0;
+            // SAFETY: `r` is a live request handle owned by this vector (or MPI_REQUEST_NULL, skipped
+            // above); MPI_Test sets it to MPI_REQUEST_NULL when it completes. Called from the MPI thread only
+            // (MPI_THREAD_FUNNELED).
             unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
             if flag != 0 {
                 watchdog::touch();
@@ -302,6 +308,8 @@ fn land(
     }
     // start writing the chunk back now, so that the fsync before the commit finds little left to do
     // (asynchronous; errors surface at that fsync)
+    // SAFETY: the fd is open for writing for the whole call; sync_file_range only starts writeback
+    // of the given range and touches no memory of ours.
     unsafe {
         libc::sync_file_range(
             job.out.as_raw_fd(),
@@ -389,11 +397,15 @@ impl Flight {
             let recv = (me + 2 * n - s - 1) % n;
             let right = ((me + 1) % n) as i32;
             let left = ((me + n - 1) % n) as i32;
+            // SAFETY: reading an MPI datatype constant (MPI is initialised).
             let u8t = unsafe { ffi::RSMPI_UINT8_T };
             let tag = ring.tag;
             if self.counts[recv] > 0 {
                 let req = self.reqs.push();
                 check(
+                    // SAFETY: `buf` holds counts[recv] bytes at displs[recv] (plan::Round sized it), and it
+                    // is neither read, moved nor dropped until `reqs` completes (the round is kept in flight until
+                    // then); `req` points at a handle slot that MPI fills during this call.
                     unsafe {
                         ffi::MPI_Irecv(
                             self.buf.as_mut_ptr().add(self.displs[recv] as usize) as *mut c_void,
@@ -412,6 +424,8 @@ impl Flight {
             if self.counts[send] > 0 {
                 let req = self.reqs.push();
                 check(
+                    // SAFETY: the send block lies inside `buf` (counts/displs from the round plan) and `buf`
+                    // is not written, moved or dropped before `reqs` completes.
                     unsafe {
                         ffi::MPI_Isend(
                             self.buf.as_ptr().add(self.displs[send] as usize) as *const c_void,
@@ -523,6 +537,7 @@ pub(crate) fn distribute(
         });
 
         // the main thread: MPI only
+        // SAFETY: reading an MPI datatype constant (MPI is initialised).
         let u8t = unsafe { ffi::RSMPI_UINT8_T };
         let mut free_bufs: Vec<Vec<u8>> = Vec::new();
         let mut allocated = 0usize;
@@ -660,6 +675,8 @@ pub(crate) fn distribute(
                 };
                 let req = f.reqs.push();
                 check(
+                    // SAFETY: `block` and `f.hdr` are owned by the flight `f`, which stays in `flights` (not
+                    // moved, not dropped) until its requests complete; each holds BLOCK_LEN bytes per rank as passed.
                     unsafe {
                         ffi::MPI_Iallgather(
                             block.as_ptr() as *const c_void,
@@ -712,6 +729,9 @@ pub(crate) fn distribute(
                             .map_or(std::ptr::null(), |s| s.as_ptr() as *const c_void);
                         let req = f.reqs.push();
                         check(
+                            // SAFETY: `sp` is null or this rank's counts[me] bytes; `f.buf` holds the sum of
+                            // `f.counts` at `f.displs`; both live in the flight until its requests complete; the count and
+                            // displacement arrays outlive the call (MPI may read them until completion: they belong to `f`).
                             unsafe {
                                 ffi::MPI_Iallgatherv(
                                     sp,
@@ -735,6 +755,8 @@ pub(crate) fn distribute(
                             }
                             let req = f.reqs.push();
                             check(
+                                // SAFETY: the block of reader k lies inside `f.buf`, which stays in the flight, untouched,
+                                // until its requests complete.
                                 unsafe {
                                     ffi::MPI_Ibcast(
                                         f.buf.as_mut_ptr().add(f.displs[k] as usize) as *mut c_void,

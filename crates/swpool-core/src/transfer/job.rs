@@ -276,7 +276,10 @@ impl Job {
         node: &SimpleCommunicator,
         buf: &mut [T],
     ) -> Result<(), TransferError> {
+        // SAFETY: reading an MPI constant (MPI is initialised while this Job exists).
         let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `buf` is a live exclusive slice of `buf.len()` elements of T's MPI datatype,
+        // borrowed for this whole function, which does not return before the request completed.
         let rc = unsafe {
             ffi::MPI_Ibcast(
                 buf.as_mut_ptr() as *mut c_void,
@@ -293,6 +296,7 @@ impl Job {
         let mut spins = 0u32;
         loop {
             let mut flag = 0;
+            // SAFETY: `req` is the live request started above; called from the main thread only.
             unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
             if flag != 0 {
                 return Ok(());
