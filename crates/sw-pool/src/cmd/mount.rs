@@ -1,8 +1,9 @@
-use std::path::PathBuf;
 use std::time::Duration;
 
+use swpool_core::load::{LoadRequest, NodeContext, Quiet};
 use swpool_core::mount::{paths, ImageInfo, MountOptions, RealSys};
 use swpool_core::state::{self, AcquireRequest, StateDir};
+use swpool_core::transfer::Job;
 use swpool_core::Error;
 
 use crate::cli::{GlobalArgs, MountArgs};
@@ -22,12 +23,47 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
     let options = MountOptions::parse(a.options.as_deref())?;
     let cfg = super::config()?;
     let uid = rustix::process::geteuid().as_raw();
+    let sys = RealSys::new();
+    let node = NodeContext::real(&cfg, &sys)?;
     let spec = a.image.to_string_lossy().into_owned();
-    let image: PathBuf = if swpool_core::pool::spec::is_pool_spec(&spec) {
-        swpool_core::pool::spec::resolve_pool(&spec, &cfg.pool_path.value)?
-    } else {
-        a.image.clone()
-    };
+    if std::fs::symlink_metadata(&a.image).is_err() && swpool_core::pool::spec::is_pool_spec(&spec)
+    {
+        // NAME/VERSION: the load pipeline on this node (trust, verified copy into the cache, mount)
+        let req = LoadRequest {
+            pool: a.image.clone(),
+            mountpoint: a.mountpoint.clone(),
+            job_id: job_id(a.job_id.clone()),
+            timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+            ..LoadRequest::default()
+        };
+        let l = swpool_core::load::load(&Job::single(), &node, &req, &Quiet)?;
+        if let Some(w) = l.plan.verdict.warning(&l.plan.src) {
+            p.warn(w);
+        }
+        if a.print_mountpoint {
+            println!("{}", l.mount_point.display());
+        }
+        p.result(format!(
+            "{} {}/{} ({}) at {}",
+            if l.reused {
+                "already mounted:"
+            } else {
+                "mounted"
+            },
+            l.plan.name,
+            l.plan.version,
+            l.plan.verdict,
+            l.mount_point.display()
+        ));
+        p.json(&l.report(1));
+        return Ok(());
+    }
+    let image = a.image.clone();
+    if let Some(w) =
+        swpool_core::load::authorize_in_place(&node, &image)?.and_then(|v| v.warning(&image))
+    {
+        p.warn(w);
+    }
     let mountpoint = match a.mountpoint {
         Some(m) => m,
         None => {
@@ -46,7 +82,6 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
         }
     };
     let dir = StateDir::open_default()?;
-    let sys = RealSys::new();
     let req = AcquireRequest {
         image,
         mountpoint,

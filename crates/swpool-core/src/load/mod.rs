@@ -477,6 +477,34 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
     Ok(l.mount_point)
 }
 
+/// `sw-pool mount FILE`: the trust policy for an image mounted where it lies. A pool gets the
+/// same verdict (and the same refusals) as `load`; a bare image (no manifest) carries nothing that
+/// could vouch for it, so it is refused when signatures are required.
+pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Verdict>, Error> {
+    match Pool::open(image) {
+        Ok(pool) => {
+            crate::pool::fs_size::check_fits(&pool)?;
+            Ok(Some(authorize(&pool, &node.policy)?))
+        }
+        Err(crate::pool::ManifestError::NotAPool { .. } | crate::pool::ManifestError::NoTrailer { .. })
+            if !node.policy.require_signature =>
+        {
+            Ok(None)
+        }
+        Err(crate::pool::ManifestError::NotAPool { .. } | crate::pool::ManifestError::NoTrailer { .. }) => {
+            Err(Error::other(
+                ExitStatus::Trust,
+                format!(
+                    "{} is a bare image without a sw-pool manifest, so no signature can vouch for it, and the trust policy requires one ({}); build and sign it as a pool",
+                    image.display(),
+                    node.policy.origin
+                ),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The mount point of what `spec` names: a directory is the mount point itself; a pool file or
 /// NAME/VERSION is looked up at `<mount dir>/NAME/VERSION`.
 fn mountpoint_of(

@@ -1,0 +1,245 @@
+//! The copy on a node leader: identity, preflight, transfer, commit, each step agreed among the
+//! leaders.
+
+use std::fs::File;
+use std::path::Path;
+use std::time::Instant;
+
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::*;
+
+use super::prepare::{preflight, Prepared};
+use super::source::{
+    chunk_list, holds_identical, inspect_src, target_path, write_stamp, Kind, SrcInfo,
+};
+use super::{bad, dir, engine, watchdog, Algorithm, CopyOptions, CopyReport, Stats, TransferError};
+use crate::collective::{Collective, Local};
+use crate::error::ExitStatus;
+
+pub(super) fn leader_copy(
+    job: &dyn Collective,
+    src: &Path,
+    dest: &Path,
+    opts: &CopyOptions,
+) -> Result<CopyReport, TransferError> {
+    let t0 = Instant::now();
+    let pf = watchdog::phase("preflight");
+    // 1. leader 0 inspects SRC and tells the others
+    let info: Option<Local<SrcInfo>> = (job.node_index() == 0).then(|| {
+        inspect_src(src, opts.chunk_size).and_then(|i| match &opts.authorized {
+            Some(a) => a.check(src, &i).map(|()| i),
+            None => Ok(i),
+        })
+    });
+    let mine = info.as_ref().map(|i| {
+        let v: Result<&SrcInfo, (u8, &str)> = i.as_ref().map_err(|(s, m)| (*s as u8, m.as_str()));
+        serde_json::to_vec(&v).expect("json")
+    });
+    let bytes = job.leaders_bcast(0, mine.as_deref())?;
+    let info: Local<SrcInfo> = match info {
+        Some(own) => own,
+        None => match serde_json::from_slice::<Result<SrcInfo, (u8, String)>>(&bytes) {
+            Ok(Ok(i)) => Ok(i),
+            Ok(Err((_, m))) => Err(bad(ExitStatus::Collective, m)),
+            Err(e) => Err(bad(ExitStatus::Internal, format!("bad SRC info: {e}"))),
+        },
+    };
+    let info = info.map_err(|(status, m)| TransferError::Failed {
+        message: format!("{}: {m}", job.leader_host(0)),
+        status,
+    })?;
+    // testing on one machine: `%n` in DEST stands for the (fake) node index
+    let dest = job.node_path(dest);
+    let target = target_path(src, &dest, info.kind);
+    let need = !holds_identical(&info, &target);
+    // who needs it
+    let needs: Vec<bool> = job
+        .leaders_all_gather(&[u8::from(need)])?
+        .into_iter()
+        .map(|b| b.first() == Some(&1))
+        .collect();
+    let receivers: Vec<usize> = (0..needs.len()).filter(|&i| needs[i]).collect();
+    let mut report = CopyReport {
+        nodes: job.nodes(),
+        nodes_received: receivers.len(),
+        kind: format!("{:?}", info.kind).to_lowercase(),
+        bytes_total: if info.kind == Kind::Directory {
+            info.data_bytes
+        } else {
+            info.len
+        },
+        bytes_data: info.data_bytes,
+        chunk_size: info.chunk_size,
+        dest: target.clone(),
+        ..Default::default()
+    };
+    if receivers.is_empty() {
+        report.skipped_all = true;
+        report.phases.preflight = t0.elapsed();
+        report.phases.total = t0.elapsed();
+        return Ok(report);
+    }
+    // 2. preflight on the receivers
+    let reader = receivers.first() == Some(&job.node_index());
+    let prepared = if need {
+        preflight(&info, src, &target, reader).map(Some)
+    } else {
+        Ok(None)
+    };
+    let (prepared, local) = match prepared {
+        Ok(p) => (p, Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    job.leaders_agree(local)?;
+    drop(pf);
+    report.phases.preflight = t0.elapsed();
+
+    // 3. transfer among the receivers
+    let t1 = Instant::now();
+    let tcomm: Option<SimpleCommunicator> = job.mpi_leaders().and_then(|l| {
+        l.split_by_color_with_key(
+            if need {
+                Color::with_value(0)
+            } else {
+                Color::undefined()
+            },
+            job.node_index() as i32,
+        )
+    });
+    let hosts: Vec<String> = receivers.iter().map(|&i| job.leader_host(i)).collect();
+    let mut stats = Stats::default();
+    let total_bytes = info.data_bytes;
+    let sink = opts
+        .progress_sink
+        .clone()
+        .filter(|_| opts.progress && job.world_rank() == 0);
+    let progress = move |done: u64| {
+        if let Some(s) = &sink {
+            s(done, total_bytes);
+        }
+    };
+    let mut algorithm = None;
+    let transferred: Local<()> = match &prepared {
+        None => Ok(()),
+        Some(Prepared::File { tmp, out }) => {
+            let src_f = File::open(src).map_err(|e| {
+                bad(
+                    crate::error::io_status(&e),
+                    format!("cannot open SRC {}: {e}", src.display()),
+                )
+            });
+            let src_f = src_f.and_then(|f| match &opts.authorized {
+                Some(a) => a.check_file(src, &f).map(|()| f),
+                None => Ok(f),
+            });
+            match src_f {
+                Err(e) => Err(e),
+                Ok(src_f) => {
+                    let chunks = chunk_list(&info);
+                    let fj = engine::FileJob {
+                        src: &src_f,
+                        src_path: src,
+                        out,
+                        out_path: tmp.path(),
+                        chunks: &chunks,
+                        chunk_size: info.chunk_size,
+                        verify_source: opts.verify_source_chunks,
+                        verify: opts.verify_chunks,
+                        hosts: &hosts,
+                        progress: &progress,
+                    };
+                    match tcomm.as_ref().filter(|c| c.size() > 1) {
+                        Some(c) => {
+                            algorithm = Some(opts.algorithm);
+                            engine::distribute(c, &fj, opts.algorithm, &mut stats)
+                        }
+                        None => engine::local(&fj, &mut stats),
+                    }
+                }
+            }
+        }
+        Some(Prepared::Dir(td)) => {
+            let comm = tcomm.as_ref().filter(|c| c.size() > 1);
+            if comm.is_some() {
+                algorithm = Some(Algorithm::Bcast);
+            }
+            dir::transfer(
+                comm,
+                src,
+                td.path(),
+                info.chunk_size,
+                &hosts,
+                &mut stats,
+                &progress,
+            )
+        }
+    };
+    // fsync before agreeing
+    let tc = Instant::now();
+    let ready: Local<()> = transferred.and_then(|()| match &prepared {
+        Some(Prepared::File { out, tmp }) => out.sync_all().map_err(|e| {
+            bad(
+                ExitStatus::System,
+                format!("cannot fsync {}: {e}", tmp.path().display()),
+            )
+        }),
+        Some(Prepared::Dir(td)) => td.sync(),
+        None => Ok(()),
+    });
+    report.phases.distribute = match stats.pipeline {
+        // read, verify and write ran in their own threads, overlapping the network
+        Some(wall) => wall,
+        None => t1
+            .elapsed()
+            .saturating_sub(stats.read + stats.write + stats.verify + tc.elapsed()),
+    };
+    report.phases.overlapped = stats.pipeline.is_some();
+    report.phases.wait_src = stats.wait_src;
+    report.phases.wait_dest = stats.wait_dest;
+    let _c = watchdog::phase("commit");
+    // 4. all-or-nothing
+    job.leaders_agree(ready)?;
+    let committed: Local<()> = match prepared {
+        None => Ok(()),
+        Some(Prepared::File { tmp, out }) => {
+            let p = tmp.path().to_path_buf();
+            let stamped = if info.kind == Kind::File {
+                // the stamp names DEST's final size and mtime (renaming keeps both)
+                write_stamp(&info, &p)
+            } else {
+                Ok(())
+            };
+            stamped.and_then(|()| {
+                tmp.commit(out).map_err(|e| {
+                    bad(
+                        ExitStatus::System,
+                        format!("cannot rename {} to {}: {e}", p.display(), target.display()),
+                    )
+                })
+            })
+        }
+        Some(Prepared::Dir(td)) => {
+            td.commit(&target, info.mode, info.mtime_ns, |p| write_stamp(&info, p))
+        }
+    };
+    job.leaders_agree(committed)?;
+    report.phases.commit = tc.elapsed();
+    report.phases.read = stats.read;
+    report.phases.write = stats.write;
+    report.phases.verify = stats.verify;
+    report.algorithm = algorithm;
+    // totals over all leaders
+    let mine = [stats.bytes_read, stats.bytes_sent, stats.bytes_written];
+    let mut totals = [0u64; 3];
+    let mine_b: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for b in job.leaders_all_gather(&mine_b)? {
+        for (i, c) in b.chunks_exact(8).take(3).enumerate() {
+            totals[i] += u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
+    }
+    report.bytes_read_from_src = totals[0];
+    report.bytes_sent = totals[1];
+    report.bytes_written = totals[2];
+    report.phases.total = t0.elapsed();
+    Ok(report)
+}

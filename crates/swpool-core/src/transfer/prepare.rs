@@ -1,0 +1,172 @@
+//! Preflight on every receiving leader: SRC readable, DEST's directory usable, enough free space,
+//! a temporary output; and the removal of temporaries left by a copy that was killed.
+
+use std::path::Path;
+
+use super::source::{read_stamp, Kind, SrcInfo};
+use super::{bad, dir};
+use crate::atomic::TempOutput;
+use crate::collective::Local;
+use crate::error::ExitStatus;
+use std::fs::File;
+
+#[cfg(test)]
+thread_local! {
+    /// Unit tests: the free space this thread's "node" reports (a full disk on one fake node).
+    pub(crate) static TEST_FREE_BYTES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// What a receiving leader prepared in preflight.
+pub(super) enum Prepared {
+    File { tmp: Box<TempOutput>, out: File },
+    Dir(dir::TempDir),
+}
+
+pub(super) fn preflight(
+    info: &SrcInfo,
+    src: &Path,
+    target: &Path,
+    reader: bool,
+) -> Local<Prepared> {
+    if reader || info.kind != Kind::Directory {
+        let r = if info.kind == Kind::Directory {
+            std::fs::read_dir(src).map(|_| ())
+        } else {
+            File::open(src).map(|_| ())
+        };
+        r.map_err(|e| {
+            bad(
+                crate::error::io_status(&e),
+                format!(
+                    "cannot read SRC {}: {e}; every node's leader reads part of it: make it readable everywhere",
+                    src.display()
+                ),
+            )
+        })?;
+    }
+    let parent = crate::atomic::parent_dir(target);
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(bad(
+                ExitStatus::BadInput,
+                format!("DEST's parent {} is not a directory", parent.display()),
+            ))
+        }
+        Err(e) => {
+            return Err(bad(
+                ExitStatus::BadInput,
+                format!(
+                    "DEST's directory {} is not usable: {e}; create it on every node first (or choose another DEST)",
+                    parent.display()
+                ),
+            ))
+        }
+    }
+    if let Ok(m) = std::fs::symlink_metadata(target) {
+        let ours = read_stamp(target).is_some();
+        if info.kind == Kind::Directory && m.is_dir() {
+            let empty = std::fs::read_dir(target)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
+            if !ours && !empty {
+                return Err(bad(
+                    ExitStatus::BadInput,
+                    format!(
+                        "DEST {} exists, is not empty and was not made by sw-pool cp: remove it or choose another DEST",
+                        target.display()
+                    ),
+                ));
+            }
+        } else if info.kind != Kind::Directory && m.is_dir() {
+            return Err(bad(
+                ExitStatus::BadInput,
+                format!("DEST {} is a directory", target.display()),
+            ));
+        } else if info.kind == Kind::Directory && !m.is_dir() {
+            return Err(bad(
+                ExitStatus::BadInput,
+                format!("DEST {} exists and is not a directory", target.display()),
+            ));
+        }
+    }
+    remove_stale_temporaries(parent, target);
+    let st = rustix::fs::statvfs(parent).map_err(|e| {
+        bad(
+            ExitStatus::System,
+            format!("cannot query free space of {}: {e}", parent.display()),
+        )
+    })?;
+    #[allow(unused_mut)]
+    let mut free = st.f_bavail.saturating_mul(st.f_frsize);
+    #[cfg(test)]
+    if let Some(f) = TEST_FREE_BYTES.with(|c| c.get()) {
+        free = f; // a full disk on one node of a fake cluster (unit tests only)
+    }
+    // a little slack for metadata blocks
+    let need = info.data_bytes + info.data_bytes / 64 + (1 << 20);
+    if free < need {
+        return Err(bad(
+            ExitStatus::System,
+            format!(
+                "not enough space in {}: need {}, {} free; free space on this node or choose another DEST",
+                parent.display(),
+                crate::size::Bytes(need),
+                crate::size::Bytes(free)
+            ),
+        ));
+    }
+    let tmp_err = |e: std::io::Error| {
+        bad(
+            crate::error::io_status(&e),
+            format!(
+                "cannot create a temporary file in {}: {e}; make DEST's directory writable",
+                parent.display()
+            ),
+        )
+    };
+    match info.kind {
+        Kind::Directory => Ok(Prepared::Dir(
+            dir::TempDir::create(target).map_err(tmp_err)?,
+        )),
+        _ => {
+            let (tmp, out) = TempOutput::create(target).map_err(tmp_err)?;
+            // SRC's permission bits (without set-id bits), like cp
+            use std::os::unix::fs::PermissionsExt;
+            let _ = out.set_permissions(std::fs::Permissions::from_mode(info.mode & 0o777));
+            out.set_len(info.len).map_err(|e| {
+                bad(
+                    ExitStatus::System,
+                    format!("cannot size {}: {e}", tmp.path().display()),
+                )
+            })?;
+            Ok(Prepared::File {
+                tmp: Box::new(tmp),
+                out,
+            })
+        }
+    }
+}
+
+/// Remove `.<name>.swpool-tmp-<pid>` left by a copy whose process died without cleaning up
+/// (SIGKILL): only when no process with that pid exists on this node.
+pub(super) fn remove_stale_temporaries(parent: &Path, target: &Path) {
+    let Some(name) = target.file_name() else {
+        return;
+    };
+    let prefix = format!(".{}.swpool-tmp-", name.to_string_lossy());
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let p = e.path();
+            tracing::info!(path = %p.display(), "removing a stale temporary of a dead copy");
+            let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
+        }
+    }
+}

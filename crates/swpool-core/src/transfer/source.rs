@@ -1,0 +1,319 @@
+//! What SRC is (leader 0 inspects it and tells the others), the chunks that move, and whether a
+//! node already holds an identical DEST (the stamp on plain files and directories, the trailer of
+//! a pool).
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, dir, plan};
+use crate::collective::Local;
+use crate::error::ExitStatus;
+use crate::pool::{Manifest, ManifestError, Pool};
+use plan::Chunk;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Kind {
+    File,
+    Pool,
+    Directory,
+}
+
+/// What leader 0 learns about SRC and tells the others.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SrcInfo {
+    pub(super) kind: Kind,
+    pub(super) len: u64,
+    pub(super) mtime_ns: i128,
+    pub(super) mode: u32,
+    /// Bytes that hold data (space needed on every node).
+    pub(super) data_bytes: u64,
+    pub(super) chunk_size: u64,
+    /// Pool: its manifest and the hex of its trailer `[image_size, len)`.
+    pub(super) manifest: Option<Manifest>,
+    pub(super) tail_hex: Option<String>,
+    /// Plain file: indices of chunks that overlap data (SEEK_DATA).
+    pub(super) candidates: Vec<u64>,
+    /// Directory: signature of the tree's metadata.
+    pub(super) signature: String,
+}
+
+/// The stamp recorded on DEST at copy time (plain files and directories).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Stamp {
+    pub(super) v: u32,
+    pub(super) kind: Kind,
+    pub(super) src_len: u64,
+    pub(super) src_mtime_ns: i128,
+    pub(super) signature: String,
+    pub(super) dest_len: u64,
+    pub(super) dest_mtime_ns: i128,
+}
+
+pub(super) const STAMP_XATTR: &str = "user.sw-pool.cp";
+
+pub(super) fn mtime_ns(m: &std::fs::Metadata) -> i128 {
+    m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128
+}
+
+/// Leader 0: what is SRC?
+pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<SrcInfo> {
+    let meta = std::fs::metadata(src).map_err(|e| {
+        bad(
+            crate::error::io_status(&e),
+            format!(
+                "cannot access SRC {}: {e}; check the path and that it is readable",
+                src.display()
+            ),
+        )
+    })?;
+    let chunk_size = chunk_opt.unwrap_or(crate::pool::manifest::DEFAULT_CHUNK_SIZE);
+    if !(plan::MIN_TRANSFER_CHUNK..=plan::MAX_TRANSFER_CHUNK).contains(&chunk_size) {
+        return Err(bad(
+            ExitStatus::BadInput,
+            format!(
+                "chunk size {chunk_size} is outside 4 KiB ..= {} MiB (bounded memory)",
+                plan::MAX_TRANSFER_CHUNK >> 20
+            ),
+        ));
+    }
+    let mut info = SrcInfo {
+        kind: Kind::File,
+        len: meta.len(),
+        mtime_ns: mtime_ns(&meta),
+        mode: meta.mode(),
+        data_bytes: 0,
+        chunk_size,
+        manifest: None,
+        tail_hex: None,
+        candidates: Vec::new(),
+        signature: String::new(),
+    };
+    if meta.is_dir() {
+        info.kind = Kind::Directory;
+        let (sig, bytes) = dir::signature(src)?;
+        info.signature = sig;
+        info.data_bytes = bytes;
+        return Ok(info);
+    }
+    if !meta.is_file() {
+        return Err(bad(
+            ExitStatus::BadInput,
+            format!(
+                "SRC {} is neither a regular file nor a directory",
+                src.display()
+            ),
+        ));
+    }
+    let f = File::open(src).map_err(|e| {
+        bad(
+            crate::error::io_status(&e),
+            format!("cannot open SRC {}: {e}", src.display()),
+        )
+    })?;
+    // only a file ending in a pool footer is opened as a pool (Pool::open would scan the last MiB
+    // of a plain file for a misplaced trailer: a MiB read from shared storage for nothing)
+    let has_footer = {
+        use crate::pool::trailer::{END_MAGIC, FOOTER_LEN, MAGIC};
+        use std::os::unix::fs::FileExt;
+        let mut fb = [0u8; FOOTER_LEN as usize];
+        info.len >= FOOTER_LEN
+            && f.read_exact_at(&mut fb, info.len - FOOTER_LEN).is_ok()
+            && &fb[..8] == MAGIC
+            && &fb[72..80] == END_MAGIC
+    };
+    let opened = if has_footer {
+        Pool::open(src)
+    } else {
+        Err(ManifestError::NotAPool {
+            path: src.to_path_buf(),
+            reason: crate::pool::trailer::TrailerError::NoMagic,
+        })
+    };
+    match opened {
+        Ok(p) => {
+            let m = p.manifest;
+            if m.chunk_size > plan::MAX_TRANSFER_CHUNK {
+                return Err(bad(
+                    ExitStatus::InvalidPool,
+                    format!(
+                        "pool {} has {}-byte chunks; cp moves at most {} MiB chunks: rebuild it with a smaller chunk size",
+                        src.display(),
+                        m.chunk_size,
+                        plan::MAX_TRANSFER_CHUNK >> 20
+                    ),
+                ));
+            }
+            let mut tail = vec![0u8; (p.file_len - m.image_size) as usize];
+            use std::os::unix::fs::FileExt;
+            f.read_exact_at(&mut tail, m.image_size).map_err(|e| {
+                bad(
+                    ExitStatus::System,
+                    format!("cannot read the trailer of {}: {e}", src.display()),
+                )
+            })?;
+            info.kind = Kind::Pool;
+            info.chunk_size = m.chunk_size;
+            info.data_bytes = m.data_size + tail.len() as u64;
+            info.tail_hex = Some(hex::encode(&tail));
+            info.len = p.file_len;
+            info.manifest = Some(m);
+        }
+        Err(ManifestError::NotAPool { .. }) => {
+            let ranges = crate::sparse::data_ranges(&f, info.len).map_err(|e| {
+                bad(
+                    ExitStatus::System,
+                    format!("cannot map the data of {}: {e}", src.display()),
+                )
+            })?;
+            let chunks = plan::plain_chunks(info.len, chunk_size, &ranges);
+            info.data_bytes = chunks.iter().map(|c| c.len as u64).sum();
+            info.candidates = chunks.iter().map(|c| c.offset / chunk_size).collect();
+        }
+        Err(e) => return Err(bad(e.exit_status(), e.to_string())),
+    }
+    Ok(info)
+}
+
+/// The chunks that move, identical on every leader.
+pub(super) fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
+    match &info.manifest {
+        Some(m) => {
+            let mut zero = crate::pool::manifest::ZeroHashes::default();
+            let mut out = Vec::new();
+            for (i, h) in m.chunks.iter().enumerate() {
+                if h.is_some() {
+                    let r = m.chunk_range(i as u64);
+                    out.push(Chunk {
+                        offset: r.start,
+                        len: (r.end - r.start) as u32,
+                        expect: m.chunk_hash(i, &mut zero),
+                    });
+                }
+            }
+            // the trailer: its bytes are known (node 0 read them, and checked them against the
+            // authorized pool when there is one), so its chunks are bound to them too
+            let tail = info
+                .tail_hex
+                .as_deref()
+                .and_then(|h| hex::decode(h).ok())
+                .unwrap_or_default();
+            out.extend(
+                plan::grid(m.image_size..info.len, info.chunk_size).map(|mut c| {
+                    let s = (c.offset - m.image_size) as usize;
+                    if let Some(b) = tail.get(s..s + c.len as usize) {
+                        c.expect = Some(*blake3::hash(b).as_bytes());
+                    }
+                    c
+                }),
+            );
+            out
+        }
+        None => info
+            .candidates
+            .iter()
+            .map(|&i| {
+                let off = i * info.chunk_size;
+                Chunk {
+                    offset: off,
+                    len: ((off + info.chunk_size).min(info.len) - off) as u32,
+                    expect: None,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The path written on this node: DEST itself, or DEST/<name of SRC> when DEST is an existing
+/// directory (or ends with `/`) and SRC is a file (like cp).
+pub(super) fn target_path(src: &Path, dest: &Path, kind: Kind) -> PathBuf {
+    if kind != Kind::Directory
+        && (dest.is_dir() || dest.as_os_str().to_string_lossy().ends_with('/'))
+    {
+        if let Some(name) = src.file_name() {
+            return dest.join(name);
+        }
+    }
+    dest.to_path_buf()
+}
+
+pub(super) fn read_stamp(p: &Path) -> Option<Stamp> {
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::fs::getxattr(p, STAMP_XATTR, &mut buf).ok()?;
+    serde_json::from_slice(&buf[..n]).ok()
+}
+
+/// Does this node already hold an identical DEST?
+pub(super) fn holds_identical(info: &SrcInfo, target: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(target) else {
+        return false;
+    };
+    match info.kind {
+        Kind::Pool => {
+            if !meta.is_file() || meta.len() != info.len {
+                return false;
+            }
+            let (Some(m), Some(tail_hex)) = (&info.manifest, &info.tail_hex) else {
+                return false;
+            };
+            let Ok(f) = File::open(target) else {
+                return false;
+            };
+            let mut tail = vec![0u8; (info.len - m.image_size) as usize];
+            use std::os::unix::fs::FileExt;
+            f.read_exact_at(&mut tail, m.image_size).is_ok() && hex::encode(&tail) == *tail_hex
+        }
+        Kind::File | Kind::Directory => {
+            if (info.kind == Kind::File) != meta.is_file()
+                || (info.kind == Kind::Directory) != meta.is_dir()
+            {
+                return false;
+            }
+            let Some(s) = read_stamp(target) else {
+                return false;
+            };
+            s.v == 1
+                && s.kind == info.kind
+                && s.src_len == info.len
+                && (info.kind == Kind::Directory || s.src_mtime_ns == info.mtime_ns)
+                && s.signature == info.signature
+                && (info.kind == Kind::Directory || s.dest_len == meta.len())
+                && s.dest_mtime_ns == mtime_ns(&meta)
+        }
+    }
+}
+
+pub(super) fn write_stamp(info: &SrcInfo, path: &Path) -> Local<()> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        bad(
+            ExitStatus::System,
+            format!("cannot stat {}: {e}", path.display()),
+        )
+    })?;
+    let s = Stamp {
+        v: 1,
+        kind: info.kind,
+        src_len: info.len,
+        src_mtime_ns: info.mtime_ns,
+        signature: info.signature.clone(),
+        dest_len: if info.kind == Kind::File {
+            meta.len()
+        } else {
+            0
+        },
+        dest_mtime_ns: mtime_ns(&meta),
+    };
+    // best effort: without xattr support the next copy simply copies again
+    if let Err(e) = rustix::fs::setxattr(
+        path,
+        STAMP_XATTR,
+        &serde_json::to_vec(&s).expect("json"),
+        rustix::fs::XattrFlags::empty(),
+    ) {
+        tracing::info!(path = %path.display(), error = %e, "no stamp recorded (xattrs unsupported?): a repeat copy will copy again");
+    }
+    Ok(())
+}
