@@ -125,6 +125,7 @@ pub trait Collective {
     /// Node `root`'s leader's bytes to every leader (call on leaders).
     fn leaders_bcast(&self, root: usize, mine: Option<&[u8]>) -> Result<Vec<u8>, Agreed>;
     /// The leader's bytes to every rank of its node: the leader passes `Some`, the others `None`.
+    #[allow(clippy::wrong_self_convention)] // "from the leader", not a conversion
     fn from_leader(&self, mine: Option<&[u8]>) -> Result<Vec<u8>, Agreed>;
 
     /// The MPI communicator of the node leaders, for the data plane (`None`: not an MPI job, and

@@ -285,7 +285,7 @@ pub fn spread_command(
     if get("SW_POOL_SPREAD").as_deref() == Some("0") || get("SLURM_JOB_ID").is_none() {
         return None;
     }
-    if crate::transfer::job::launched_by_launcher(&get).unwrap_or(true) {
+    if crate::transfer::job::launched_by_launcher(get).unwrap_or(true) {
         return None; // already one task of an MPI launch: the launcher chose the nodes
     }
     // inside a job step (srun -N1 …) we are one task on one node: do what was asked, here

@@ -31,12 +31,20 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
+
+mod allgather;
+mod bcast;
+mod flight;
+mod ring;
+
+use flight::{check, Backoff, Flight, Landed, Reqs};
+use ring::Ring;
 
 use super::plan::{self, Chunk, Slot, SlotHeader, BLOCK_LEN};
 use super::watchdog;
@@ -61,74 +69,6 @@ fn io_err(what: &str, e: &std::io::Error) -> (ExitStatus, String) {
         _ => "",
     };
     (crate::error::io_status(e), format!("{what}: {e}{hint}"))
-}
-
-/// Pending non-blocking MPI requests.
-struct Reqs(Vec<ffi::MPI_Request>);
-
-impl Reqs {
-    fn new() -> Reqs {
-        Reqs(Vec::new())
-    }
-    fn push(&mut self) -> *mut ffi::MPI_Request {
-        // SAFETY: reading an MPI constant the MPI library initialised (MPI is initialised while a
-        // Job exists). The pointer returned below is used only by the one MPI call that fills it.
-        self.0.push(unsafe { ffi::RSMPI_REQUEST_NULL });
-        self.0.last_mut().unwrap() as *mut _
-    }
-    /// Test every request once; true when none is pending.
-    fn poll(&mut self) -> bool {
-        // SAFETY: reading an MPI constant (MPI is initialised while a Job exists).
-        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let mut pending = false;
-        for r in &mut self.0 {
-            if *r == null {
-                continue;
-            }
-            let mut flag = 0;
-            // SAFETY: `r` is a live request handle owned by this vector (or MPI_REQUEST_NULL, skipped
-            // above); MPI_Test sets it to MPI_REQUEST_NULL when it completes. Called from the MPI thread only
-            // (MPI_THREAD_FUNNELED).
-            unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            if flag != 0 {
-                watchdog::touch();
-            } else {
-                pending = true;
-            }
-        }
-        if !pending {
-            self.0.clear();
-        }
-        !pending
-    }
-}
-
-/// Back off between polls: spin briefly, then sleep a little (8 leaders may share 2 cores).
-struct Backoff(u32);
-
-impl Backoff {
-    fn snooze(&mut self) {
-        self.0 += 1;
-        if self.0 < 50 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    fn reset(&mut self) {
-        self.0 = 0;
-    }
-}
-
-fn check(rc: i32, what: &str) -> LocalResult<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err((
-            ExitStatus::Internal,
-            format!("{what} failed with MPI error {rc}"),
-        ))
-    }
 }
 
 /// What the pipeline needs to know.
@@ -351,99 +291,6 @@ type Read = (Vec<u8>, LocalResult<SlotHeader>);
 
 /// One round handed to the writer: its buffer and, per slot, (chunk, header, offset in the buffer,
 /// owner).
-struct Landed {
-    buf: Vec<u8>,
-    slots: Vec<(usize, SlotHeader, usize, usize)>,
-}
-
-/// A round in flight.
-struct Flight {
-    round: usize,
-    buf: Vec<u8>,
-    /// This leader's chunk (allgather: MPI reads it from here until the round completes).
-    send: Option<Vec<u8>>,
-    hdr: Vec<u8>,
-    counts: Vec<i32>,
-    displs: Vec<i32>,
-    reqs: Reqs,
-    ring: Option<Ring>,
-}
-
-/// State of a pipelined ring for one round: in step `s` every leader sends block `me − s` to its
-/// right neighbour and receives block `me − s − 1` from its left one; block `k` is reader `k`'s chunk.
-struct Ring {
-    step: usize,
-    tag: i32,
-}
-
-impl Flight {
-    /// Drive the round on; true when its data has arrived everywhere it has to (on this leader).
-    fn progress(&mut self, comm: &SimpleCommunicator) -> LocalResult<bool> {
-        loop {
-            if !self.reqs.poll() {
-                return Ok(false);
-            }
-            let Some(ring) = self.ring.as_mut() else {
-                return Ok(true);
-            };
-            let n = comm.size() as usize;
-            if ring.step + 1 >= n {
-                return Ok(true);
-            }
-            let me = comm.rank() as usize;
-            let s = ring.step;
-            ring.step += 1;
-            let send = (me + n - s) % n;
-            let recv = (me + 2 * n - s - 1) % n;
-            let right = ((me + 1) % n) as i32;
-            let left = ((me + n - 1) % n) as i32;
-            // SAFETY: reading an MPI datatype constant (MPI is initialised).
-            let u8t = unsafe { ffi::RSMPI_UINT8_T };
-            let tag = ring.tag;
-            if self.counts[recv] > 0 {
-                let req = self.reqs.push();
-                check(
-                    // SAFETY: `buf` holds counts[recv] bytes at displs[recv] (plan::Round sized it), and it
-                    // is neither read, moved nor dropped until `reqs` completes (the round is kept in flight until
-                    // then); `req` points at a handle slot that MPI fills during this call.
-                    unsafe {
-                        ffi::MPI_Irecv(
-                            self.buf.as_mut_ptr().add(self.displs[recv] as usize) as *mut c_void,
-                            self.counts[recv],
-                            u8t,
-                            left,
-                            tag,
-                            comm.as_raw(),
-                            req,
-                        )
-                    },
-                    "MPI_Irecv",
-                )?;
-            }
-            // the block `me − s` reaches the right neighbour unless it started there
-            if self.counts[send] > 0 {
-                let req = self.reqs.push();
-                check(
-                    // SAFETY: the send block lies inside `buf` (counts/displs from the round plan) and `buf`
-                    // is not written, moved or dropped before `reqs` completes.
-                    unsafe {
-                        ffi::MPI_Isend(
-                            self.buf.as_ptr().add(self.displs[send] as usize) as *const c_void,
-                            self.counts[send],
-                            u8t,
-                            right,
-                            tag,
-                            comm.as_raw(),
-                            req,
-                        )
-                    },
-                    "MPI_Isend",
-                )?;
-            }
-        }
-    }
-}
-
 /// Distribute among the leaders of `comm` (every one of them needs the file).
 pub(crate) fn distribute(
     comm: &SimpleCommunicator,
@@ -722,55 +569,8 @@ pub(crate) fn distribute(
                 }
                 // the data
                 match algo {
-                    Algorithm::Allgather => {
-                        let sp = f
-                            .send
-                            .as_ref()
-                            .map_or(std::ptr::null(), |s| s.as_ptr() as *const c_void);
-                        let req = f.reqs.push();
-                        check(
-                            // SAFETY: `sp` is null or this rank's counts[me] bytes; `f.buf` holds the sum of
-                            // `f.counts` at `f.displs`; both live in the flight until its requests complete; the count and
-                            // displacement arrays outlive the call (MPI may read them until completion: they belong to `f`).
-                            unsafe {
-                                ffi::MPI_Iallgatherv(
-                                    sp,
-                                    f.counts[me],
-                                    u8t,
-                                    f.buf.as_mut_ptr() as *mut c_void,
-                                    f.counts.as_ptr(),
-                                    f.displs.as_ptr(),
-                                    u8t,
-                                    comm.as_raw(),
-                                    req,
-                                )
-                            },
-                            "MPI_Iallgatherv",
-                        )?;
-                    }
-                    Algorithm::Bcast => {
-                        for k in 0..n {
-                            if f.counts[k] == 0 {
-                                continue;
-                            }
-                            let req = f.reqs.push();
-                            check(
-                                // SAFETY: the block of reader k lies inside `f.buf`, which stays in the flight, untouched,
-                                // until its requests complete.
-                                unsafe {
-                                    ffi::MPI_Ibcast(
-                                        f.buf.as_mut_ptr().add(f.displs[k] as usize) as *mut c_void,
-                                        f.counts[k],
-                                        u8t,
-                                        k as i32,
-                                        comm.as_raw(),
-                                        req,
-                                    )
-                                },
-                                "MPI_Ibcast",
-                            )?;
-                        }
-                    }
+                    Algorithm::Allgather => allgather::start(&mut f, comm, me, u8t)?,
+                    Algorithm::Bcast => bcast::start(&mut f, comm, n, u8t)?,
                     Algorithm::Ring => {
                         f.ring = Some(Ring {
                             step: 0,
