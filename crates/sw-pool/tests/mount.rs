@@ -563,6 +563,50 @@ fn unprivileged_user_gets_fuse_or_a_clear_dev_fuse_error() {
     );
 }
 
+/// An unprivileged mount onto a root-owned directory the user cannot write is a permission
+/// problem (status 6, a hint about the mount point), not "fuse2fs could not mount … check that
+/// the image is intact" (status 5) as before.
+#[test]
+fn unprivileged_mount_on_a_directory_the_user_cannot_write() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let state = t.p("state-nobody2");
+    std::fs::create_dir(&state).unwrap();
+    let mp = t.mkdir("root-owned");
+    std::fs::set_permissions(&mp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let st = Command::new("chown")
+        .args(["65534:65534", state.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for format in ["ext4", "sqfs"] {
+        let img = pool(&t, format);
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(bin())
+            .args(["mount", &img, &mp])
+            .env("SW_POOL_SYSTEM_CONFIG", "")
+            .env("SW_POOL_USER_CONFIG", "")
+            .env("SW_POOL_STATE_DIR", &state)
+            .env("HOME", "/nonexistent");
+        let o = run(&mut c);
+        assert_eq!(o.code, 6, "{format}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("not writable by you") || o.stderr.contains("/dev/fuse"),
+            "{format}: {}",
+            o.stderr
+        );
+        assert!(
+            !o.stderr.contains("image is intact"),
+            "{format}: {}",
+            o.stderr
+        );
+        assert!(t.mounts().is_empty());
+    }
+}
+
 fn lmod(script: &str, t: &T, env: &[(&str, String)]) -> Out {
     let dir = bin().parent().unwrap().to_path_buf();
     let mut c = Command::new("bash");

@@ -395,3 +395,100 @@ fn rebuild(image: &[u8], manifest: &[u8], sig: &[u8]) -> Vec<u8> {
     v.extend_from_slice(&f);
     v
 }
+
+/// A signed pool whose manifest covers only the first 8 MiB of a 40 MB ext4 file system (its file
+/// data lies beyond): every bit of the file is signed and hashed, but the file system would read
+/// bytes no hash covers. sign, verify, inspect, load and mount refuse it as damaged (status 4);
+/// before, verify and load accepted it and reading the file gave EIO.
+#[test]
+fn a_signed_image_smaller_than_its_file_system_is_refused() {
+    use swpool_core::pool::manifest::{hash_chunk, ChunkListBuilder, Manifest};
+    let d = scratch();
+    let dir = d.path();
+    let big = make_pool(dir, "big", 7);
+    let b = std::fs::read(&big).unwrap();
+    let (mjson, _) = swpool_core_trailer(&b);
+    let mut m = Manifest::from_json(&mjson).unwrap();
+    let cut = 8 << 20;
+    let image = &b[..cut];
+    let mut cl = ChunkListBuilder::new(cut as u64, m.chunk_size);
+    while let Some(r) = cl.next_range() {
+        let bytes = &image[r.start as usize..r.end as usize];
+        cl.push(bytes.iter().any(|&x| x != 0).then(|| hash_chunk(bytes)));
+    }
+    cl.finish_into(&mut m);
+    let small = dir.join("small.ext4");
+    std::fs::write(&small, rebuild(image, &m.to_json(), &[])).unwrap();
+    // signing it is refused already (an admin is told before publishing)
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    assert_eq!(
+        sw_run(&["keygen", "-q", "--out", s(&dir.join("adm"))]).code,
+        0
+    );
+    let o = sw_run(&["sign", "-q", "--key", s(&dir.join("adm.pem")), s(&small)]);
+    expect(&o, 4, "file system claims", "sign");
+    // an attacker signs it by other means: a correct signature block over the manifest
+    let signed = dir.join("signed.ext4");
+    std::fs::copy(&big, &signed).unwrap();
+    assert_eq!(
+        sw_run(&["sign", "-q", "--key", s(&dir.join("adm.pem")), s(&signed)]).code,
+        0
+    );
+    let (_, sig_of_big) = swpool_core_trailer(&std::fs::read(&signed).unwrap());
+    let sig_block = {
+        // the small manifest signed with the same (trusted) key by the openssl CLI; the
+        // signature block of the big pool with that signature
+        let mfile = dir.join("small.manifest");
+        std::fs::write(&mfile, m.to_json()).unwrap();
+        let sfile = dir.join("small.sig");
+        let o = openssl(&[
+            "pkeyutl",
+            "-sign",
+            "-inkey",
+            s(&dir.join("adm.pem")),
+            "-rawin",
+            "-in",
+            s(&mfile),
+            "-out",
+            s(&sfile),
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let mut v: serde_json::Value = serde_json::from_slice(&sig_of_big).unwrap();
+        v["signature"] = hex::encode(std::fs::read(&sfile).unwrap()).into();
+        serde_json::to_vec_pretty(&v).unwrap()
+    };
+    std::fs::write(&small, rebuild(image, &m.to_json(), &sig_block)).unwrap();
+    std::fs::copy(dir.join("adm.pub.pem"), keys.join("adm.pem")).unwrap();
+    let with_keys = |args: &[&str]| {
+        run(sw()
+            .env("SW_POOL_TRUSTED_KEYS", &keys)
+            .env("SW_POOL_STATE_DIR", dir.join("state"))
+            .env("LOCAL_TMPDIR", dir)
+            .env("SW_POOL_MOUNT", dir.join("mnt"))
+            .args(args))
+    };
+    expect(
+        &with_keys(&["verify", s(&small)]),
+        4,
+        "file system claims",
+        "verify",
+    );
+    expect(
+        &with_keys(&["inspect", s(&small)]),
+        4,
+        "file system claims",
+        "inspect",
+    );
+    let o = with_keys(&[
+        "load",
+        "--require-signature",
+        "-m",
+        s(&dir.join("m")),
+        s(&small),
+    ]);
+    expect(&o, 4, "file system claims", "load");
+    std::fs::create_dir_all(dir.join("m2")).unwrap();
+    let o = with_keys(&["mount", s(&small), s(&dir.join("m2"))]);
+    expect(&o, 4, "file system claims", "mount");
+}

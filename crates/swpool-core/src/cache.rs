@@ -76,6 +76,18 @@ pub fn dir(base: &Path, uid: u32, create: bool) -> Result<PathBuf, CacheError> {
     Ok(cache)
 }
 
+/// The user's cache directory under `base` when it exists (`None`: no pool was ever cached there),
+/// checked like [`dir`].
+pub fn existing_dir(base: &Path, uid: u32) -> Result<Option<PathBuf>, CacheError> {
+    let top = base.join(format!("sw-pool-{uid}"));
+    for d in [top.clone(), top.join("cache")] {
+        if std::fs::symlink_metadata(&d).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Ok(None);
+        }
+    }
+    dir(base, uid, false).map(Some)
+}
+
 /// The cache file for a pool.
 pub fn entry_path(cache: &Path, name: &str, version: &str, digest: &str) -> PathBuf {
     let hex = digest.split_once(':').map(|(_, h)| h).unwrap_or(digest);

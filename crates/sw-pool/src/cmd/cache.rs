@@ -21,7 +21,17 @@ pub fn run(g: &GlobalArgs, a: CacheArgs) -> Result<(), Error> {
     let cfg = super::config()?;
     let uid = rustix::process::geteuid().as_raw();
     let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
-    let dir = cache::dir(&base, uid, false)?;
+    let Some(dir) = cache::existing_dir(&base, uid)? else {
+        // nothing was ever cached here: nothing to list or prune (not an error)
+        let p = Printer::new(g, matches!(a.command, CacheCommand::List { json: true }));
+        let dir = base.join(format!("sw-pool-{uid}")).join("cache");
+        p.result(format!(
+            "no pool cached in {} yet: nothing to list or prune",
+            dir.display()
+        ));
+        p.json(&serde_json::json!({"dir": dir, "total_bytes": 0, "entries": []}));
+        return Ok(());
+    };
     let entries = cache::list(&dir, &images_in_use())?;
     match a.command {
         CacheCommand::List { json } => {

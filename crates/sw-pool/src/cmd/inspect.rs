@@ -9,6 +9,7 @@ use crate::output::Printer;
 pub fn run(g: &GlobalArgs, a: InspectArgs) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
     let pool = Pool::open(&a.pool)?;
+    swpool_core::pool::fs_size::check_fits(&pool)?;
     let m = &pool.manifest;
     // the superblock must agree with the manifest
     let found = match detect(&a.pool) {

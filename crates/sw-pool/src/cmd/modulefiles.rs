@@ -4,14 +4,18 @@ use swpool_core::Error;
 use crate::cli::{GlobalArgs, ModulefilesArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: ModulefilesArgs) -> Result<(), Error> {
-    let written = generate_missing(
+pub fn run(gl: &GlobalArgs, a: ModulefilesArgs) -> Result<(), Error> {
+    let g = generate_missing(
         &a.dir,
         ModulefileOptions {
             ld_library_path: a.ld_library_path,
         },
     )?;
-    let p = Printer::new(g, false);
+    let p = Printer::new(gl, false);
+    for w in &g.warnings {
+        p.warn(w);
+    }
+    let written = g.written;
     if written.is_empty() {
         p.result("every package already has a modulefile");
     }

@@ -185,7 +185,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     // --- the layout (pool.toml, install/, modulefiles/)
     let mut modulefiles_written = Vec::new();
     if opts.gen_modulefiles {
-        modulefiles_written = generate_missing(&src, opts.modulefile_opts)?;
+        let g = generate_missing(&src, opts.modulefile_opts)?;
+        modulefiles_written = g.written;
+        warnings.extend(g.warnings);
     }
     let layout = PoolLayout::scan(&src)?;
     if layout.toml.is_none() {

@@ -132,13 +132,12 @@ pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
                 spec.display()
             ),
         )),
-        Ok(m) if !m.is_file() => Err(Error::other(
-            ExitStatus::InvalidPool,
-            format!(
-                "{} is not a sw-pool pool: not a regular file; give a pool file built with `sw-pool build`",
-                spec.display()
-            ),
-        )),
+        // the same message and status as `inspect` and `verify` (Pool::open) give
+        Ok(m) if !m.is_file() => Err(crate::pool::ManifestError::NotAPool {
+            path: spec.to_path_buf(),
+            reason: crate::pool::trailer::TrailerError::Corrupt("not a regular file".into()),
+        }
+        .into()),
         Ok(_) => Ok(crate::exec::absolute(spec)),
     }
 }

@@ -198,21 +198,23 @@ impl ImageInfo {
                 status: crate::error::io_status(&source),
             },
         })?;
-        let pool = match Pool::open(&path) {
-            Ok(p) => Some(PoolId {
-                name: p.manifest.name,
-                version: p.manifest.version,
-                digest: p.manifest.digest,
-            }),
-            Err(ManifestError::NotAPool { .. } | ManifestError::NoTrailer { .. }) => None,
-            Err(e) => {
-                return Err(MountError::Image {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                    status: e.exit_status(),
-                })
-            }
-        };
+        // a pool's file system must fit inside the image its manifest (and signature) covers
+        let pool =
+            match Pool::open(&path).and_then(|p| crate::pool::fs_size::check_fits(&p).map(|_| p)) {
+                Ok(p) => Some(PoolId {
+                    name: p.manifest.name,
+                    version: p.manifest.version,
+                    digest: p.manifest.digest,
+                }),
+                Err(ManifestError::NotAPool { .. } | ManifestError::NoTrailer { .. }) => None,
+                Err(e) => {
+                    return Err(MountError::Image {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                        status: e.exit_status(),
+                    })
+                }
+            };
         Ok(ImageInfo {
             path,
             format,
@@ -234,6 +236,9 @@ pub enum MountError {
     },
     #[error("mount point {} on {}: {reason}", path.display(), node())]
     MountPoint { path: PathBuf, reason: String },
+    /// The caller may not mount there (a permission problem, not a damaged image).
+    #[error("mount point {} on {}: {reason}", path.display(), node())]
+    MountPointDenied { path: PathBuf, reason: String },
     #[error("FUSE is not usable on {}: {reason}", node())]
     Fuse { reason: String },
     #[error("cannot mount {}: {source}", image.display())]
@@ -345,6 +350,7 @@ impl MountError {
             MountError::Options(_) => ExitStatus::BadInput,
             MountError::Image { status, .. } => *status,
             MountError::MountPoint { .. } => ExitStatus::BadInput,
+            MountError::MountPointDenied { .. } => ExitStatus::System,
             MountError::Fuse { .. } => ExitStatus::System,
             MountError::Tool { source, .. } => source.exit_status(),
             MountError::Helper(h) if h.hint.contains("damaged") => ExitStatus::InvalidPool,
@@ -467,6 +473,19 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
             "belongs to uid {}, not to you (uid {uid}) or root",
             m.uid
         )));
+    }
+    // an unprivileged FUSE mount needs write access to the mount point (fusermount3 refuses
+    // otherwise, and the helper's failure would look like a damaged image)
+    if uid != 0 && m.uid != uid && rustix::fs::access(mp, rustix::fs::Access::WRITE_OK).is_err() {
+        return Err(MountError::MountPointDenied {
+            path: mp.to_path_buf(),
+            reason: format!(
+                "belongs to uid {} and is not writable by you (uid {uid}): an unprivileged FUSE \
+                 mount needs a mount point you can write; use an empty directory you own (the \
+                 default $SW_POOL_MOUNT/NAME/VERSION is one)",
+                m.uid
+            ),
+        });
     }
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
     if let Some(e) = proc::mount_at(&mounts, mp) {

@@ -16,6 +16,78 @@ pub struct ModulefileOptions {
     pub ld_library_path: bool,
 }
 
+/// Install prefixes inside a package directory: the package itself (`bin/`, `lib/`), and the
+/// layouts of a Debian package extracted with `dpkg -x` (`usr/`) or of a `/usr/local` install.
+const PREFIXES: &[&str] = &["", "usr", "usr/local"];
+
+/// Multiarch library directories under `<prefix>/lib` (`x86_64-linux-gnu`, `aarch64-linux-gnu`, …).
+fn triplets(lib: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(lib)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("-linux-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `(variable, directory relative to the package)` pairs for the directories that exist in
+/// `pkg_dir`, in the order they are prepended.
+pub fn env_dirs(pkg_dir: &Path, opts: ModulefileOptions) -> Vec<(&'static str, String)> {
+    let has = |rel: &str| pkg_dir.join(rel).is_dir();
+    let join = |p: &str, r: &str| {
+        if p.is_empty() {
+            r.to_string()
+        } else {
+            format!("{p}/{r}")
+        }
+    };
+    let mut out = Vec::new();
+    for p in PREFIXES {
+        if !p.is_empty() && !has(p) {
+            continue;
+        }
+        let mut libs = vec![join(p, "lib"), join(p, "lib64")];
+        libs.extend(
+            triplets(&pkg_dir.join(join(p, "lib")))
+                .iter()
+                .map(|t| join(p, &format!("lib/{t}"))),
+        );
+        for rel in [join(p, "bin"), join(p, "sbin")] {
+            if has(&rel) {
+                out.push(("PATH", rel));
+            }
+        }
+        for rel in [join(p, "share/man"), join(p, "man")] {
+            if has(&rel) {
+                out.push(("MANPATH", rel));
+            }
+        }
+        let mut pc: Vec<String> = libs.iter().map(|l| format!("{l}/pkgconfig")).collect();
+        pc.push(join(p, "share/pkgconfig"));
+        for rel in pc {
+            if has(&rel) {
+                out.push(("PKG_CONFIG_PATH", rel));
+            }
+        }
+        if p.is_empty() || has(&join(p, "lib")) || has(&join(p, "bin")) {
+            out.push(("CMAKE_PREFIX_PATH", p.to_string()));
+        }
+        if opts.ld_library_path {
+            for rel in libs {
+                if has(&rel) {
+                    out.push(("LD_LIBRARY_PATH", rel));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The text of the modulefile for `install/<pkg>/<ver>` of pool `pool`/`pool_version`;
 /// `pkg_dir` is inspected to set only the variables whose directories exist.
 pub fn render(
@@ -26,38 +98,14 @@ pub fn render(
     pkg_dir: &Path,
     opts: ModulefileOptions,
 ) -> String {
-    let has = |rel: &str| pkg_dir.join(rel).is_dir();
     let mut body = String::new();
-    let mut add = |var: &str, rel: &str| {
+    for (var, rel) in env_dirs(pkg_dir, opts) {
         if rel.is_empty() {
             body.push_str(&format!("prepend_path(\"{var}\", root)\n"));
         } else {
             body.push_str(&format!(
                 "prepend_path(\"{var}\", pathJoin(root, \"{rel}\"))\n"
             ));
-        }
-    };
-    for rel in ["bin", "sbin"] {
-        if has(rel) {
-            add("PATH", rel);
-        }
-    }
-    for rel in ["share/man", "man"] {
-        if has(rel) {
-            add("MANPATH", rel);
-        }
-    }
-    for rel in ["lib/pkgconfig", "lib64/pkgconfig", "share/pkgconfig"] {
-        if has(rel) {
-            add("PKG_CONFIG_PATH", rel);
-        }
-    }
-    add("CMAKE_PREFIX_PATH", "");
-    if opts.ld_library_path {
-        for rel in ["lib", "lib64"] {
-            if has(rel) {
-                add("LD_LIBRARY_PATH", rel);
-            }
         }
     }
     format!(
@@ -85,15 +133,32 @@ help([[{pkg} {ver} from the sw-pool pool {pool}/{pool_version}]])
     )
 }
 
-/// Write a modulefile for every package in `root`'s layout that lacks one; returns the files written.
-pub fn generate_missing(root: &Path, opts: ModulefileOptions) -> Result<Vec<PathBuf>, LayoutError> {
+/// What [`generate_missing`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Generated {
+    pub written: Vec<PathBuf>,
+    /// Packages for which no `PATH` could be set (no `bin/`, `sbin/`, `usr/bin/`, …).
+    pub warnings: Vec<String>,
+}
+
+/// Write a modulefile for every package in `root`'s layout that lacks one.
+pub fn generate_missing(root: &Path, opts: ModulefileOptions) -> Result<Generated, LayoutError> {
     let layout = PoolLayout::scan(root)?;
     let toml = layout.toml.as_ref().ok_or_else(|| LayoutError::Invalid {
         path: root.join("pool.toml"),
         reason: "no pool.toml: modulefiles need the pool's name and version (create it with `sw-pool init` or by hand)".into(),
     })?;
-    let mut written = Vec::new();
+    let mut out = Generated::default();
     for p in layout.packages.iter().filter(|p| !p.modulefile) {
+        let pkg_dir = root.join("install").join(&p.name).join(&p.version);
+        if !env_dirs(&pkg_dir, opts).iter().any(|(v, _)| *v == "PATH") {
+            out.warnings.push(format!(
+                "{}/{}: no bin/, sbin/, usr/bin/ or usr/local/bin/ in {}: its modulefile sets no PATH",
+                p.name,
+                p.version,
+                pkg_dir.display()
+            ));
+        }
         let dir = root.join("modulefiles").join(&p.name);
         let file = dir.join(format!("{}.lua", p.version));
         let text = render(
@@ -115,9 +180,9 @@ pub fn generate_missing(root: &Path, opts: ModulefileOptions) -> Result<Vec<Path
         let tmp = dir.join(format!(".{}.lua.tmp", p.version));
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, &file).map_err(io)?;
-        written.push(file);
+        out.written.push(file);
     }
-    Ok(written)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -166,13 +231,65 @@ mod tests {
         std::fs::create_dir_all(root.join("modulefiles/b")).unwrap();
         std::fs::write(root.join("modulefiles/b/2.lua"), "-- mine").unwrap();
         let w = generate_missing(root, ModulefileOptions::default()).unwrap();
-        assert_eq!(w, vec![root.join("modulefiles/a/1.lua")]);
+        assert_eq!(w.written, vec![root.join("modulefiles/a/1.lua")]);
+        assert!(w.warnings.is_empty());
         assert_eq!(
             std::fs::read_to_string(root.join("modulefiles/b/2.lua")).unwrap(),
             "-- mine"
         );
         assert!(generate_missing(root, ModulefileOptions::default())
             .unwrap()
+            .written
             .is_empty());
+    }
+
+    /// A toolchain extracted with `dpkg -x` into `install/gcc/12`: PATH, MANPATH, the multiarch
+    /// library and pkg-config directories come from `usr/`; a package without any bin directory
+    /// gets a warning.
+    #[test]
+    fn debian_package_layouts() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        super::super::layout::init(root, "tools", "1", None).unwrap();
+        let gcc = root.join("install/gcc/12");
+        for sub in [
+            "usr/bin",
+            "usr/share/man/man1",
+            "usr/lib/x86_64-linux-gnu/pkgconfig",
+            "usr/lib/gcc",
+        ] {
+            std::fs::create_dir_all(gcc.join(sub)).unwrap();
+        }
+        std::fs::create_dir_all(root.join("install/data/1/share/doc")).unwrap();
+        let opts = ModulefileOptions {
+            ld_library_path: true,
+        };
+        let dirs = env_dirs(&gcc, opts);
+        let has = |v: &str, r: &str| dirs.iter().any(|(a, b)| *a == v && b == r);
+        assert!(has("PATH", "usr/bin"), "{dirs:?}");
+        assert!(has("MANPATH", "usr/share/man"), "{dirs:?}");
+        assert!(
+            has("PKG_CONFIG_PATH", "usr/lib/x86_64-linux-gnu/pkgconfig"),
+            "{dirs:?}"
+        );
+        assert!(
+            has("LD_LIBRARY_PATH", "usr/lib/x86_64-linux-gnu"),
+            "{dirs:?}"
+        );
+        assert!(has("LD_LIBRARY_PATH", "usr/lib"), "{dirs:?}");
+        assert!(has("CMAKE_PREFIX_PATH", "usr"), "{dirs:?}");
+        let g = generate_missing(root, opts).unwrap();
+        assert_eq!(g.written.len(), 2);
+        let text = std::fs::read_to_string(root.join("modulefiles/gcc/12.lua")).unwrap();
+        assert!(
+            text.contains("prepend_path(\"PATH\", pathJoin(root, \"usr/bin\"))"),
+            "{text}"
+        );
+        assert_eq!(g.warnings.len(), 1, "{:?}", g.warnings);
+        assert!(
+            g.warnings[0].starts_with("data/1: no bin/"),
+            "{:?}",
+            g.warnings
+        );
     }
 }

@@ -86,6 +86,7 @@ pub fn sign_pool(path: &Path, key: &PKey<Private>) -> Result<SignReport, TrustEr
     let alg = Algorithm::of(key)?;
     let fp = fingerprint(key)?;
     let pool = Pool::open(path)?;
+    crate::pool::fs_size::check_fits(&pool)?;
     let io = |what: &'static str| {
         move |source| TrustError::Io {
             path: path.to_path_buf(),

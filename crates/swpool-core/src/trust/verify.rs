@@ -252,6 +252,7 @@ pub fn verify_pool(
 ) -> Result<VerifyReport, TrustError> {
     let t0 = Instant::now();
     let pool = Pool::open(path)?;
+    crate::pool::fs_size::check_fits(&pool)?;
     if pool.signature.is_empty() {
         return Err(TrustError::Unsigned {
             path: path.into(),
