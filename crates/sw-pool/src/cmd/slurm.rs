@@ -14,13 +14,10 @@
 //! All three return at once for jobs that never used sw-pool.
 
 use std::io::Write;
-use std::path::Path;
 
-use swpool_core::env::{self, Change, PoolMount, Snapshot};
-use swpool_core::load::{ensure, NodeContext};
-use swpool_core::mount::{paths, RealSys};
-use swpool_core::pool::Pool;
-use swpool_core::slurm::{self, JobEnv, JobPool, JOB_POOLS_VAR, LOAD_VAR};
+use swpool_core::load::NodeContext;
+use swpool_core::mount::RealSys;
+use swpool_core::slurm::{self, JobEnv, JOB_POOLS_VAR, LOAD_VAR};
 use swpool_core::state;
 use swpool_core::{Error, ExitStatus};
 
@@ -110,41 +107,6 @@ fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The pools the task's environment asks for, with the entry they came from.
-fn requested(cfg: &swpool_core::config::Config) -> Result<Vec<(JobPool, bool)>, String> {
-    let mut out: Vec<(JobPool, bool)> = Vec::new();
-    if let Some(v) = getenv(JOB_POOLS_VAR) {
-        for p in slurm::decode_job_pools(&v).map_err(|e| format!("{JOB_POOLS_VAR}: {e}"))? {
-            out.push((p, false));
-        }
-    }
-    if let Some(v) = getenv(LOAD_VAR) {
-        let uid = rustix::process::geteuid().as_raw();
-        for spec in slurm::parse_load_var(&v) {
-            let src = swpool_core::load::resolve(Path::new(&spec), &cfg.pool_path.value)
-                .map_err(|e| format!("{LOAD_VAR}={spec}: {e}"))?;
-            if out.iter().any(|(p, _)| p.src == src) {
-                continue; // loaded by an earlier step or prolog of this job
-            }
-            let pool = Pool::open(&src).map_err(|e| format!("{LOAD_VAR}={spec}: {e}"))?;
-            let m = &pool.manifest;
-            let root = paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid);
-            out.push((
-                JobPool {
-                    name: m.name.clone(),
-                    version: m.version.clone(),
-                    digest: m.digest.clone(),
-                    src,
-                    mount_point: root.join(&m.name).join(&m.version),
-                    cache: None,
-                },
-                true,
-            ));
-        }
-    }
-    Ok(out)
-}
-
 fn task_prolog() -> Result<(), Error> {
     if getenv(JOB_POOLS_VAR).is_none() && getenv(LOAD_VAR).is_none() {
         return Ok(()); // this job does not use sw-pool
@@ -155,51 +117,7 @@ fn task_prolog() -> Result<(), Error> {
         let cfg = super::config()?;
         let sys = RealSys::new();
         let node_ctx = NodeContext::real(&cfg, &sys)?;
-        let want = requested(&cfg).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
-        let mut snap = Snapshot::from_env();
-        let mut changes: Vec<Change> = Vec::new();
-        for (p, from_load_var) in &want {
-            let mp = ensure(&node_ctx, p, job_id.as_deref())?;
-            // the task already has it (from `sw-pool load` or `module load pool/…` in the job)
-            let modulefiles = mp.join("modulefiles");
-            let loaded = snap
-                .loaded
-                .as_deref()
-                .unwrap_or("")
-                .split(':')
-                .any(|e| Path::new(e) == mp)
-                || snap
-                    .modulepath
-                    .as_deref()
-                    .unwrap_or("")
-                    .split(':')
-                    .any(|e| Path::new(e) == modulefiles);
-            let mut c = Vec::new();
-            if !loaded {
-                c = env::load_changes(
-                    &snap,
-                    &PoolMount {
-                        mount_point: mp.clone(),
-                        pool: Some((p.name.clone(), p.version.clone())),
-                    },
-                );
-            }
-            if *from_load_var {
-                c.push(slurm::add_job_pool(
-                    snap_get(&changes, JOB_POOLS_VAR)
-                        .or_else(|| getenv(JOB_POOLS_VAR))
-                        .as_deref(),
-                    &JobPool {
-                        mount_point: mp.clone(),
-                        ..p.clone()
-                    },
-                ));
-            }
-            for ch in &c {
-                snap.apply(ch);
-            }
-            changes.extend(c);
-        }
+        let changes = swpool_core::load::task_prolog(&node_ctx, getenv, job_id.as_deref())?;
         slurm::task_prolog_lines(&changes).map_err(|e| Error::other(ExitStatus::BadInput, e))
     })();
     match r {
@@ -222,11 +140,4 @@ fn task_prolog() -> Result<(), Error> {
             Err(e)
         }
     }
-}
-
-fn snap_get(changes: &[Change], var: &str) -> Option<String> {
-    changes.iter().rev().find_map(|c| match c {
-        Change::Set(k, v) if *k == var => Some(v.clone()),
-        _ => None,
-    })
 }

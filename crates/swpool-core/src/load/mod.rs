@@ -504,6 +504,103 @@ pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Ver
     }
 }
 
+/// The pools a task's environment asks for (`SW_POOL_JOB_POOLS` from a load in the job,
+/// `SW_POOL_LOAD` given at submission), each with whether it came from `SW_POOL_LOAD`.
+fn requested(
+    node: &NodeContext,
+    getenv: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(JobPool, bool)>, Error> {
+    let bad = |m: String| Error::other(ExitStatus::BadInput, m);
+    let mut out: Vec<(JobPool, bool)> = Vec::new();
+    if let Some(v) = getenv(slurm::JOB_POOLS_VAR) {
+        let pools = slurm::decode_job_pools(&v)
+            .map_err(|e| bad(format!("{}: {e}", slurm::JOB_POOLS_VAR)))?;
+        out.extend(pools.into_iter().map(|p| (p, false)));
+    }
+    if let Some(v) = getenv(slurm::LOAD_VAR) {
+        for spec in slurm::parse_load_var(&v) {
+            let ctx = |e: Error| bad(format!("{}={spec}: {e}", slurm::LOAD_VAR));
+            let src = resolve(Path::new(&spec), &node.cfg.pool_path.value).map_err(ctx)?;
+            if out.iter().any(|(p, _)| p.src == src) {
+                continue; // loaded by an earlier step or prolog of this job
+            }
+            let pool = Pool::open(&src).map_err(|e| ctx(e.into()))?;
+            let m = &pool.manifest;
+            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            out.push((
+                JobPool {
+                    name: m.name.clone(),
+                    version: m.version.clone(),
+                    digest: m.digest.clone(),
+                    src,
+                    mount_point: root.join(&m.name).join(&m.version),
+                    cache: None,
+                },
+                true,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn last_set(changes: &[Change], var: &str) -> Option<String> {
+    changes.iter().rev().find_map(|c| match c {
+        Change::Set(k, v) if *k == var => Some(v.clone()),
+        _ => None,
+    })
+}
+
+/// The Slurm TaskProlog, for one task: every pool the task's environment names is mounted on this
+/// node ([`ensure`]), and the environment change the task still lacks (its `MODULEPATH`, and for
+/// pools from `SW_POOL_LOAD` the job's pool list) is returned.
+pub fn task_prolog(
+    node: &NodeContext,
+    getenv: impl Fn(&str) -> Option<String>,
+    job_id: Option<&str>,
+) -> Result<Vec<Change>, Error> {
+    let want = requested(node, &getenv)?;
+    let mut snap = Snapshot::from_env();
+    let mut changes: Vec<Change> = Vec::new();
+    for (p, from_load_var) in &want {
+        let mp = ensure(node, p, job_id)?;
+        // the task already has it (from `sw-pool load` or `module load pool/…` in the job)
+        let modulefiles = mp.join("modulefiles");
+        let listed = |v: &Option<String>, p: &Path| {
+            v.as_deref()
+                .unwrap_or("")
+                .split(':')
+                .any(|e| Path::new(e) == p)
+        };
+        let loaded = listed(&snap.loaded, &mp) || listed(&snap.modulepath, &modulefiles);
+        let mut c = Vec::new();
+        if !loaded {
+            c = env::load_changes(
+                &snap,
+                &PoolMount {
+                    mount_point: mp.clone(),
+                    pool: Some((p.name.clone(), p.version.clone())),
+                },
+            );
+        }
+        if *from_load_var {
+            c.push(slurm::add_job_pool(
+                last_set(&changes, slurm::JOB_POOLS_VAR)
+                    .or_else(|| getenv(slurm::JOB_POOLS_VAR))
+                    .as_deref(),
+                &JobPool {
+                    mount_point: mp.clone(),
+                    ..p.clone()
+                },
+            ));
+        }
+        for ch in &c {
+            snap.apply(ch);
+        }
+        changes.extend(c);
+    }
+    Ok(changes)
+}
+
 /// The mount point of what `spec` names: a directory is the mount point itself; a pool file or
 /// NAME/VERSION is looked up at `<mount dir>/NAME/VERSION`.
 fn mountpoint_of(
