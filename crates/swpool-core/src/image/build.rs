@@ -149,10 +149,131 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let mut warnings = Vec::new();
     let mut timings = Timings::default();
     let t0 = Instant::now();
-
-    // --- the source
     let src = resolve_src(&opts.src)?;
-    // --- the output: checked before anything is written
+    let (out, out_dir, format) = check_output(opts, &src)?;
+    let (layout, name, version, modulefiles_written) =
+        read_layout(opts, &src, &out, &mut warnings)?;
+
+    // --- the tree
+    let stats = tree::scan(&src, format.is_ext())?;
+    timings.scan = t0.elapsed();
+    let epoch = opts
+        .source_date_epoch
+        .unwrap_or(stats.newest_mtime.max(0) as u64);
+    let uuid = derive_uuid(&name, &version, format, epoch, &stats);
+    let ext_size = ext_image_size(opts, format, &stats)?;
+
+    // --- write the image at a temporary name
+    let (tmp, mut file) = TempOutput::create(&out).map_err(|source| BuildError::OutDir {
+        dir: out_dir.clone(),
+        source,
+    })?;
+    let t1 = Instant::now();
+    match (format, ext_size) {
+        (ImageFormat::Squashfs, _) => {
+            write_squashfs(opts, &src, tmp.path(), &file, epoch)?;
+            timings.mkfs = t1.elapsed();
+        }
+        (_, Some(size)) => {
+            let mkfs = Mkfs {
+                opts,
+                src: &src,
+                tmp: tmp.path(),
+                file: &file,
+                format,
+                size,
+                stats: &stats,
+                uuid: &uuid,
+                epoch,
+            };
+            timings.times = write_ext(&mkfs, &mut timings.mkfs, t1)?;
+        }
+        _ => unreachable!("ext formats always have a size"),
+    }
+    let image_size = file
+        .metadata()
+        .map_err(|source| BuildError::Io {
+            what: "cannot stat",
+            path: tmp.path().into(),
+            source,
+        })?
+        .len();
+    if let (ImageFormat::Squashfs, Some(limit)) = (format, opts.size) {
+        if image_size > limit {
+            return Err(BuildError::SquashfsTooLarge {
+                actual: image_size,
+                limit,
+                src: opts.src.clone(),
+            });
+        }
+    }
+
+    // --- the manifest: one pass over the image, chunk hashes in parallel
+    let t2 = Instant::now();
+    let mut manifest = Manifest {
+        schema: MANIFEST_SCHEMA,
+        name,
+        version,
+        description: layout.toml.as_ref().and_then(|t| t.description.clone()),
+        format,
+        image_size: 0,
+        data_size: 0,
+        digest: String::new(),
+        chunk_size: opts.chunk_size,
+        hash: CHUNK_HASH.into(),
+        chunks: Vec::new(),
+        created: epoch,
+        packages: layout.packages.clone(),
+        builder: format!("sw-pool {}", env!("CARGO_PKG_VERSION")),
+    };
+    hash_image(
+        &file,
+        tmp.path(),
+        image_size,
+        opts.chunk_size,
+        &mut manifest,
+    )?;
+    timings.hash = t2.elapsed();
+
+    // --- trailer, fsync, rename
+    let t3 = Instant::now();
+    let file_len =
+        write_trailer(&mut file, image_size, &manifest.to_json(), &[]).map_err(|source| {
+            BuildError::Io {
+                what: "cannot write the manifest to",
+                path: tmp.path().into(),
+                source,
+            }
+        })?;
+    if opts.force && out.is_dir() {
+        return Err(BuildError::OutIsDir {
+            path: opts.out.clone(),
+        });
+    }
+    tmp.commit(file).map_err(|source| BuildError::Io {
+        what: "cannot move the finished pool to",
+        path: out.clone(),
+        source,
+    })?;
+    timings.commit = t3.elapsed();
+    Ok(BuildReport {
+        out,
+        file_len,
+        manifest,
+        tree: stats,
+        warnings,
+        modulefiles_written,
+        timings,
+    })
+}
+
+/// OUT is checked before anything is written: not a directory, not existing (without
+/// `--force`), its directory usable, not inside SRC. Returns OUT (absolute), its directory and
+/// the format (flag, else OUT's extension, else squashfs).
+fn check_output(
+    opts: &BuildOptions,
+    src: &Path,
+) -> Result<(PathBuf, PathBuf, ImageFormat), BuildError> {
     let out = crate::exec::absolute(&opts.out);
     if out.is_dir() {
         return Err(BuildError::OutIsDir {
@@ -171,7 +292,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
             dir: out_dir.clone(),
             source,
         })?;
-    if out_dir_real.starts_with(&src) {
+    if out_dir_real.starts_with(src) {
         return Err(BuildError::OutInsideSrc {
             out: opts.out.clone(),
             src: opts.src.clone(),
@@ -181,15 +302,24 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
         .format
         .or_else(|| ImageFormat::from_extension(&out))
         .unwrap_or(ImageFormat::Squashfs);
+    Ok((out, out_dir, format))
+}
 
-    // --- the layout (pool.toml, install/, modulefiles/)
+/// The pool layout (pool.toml, install/, modulefiles/): modulefiles generated on request,
+/// warnings for what is missing, and the pool's name and version.
+fn read_layout(
+    opts: &BuildOptions,
+    src: &Path,
+    out: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(PoolLayout, String, String, Vec<PathBuf>), BuildError> {
     let mut modulefiles_written = Vec::new();
     if opts.gen_modulefiles {
-        let g = generate_missing(&src, opts.modulefile_opts)?;
+        let g = generate_missing(src, opts.modulefile_opts)?;
         modulefiles_written = g.written;
         warnings.extend(g.warnings);
     }
-    let layout = PoolLayout::scan(&src)?;
+    let layout = PoolLayout::scan(src)?;
     if layout.toml.is_none() {
         warnings.push(format!(
             "{} has no pool.toml: building an ad-hoc pool (no packages, no modulefiles); see `sw-pool init`",
@@ -230,210 +360,163 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, BuildError> {
         what: "pool version",
         reason,
     })?;
+    Ok((layout, name, version, modulefiles_written))
+}
 
-    // --- the tree
-    let stats = tree::scan(&src, format.is_ext())?;
-    timings.scan = t0.elapsed();
-    let epoch = opts
-        .source_date_epoch
-        .unwrap_or(stats.newest_mtime.max(0) as u64);
-    let uuid = derive_uuid(&name, &version, format, epoch, &stats);
+/// The size of an ext image (`None` for squashfs): `-s`, refused below the tree's lower bound,
+/// else the automatic size.
+fn ext_image_size(
+    opts: &BuildOptions,
+    format: ImageFormat,
+    stats: &TreeStats,
+) -> Result<Option<u64>, BuildError> {
+    if !format.is_ext() {
+        return Ok(None);
+    }
+    let needed = ext_min_size(format, stats);
+    Ok(Some(match opts.size {
+        Some(s) if s < needed => {
+            return Err(BuildError::TooSmall {
+                size: s,
+                needed,
+                data: stats.blocks_4k * 4096,
+                src: opts.src.clone(),
+            })
+        }
+        Some(s) => s,
+        None => ext_auto_size(format, stats),
+    }))
+}
 
-    // --- size checks before writing
-    let ext_size = if format.is_ext() {
-        let needed = ext_min_size(format, &stats);
-        let size = match opts.size {
-            Some(s) => {
-                if s < needed {
-                    return Err(BuildError::TooSmall {
-                        size: s,
-                        needed,
-                        data: stats.blocks_4k * 4096,
-                        src: opts.src.clone(),
-                    });
-                }
-                s
-            }
-            None => ext_auto_size(format, &stats),
-        };
-        Some(size)
-    } else {
-        None
-    };
+/// `mksquashfs -comp zstd` into the temporary, reproducibly.
+fn write_squashfs(
+    opts: &BuildOptions,
+    src: &Path,
+    tmp: &Path,
+    file: &File,
+    epoch: u64,
+) -> Result<(), BuildError> {
+    let mut c = ToolCommand::new(Tool::Mksquashfs)
+        .path(src)
+        .path(tmp)
+        .args(["-noappend", "-no-progress", "-quiet", "-comp", "zstd"])
+        .arg("-mkfs-time")
+        .arg(epoch.to_string())
+        .env_remove("SOURCE_DATE_EPOCH");
+    if let Some(l) = opts.squashfs_level {
+        c = c.arg("-Xcompression-level").arg(l.to_string());
+    }
+    with_early_writeback(file, || c.run())?;
+    Ok(())
+}
 
-    // --- write the image at a temporary name
-    let (tmp, mut file) = TempOutput::create(&out).map_err(|source| BuildError::OutDir {
-        dir: out_dir.clone(),
+/// What `mke2fs -d` needs.
+struct Mkfs<'a> {
+    opts: &'a BuildOptions,
+    src: &'a Path,
+    tmp: &'a Path,
+    file: &'a File,
+    format: ImageFormat,
+    size: u64,
+    stats: &'a TreeStats,
+    uuid: &'a str,
+    epoch: u64,
+}
+
+/// A sparse file of the image's size filled and formatted in one step by `mke2fs -d`, then every
+/// inode's atime and ctime set to its mtime. Sets `mkfs_time`; returns the time of the latter.
+fn write_ext(m: &Mkfs, mkfs_time: &mut Duration, t1: Instant) -> Result<Duration, BuildError> {
+    m.file.set_len(m.size).map_err(|source| BuildError::Io {
+        what: "cannot size",
+        path: m.tmp.into(),
         source,
     })?;
-    let t1 = Instant::now();
-    match (format, ext_size) {
-        (ImageFormat::Squashfs, _) => {
-            let mut c = ToolCommand::new(Tool::Mksquashfs)
-                .path(&src)
-                .path(tmp.path())
-                .args(["-noappend", "-no-progress", "-quiet", "-comp", "zstd"])
-                .arg("-mkfs-time")
-                .arg(epoch.to_string())
-                .env_remove("SOURCE_DATE_EPOCH");
-            if let Some(l) = opts.squashfs_level {
-                c = c.arg("-Xcompression-level").arg(l.to_string());
-            }
-            with_early_writeback(&file, || c.run())?;
-            timings.mkfs = t1.elapsed();
+    let inodes = m.stats.inodes() + m.stats.inodes() / 10 + 64;
+    let cmd = ToolCommand::new(Tool::Mke2fs)
+        .args([
+            "-q",
+            "-F",
+            "-t",
+            m.format.as_str(),
+            "-b",
+            "4096",
+            "-I",
+            "256",
+            "-m",
+            "0",
+            // no metadata_csum: chunk hashes protect the pool; see ext_times.rs
+            "-O",
+            "^metadata_csum",
+        ])
+        .arg("-N")
+        .arg(inodes.to_string())
+        .arg("-U")
+        .arg(m.uuid)
+        .arg("-E")
+        .arg(format!("hash_seed={},root_owner=0:0", m.uuid))
+        .arg("-d")
+        .path(m.src)
+        .end_of_options()
+        .path(m.tmp)
+        .env("E2FSPROGS_FAKE_TIME", m.epoch.to_string())
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env_remove("MKE2FS_CONFIG");
+    let r = with_early_writeback(m.file, || cmd.run());
+    *mkfs_time = t1.elapsed();
+    if let Err(ExecError::Failed { stderr, .. }) = &r {
+        let detail = last_line(stderr);
+        if stderr.contains("Could not allocate block")
+            || stderr.contains("No space left")
+            || stderr.contains("Could not allocate inode")
+        {
+            return Err(BuildError::Full {
+                size: m.size,
+                src: m.opts.src.clone(),
+                detail,
+            });
         }
-        (_, Some(size)) => {
-            file.set_len(size).map_err(|source| BuildError::Io {
-                what: "cannot size",
-                path: tmp.path().into(),
-                source,
-            })?;
-            let inodes = stats.inodes() + stats.inodes() / 10 + 64;
-            let cmd = ToolCommand::new(Tool::Mke2fs)
-                .args([
-                    "-q",
-                    "-F",
-                    "-t",
-                    format.as_str(),
-                    "-b",
-                    "4096",
-                    "-I",
-                    "256",
-                    "-m",
-                    "0",
-                    // no metadata_csum: chunk hashes protect the pool; see ext_times.rs
-                    "-O",
-                    "^metadata_csum",
-                ])
-                .arg("-N")
-                .arg(inodes.to_string())
-                .arg("-U")
-                .arg(&uuid)
-                .arg("-E")
-                .arg(format!("hash_seed={uuid},root_owner=0:0"))
-                .arg("-d")
-                .path(&src)
-                .end_of_options()
-                .path(tmp.path())
-                .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
-                .env_remove("SOURCE_DATE_EPOCH")
-                .env_remove("MKE2FS_CONFIG");
-            let r = with_early_writeback(&file, || cmd.run());
-            timings.mkfs = t1.elapsed();
-            if let Err(ExecError::Failed { stderr, .. }) = &r {
-                let detail = last_line(stderr);
-                if stderr.contains("Could not allocate block")
-                    || stderr.contains("No space left")
-                    || stderr.contains("Could not allocate inode")
-                {
-                    return Err(BuildError::Full {
-                        size,
-                        src: opts.src.clone(),
-                        detail,
-                    });
-                }
-                if stderr.contains("already exists")
-                    || stderr.contains("File name too long")
-                    || stderr.contains("Invalid argument passed")
-                {
-                    return Err(BuildError::Unstorable {
-                        src: opts.src.clone(),
-                        detail,
-                    });
-                }
-            }
-            r?;
-            let tt = Instant::now();
-            super::ext_times::normalize_times(&file).map_err(|source| BuildError::Io {
-                what: "cannot normalise inode times in",
-                path: tmp.path().into(),
-                source,
-            })?;
-            timings.times = tt.elapsed();
-        }
-        _ => unreachable!("ext formats always have a size"),
-    }
-    let image_size = file
-        .metadata()
-        .map_err(|source| BuildError::Io {
-            what: "cannot stat",
-            path: tmp.path().into(),
-            source,
-        })?
-        .len();
-    if let (ImageFormat::Squashfs, Some(limit)) = (format, opts.size) {
-        if image_size > limit {
-            return Err(BuildError::SquashfsTooLarge {
-                actual: image_size,
-                limit,
-                src: opts.src.clone(),
+        if stderr.contains("already exists")
+            || stderr.contains("File name too long")
+            || stderr.contains("Invalid argument passed")
+        {
+            return Err(BuildError::Unstorable {
+                src: m.opts.src.clone(),
+                detail,
             });
         }
     }
+    r?;
+    let tt = Instant::now();
+    super::ext_times::normalize_times(m.file).map_err(|source| BuildError::Io {
+        what: "cannot normalise inode times in",
+        path: m.tmp.into(),
+        source,
+    })?;
+    Ok(tt.elapsed())
+}
 
-    // --- the manifest: one pass over the image, chunk hashes in parallel
-    let t2 = Instant::now();
+/// The chunk hashes (one pass over the image, in parallel) into `manifest`.
+fn hash_image(
+    file: &File,
+    tmp: &Path,
+    image_size: u64,
+    chunk_size: u64,
+    manifest: &mut Manifest,
+) -> Result<(), BuildError> {
     let chunks =
-        crate::pool::chunks::hash_chunks(&file, image_size, opts.chunk_size).map_err(|source| {
+        crate::pool::chunks::hash_chunks(file, image_size, chunk_size).map_err(|source| {
             BuildError::Io {
                 what: "cannot read back",
-                path: tmp.path().into(),
+                path: tmp.into(),
                 source,
             }
         })?;
-    let mut builder = ChunkListBuilder::new(image_size, opts.chunk_size);
+    let mut builder = ChunkListBuilder::new(image_size, chunk_size);
     for c in chunks {
         builder.push(c);
     }
-    let mut manifest = Manifest {
-        schema: MANIFEST_SCHEMA,
-        name,
-        version,
-        description: layout.toml.as_ref().and_then(|t| t.description.clone()),
-        format,
-        image_size: 0,
-        data_size: 0,
-        digest: String::new(),
-        chunk_size: opts.chunk_size,
-        hash: CHUNK_HASH.into(),
-        chunks: Vec::new(),
-        created: epoch,
-        packages: layout.packages.clone(),
-        builder: format!("sw-pool {}", env!("CARGO_PKG_VERSION")),
-    };
-    builder.finish_into(&mut manifest);
-    timings.hash = t2.elapsed();
-
-    // --- trailer, fsync, rename
-    let t3 = Instant::now();
-    let file_len =
-        write_trailer(&mut file, image_size, &manifest.to_json(), &[]).map_err(|source| {
-            BuildError::Io {
-                what: "cannot write the manifest to",
-                path: tmp.path().into(),
-                source,
-            }
-        })?;
-    if opts.force && out.is_dir() {
-        return Err(BuildError::OutIsDir {
-            path: opts.out.clone(),
-        });
-    }
-    tmp.commit(file).map_err(|source| BuildError::Io {
-        what: "cannot move the finished pool to",
-        path: out.clone(),
-        source,
-    })?;
-    timings.commit = t3.elapsed();
-    Ok(BuildReport {
-        out,
-        file_len,
-        manifest,
-        tree: stats,
-        warnings,
-        modulefiles_written,
-        timings,
-    })
+    builder.finish_into(manifest);
+    Ok(())
 }
 
 /// Run `f` (mke2fs or mksquashfs filling `file` through its own descriptor) while a helper thread
