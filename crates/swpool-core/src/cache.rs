@@ -58,7 +58,13 @@ pub fn dir(base: &Path, uid: u32, create: bool) -> Result<PathBuf, CacheError> {
     if !base.is_dir() {
         return Err(bad(base, "does not exist or is not a directory".into()));
     }
-    let top = base.join(format!("sw-pool-{uid}"));
+    // <base>/sw-pool-<uid>, or the user's private fallback when someone squatted that name
+    let top = crate::userdir::resolve(base, uid, create).map_err(|e| {
+        bad(
+            base,
+            format!("cannot create the user's cache directory: {e}"),
+        )
+    })?;
     let cache = top.join("cache");
     for d in [&top, &cache] {
         if create {
@@ -79,7 +85,7 @@ pub fn dir(base: &Path, uid: u32, create: bool) -> Result<PathBuf, CacheError> {
 /// The user's cache directory under `base` when it exists (`None`: no pool was ever cached there),
 /// checked like [`dir`].
 pub fn existing_dir(base: &Path, uid: u32) -> Result<Option<PathBuf>, CacheError> {
-    let top = base.join(format!("sw-pool-{uid}"));
+    let top = crate::userdir::resolve(base, uid, false).unwrap_or_else(|_| base.join("-"));
     for d in [top.clone(), top.join("cache")] {
         if std::fs::symlink_metadata(&d).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
             return Ok(None);
@@ -104,7 +110,15 @@ pub fn is_entry_of(path: &Path, uid: u32, name: &str, version: &str, digest: &st
     let top = cache.and_then(Path::parent);
     path.file_name() == want.file_name()
         && cache.and_then(Path::file_name) == Some("cache".as_ref())
-        && top.and_then(Path::file_name) == Some(format!("sw-pool-{uid}").as_ref())
+        && top
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| {
+                let own = format!("sw-pool-{uid}");
+                n == own
+                    || n.strip_prefix(&own)
+                        .is_some_and(|r| r.len() > 1 && r.starts_with('.'))
+            })
 }
 
 /// Mark an entry used now (its access time), for least-recently-used eviction.
@@ -296,10 +310,22 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(c.parent().unwrap(), std::fs::Permissions::from_mode(0o777))
             .unwrap();
-        assert!(dir(d.path(), uid, true)
-            .unwrap_err()
-            .to_string()
-            .contains("writable only by it"));
+        // a top directory others can write is not used: the user gets a private one beside it
+        let c2 = dir(d.path(), uid, true).unwrap();
+        assert_ne!(c2, c);
+        assert!(c2
+            .parent()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains(&format!("sw-pool-{uid}.")));
+        assert!(is_entry_of(
+            &entry_path(&c2, "demo", "1.0", "blake3:ab"),
+            uid,
+            "demo",
+            "1.0",
+            "blake3:ab"
+        ));
         assert!(dir(&d.path().join("nope"), uid, true).is_err());
     }
 }

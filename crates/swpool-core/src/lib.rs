@@ -18,6 +18,7 @@ pub mod slurm;
 pub mod sparse;
 pub mod transfer;
 pub mod trust;
+pub mod userdir;
 
 pub use error::{Error, ExitStatus, Result};
 pub mod env;

@@ -142,7 +142,7 @@ pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
     }
 }
 
-/// Create `-m DIR` if it is missing (its parent must exist), like the paper's `-m $LOCAL_TMPDIR/mnt`.
+/// Create `-m DIR` if it is missing (its parent must exist), like `sw-pool load -m $LOCAL_TMPDIR/mnt` in the paper.
 pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
     if std::fs::symlink_metadata(mp).is_err() {
         std::fs::DirBuilder::new()

@@ -21,7 +21,9 @@ pub fn default_mount_dir(configured: Option<&Path>, uid: u32) -> PathBuf {
             return x.join("sw-pool/mnt");
         }
     }
-    PathBuf::from(format!("/tmp/sw-pool-{uid}/mnt"))
+    crate::userdir::resolve(Path::new("/tmp"), uid, true)
+        .unwrap_or_else(|_| crate::userdir::predictable(Path::new("/tmp"), uid))
+        .join("mnt")
 }
 
 /// Create `root/<name>/<version>` (mode 0755 for each component made), checking every component

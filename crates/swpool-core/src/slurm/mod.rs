@@ -245,12 +245,14 @@ pub fn passwd_entry(uid: u32) -> Option<(u32, PathBuf)> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
     Notice,
+    Warning,
     Error,
 }
 
 pub fn syslog(level: Level, msg: &str) {
     let priority = match level {
         Level::Notice => libc::LOG_NOTICE,
+        Level::Warning => libc::LOG_WARNING,
         Level::Error => libc::LOG_ERR,
     };
     use std::sync::Once;

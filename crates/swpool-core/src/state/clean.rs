@@ -423,6 +423,8 @@ pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
     } else {
         v.push(PathBuf::from(format!("/run/user/{uid}/sw-pool")));
         v.push(PathBuf::from(format!("/tmp/sw-pool-{uid}")));
+        // private fallbacks made when someone squatted /tmp/sw-pool-<uid>
+        v.extend(crate::userdir::fallbacks(Path::new("/tmp"), uid));
     }
     let mut out: Vec<PathBuf> = Vec::new();
     for p in v {

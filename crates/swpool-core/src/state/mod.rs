@@ -197,13 +197,28 @@ impl StateDir {
                 return x.join("sw-pool");
             }
         }
-        PathBuf::from(format!("/tmp/sw-pool-{uid}"))
+        // /tmp/sw-pool-<uid>, or the user's private fallback when someone squatted that name
+        crate::userdir::resolve(Path::new("/tmp"), uid, false)
+            .unwrap_or_else(|_| crate::userdir::predictable(Path::new("/tmp"), uid))
     }
 
     /// Open (creating if needed) the store for the effective user.
     pub fn open_default() -> Result<StateDir, StateError> {
         let uid = rustix::process::geteuid().as_raw();
-        StateDir::open(&Self::default_path(uid), uid)
+        let p = Self::default_path(uid);
+        if p.parent() == Some(Path::new("/tmp")) {
+            // never stuck behind a name another user took first (see userdir)
+            let p = crate::userdir::resolve(Path::new("/tmp"), uid, true).map_err(|e| {
+                StateError::Dir {
+                    path: p.clone(),
+                    reason: format!(
+                        "cannot create it: {e}; set SW_POOL_STATE_DIR to a private directory"
+                    ),
+                }
+            })?;
+            return StateDir::open(&p, uid);
+        }
+        StateDir::open(&p, uid)
     }
 
     /// Open (creating if needed) the store at `path` for `uid`.

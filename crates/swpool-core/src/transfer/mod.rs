@@ -3,7 +3,7 @@
 //!
 //! [`copy`] is collective: every rank of the job calls it; only the node leaders (one per node,
 //! from `MPI_Comm_split_type(SHARED)`) do I/O; the other ranks wait for their leader's outcome and
-//! return it. Steps (DESIGN.md "The main job", 2–6):
+//! return it. Steps (docs/architecture.md, "The load pipeline", step 4):
 //!
 //! 1. **Identity** (leader 0 reads SRC's metadata and, for a pool, its trailer; every leader checks its
 //!    DEST): a node holds an identical DEST when
@@ -117,7 +117,7 @@ impl Algorithm {
 /// `SW_POOL_BENCH_NO_VERIFY=1`: a **benchmark switch, not a user option** (no flag, no config key,
 /// not in `--help`; honoured by `sw-pool cp` only, never by `load`). The file pipeline then neither
 /// hashes nor checks any chunk (zero detection and sparse writes stay), so that
-/// `bench/cp-verify.sh` can measure the broadcast with verification ÷ without (issue 6). A copy made
+/// `bench/cp-verify.sh` can measure the broadcast with verification ÷ without. A copy made
 /// this way is NOT verified; never set it outside a benchmark.
 pub fn bench_no_verify() -> bool {
     std::env::var_os("SW_POOL_BENCH_NO_VERIFY").is_some_and(|v| v == "1")

@@ -5,7 +5,8 @@
 //! manifest holds a hash of every chunk, so one signature check plus the per-chunk checks the
 //! broadcast does anyway cover every byte: a pool is never read twice to be verified.
 //!
-//! For compatibility with the paper (which signed pools with the `openssl` CLI), `sign` also writes a
+//! For compatibility with the paper this tool implements (Dieterle, Nolte, Kunkel: *Scalable Software
+//! Distribution for HPC-Systems with Software Pools*, which signed pools with the `openssl` CLI), `sign` also writes a
 //! detached signature `POOL.sig` over the whole pool file:
 //! - RSA and ECDSA P-256 keys: `openssl dgst -sha256 -verify PUB.pem -signature POOL.sig POOL`
 //! - Ed25519 keys (pure EdDSA cannot stream a 1 GB file through `openssl dgst`): the signature is over
