@@ -16,11 +16,19 @@ use crate::error::ExitStatus;
 
 static CHILDREN: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
+/// Set (under the `CHILDREN` lock) once the signal handler started terminating our tools: from
+/// then on no helper can be released to outlive us (see [`release`]).
+static TERMINATING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Send SIGTERM to every tool this process started that is still running (from the signal handler
 /// thread: an interrupted sw-pool leaves no mke2fs or mksquashfs behind). Only our own children.
+/// Holds the list's lock while signalling, so that a helper is either released before (and never
+/// signalled) or refused its release after (and cleaned up by the code that started it) — never
+/// signalled after its mount was recorded.
 pub fn terminate_children() {
-    let pids = CHILDREN.lock().map(|l| l.clone()).unwrap_or_default();
-    for pid in pids {
+    let Ok(l) = CHILDREN.lock() else { return };
+    TERMINATING.store(true, std::sync::atomic::Ordering::SeqCst);
+    for &pid in l.iter() {
         if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
             if pid > 1 {
                 let _ = rustix::process::kill_process(p, rustix::process::Signal::Term);
@@ -37,6 +45,19 @@ pub(crate) fn track(pid: u32, on: bool) {
             l.retain(|&p| p != pid);
         }
     }
+}
+
+/// Stop tracking a helper that must outlive us: `false` when an interrupt already signalled it
+/// (the caller then undoes its mount instead of recording it).
+pub(crate) fn release(pid: u32) -> bool {
+    let Ok(mut l) = CHILDREN.lock() else {
+        return false;
+    };
+    if TERMINATING.load(std::sync::atomic::Ordering::SeqCst) {
+        return false;
+    }
+    l.retain(|&p| p != pid);
+    true
 }
 
 /// Directories searched for tools when running as root (never the user's `PATH`).

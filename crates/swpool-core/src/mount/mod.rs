@@ -261,6 +261,8 @@ pub enum MountError {
     Unmount { path: PathBuf, source: ExecError },
     #[error("cannot read the mount table: {0}")]
     MountTable(std::io::Error),
+    #[error("mounting at {} was interrupted; nothing was mounted", path.display())]
+    Interrupted { path: PathBuf },
 }
 
 /// What went wrong with a FUSE helper.
@@ -359,6 +361,7 @@ impl MountError {
             MountError::Busy { .. } => ExitStatus::System,
             MountError::Unmount { source, .. } => source.exit_status(),
             MountError::MountTable(_) => ExitStatus::System,
+            MountError::Interrupted { .. } => ExitStatus::System,
         }
     }
 }
@@ -595,7 +598,14 @@ fn supervise(
         };
         if let Some(e) = proc::mount_at(&mounts, mp) {
             if e.is_fuse() {
-                sys.release_helper(pid);
+                if !sys.release_helper(pid) {
+                    // an interrupt arrived and signalled the helper: undo, record nothing
+                    let _ = unmount(sys, mp, true);
+                    sys.kill_helper(pid);
+                    return Err(MountError::Interrupted {
+                        path: mp.to_path_buf(),
+                    });
+                }
                 tracing::debug!(mountpoint = %mp.display(), pid, "mounted");
                 return Ok(Mounted {
                     mount_point: mp.to_path_buf(),

@@ -53,7 +53,8 @@ pub trait Sys {
     /// End a helper *we started* (SIGTERM, then SIGKILL) and reap it. Other pids are refused.
     fn kill_helper(&self, pid: u32);
     /// Forget a helper that is now serving its mount (it must outlive us; we never signal it again).
-    fn release_helper(&self, pid: u32);
+    /// `false` when an interrupt already signalled it: the caller undoes the mount.
+    fn release_helper(&self, pid: u32) -> bool;
     /// Run a short tool to completion (`fusermount3 -u`, `umount`).
     fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError>;
     /// The helper's stderr so far.
@@ -206,13 +207,16 @@ impl Sys for RealSys {
         }
         crate::exec::track(pid, false);
     }
-    fn release_helper(&self, pid: u32) {
+    fn release_helper(&self, pid: u32) -> bool {
+        if !crate::exec::release(pid) {
+            return false; // interrupted: the helper is ours to clean up (kill_helper)
+        }
         // dropping a Child neither kills nor waits: the helper lives on (re-parented when we exit)
         self.children
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&pid);
-        crate::exec::track(pid, false);
+        true
     }
     fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
         cmd.run()
@@ -407,9 +411,10 @@ mod fake {
             self.rec(format!("kill {pid}"));
             self.state.lock().unwrap().running = None;
         }
-        fn release_helper(&self, pid: u32) {
+        fn release_helper(&self, pid: u32) -> bool {
             self.rec(format!("release {pid}"));
             self.state.lock().unwrap().running = None;
+            true
         }
         fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
             let line = cmd.cmdline();
