@@ -65,6 +65,8 @@ pub enum Error {
     Mount(#[from] crate::mount::MountError),
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    #[error(transparent)]
+    Bundle(#[from] crate::bundle::BundleError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -96,6 +98,7 @@ impl Error {
             Error::Cache(e) => e.exit_status(),
             Error::Mount(e) => e.exit_status(),
             Error::State(e) => e.exit_status(),
+            Error::Bundle(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }
