@@ -149,8 +149,9 @@ pub struct BundleArgs {
     /// Print the report (bundle.json's content) as JSON
     #[arg(long)]
     pub json: bool,
-    /// Executables, libraries or directories to bundle
-    #[arg(required = true, value_name = "EXE|DIR")]
+    /// Executables, libraries or directories to bundle (optional with --trace: then what the
+    /// command opens under --trace-prefix / the Python module path is the bundle)
+    #[arg(required_unless_present = "trace", value_name = "EXE|DIR")]
     pub inputs: Vec<PathBuf>,
     /// With --trace: the command to run (after `--`)
     #[arg(last = true, value_name = "CMD")]

@@ -462,11 +462,21 @@ fn is_system_dir(p: &Path) -> bool {
 
 /// Bundle `o.inputs` into `o.out`.
 pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, BundleError> {
-    if o.inputs.is_empty() {
+    if o.inputs.is_empty() && o.trace.is_none() {
         return Err(BundleError::Usage(
-            "give at least one EXE or DIR to bundle".into(),
+            "give at least one EXE or DIR to bundle, or --trace -- CMD".into(),
         ));
     }
+    if o.inputs.is_empty() && o.trace_prefixes.is_empty() && o.python.is_none() {
+        return Err(BundleError::Usage(
+            "without EXE or DIR, say which files of the traced command to bundle: --trace-prefix DIR or --python".into(),
+        ));
+    }
+    let first: PathBuf = match (o.inputs.first(), &o.trace) {
+        (Some(i), _) => i.clone(),
+        (None, Some(cmd)) => cmd.first().map(PathBuf::from).unwrap_or_default(),
+        (None, None) => PathBuf::new(),
+    };
     if o.python.is_some() && o.trace.is_none() {
         return Err(BundleError::Usage(
             "--python bundles the modules a command imports: add --trace -- CMD ARGS… (e.g. --trace -- python3 app.py)".into(),
@@ -474,7 +484,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     }
     let name = match &o.name {
         Some(n) => n.clone(),
-        None => o.inputs[0]
+        None => first
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "bundle".into()),
@@ -482,7 +492,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     let version = o.version.clone().unwrap_or_else(|| "0".into());
     for (what, v) in [("name", &name), ("version", &version)] {
         crate::pool::manifest::check_name(what, v).map_err(|reason| BundleError::Input {
-            path: o.inputs[0].clone(),
+            path: first.clone(),
             reason: format!("{reason} (set --name / --version)"),
         })?;
     }
@@ -538,6 +548,11 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         aliases: BTreeMap::new(),
     };
 
+    let py: Option<python::PythonInfo> = if let (Some(p), Some(_)) = (&o.python, &o.trace) {
+        Some(python::probe(p.as_deref())?)
+    } else {
+        None
+    };
     // 1. inputs
     let mut roots: Vec<(PathBuf, usize)> = Vec::new(); // ELF root path, its plan index
     for i in &o.inputs {
@@ -559,7 +574,17 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
             });
             roots.push((crate::exec::absolute(i), k));
         } else {
-            add_dir(&mut plan, i, &mut roots)?;
+            // a directory on the Python module path lands under python/ at its import path
+            let under = py.as_ref().and_then(|pi| {
+                let c = canon(i);
+                pi.locate(&c).map(|(_, rel)| Path::new("python").join(rel))
+            });
+            add_dir(
+                &mut plan,
+                i,
+                under.as_deref().unwrap_or(Path::new("")),
+                &mut roots,
+            )?;
         }
     }
 
@@ -567,7 +592,11 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     let mut seen_out: HashSet<PathBuf> = HashSet::new();
     let mut r = 0;
     close_roots(&mut plan, &roots, &mut r, &cfg, &ex, &mut seen_out)?;
-    let mut py: Option<python::PythonInfo> = None;
+    let py: Option<python::PythonInfo> = if let (Some(p), Some(_)) = (&o.python, &o.trace) {
+        Some(python::probe(p.as_deref())?)
+    } else {
+        None
+    };
     let mut traced_cmd = None;
     let scratch = tempdir_beside(&out, "trace")?;
     if let Some(cmd) = &o.trace {
@@ -581,9 +610,6 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
         );
-        if let Some(p) = &o.python {
-            py = Some(python::probe(p.as_deref())?);
-        }
         let mut prefixes: Vec<PathBuf> = if o.trace_prefixes.is_empty() {
             o.inputs.iter().map(|i| default_prefix(i)).collect()
         } else {
@@ -754,7 +780,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         "# written by sw-pool bundle\nname = {:?}\nversion = {:?}\ndescription = {:?}\n",
         name,
         version,
-        format!("{} bundled by sw-pool bundle", o.inputs[0].display())
+        format!("{} bundled by sw-pool bundle", first.display())
     );
     write(&root.join("pool.toml"), toml_text.as_bytes())?;
     let mut mf = crate::pool::modulefile::render(
@@ -914,6 +940,7 @@ fn close_roots(
 fn add_dir(
     plan: &mut Plan,
     dir: &Path,
+    dest_base: &Path,
     roots: &mut Vec<(PathBuf, usize)>,
 ) -> Result<(), BundleError> {
     let base = crate::exec::absolute(dir);
@@ -927,7 +954,7 @@ fn add_dir(
         for e in entries {
             let p = e.path();
             let ft = e.file_type().map_err(io("cannot read", &p))?;
-            let rel = p.strip_prefix(&base).unwrap_or(&p).to_path_buf();
+            let rel = dest_base.join(p.strip_prefix(&base).unwrap_or(&p));
             if ft.is_dir() {
                 stack.push(p);
             } else if ft.is_symlink() {
