@@ -421,6 +421,8 @@ fn python_modules_under_python_dir() {
     std::fs::write(site.join("mypkg/__init__.py"), "from . import sub\n").unwrap();
     std::fs::write(site.join("mypkg/sub.py"), "VALUE = 7\n").unwrap();
     std::fs::write(site.join("unused.py"), "raise SystemExit(9)\n").unwrap();
+    // precompiled: Python then opens only the .pyc files (it stats the sources)
+    sh(&format!("{python} -m compileall -q {}", site.display()));
     let tree = d.path().join("py");
     let o = run(sw().env("PYTHONPATH", &site).args([
         "bundle",
@@ -441,6 +443,11 @@ fn python_modules_under_python_dir() {
     let pkg = tree.join("install/pyapp/1");
     assert!(pkg.join("python/mypkg/sub.py").is_file());
     assert!(pkg.join("python/mypkg/__init__.py").is_file());
+    assert!(
+        pkg.join("python/mypkg/__pycache__/sub.cpython-311.pyc")
+            .is_file()
+            || !python.ends_with("python3")
+    );
     assert!(
         !pkg.join("python/unused.py").exists(),
         "not imported, not in python/"

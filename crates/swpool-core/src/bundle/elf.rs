@@ -34,6 +34,8 @@ pub struct ElfInfo {
     pub nodeflib: bool,
     /// Has a dynamic section (false: statically linked).
     pub dynamic: bool,
+    /// Libraries named in the version requirements (`.gnu.version_r` `vn_file`).
+    pub verneed_files: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +97,15 @@ pub fn read(path: &Path) -> Result<ElfInfo, ElfError> {
         runpath: split(&elf.runpaths),
         nodeflib,
         dynamic: elf.dynamic.is_some(),
+        verneed_files: elf
+            .verneed
+            .as_ref()
+            .map(|v| {
+                v.iter()
+                    .filter_map(|n| elf.dynstrtab.get_at(n.vn_file).map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 

@@ -618,7 +618,10 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         if let Some(pi) = &py {
             prefixes.extend(pi.path.iter().cloned());
         }
-        let opened = trace::trace(cmd, scratch.path())?;
+        let mut opened = trace::trace(cmd, scratch.path())?;
+        if let Some(pi) = &py {
+            opened = pi.with_companions(opened);
+        }
         let mut outside = 0usize;
         for f in opened {
             let c = canon(&f);
@@ -1069,10 +1072,21 @@ fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), BundleError> {
             };
             let target = &plan.files[fi].dest;
             match mode {
-                LinkMode::Needed => {
+                LinkMode::Needed if !o.info.verneed_files.contains(n) => {
                     args.push("--replace-needed".into());
                     args.push(n.clone());
                     args.push(origin_path(&f.dest, target));
+                }
+                LinkMode::Needed => {
+                    // a library named in the version requirements keeps its name: glibc matches
+                    // `vn_file` against the names objects were loaded under, and a rewritten
+                    // `$ORIGIN/…` name does not match across objects in different directories
+                    // (dl-version.c asserts). It is found through DT_RUNPATH instead.
+                    let d = origin_path(&f.dest, target);
+                    let d = d.rsplit_once('/').map(|(a, _)| a.to_string()).unwrap_or(d);
+                    if !dirs.contains(&d) {
+                        dirs.push(d);
+                    }
                 }
                 LinkMode::Runpath => {
                     let d = origin_path(&f.dest, target);
@@ -1090,10 +1104,13 @@ fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), BundleError> {
         };
         match mode {
             LinkMode::Needed => {
-                if had_path {
+                if had_path && !dirs.contains(&lib_dir) {
                     // keeps dlopen("libplugin.so") working from the bundled lib/
+                    dirs.push(lib_dir);
+                }
+                if !dirs.is_empty() {
                     args.push("--set-rpath".into());
-                    args.push(lib_dir);
+                    args.push(dirs.join(":"));
                 }
             }
             LinkMode::Runpath => {
@@ -1118,10 +1135,21 @@ fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), BundleError> {
             continue;
         }
         let t = mtime(&file);
-        ToolCommand::new(Tool::Patchelf)
-            .args(&args)
-            .path(&file)
-            .run()?;
+        // the RUNPATH first, the DT_NEEDED names in a second call: patchelf 0.14 wrote a
+        // replacement name into DT_RUNPATH when both came in one call on a DT_RPATH file
+        let split = args.iter().position(|a| a == "--set-rpath");
+        let (needed, rpath) = match split {
+            Some(i) => (&args[..i], &args[i..]),
+            None => (&args[..], &args[..0]),
+        };
+        for part in [rpath, needed] {
+            if !part.is_empty() {
+                ToolCommand::new(Tool::Patchelf)
+                    .args(part)
+                    .path(&file)
+                    .run()?;
+            }
+        }
         if let Some(t) = t {
             if let Ok(h) = std::fs::File::options().write(true).open(&file) {
                 let _ = h.set_modified(t);

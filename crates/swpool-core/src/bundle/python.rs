@@ -66,3 +66,42 @@ impl PythonInfo {
         self.stdlib.iter().any(|d| f.starts_with(d))
     }
 }
+
+impl PythonInfo {
+    /// Add each module's other half: Python opens only `__pycache__/m.cpython-XY.pyc` when it is
+    /// valid (it merely stats `m.py`), but a `.pyc` in `__pycache__` is ignored without its
+    /// source; and a `.py` without its `.pyc` would be compiled on every import from a read-only
+    /// pool. So a traced `.pyc` brings its `.py` and a traced `.py` its `.pyc`, where they exist.
+    pub fn with_companions(&self, files: Vec<PathBuf>) -> Vec<PathBuf> {
+        let tag = format!("cpython-{}", self.version.replace('.', ""));
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for f in files {
+            let mut extra = None;
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let dir = f.parent().map(Path::to_path_buf).unwrap_or_default();
+            if let Some(stem) = name.strip_suffix(".py") {
+                extra = Some(dir.join("__pycache__").join(format!("{stem}.{tag}.pyc")));
+            } else if name.ends_with(".pyc")
+                && dir.file_name().map(|d| d == "__pycache__").unwrap_or(false)
+            {
+                let stem = name.split('.').next().unwrap_or_default();
+                if let Some(pkg) = dir.parent() {
+                    extra = Some(pkg.join(format!("{stem}.py")));
+                }
+            }
+            if seen.insert(f.clone()) {
+                out.push(f);
+            }
+            if let Some(e) = extra {
+                if e.is_file() && seen.insert(e.clone()) {
+                    out.push(e);
+                }
+            }
+        }
+        out
+    }
+}
