@@ -59,9 +59,14 @@ cp "$SW" "$W/bin/sw-pool"; SW=$W/bin/sw-pool
 # --- storage latency (metadata cost of a parallel file system): netem under the existing tbf cap
 if [[ $LAT != 0 ]]; then
   rate=$(tc -n "$TB_STOR" qdisc show dev eth0 | sed -n 's/.*rate \([0-9.]*[KMG]\{0,1\}bit\).*/\1/p' | head -1)
-  tc -n "$TB_STOR" qdisc replace dev eth0 root handle 1: netem delay "$LAT" limit 100000
-  tc -n "$TB_STOR" qdisc add dev eth0 parent 1: handle 2: tbf rate "${rate:-400Mbit}" burst 1mb latency 50ms
-  echo "storage link: netem delay $LAT + tbf ${rate:-400Mbit}"
+  if tc -n "$TB_STOR" qdisc replace dev eth0 root handle 1: netem delay "$LAT" limit 100000 2>/dev/null; then
+    tc -n "$TB_STOR" qdisc add dev eth0 parent 1: handle 2: tbf rate "${rate:-400Mbit}" burst 1mb latency 50ms
+    echo "storage link: netem delay $LAT + tbf ${rate:-400Mbit}"
+  else
+    # this kernel has no sch_netem (e.g. a Firecracker guest): measure without added latency, say so
+    echo "storage link: tc netem is not available in this kernel; NO latency added (tbf ${rate:-400Mbit} only)"
+    LAT="none (netem unavailable)"
+  fi
   tc -n "$TB_STOR" qdisc show dev eth0
 fi
 
@@ -96,10 +101,10 @@ linkcmp=$OUT/linkmodes.txt
 : > "$linkcmp"
 for name in storm stormrp; do
   mnt=$TB/local/lm-$name
-  testbed/exec node1 sh -c "mkdir -p $TB/local/lmp && cp $S/pools/$name/1.sqfs $TB/local/lmp/$name.sqfs && $SW mount $TB/local/lmp/$name.sqfs $mnt" >/dev/null
+  testbed/exec node1 sh -c "mkdir -p $TB/local/lmp $mnt && cp $S/pools/$name/1.sqfs $TB/local/lmp/$name.sqfs && $SW mount $TB/local/lmp/$name.sqfs $mnt" >/dev/null
   pp=$mnt/install/$name/1/python
   testbed/exec node1 env PYTHONPATH="$pp" STORM_EXTRA="$EXTRA" $PY -m stormpkg.driver >/dev/null   # warm
-  calls=$(testbed/exec node1 sh -c "cd /tmp && PYTHONPATH=$pp STORM_EXTRA=$EXTRA strace -f -c -e trace=%file -o /tmp/lm.\$\$ $PY -m stormpkg.driver >/dev/null && tail -n 2 /tmp/lm.\$\$ | head -1; rm -f /tmp/lm.\$\$")
+  calls=$(testbed/exec node1 sh -c "cd /tmp && PYTHONPATH=$pp STORM_EXTRA=$EXTRA strace -f -c -e trace=%file -o /tmp/lm.\$\$ $PY -m stormpkg.driver >/dev/null && tail -n 1 /tmp/lm.\$\$; rm -f /tmp/lm.\$\$")
   times=""
   for _ in 1 2 3 4 5; do
     times+=" $(testbed/exec node1 env PYTHONPATH="$pp" STORM_EXTRA="$EXTRA" $PY -c 'import time,runpy,sys,io; t=time.time(); sys.stdout=io.StringIO(); runpy.run_module("stormpkg.driver", run_name="__main__"); sys.stdout=sys.__stdout__; print(round(time.time()-t,4))')"
@@ -161,9 +166,10 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     c) testbed/mpirun -np "$n" -H "$h1" "$SW" umount "$MNT" >/dev/null 2>&1 || true ;;
   esac
   local ranks slow imp
-  ranks=$(grep -c '"since_t0_s"' <<< "$out" || true)
-  slow=$(grep '"since_t0_s"' <<< "$out" | sed 's/.*"since_t0_s": \([0-9.]*\).*/\1/' | sort -g | tail -1)
-  imp=$(grep '"import_s"' <<< "$out" | sed 's/.*"import_s": \([0-9.]*\).*/\1/' | sort -g | tail -1)
+  # grep -o: mpirun may put two ranks' lines on one
+  ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l)
+  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
+  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
   printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_syscalls":%d,"strace":%s}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
