@@ -17,6 +17,8 @@
 #
 #   bench/storm.sh [M] [F] ["NODES"] ["RANKS"]      defaults: 200 200 "1 2 4 8" "1 2 4"
 #   env: STORM_LATENCY=0.5ms  (tc netem delay added on the storage server's link; "0" for none)
+#        STORM_MDS_DELAY_US=0 (microseconds added to every metadata syscall of the storage server,
+#                              by strace -e inject=…:delay_enter; for kernels without netem)
 #        STORM_PYPI="numpy"   (PyPI packages installed with pip --target and imported; "" for none)
 #        STORM_WAYS="a b c"   STORM_STRACE_CONFIGS="1x1 8x4"
 #        STORM_OUT=bench/results/storm-<date>
@@ -33,6 +35,7 @@ F=${2:-200}
 NODES=${3:-"1 2 4 8"}
 RANKS=${4:-"1 2 4"}
 LAT=${STORM_LATENCY:-0.5ms}
+MDS_US=${STORM_MDS_DELAY_US:-0}
 PYPI=${STORM_PYPI-numpy}
 WAYS=${STORM_WAYS:-"a b c"}
 STRACE_CONFIGS=${STORM_STRACE_CONFIGS-"1x1 8x4"}
@@ -56,6 +59,17 @@ E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
 mkdir -p "$E" "$W/bin"
 cp "$SW" "$W/bin/sw-pool"; SW=$W/bin/sw-pool
 
+# --- the storage server's work: read+write syscalls of every process in its namespace
+server_pids() { ip netns pids "$TB_STOR"; }
+server_sys() {
+  local p s=0 r w
+  for p in $(server_pids); do
+    r=$(awk '/^syscr/{print $2}' "/proc/$p/io" 2>/dev/null || echo 0)
+    w=$(awk '/^syscw/{print $2}' "/proc/$p/io" 2>/dev/null || echo 0)
+    s=$((s + ${r:-0} + ${w:-0}))
+  done
+  echo "$s"
+}
 # --- storage latency (metadata cost of a parallel file system): netem under the existing tbf cap
 if [[ $LAT != 0 ]]; then
   rate=$(tc -n "$TB_STOR" qdisc show dev eth0 | sed -n 's/.*rate \([0-9.]*[KMG]\{0,1\}bit\).*/\1/p' | head -1)
@@ -68,6 +82,21 @@ if [[ $LAT != 0 ]]; then
     LAT="none (netem unavailable)"
   fi
   tc -n "$TB_STOR" qdisc show dev eth0
+fi
+# --- metadata latency on the server (STORM_MDS_DELAY_US): strace attached to the sftp sessions
+# delays every file-metadata system call (open, stat, lstat, readlink, getdents, ...) by that many
+# microseconds before it runs, as a parallel file system's metadata server would; data reads are
+# not delayed. ptrace also costs every other server syscall a few microseconds.
+MDS_PID=""
+stop_mds() { if [[ -n $MDS_PID ]]; then kill -INT "$MDS_PID" 2>/dev/null || true; wait "$MDS_PID" 2>/dev/null || true; MDS_PID=""; fi; }
+if [[ $MDS_US != 0 ]]; then
+  margs=()
+  for q in $(server_pids); do margs+=(-p "$q"); done
+  strace -qq -f -e trace=%file,getdents64 -e inject=%file,getdents64:delay_enter="$MDS_US" -o /dev/null "${margs[@]}" &
+  MDS_PID=$!
+  sleep 1
+  echo "storage server: +${MDS_US} us per metadata syscall (strace inject, pid $MDS_PID)"
+  trap 'stop_mds; cleanup' EXIT
 fi
 
 # --- the software: generated package + PyPI set, on the storage server's disk
@@ -114,17 +143,6 @@ for name in storm stormrp; do
 done
 testbed/exec node1 rm -rf "$TB/local/lmp"
 
-# --- the storage server's work: read+write syscalls of every process in its namespace
-server_pids() { ip netns pids "$TB_STOR"; }
-server_sys() {
-  local p s=0 r w
-  for p in $(server_pids); do
-    r=$(awk '/^syscr/{print $2}' "/proc/$p/io" 2>/dev/null || echo 0)
-    w=$(awk '/^syscw/{print $2}' "/proc/$p/io" 2>/dev/null || echo 0)
-    s=$((s + ${r:-0} + ${w:-0}))
-  done
-  echo "$s"
-}
 hosts() { local n=$1 p=$2 h="" i; for ((i = 1; i <= n; i++)); do h+="node$i:$p,"; done; echo "${h%,}"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
@@ -185,6 +203,7 @@ for n in $NODES; do
     done
   done
 done
+stop_mds   # one tracer per process: the counting pass below attaches its own
 if [[ -n $STRACE_CONFIGS ]]; then
   echo "=== server-side strace -c pass (times not used): $STRACE_CONFIGS"
   RES_MAIN=$RES; RES=$OUT/runs-strace.jsonl; : > "$RES"
@@ -194,7 +213,7 @@ if [[ -n $STRACE_CONFIGS ]]; then
   RES=$RES_MAIN
 fi
 cat > "$OUT/params.json" <<EOF
-{"M": $M, "F": $F, "nodes": "$NODES", "ranks": "$RANKS", "latency": "$LAT", "pypi": "$PYPI",
+{"M": $M, "F": $F, "nodes": "$NODES", "ranks": "$RANKS", "latency": "$LAT", "mds_delay_us": $MDS_US, "pypi": "$PYPI",
  "pool_bytes": $POOL_SIZE, "files": $(find "$E/site" "$E/pypi" -type f 2>/dev/null | wc -l),
  "command": "bench/storm.sh $M $F \"$NODES\" \"$RANKS\"", "storage_rate": "$(cat "$TB/run/storage-rate" 2>/dev/null || echo default)",
  "duration_s": $(( $(date +%s) - t_begin ))}

@@ -48,11 +48,12 @@ for metric, label, fname, logy in [
     figs.append((label, fname))
 
 lines = [f"# Loading storm: shared storage vs bundled pool (issue 16)\n",
-         f"Command: `{params['command']}` (STORM_LATENCY={params['latency']}, STORM_PYPI=\"{params['pypi']}\"), "
+         f"Command: `{params['command']}` (STORM_LATENCY={params['latency']}, STORM_MDS_DELAY_US={params.get('mds_delay_us', 0)}, STORM_PYPI=\"{params['pypi']}\"), "
          f"{params['duration_s']} s in all. Generated package: M = {params['M']} extension modules x F = {params['F']} "
          f"functions, each module linked to its own library, + PyPI `{params['pypi']}`; {params['files']} files; "
          f"bundled pool {params['pool_bytes'] / 1e6:.1f} MB (squashfs). Storage link: netem delay {params['latency']} "
-         f"under the testbed's tbf cap. Server operations: read + write system calls of every process in the storage "
+         f"under the testbed's tbf cap; metadata delay on the server: {params.get('mds_delay_us', 0)} us per metadata syscall "
+         f"(strace -e inject=%file,getdents64:delay_enter, attached to the sftp sessions during the timed runs; 0 = none). Server operations: read + write system calls of every process in the storage "
          f"server's namespace (sshd/internal-sftp sessions), from /proc/PID/io (no tracing during the timed runs).\n",
          "| N x P | way | slowest rank [s] | slowest import only [s] | load/mount [s] | server syscalls | bytes served |",
          "|---|---|---|---|---|---|---|"]
