@@ -53,6 +53,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 cleanup() { testbed/down --purge >/dev/null 2>&1 || testbed/down --purge || true; }
 trap cleanup EXIT
 t_begin=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 testbed/up -n 8
 . testbed/env.sh
 E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
@@ -216,7 +217,7 @@ cat > "$OUT/params.json" <<EOF
 {"M": $M, "F": $F, "nodes": "$NODES", "ranks": "$RANKS", "latency": "$LAT", "mds_delay_us": $MDS_US, "pypi": "$PYPI",
  "pool_bytes": $POOL_SIZE, "files": $(find "$E/site" "$E/pypi" -type f 2>/dev/null | wc -l),
  "command": "bench/storm.sh $M $F \"$NODES\" \"$RANKS\"", "storage_rate": "$(cat "$TB/run/storage-rate" 2>/dev/null || echo default)",
- "duration_s": $(( $(date +%s) - t_begin ))}
+ "duration_s": $(( $(date +%s) - t_begin )), "loadavg_start": "$LOAD_START", "loadavg_end": "$(cut -d' ' -f1-3 /proc/loadavg)"}
 EOF
 $PY bench/storm_report.py "$OUT" || echo "report failed (results kept in $OUT)"
 echo "done in $(( $(date +%s) - t_begin )) s: $OUT"

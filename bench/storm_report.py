@@ -49,7 +49,8 @@ for metric, label, fname, logy in [
 
 lines = [f"# Loading storm: shared storage vs bundled pool (issue 16)\n",
          f"Command: `{params['command']}` (STORM_LATENCY={params['latency']}, STORM_MDS_DELAY_US={params.get('mds_delay_us', 0)}, STORM_PYPI=\"{params['pypi']}\"), "
-         f"{params['duration_s']} s in all. Generated package: M = {params['M']} extension modules x F = {params['F']} "
+         f"{params['duration_s']} s in all (machine load average {params.get('loadavg_start', '?')} at the start, "
+         f"{params.get('loadavg_end', '?')} at the end: 2 cores shared with other work, single runs). Generated package: M = {params['M']} extension modules x F = {params['F']} "
          f"functions, each module linked to its own library, + PyPI `{params['pypi']}`; {params['files']} files; "
          f"bundled pool {params['pool_bytes'] / 1e6:.1f} MB (squashfs). Storage link: netem delay {params['latency']} "
          f"under the testbed's tbf cap; metadata delay on the server: {params.get('mds_delay_us', 0)} us per metadata syscall "
