@@ -84,6 +84,8 @@ pub enum Error {
     Agreed(#[from] crate::collective::Agreed),
     #[error(transparent)]
     PoolSpec(#[from] crate::pool::spec::SpecError),
+    #[error(transparent)]
+    Bundle(#[from] crate::bundle::BundleError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -117,6 +119,7 @@ impl Error {
             Error::State(e) => e.exit_status(),
             Error::Agreed(e) => e.exit_status(),
             Error::PoolSpec(_) => ExitStatus::BadInput,
+            Error::Bundle(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

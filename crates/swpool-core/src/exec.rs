@@ -79,6 +79,16 @@ pub enum Tool {
     Openssl,
     Logger,
     Srun,
+    /// `sw-pool bundle`: rewrites DT_NEEDED / DT_RUNPATH of bundled objects.
+    Patchelf,
+    /// `sw-pool bundle --trace`: records every file the traced command opens.
+    Strace,
+    /// `sw-pool bundle`: `ldconfig -p` lists the loader's cache.
+    Ldconfig,
+    /// `sw-pool bundle`: `ld.so --help` names the default directories and hwcap subdirectories.
+    LdSo,
+    /// `sw-pool bundle --python`: the interpreter's module search path.
+    Python3,
 }
 
 impl Tool {
@@ -97,6 +107,11 @@ impl Tool {
             Tool::Openssl => "openssl",
             Tool::Logger => "logger",
             Tool::Srun => "srun",
+            Tool::Patchelf => "patchelf",
+            Tool::Strace => "strace",
+            Tool::Ldconfig => "ldconfig",
+            Tool::LdSo => "ld.so",
+            Tool::Python3 => "python3",
         }
     }
 
@@ -112,6 +127,10 @@ impl Tool {
             Tool::Openssl => "openssl",
             Tool::Logger => "bsdutils",
             Tool::Srun => "slurm-client",
+            Tool::Patchelf => "patchelf",
+            Tool::Strace => "strace",
+            Tool::Ldconfig | Tool::LdSo => "libc-bin",
+            Tool::Python3 => "python3",
         }
     }
 
@@ -227,12 +246,14 @@ pub struct ToolCommand {
     envs: Vec<(OsString, OsString)>,
     env_remove: Vec<OsString>,
     timeout: Option<Duration>,
+    program: Option<PathBuf>,
 }
 
 impl ToolCommand {
     pub fn new(tool: Tool) -> Self {
         ToolCommand {
             tool,
+            program: None,
             args: Vec::new(),
             envs: Vec::new(),
             env_remove: Vec::new(),
@@ -286,9 +307,20 @@ impl ToolCommand {
         self.tool
     }
 
+    /// Run this executable in the tool's role instead of the one found on the search path (a
+    /// user's own choice on the command line, e.g. `bundle --python=/sw/python/bin/python3`).
+    pub fn program(mut self, p: impl AsRef<Path>) -> Self {
+        self.program = Some(absolute(p.as_ref()));
+        self
+    }
+
     /// The command line as a shell would show it (for logs and errors).
     pub fn cmdline(&self) -> String {
-        std::iter::once(self.tool.program().to_string())
+        let prog = match &self.program {
+            Some(p) => p.display().to_string(),
+            None => self.tool.program().to_string(),
+        };
+        std::iter::once(prog)
             .chain(self.args.iter().map(|a| shell_quote(&a.to_string_lossy())))
             .collect::<Vec<_>>()
             .join(" ")
@@ -296,7 +328,10 @@ impl ToolCommand {
 
     /// A `std::process::Command` for the located program (for callers that supervise the child).
     pub fn command(&self) -> Result<Command, ExecError> {
-        let program = self.tool.locate()?;
+        let program = match &self.program {
+            Some(p) => p.clone(),
+            None => self.tool.locate()?,
+        };
         let mut c = Command::new(program);
         c.args(&self.args).stdin(Stdio::null());
         for k in &self.env_remove {

@@ -5,6 +5,7 @@
 //! a documented exit status ([`ExitStatus`]).
 
 pub mod atomic;
+pub mod bundle;
 pub mod cache;
 pub mod collective;
 pub mod config;

@@ -84,9 +84,84 @@ pub enum Command {
     Cache(CacheArgs),
     /// Show the effective configuration and where each value comes from
     Config(ConfigArgs),
+    /// Put programs, the libraries they load and the files they open into a pool tree or pool
+    Bundle(BundleArgs),
     /// Generate shell completions or man pages
     #[command(hide = true)]
     Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  sw-pool bundle --name app --version 1.0 --out app-tree /opt/app/bin/app
+  sw-pool bundle --name app --version 1.0 --out app-1.0.sqfs /opt/app/bin/app --trace -- /opt/app/bin/app --selftest
+  sw-pool bundle --name pyapp --version 1 --out pyapp.sqfs --python /sw/venv --trace -- python3 -c 'import numpy'
+
+The ELF closure follows DT_NEEDED, DT_RPATH / DT_RUNPATH ($ORIGIN), LD_LIBRARY_PATH, ld.so.cache
+(through `ldconfig -p`) and the default directories as glibc's loader does. --trace runs CMD once
+under `strace -f` and adds every file it opened under the traced prefixes (default: the inputs'
+installation prefixes, e.g. /opt/app for /opt/app/bin/app): dlopen()ed plugins, data files, and
+with --python the modules it imported, under python/ (on PYTHONPATH through the modulefile).
+The C library, the loader, MPI, the interconnect stack, Slurm and GPU drivers stay out (they must
+come from the host); install/NAME/VERSION/bundle.json says for every file why it is in or out.
+Library references are rewritten (patchelf) to $ORIGIN-relative paths: no search by the loader,
+wherever the pool is mounted. The output is written to a temporary directory and renamed at the
+end; an OUT ending in .sqfs/.squashfs/.ext2/.ext3/.ext4 is built into a pool file.")]
+pub struct BundleArgs {
+    /// Package and pool name; default: the first input's file name
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Package and pool version; default: 0
+    #[arg(long)]
+    pub version: Option<String>,
+    /// The pool tree (a new directory) or pool file (.sqfs, .ext4, ...) to write
+    #[arg(short, long, value_name = "TREE|POOL")]
+    pub out: PathBuf,
+    /// Replace OUT if it exists
+    #[arg(short, long)]
+    pub force: bool,
+    /// Lay out the Python modules the traced command imports under python/ (interpreter:
+    /// PYTHON, default python3); needs --trace
+    #[arg(long, num_args = 0..=1, require_equals = true, value_name = "PYTHON")]
+    pub python: Option<Option<PathBuf>>,
+    /// Run the command after `--` once under strace and bundle the files it opens
+    #[arg(long)]
+    pub trace: bool,
+    /// Bundle traced files under DIR only (repeatable); default: the inputs' prefixes
+    #[arg(long, value_name = "DIR")]
+    pub trace_prefix: Vec<PathBuf>,
+    /// Also leave out libraries whose name matches GLOB (`*` wildcard; repeatable)
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Bundle libraries matching GLOB even if the exclude list names them (repeatable)
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Start from an empty exclude list (only --exclude applies)
+    #[arg(long)]
+    pub no_default_excludes: bool,
+    /// How bundled objects find bundled libraries: `needed` ($ORIGIN/… paths in DT_NEEDED, no
+    /// search) or `runpath` ($ORIGIN/… directories in DT_RUNPATH)
+    #[arg(long, value_enum, default_value = "needed")]
+    pub link: LinkArg,
+    /// Manifest chunk size when OUT is a pool file; default from config: 1MiB
+    #[arg(long, value_name = "SIZE")]
+    pub chunk: Option<String>,
+    /// Print the report (bundle.json's content) as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Executables, libraries or directories to bundle (optional with --trace: then what the
+    /// command opens under --trace-prefix / the Python module path is the bundle)
+    #[arg(required_unless_present = "trace", value_name = "EXE|DIR")]
+    pub inputs: Vec<PathBuf>,
+    /// With --trace: the command to run (after `--`)
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LinkArg {
+    Needed,
+    Runpath,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! One module per subcommand: each turns its arguments into library calls.
 
 mod build;
+mod bundle;
 mod cache;
 mod cleanup;
 mod config;
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
     let g = &cli.global;
     match cli.command {
         Command::Build(a) => build::run(g, a),
+        Command::Bundle(a) => bundle::run(g, a),
         Command::Inspect(a) => inspect::run(g, a),
         Command::Init(a) => init::run(g, a),
         Command::Modulefiles(a) => modulefiles::run(g, a),

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# The loading-storm benchmark (issue 16; not a test). On the virtual cluster, a Pynamic-like Python
+# package (bench/storm_gen.py: M extension modules, each linked to its own library of F functions)
+# plus numpy from PyPI (pip --target) is imported by N nodes x P ranks, three ways:
+#   (a) shared   straight from shared storage (PYTHONPATH on the sshfs mount)
+#   (b) bundled  `sw-pool bundle --python --trace` into a pool, `sw-pool load` (broadcast to the
+#                node-local cache, mounted), imported from the mount; the load is inside the time
+#   (c) mounted  the same pool mounted on every node straight from shared storage (squashfuse_ll
+#                over sshfs, no copy: Apptainer style)
+# For every run: the time from launch to the end of the imports and calls on the slowest rank, the
+# bytes the storage server sent (testbed/storage-bytes), and the storage server's work counted on
+# the server: the read + write system calls of its sftp sessions (/proc/PID/io syscr + syscw of
+# every process in the storage namespace; zero overhead, so the timings stay clean). A separate
+# pass (STORM_STRACE_CONFIGS) attaches `strace -c -f` to those processes for a per-syscall
+# breakdown (open/stat/getdents/read ...); its times are not used.
+# Also: both link modes of the bundle (DT_NEEDED $ORIGIN paths vs RUNPATH) compared on one node.
+#
+#   bench/storm.sh [M] [F] ["NODES"] ["RANKS"]      defaults: 200 200 "1 2 4 8" "1 2 4"
+#   env: STORM_LATENCY=0.5ms  (tc netem delay added on the storage server's link; "0" for none)
+#        STORM_MDS_DELAY_US=0 (microseconds added to every metadata syscall of the storage server,
+#                              by strace -e inject=…:delay_enter; for kernels without netem)
+#        STORM_PYPI="numpy"   (PyPI packages installed with pip --target and imported; "" for none)
+#        STORM_WAYS="a b c"   STORM_STRACE_CONFIGS="1x1 8x4"
+#        STORM_OUT=bench/results/storm-<date>
+# Takes the machine-wide cluster lock, brings the testbed up with 8 nodes, always takes it down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+[ "$(id -u)" = 0 ] || { echo "bench/storm.sh: must run as root (the testbed)" >&2; exit 1; }
+if [ -z "${SWP_CLUSTER_SESSION:-}" ]; then
+  SWP_CLUSTER_SESSION=1 exec flock -o -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"
+fi
+M=${1:-200}
+F=${2:-200}
+NODES=${3:-"1 2 4 8"}
+RANKS=${4:-"1 2 4"}
+LAT=${STORM_LATENCY:-0.5ms}
+MDS_US=${STORM_MDS_DELAY_US:-0}
+PYPI=${STORM_PYPI-numpy}
+WAYS=${STORM_WAYS:-"a b c"}
+STRACE_CONFIGS=${STORM_STRACE_CONFIGS-"1x1 8x4"}
+STAMP=$(date -u +%Y%m%d-%H%M)
+OUT=${STORM_OUT:-$REPO/bench/results/storm-$STAMP}
+PY=/usr/bin/python3
+SW=$REPO/target/release/sw-pool
+[[ -x $SW ]] || { echo "bench/storm.sh: build first (cargo build --release)" >&2; exit 1; }
+mkdir -p "$OUT"
+LOG=$OUT/log.txt
+exec > >(tee -a "$LOG") 2>&1
+. testbed/env.sh
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+
+cleanup() { testbed/down --purge >/dev/null 2>&1 || testbed/down --purge || true; }
+trap cleanup EXIT
+t_begin=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+testbed/up -n 8
+. testbed/env.sh
+E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
+mkdir -p "$E" "$W/bin"
+cp "$SW" "$W/bin/sw-pool"; SW=$W/bin/sw-pool
+
+# --- the storage server's work: read+write syscalls of every process in its namespace
+server_pids() { ip netns pids "$TB_STOR"; }
+server_sys() {
+  local p s=0 r w
+  for p in $(server_pids); do
+    r=$(awk '/^syscr/{print $2}' "/proc/$p/io" 2>/dev/null || echo 0)
+    w=$(awk '/^syscw/{print $2}' "/proc/$p/io" 2>/dev/null || echo 0)
+    s=$((s + ${r:-0} + ${w:-0}))
+  done
+  echo "$s"
+}
+# --- storage latency (metadata cost of a parallel file system): netem under the existing tbf cap
+if [[ $LAT != 0 ]]; then
+  rate=$(tc -n "$TB_STOR" qdisc show dev eth0 | sed -n 's/.*rate \([0-9.]*[KMG]\{0,1\}bit\).*/\1/p' | head -1)
+  if tc -n "$TB_STOR" qdisc replace dev eth0 root handle 1: netem delay "$LAT" limit 100000 2>/dev/null; then
+    tc -n "$TB_STOR" qdisc add dev eth0 parent 1: handle 2: tbf rate "${rate:-400Mbit}" burst 1mb latency 50ms
+    echo "storage link: netem delay $LAT + tbf ${rate:-400Mbit}"
+  else
+    # this kernel has no sch_netem (e.g. a Firecracker guest): measure without added latency, say so
+    echo "storage link: tc netem is not available in this kernel; NO latency added (tbf ${rate:-400Mbit} only)"
+    LAT="none (netem unavailable)"
+  fi
+  tc -n "$TB_STOR" qdisc show dev eth0
+fi
+# --- metadata latency on the server (STORM_MDS_DELAY_US): strace attached to the sftp sessions
+# delays every file-metadata system call (open, stat, lstat, readlink, getdents, ...) by that many
+# microseconds before it runs, as a parallel file system's metadata server would; data reads are
+# not delayed. ptrace also costs every other server syscall a few microseconds.
+MDS_PID=""
+stop_mds() { if [[ -n $MDS_PID ]]; then kill -INT "$MDS_PID" 2>/dev/null || true; wait "$MDS_PID" 2>/dev/null || true; MDS_PID=""; fi; }
+if [[ $MDS_US != 0 ]]; then
+  margs=()
+  for q in $(server_pids); do margs+=(-p "$q"); done
+  strace -qq -f -e trace=%file,getdents64 -e inject=%file,getdents64:delay_enter="$MDS_US" -o /dev/null "${margs[@]}" &
+  MDS_PID=$!
+  sleep 1
+  echo "storage server: +${MDS_US} us per metadata syscall (strace inject, pid $MDS_PID)"
+  trap 'stop_mds; cleanup' EXIT
+fi
+
+# --- the software: generated package + PyPI set, on the storage server's disk
+t=$(date +%s)
+$PY bench/storm_gen.py "$E" "$M" "$F" --python "$PY" -j 2
+if [[ -n $PYPI ]]; then
+  # shellcheck disable=SC2086
+  $PY -m pip install -q --disable-pip-version-check --no-compile --target "$E/pypi" $PYPI 2>&1 | grep -v -E 'dependency resolver|requires numpy|Running pip as' || true
+  $PY -m compileall -q "$E/pypi" >/dev/null 2>&1 || true
+fi
+$PY -m compileall -q "$E/site" >/dev/null
+chmod -R a+rX "$E"
+EXTRA=$(echo "$PYPI" | tr ' ' ',')
+echo "generated M=$M F=$F + pypi '$PYPI' in $(( $(date +%s) - t )) s; $(find "$E" -type f | wc -l) files, $(du -sh "$E" | cut -f1)"
+
+# --- bundle it: the traced import, with --python; both link modes
+mkdir -p "$E/pools/storm" "$E/pools/stormrp"
+for mode in needed runpath; do
+  dest=$E/pools/storm/1.sqfs; [[ $mode == runpath ]] && dest=$E/pools/stormrp/1.sqfs
+  name=storm; [[ $mode == runpath ]] && name=stormrp
+  t=$(date +%s.%N)
+  PYTHONPATH=$E/site:$E/pypi STORM_EXTRA=$EXTRA "$SW" bundle --name "$name" --version 1 --link "$mode" \
+    --python="$PY" -o "$dest" --trace -- "$PY" -m stormpkg.driver
+  echo "bundle --link $mode: $(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s, pool $(stat -c %s "$dest") bytes"
+done
+POOL_SIZE=$(stat -c %s "$E/pools/storm/1.sqfs")
+chmod -R a+rX "$E"
+
+# --- both link modes on one node (node1), pool mounted from local disk: loader work and time
+linkcmp=$OUT/linkmodes.txt
+: > "$linkcmp"
+for name in storm stormrp; do
+  mnt=$TB/local/lm-$name
+  testbed/exec node1 sh -c "mkdir -p $TB/local/lmp $mnt && cp $S/pools/$name/1.sqfs $TB/local/lmp/$name.sqfs && $SW mount $TB/local/lmp/$name.sqfs $mnt" >/dev/null
+  pp=$mnt/install/$name/1/python
+  testbed/exec node1 env PYTHONPATH="$pp" STORM_EXTRA="$EXTRA" $PY -m stormpkg.driver >/dev/null   # warm
+  calls=$(testbed/exec node1 sh -c "cd /tmp && PYTHONPATH=$pp STORM_EXTRA=$EXTRA strace -f -c -e trace=%file -o /tmp/lm.\$\$ $PY -m stormpkg.driver >/dev/null && tail -n 1 /tmp/lm.\$\$; rm -f /tmp/lm.\$\$")
+  times=""
+  for _ in 1 2 3 4 5; do
+    times+=" $(testbed/exec node1 env PYTHONPATH="$pp" STORM_EXTRA="$EXTRA" $PY -c 'import time,runpy,sys,io; t=time.time(); sys.stdout=io.StringIO(); runpy.run_module("stormpkg.driver", run_name="__main__"); sys.stdout=sys.__stdout__; print(round(time.time()-t,4))')"
+  done
+  echo "$name file-syscalls(total calls, errors): $calls | import+call seconds (5 warm runs):$times" | tee -a "$linkcmp"
+  testbed/exec node1 "$SW" umount "$mnt" >/dev/null
+done
+testbed/exec node1 rm -rf "$TB/local/lmp"
+
+hosts() { local n=$1 p=$2 h="" i; for ((i = 1; i <= n; i++)); do h+="node$i:$p,"; done; echo "${h%,}"; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+RES=$OUT/runs.jsonl
+: > "$RES"
+MNT=$TB/local/stormmnt
+
+run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
+  local way=$1 n=$2 p=$3 tr=$4 pp t0 out rc=0 b0 s0 bytes sysc load_s="null" st_pid="" st_file=""
+  local np=$((n * p)) h1 hp
+  h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
+  testbed/exec all rm -rf "$TB/local/sw-pool-0" "$MNT" >/dev/null 2>&1 || true
+  drop
+  if [[ $tr == 1 ]]; then
+    st_file=$OUT/strace-$way-${n}x$p.txt
+    local args=() q
+    for q in $(server_pids); do args+=(-p "$q"); done
+    strace -c -f -o "$st_file" "${args[@]}" 2>/dev/null & st_pid=$!
+    sleep 1
+  fi
+  b0=$(testbed/storage-bytes); s0=$(server_sys)
+  t0=$(now)
+  case $way in
+    a) pp=$S/site:$S/pypi ;;
+    b) pp=$MNT/install/storm/1/python
+       testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/storm/1.sqfs" >/dev/null || rc=$?
+       load_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}') ;;
+    c) pp=$MNT/install/storm/1/python
+       testbed/mpirun -np "$n" -H "$h1" sh -c "mkdir -p $MNT && $SW mount -q $S/pools/storm/1.sqfs $MNT" >/dev/null || rc=$?
+       load_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}') ;;
+  esac
+  out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
+        $PY -m stormpkg.driver 2>&1) || rc=$?
+  local t_end; t_end=$(now)
+  bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 ))
+  if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi
+  case $way in
+    b) testbed/mpirun -np "$n" -H "$h1" "$SW" unload -q "$MNT" >/dev/null 2>&1 || true ;;
+    c) testbed/mpirun -np "$n" -H "$h1" "$SW" umount "$MNT" >/dev/null 2>&1 || true ;;
+  esac
+  local ranks slow imp
+  # grep -o: mpirun may put two ranks' lines on one
+  ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l)
+  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
+  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
+  [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
+  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_syscalls":%d,"strace":%s}\n' \
+    "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
+    "$(awk -v a="$t0" -v b="$t_end" 'BEGIN{printf "%.3f", b-a}')" "$bytes" "$sysc" \
+    "$([[ -n $st_file ]] && echo "\"$(basename "$st_file")\"" || echo null)" | tee -a "$RES"
+}
+
+echo "=== matrix: N in $NODES x P in $RANKS, ways $WAYS"
+for n in $NODES; do
+  for p in $RANKS; do
+    for way in $WAYS; do
+      run_way "$way" "$n" "$p" 0
+    done
+  done
+done
+stop_mds   # one tracer per process: the counting pass below attaches its own
+if [[ -n $STRACE_CONFIGS ]]; then
+  echo "=== server-side strace -c pass (times not used): $STRACE_CONFIGS"
+  RES_MAIN=$RES; RES=$OUT/runs-strace.jsonl; : > "$RES"
+  for c in $STRACE_CONFIGS; do
+    for way in $WAYS; do run_way "$way" "${c%x*}" "${c#*x}" 1; done
+  done
+  RES=$RES_MAIN
+fi
+cat > "$OUT/params.json" <<EOF
+{"M": $M, "F": $F, "nodes": "$NODES", "ranks": "$RANKS", "latency": "$LAT", "mds_delay_us": $MDS_US, "pypi": "$PYPI",
+ "pool_bytes": $POOL_SIZE, "files": $(find "$E/site" "$E/pypi" -type f 2>/dev/null | wc -l),
+ "command": "bench/storm.sh $M $F \"$NODES\" \"$RANKS\"", "storage_rate": "$(cat "$TB/run/storage-rate" 2>/dev/null || echo default)",
+ "duration_s": $(( $(date +%s) - t_begin )), "loadavg_start": "$LOAD_START", "loadavg_end": "$(cut -d' ' -f1-3 /proc/loadavg)"}
+EOF
+$PY bench/storm_report.py "$OUT" || echo "report failed (results kept in $OUT)"
+echo "done in $(( $(date +%s) - t_begin )) s: $OUT"

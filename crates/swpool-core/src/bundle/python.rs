@@ -1,0 +1,107 @@
+//! `bundle --python[=PYTHON]`: where the interpreter finds modules, so that traced module files
+//! can be laid out under `python/` with their import paths intact (one `PYTHONPATH` entry).
+
+use std::path::{Path, PathBuf};
+
+use crate::exec::{ExecError, Tool, ToolCommand};
+
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct PythonInfo {
+    pub executable: PathBuf,
+    pub version: String,
+    /// `sys.path` entries that are directories (zip files and the script directory left out).
+    pub path: Vec<PathBuf>,
+    /// The standard library directories (`stdlib`, `platstdlib`).
+    pub stdlib: Vec<PathBuf>,
+}
+
+const PROBE: &str = "import json, os, sys, sysconfig\n\
+p = sysconfig.get_paths()\n\
+print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version_info[:2],\n\
+ 'path': [os.path.abspath(x) for x in sys.path if x and os.path.isdir(x)],\n\
+ 'stdlib': sorted({p['stdlib'], p['platstdlib']})}))";
+
+/// Ask the interpreter (`python3` on the search path, or `python`) for its module search path.
+pub fn probe(python: Option<&Path>) -> Result<PythonInfo, ExecError> {
+    let mut c = ToolCommand::new(Tool::Python3).args(["-I", "-c", PROBE]);
+    if let Some(p) = python {
+        c = c.program(p);
+    }
+    // -I ignores PYTHONPATH: add it back by hand so its entries count as module directories
+    let out = c.run()?;
+    let mut info: PythonInfo =
+        serde_json::from_str(out.stdout.trim()).map_err(|e| ExecError::Failed {
+            tool: Tool::Python3,
+            cmdline: "python3 -I -c <probe>".into(),
+            status: "unreadable answer".into(),
+            stderr: format!("{e}: {}", out.stdout),
+        })?;
+    if let Some(pp) = std::env::var_os("PYTHONPATH") {
+        let mut extra: Vec<PathBuf> = std::env::split_paths(&pp)
+            .filter(|p| p.is_dir())
+            .map(|p| crate::exec::absolute(&p))
+            .collect();
+        extra.append(&mut info.path);
+        info.path = extra;
+    }
+    Ok(info)
+}
+
+impl PythonInfo {
+    /// The module directory holding `f` (the longest `sys.path` entry that contains it) and the
+    /// path relative to it.
+    pub fn locate<'a>(&'a self, f: &'a Path) -> Option<(&'a Path, &'a Path)> {
+        self.path
+            .iter()
+            .filter_map(|d| f.strip_prefix(d).ok().map(|r| (d.as_path(), r)))
+            .max_by_key(|(d, _)| d.as_os_str().len())
+    }
+
+    /// Whether `f` is part of the interpreter's standard library (outside site-/dist-packages).
+    pub fn is_stdlib(&self, f: &Path) -> bool {
+        let s = f.to_string_lossy();
+        if s.contains("/site-packages/") || s.contains("/dist-packages/") {
+            return false;
+        }
+        self.stdlib.iter().any(|d| f.starts_with(d))
+    }
+}
+
+impl PythonInfo {
+    /// Add each module's other half: Python opens only `__pycache__/m.cpython-XY.pyc` when it is
+    /// valid (it merely stats `m.py`), but a `.pyc` in `__pycache__` is ignored without its
+    /// source; and a `.py` without its `.pyc` would be compiled on every import from a read-only
+    /// pool. So a traced `.pyc` brings its `.py` and a traced `.py` its `.pyc`, where they exist.
+    pub fn with_companions(&self, files: Vec<PathBuf>) -> Vec<PathBuf> {
+        let tag = format!("cpython-{}", self.version.replace('.', ""));
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for f in files {
+            let mut extra = None;
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let dir = f.parent().map(Path::to_path_buf).unwrap_or_default();
+            if let Some(stem) = name.strip_suffix(".py") {
+                extra = Some(dir.join("__pycache__").join(format!("{stem}.{tag}.pyc")));
+            } else if name.ends_with(".pyc")
+                && dir.file_name().map(|d| d == "__pycache__").unwrap_or(false)
+            {
+                let stem = name.split('.').next().unwrap_or_default();
+                if let Some(pkg) = dir.parent() {
+                    extra = Some(pkg.join(format!("{stem}.py")));
+                }
+            }
+            if seen.insert(f.clone()) {
+                out.push(f);
+            }
+            if let Some(e) = extra {
+                if e.is_file() && seen.insert(e.clone()) {
+                    out.push(e);
+                }
+            }
+        }
+        out
+    }
+}
