@@ -37,10 +37,7 @@ fn install_signal_cleanup() {
             // a mount in progress ends recorded or undone before we exit
             let _critical = swpool_core::mount::finish_pending();
             swpool_core::atomic::remove_all_registered();
-            let host = rustix::system::uname()
-                .nodename()
-                .to_string_lossy()
-                .into_owned();
+            let host = swpool_core::users::hostname();
             eprintln!(
                 "sw-pool: interrupted by signal {sig} on {host} (pid {}); temporary files removed",
                 std::process::id()

@@ -286,10 +286,7 @@ fn missing_src_and_missing_dest_dir_fail_cleanly() {
     let d = scratch();
     let src = d.path().join("f");
     random_file(&src, 1000, 1);
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
+    let host = swpool_core::users::hostname();
     let o = cp(&d.path().join("nope"), &d.path().join("x"), &[]);
     assert_eq!(o.code, 3, "{}", o.stderr);
     assert!(

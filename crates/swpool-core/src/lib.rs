@@ -16,6 +16,7 @@ pub mod slurm;
 pub mod sparse;
 pub mod transfer;
 pub mod trust;
+pub mod users;
 
 pub use error::{Error, ExitStatus, Result};
 pub mod env;

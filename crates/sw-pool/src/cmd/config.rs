@@ -10,6 +10,12 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
     for (k, v, o) in &rows {
         p.result(format!("{k:<18} {v:<40} ({o})"));
     }
+    let vars = swpool_core::config::env_rows(|k| std::env::var(k).ok());
+    p.result(String::new());
+    p.result(format!("{:<26} {:<40} origin", "environment", "value"));
+    for (k, v, o, _) in &vars {
+        p.result(format!("{k:<26} {v:<40} ({o})"));
+    }
     let files: Vec<String> = swpool_core::config::Config::files()
         .iter()
         .map(|f| f.display().to_string())
@@ -24,6 +30,7 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
     ));
     p.json(&serde_json::json!({
         "settings": rows.iter().map(|(k, v, o)| serde_json::json!({"key": k, "value": v, "origin": o})).collect::<Vec<_>>(),
+        "environment": vars.iter().map(|(k, v, o, kind)| serde_json::json!({"name": k, "value": v, "origin": o, "kind": kind})).collect::<Vec<_>>(),
         "files": files,
     }));
     Ok(())

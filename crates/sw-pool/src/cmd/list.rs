@@ -89,7 +89,7 @@ fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
         }
     }
     Ok(NodeList {
-        node: state::hostname(),
+        node: swpool_core::users::hostname(),
         state_dirs: used_dirs,
         mounts,
         unused_cache,
@@ -118,7 +118,7 @@ pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
         return Ok(());
     }
     let mine = this_node(&a).unwrap_or_else(|e| NodeList {
-        node: state::hostname(),
+        node: swpool_core::users::hostname(),
         state_dirs: vec![],
         mounts: vec![],
         unused_cache: vec![],

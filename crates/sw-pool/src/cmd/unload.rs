@@ -105,9 +105,7 @@ fn unload(_g: &GlobalArgs, a: &UnloadArgs, job: &Job) -> Result<(), Error> {
         },
     );
     if let Some(c) = swpool_core::slurm::remove_job_pool(
-        std::env::var(swpool_core::slurm::JOB_POOLS_VAR)
-            .ok()
-            .as_deref(),
+        swpool_core::config::EnvVar::JobPools.get().as_deref(),
         &mp,
     ) {
         changes.push(c);
