@@ -45,8 +45,11 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 
+# a test that cannot run here prints "SKIP <test>: <reason>" (uncaptured); they are counted here
 test-unit: build
-	$(CARGO) test --workspace --release
+	set -o pipefail; $(CARGO) test --workspace --release 2>&1 | tee target/test-unit.log
+	@n=$$(grep -cE 'SKIP [A-Za-z0-9_:()]+: ' target/test-unit.log || true); echo "unit tests: $$n skipped"; \
+	  grep -oE 'SKIP [A-Za-z0-9_:()]+: .*' target/test-unit.log || true
 
 # the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
 test-cluster: build

@@ -10,6 +10,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-"1 2 4 8"}
@@ -23,7 +24,6 @@ now() { date +%s.%N; }
 el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-rows=()
 log() { echo "$*" | tee -a "$OUT.log"; }
 trap '"$TESTBED/down" -q || true' EXIT
 

@@ -15,7 +15,8 @@ size=200000000                         # 200 MB
 rate=50000000                          # 400 Mbit/s = 50 MB/s
 f=t02-200mb.bin
 if [[ $(stat -c %s "$TB/export/$f" 2>/dev/null || echo 0) != "$size" ]]; then
-  head -c "$size" /dev/urandom > "$TB/export/$f.tmp" && mv "$TB/export/$f.tmp" "$TB/export/$f"
+  head -c "$size" /dev/urandom > "$TB/export/$f.tmp"
+  mv "$TB/export/$f.tmp" "$TB/export/$f"
 fi
 read_on() {  # read_on NODE: prints the seconds the node took to read the file
   local t
