@@ -60,7 +60,7 @@ test: lint test-unit test-cluster
 demo: build
 	bash tools/demo.sh
 
-# the benchmark report (issue 8): brings the virtual cluster up with the benchmark caps, runs every
+# the benchmark report: brings the virtual cluster up with the benchmark caps, runs every
 # configuration, writes bench/results/<date>/report.md with plots, takes the cluster down (~2 h at the
 # default sizes on 2 cores; sizes: see the header of bench/run)
 bench: build

@@ -3,7 +3,7 @@
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/cp-probe.sh N [SIZE_MIB] [ALGORITHM...]
 #
-# Brings the testbed up with DESIGN.md's caps (nodes 400mbit both ways, storage 800mbit), copies a
+# Brings the testbed up with the benchmark model's caps (docs/architecture.md) (nodes 400mbit both ways, storage 800mbit), copies a
 # random SIZE_MIB file from the shared storage to every node's local disk once per ALGORITHM
 # (default: the built-in default) with `-v`, and samples every 0.5 s: node1's received bytes
 # (incoming link use: 50 MB/s is full), the storage server's sent bytes, and the machine's CPU

@@ -13,6 +13,10 @@
 #
 # Every result is printed ("PASS name" / "FAIL name: msg" / "SKIP name: reason") and appended to $T_RESULTS (set by
 # tests/cluster/run) so that the runner can count them.
+#
+# "The paper" in the tests is Dieterle, Nolte and Kunkel, *Scalable Software Distribution for
+# HPC-Systems with Software Pools Using MPI and File Systems in User Space* (GWDG); the virtual
+# cluster the tests run on is described in testbed/README.md and docs/architecture.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=$REPO/testbed

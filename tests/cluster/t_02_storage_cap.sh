@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Acceptance 3: reading a 200 MB file from the shared storage takes ~4 s on one node and ~16 s when
+# Checks: reading a 200 MB file from the shared storage takes ~4 s on one node and ~16 s when
 # four nodes read it at once (storage cap 50 MB/s, +-20 %), and testbed/storage-bytes reports the
-# bytes served within +-2 %.  An acceptance check of the testbed's cap, not a benchmark.
+# bytes served within +-2 %.  A check of the testbed's cap, not a benchmark.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed

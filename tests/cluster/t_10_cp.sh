@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4: sw-pool cp (the broadcast engine) on the virtual cluster with real Open MPI
+# sw-pool cp (the broadcast engine) on the virtual cluster with real Open MPI
 # (testbed/mpirun and srun --mpi=pmix). SRC lives on the throttled shared storage ($SCRATCH =
 # $TB/shared inside the nodes, written here through $TB/export), DEST on every node's local disk.
 # Checks: identical hashes on every node for dense / sparse / 0 / 1 byte / chunk ± 1, 2 ranks on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slurm integration (issue 7) on the virtual cluster's real slurmctld/slurmd, 4 nodes:
+# Slurm integration on the virtual cluster's real slurmctld/slurmd, 4 nodes:
 #  - the hooks as README "For admins: Slurm" configures them (prolog, task-prolog, epilog through the
 #    multi-call names), installed in the testbed's hook directories;
 #  - sbatch -N4: `sw-pool load demo/1.0` in the script, then `srun -N4 bash -lc 'module load hello/1.0 &&

@@ -1,5 +1,8 @@
 //! `sw-pool`: parse, set up logging, dispatch, map the error to an exit status.
-//! Invoked as `scalable-fs-cp` or `scalable-fs-mount` (symlinks) it behaves as `sw-pool cp` / `sw-pool mount`.
+//! Invoked as `scalable-fs-cp` or `scalable-fs-mount` (symlinks) it behaves as `sw-pool cp` / `sw-pool mount`,
+//! the tools of the paper sw-pool implements (Dieterle, Nolte and Kunkel, *Scalable Software
+//! Distribution for HPC-Systems with Software Pools Using MPI and File Systems in User Space*); "the
+//! paper" in comments is that paper.
 
 mod cli;
 mod cmd;

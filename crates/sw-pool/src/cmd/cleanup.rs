@@ -1,5 +1,5 @@
 //! `sw-pool cleanup`: what a job left behind, stale mounts, or everything of the caller on this node
-//! (the seed's `umount_all_images.py` / `cleanup_images.py`). As root with `--user`, it runs itself as
+//! (like `umount_all_images.py` / `cleanup_images.py` of the University of Oslo disk-image tools). As root with `--user`, it runs itself as
 //! that user: user mounts are unmounted and user helpers signalled by their owner, never by root.
 
 use swpool_core::config::EnvVar;

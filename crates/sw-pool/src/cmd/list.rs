@@ -1,4 +1,4 @@
-//! `sw-pool list`: this node's mounts and records of the caller (the seed's `list_images.py`), with
+//! `sw-pool list`: this node's mounts and records of the caller (like `list_images.py` of the University of Oslo disk-image tools), with
 //! filters (`--job`, `--stale`, `--unreported`), and `--all-nodes` under mpirun/srun: every node
 //! leader's list gathered to rank 0 and printed as one table.
 

@@ -6,8 +6,8 @@
 //! * [`JobEnv`]: who and what a hook runs for (`SLURM_JOB_ID`, `SLURM_JOB_UID`, …), validated.
 //! * [`task_prolog_lines`]: the `export NAME=value` / `unset NAME` lines slurmstepd reads from a
 //!   TaskProlog (it takes the value literally: no shell quoting).
-//! * [`syslog`]: one line per action, tagged `sw-pool`, with the job id (like the seed's
-//!   `logger -t software_images`).
+//! * [`syslog`]: one line per action, tagged `sw-pool`, with the job id (like the Oslo disk-image
+//!   tools' `logger -t software_images`).
 
 use std::path::PathBuf;
 
