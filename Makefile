@@ -41,9 +41,12 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/prolog $(DESTDIR)$(PREFIX)/libexec/sw-pool/task-prolog \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog
 
+# advisories are not checked: that clones the RustSec database from GitHub (see deny.toml)
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	bash tools/lint-shell.sh
+	$(CARGO) deny check licenses bans sources
 
 # a test that cannot run here prints "SKIP <test>: <reason>" (uncaptured); they are counted here
 test-unit: build
