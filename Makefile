@@ -41,12 +41,18 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/prolog $(DESTDIR)$(PREFIX)/libexec/sw-pool/task-prolog \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog
 
+# advisories are not checked: that clones the RustSec database from GitHub (see deny.toml)
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	bash tools/lint-shell.sh
+	$(CARGO) deny check licenses bans sources
 
+# a test that cannot run here prints "SKIP <test>: <reason>" (uncaptured); they are counted here
 test-unit: build
-	$(CARGO) test --workspace --release
+	set -o pipefail; $(CARGO) test --workspace --release 2>&1 | tee target/test-unit.log
+	@n=$$(grep -cE 'SKIP [A-Za-z0-9_:()]+: ' target/test-unit.log || true); echo "unit tests: $$n skipped"; \
+	  grep -oE 'SKIP [A-Za-z0-9_:()]+: .*' target/test-unit.log || true
 
 # the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
 test-cluster: build
@@ -57,7 +63,7 @@ test: lint test-unit test-cluster
 demo: build
 	bash tools/demo.sh
 
-# the benchmark report (issue 8): brings the virtual cluster up with the benchmark caps, runs every
+# the benchmark report: brings the virtual cluster up with the benchmark caps, runs every
 # configuration, writes bench/results/<date>/report.md with plots, takes the cluster down (~2 h at the
 # default sizes on 2 cores; sizes: see the header of bench/run)
 bench: build

@@ -27,14 +27,15 @@ n_small=$(( $(find "$W/small" | wc -l) * 11 / 10 + 64 ))
 timeit() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); python3 -c "print(f'{$e - $s:.3f}')"; }
 declare -A T
 run_pair() {  # name, bare command (string), sw-pool command (string)
-  local name=$1 bare=$2 ours=$3 i
-  for i in $(seq "$RUNS"); do
+  local name=$1 bare=$2 ours=$3 _
+  for _ in $(seq "$RUNS"); do
     rm -f "$W"/out*; sync
     T[$name,bare]+="$(timeit bash -c "$bare") "
     rm -f "$W"/out*; sync
     T[$name,ours]+="$(timeit bash -c "$ours") "
   done
 }
+# shellcheck disable=SC2086  # $1 is a list of numbers, split into arguments on purpose
 stats() { python3 -c "import statistics,sys; v=sorted(map(float,sys.argv[1:])); print(f'{statistics.median(v):.2f} {v[0]:.2f} {v[-1]:.2f}')" $1; }
 # warm the page cache with one untimed pass over each tree
 cat "$W/paper/random.data" > /dev/null; find "$W/small" -type f -exec cat {} + > /dev/null

@@ -3,7 +3,7 @@
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/cp-probe.sh N [SIZE_MIB] [ALGORITHM...]
 #
-# Brings the testbed up with DESIGN.md's caps (nodes 400mbit both ways, storage 800mbit), copies a
+# Brings the testbed up with the benchmark model's caps (docs/architecture.md) (nodes 400mbit both ways, storage 800mbit), copies a
 # random SIZE_MIB file from the shared storage to every node's local disk once per ALGORITHM
 # (default: the built-in default) with `-v`, and samples every 0.5 s: node1's received bytes
 # (incoming link use: 50 MB/s is full), the storage server's sent bytes, and the machine's CPU
@@ -11,6 +11,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 N=${1:?N}; SIZE_MIB=${2:-1024}; shift $(( $# >= 2 ? 2 : 1 ))
 ALGOS=("$@"); [[ ${#ALGOS[@]} -gt 0 ]] || ALGOS=(default)
@@ -28,8 +29,10 @@ echo "busiest processes on the machine before the runs:"; top -bn1 -o %CPU | sed
 for A in "${ALGOS[@]}"; do
   for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done
   sync; echo 3 > /proc/sys/vm/drop_caches
+  # shellcheck disable=SC2016  # expanded by the bash in the namespace, not here
   ip netns exec swp-n1 bash -c 'while :; do echo "$(date +%s.%N) $(cat /sys/class/net/eth0/statistics/rx_bytes)"; sleep 0.5; done' > /tmp/cp-probe.rx &
   p1=$!
+  # shellcheck disable=SC2016  # expanded by the bash in the namespace, not here
   ip netns exec "$TB_STOR" bash -c 'while :; do echo "$(cat /sys/class/net/eth0/statistics/tx_bytes)"; sleep 0.5; done' > /tmp/cp-probe.tx &
   p2=$!
   vmstat -n 1 > /tmp/cp-probe.vm &

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# P3 of issue 4 with sbcast run where users run it: NOT a test.
+# Goal P3 (sw-pool cp ÷ sbcast, bench/report.py) with sbcast run where users run it: NOT a test.
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/cp-sbcast.sh [SIZE_MIB] [NODE_COUNTS]
 #
 # bench/cp.sh runs `sbcast` from the root namespace (the "login node"), whose link the testbed does
 # not cap, reading SRC from the storage server's own disk (not through the capped storage link). A
 # user runs sbcast inside the job: the batch script runs on the job's first node, whose one NIC
-# (capped like every node's, DESIGN.md's benchmark model) carries SRC in and every copy out. This
+# (capped like every node's, the benchmark model of docs/architecture.md) carries SRC in and every copy out. This
 # script measures, in the same run, for every N: sw-pool cp (default algorithm), sbcast from the root
 # namespace (as bench/cp.sh), and sbcast from the batch script (`sbatch --wait --wrap "sbcast …"`,
 # SRC read through $SCRATCH). Caps as bench/cp.sh. Writes bench/results/cp-sbcast-<date>.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-"2 4 8"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (issue 6): `sw-pool cp` of the same signed 1 GiB pool with per-chunk verification ÷
+# Benchmark: `sw-pool cp` of the same signed 1 GiB pool with per-chunk verification ÷
 # without, on the virtual cluster. NOT a test.
 #
 #   flock -o /var/tmp/swp-cluster-session.lock bench/cp-verify.sh [SIZE_MIB] [NODE_COUNTS] [PAIRS]
@@ -10,13 +10,14 @@
 # random file (every chunk holds data), built and signed outside the lock; SRC is on the shared
 # storage ($SCRATCH, sshfs, throttled), DEST each node's local disk (removed before every run, else
 # the copy is skipped as already there), page cache dropped before every run. Caps as in
-# bench/cp.sh (DESIGN.md's model): node links 400mbit both ways, storage egress 800mbit. Runs are
+# bench/cp.sh (the benchmark model, docs/architecture.md): node links 400mbit both ways, storage egress 800mbit. Runs are
 # interleaved in pairs whose order alternates (with/without, then without/with, ...), so that a
 # change in the machine's load hits both sides. Brings the testbed up for every node count and
 # down at the end. Writes bench/results/cp-verify-<date>.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-4}

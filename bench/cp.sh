@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Benchmark of sw-pool cp on the virtual cluster (issue 4: P1, P2, P3, P6, P7). NOT a test.
+# Benchmark of sw-pool cp on the virtual cluster (goals P1, P2, P3 of bench/report.py; P6, P7 below). NOT a test.
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/cp.sh [SIZE_MIB] [NODE_COUNTS]
 #
-# Caps (DESIGN.md's benchmark model): every node link 400mbit (50 MB/s) both ways, the storage
+# Caps (the benchmark model, docs/architecture.md): every node link 400mbit (50 MB/s) both ways, the storage
 # server's egress 800mbit (100 MB/s). SRC is a random file on the shared storage ($SCRATCH, sshfs,
 # throttled and counted); DEST is each node's local disk. Brings the testbed up for every node
 # count and takes it down at the end. Writes bench/results/cp-<date>.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-"1 2 4 8"}
@@ -23,7 +24,6 @@ now() { date +%s.%N; }
 el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-rows=()
 log() { echo "$*" | tee -a "$OUT.log"; }
 trap '"$TESTBED/down" -q || true' EXIT
 
@@ -105,7 +105,7 @@ rss=$(grep 'Maximum resident set size' "$OUT.p6.txt" | awk '{print $NF}' | sort 
 for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/sp"; done
 rm -f "$SP"
 # P7: sparse image (8x its data) vs a dense file of the same data, both on shared scratch
-# the issue's sizes (a 4 GiB image holding 512 MiB, a dense 512 MiB file) from SIZE_MIB = 1024 on
+# the full sizes (a 4 GiB image holding 512 MiB, a dense 512 MiB file) from SIZE_MIB = 1024 on
 D=$((SIZE_MIB / 2)); [[ $D -lt 64 ]] && D=64; [[ $D -gt 512 ]] && D=512
 truncate -s $((D * 8))M "$TB/scratch/bench-img"; rm -f "$TB/scratch/bench-dense"
 head -c $((D << 20)) /dev/urandom > "$TB/scratch/bench-dense"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's end-to-end figure on the virtual cluster (issue 5): `sw-pool load` of the paper's ext2
+# The paper's end-to-end figure on the virtual cluster: `sw-pool load` of the paper's ext2
 # pool (a 1 GB random file, `sw-pool build -s 1020MB`) on N nodes, then sha256sum of the file through
 # the mount on every node, at N = 1, 2, 4, 8; against the same sha256sum run by every node directly
 # from the shared storage ("running from the shared file system"). NOT a test.
@@ -11,6 +11,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 SIZE_MB=${1:-1000}
 COUNTS=${2:-"1 2 4 8"}

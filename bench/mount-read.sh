@@ -86,7 +86,7 @@ out=$REPO/bench/results/mount-read-$(date +%Y-%m-%d).md
       "${R[$k.raw.warm]}" "$(mbs "${R[$k.raw.warm]}")" "$(ratio "${R[$k.raw.warm]}" "${R[native.raw.warm]}")"
   done
   echo
-  echo "Goal (issue 5): sha256 through the default mount ÷ native ≤ 1.15."
+  echo "Goal: sha256 through the default mount ÷ native ≤ 1.15."
   echo
   echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (other work on this machine makes the figures noisy;"
   echo "all runs are in the script's stderr)."

@@ -223,7 +223,7 @@ if any(k[0] == "smallfiles" for k in groups):
     ax.set_xticks(range(len(SF_OPS))); ax.set_xticklabels(["untar (tar -xf)", "md5sum every file", "rm -rf"])
     ax.set_yscale("log"); ax.set_ylabel("seconds (log scale, median)")
     t = meta.get("tree", {})
-    ax.set_title(f"Seed 002 Table 1: {t.get('files')} small files, {(t.get('bytes') or 0) / 1e6:.0f} MB (pool: read-only, md5sum only)", fontsize=9)
+    ax.set_title(f"Oslo disk-image study, Table 1: {t.get('files')} small files, {(t.get('bytes') or 0) / 1e6:.0f} MB (pool: read-only, md5sum only)", fontsize=9)
     ax.legend(fontsize=8); ax.grid(alpha=0.3, axis="y")
     fig.tight_layout(); fig.savefig(os.path.join(OUT, "smallfiles.png")); plt.close(fig)
     plots.append("smallfiles.png")
@@ -411,10 +411,10 @@ if (meta.get("tree") or {}).get("files") not in (None, 56000) and "smallfiles" i
 if (meta.get("sparse") or {}).get("image_bytes") and round(meta["sparse"]["image_bytes"] / 1e6) != 4000:
     red.append(f"a {meta['sparse']['image_bytes'] / 1e6:,.0f} MB sparse image instead of 4 GB")
 if red and not meta["quick"]:
-    L.append(f"> **Reduced sizes** (to fit the time this run had): {'; '.join(red)}. Ratios are comparable; absolute times are not the paper's. `make bench` without overrides runs the issue's sizes.\n")
+    L.append(f"> **Reduced sizes** (to fit the time this run had): {'; '.join(red)}. Ratios are comparable; absolute times are not the paper's. `make bench` without overrides runs the full sizes.\n")
 L.append("## Set-up\n")
 L.append(f"- Virtual cluster (`testbed/`): {TB['nodes_up']} nodes up, every node link capped at **{TB['node_rate']}** both ways, storage server egress capped at **{TB['storage_rate']}** "
-         f"(DESIGN.md's benchmark model{'' if TB['managed_by_bench'] else '; testbed brought up by the caller, not by bench/run'}). "
+         f"(the benchmark model of docs/architecture.md{'' if TB['managed_by_bench'] else '; testbed brought up by the caller, not by bench/run'}). "
          f"Wire limit for one file to every node = size ÷ slowest cap = {fmt(S / WIRE_BPS if WIRE_BPS else None)} s.")
 def num(v, unit="", f="{:,}"):
     return (f.format(v) + unit) if v is not None else "not recorded"
@@ -513,7 +513,7 @@ for kind, lab in P4_ROWS:
 L.append("")
 
 t = meta.get("tree", {})
-L.append("## Seed 002 Table 1: many small files (node1)\n")
+L.append("## Oslo disk-image study, Table 1: many small files (node1)\n")
 if "smallfiles.png" in plots:
     L.append("![small files](smallfiles.png)\n")
 L.append(f"Tree: `bench/gen-tree.py --files {t.get('files')}` ({(t.get('generator') or 'size not recorded') + '; '}the source-tree size mix; the Debian linux-source tarball would be 1.4 GB / 80k files and xz-bound on 2 cores). "
@@ -542,7 +542,7 @@ if "sparse.png" in plots:
 if sp.get("image_bytes"):
     L.append(f"An ext4 pool of {sp['image_bytes'] / 1e6:,.0f} MB holding {sp['data_bytes'] / 1e6:,.0f} MB of random data ({sp['image_allocated_bytes'] / 1e6:,.0f} MB allocated on the storage) "
              f"against the dense {sp['data_bytes'] / 1e6:,.0f} MB file, copied to {sp['n']} nodes at once. `cp --sparse=always` re-creates the holes on the node, but the storage-bytes column shows what it read over the network to find them; "
-             "sw-pool cp skips holes (SEEK_DATA) and all-zero chunks. P7 (issue 4) = sparse ÷ dense ≤ 1.2.\n")
+             "sw-pool cp skips holes (SEEK_DATA) and all-zero chunks. P7 = sparse ÷ dense ≤ 1.2.\n")
     L.append("| method | seconds | storage bytes | sparse ÷ dense |\n|---|---|---|---|")
     for m, lab in SP_METHODS:
         if m.startswith("swpool") and not has_cp:

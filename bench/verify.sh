@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): `sw-pool verify` of a 1 GB signed pool against `openssl dgst -sha256` of the
 # same file (what the paper's verify did), warm page cache, RUNS repetitions (default 5), interleaved.
-# Goal (issue 6): ratio <= 1.1. Writes bench/results/verify-<date>.md.  usage: bench/verify.sh [--quick]
+# Goal: ratio <= 1.1. Writes bench/results/verify-<date>.md.  usage: bench/verify.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SW=$PWD/target/release/sw-pool

@@ -89,6 +89,7 @@ say "after the job: no mount, no record of it on any node"
 for n in $TB_NODES; do
   testbed/exec "$n" runuser -u "$TB_USER" -- "$W/bin/sw-pool" list | sed "s/^/  $n: /"
 done
+# shellcheck disable=SC2016  # an awk program: its $3 is awk's field, not a shell variable
 left=$(for n in $TB_NODES; do testbed/exec "$n" awk '$3 ~ /^fuse/ && $3 != "fuse.sshfs"' /proc/self/mounts; done)
 if [ -n "$left" ]; then echo "demo: mounts left behind: $left" >&2; exit 1; fi
 say "demo done in $(( $(date +%s) - t0 )) s; taking the cluster down"

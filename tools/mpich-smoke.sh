@@ -9,8 +9,9 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${SWP_MPICH_TARGET:-/var/tmp/swp-mpich-target}
-command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null || {
-  echo "mpich-smoke: mpicc.mpich / mpirun.mpich not found (apt-get install mpich libmpich-dev)"; exit 1; }
+if ! command -v mpicc.mpich >/dev/null || ! command -v mpirun.mpich >/dev/null; then
+  echo "mpich-smoke: mpicc.mpich / mpirun.mpich not found (apt-get install mpich libmpich-dev)"; exit 1
+fi
 (cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool)
 BIN=$TARGET/release/sw-pool
 if ! ldd "$BIN" | grep -q 'libmpich'; then
@@ -26,8 +27,11 @@ for i in 0 1; do
   got=$(sha256sum < "$D/dest-$i" | cut -d' ' -f1)
   if [[ $got == "$want" ]]; then echo "PASS mpich: rank/node $i identical"; else echo "FAIL mpich: node $i differs"; rc=1; fi
 done
-grep -q '"nodes": 2' <<< "$out" && grep -q "\"bytes_read_from_src\": $((9 * 1048576 + 7))" <<< "$out" \
-  && echo "PASS mpich: 2 nodes, each byte read once" || { echo "FAIL mpich: report: $out"; rc=1; }
+if grep -q '"nodes": 2' <<< "$out" && grep -q "\"bytes_read_from_src\": $((9 * 1048576 + 7))" <<< "$out"; then
+  echo "PASS mpich: 2 nodes, each byte read once"
+else
+  echo "FAIL mpich: report: $out"; rc=1
+fi
 out=$(SW_POOL_FAKE_NODES=1 mpirun.mpich -np 2 "$BIN" cp --json "$D/src" "$D/dest-%n")
-grep -q '"skipped_all": true' <<< "$out" && echo "PASS mpich: repeat copy skipped" || { echo "FAIL mpich: repeat: $out"; rc=1; }
+if grep -q '"skipped_all": true' <<< "$out"; then echo "PASS mpich: repeat copy skipped"; else echo "FAIL mpich: repeat: $out"; rc=1; fi
 exit $rc

@@ -48,3 +48,12 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
+
+# cargo-deny for `make lint` (licenses, duplicate crates, sources; deny.toml), built from crates.io
+# once (a few minutes on a fresh machine); the version `make lint` was checked with
+CARGO_DENY_VERSION=0.20.2
+if command -v cargo >/dev/null 2>&1 &&
+   [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]; then
+  echo "setup-deps: installing cargo-deny $CARGO_DENY_VERSION (cargo install --locked)"
+  cargo install --locked --quiet "cargo-deny@$CARGO_DENY_VERSION"
+fi

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # sw-pool shell integration (installed as /etc/profile.d/sw-pool.sh by `make install`).
 #
 # Like Lmod's `module` function: `sw-pool load POOL`, `sw-pool unload POOL` and `sw-pool env MOUNTPOINT`

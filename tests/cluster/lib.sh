@@ -3,6 +3,7 @@
 #
 #   pass NAME                      record a passed check
 #   fail NAME MSG                  record a failed check (the script goes on)
+#   skip NAME REASON               record a check that could not run here (counted, never a pass)
 #   assert_eq NAME EXPECTED ACTUAL
 #   assert_match NAME REGEX ACTUAL
 #   assert_cmd NAME CMD...         passes if CMD exits 0
@@ -10,8 +11,12 @@
 #   require_testbed                abort the script (one failure) unless the testbed is up and healthy
 #   finish                         print the script's summary; exit status 1 if anything failed
 #
-# Every result is printed ("PASS name" / "FAIL name: msg") and appended to $T_RESULTS (set by
+# Every result is printed ("PASS name" / "FAIL name: msg" / "SKIP name: reason") and appended to $T_RESULTS (set by
 # tests/cluster/run) so that the runner can count them.
+#
+# "The paper" in the tests is Dieterle, Nolte and Kunkel, *Scalable Software Distribution for
+# HPC-Systems with Software Pools Using MPI and File Systems in User Space* (GWDG); the virtual
+# cluster the tests run on is described in testbed/README.md and docs/architecture.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=$REPO/testbed
@@ -21,6 +26,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 T_NAME=$(basename "$0" .sh)
 T_PASSED=0
 T_FAILED=0
+T_SKIPPED=0
 T_RESULTS=${T_RESULTS:-/dev/null}
 
 pass() {
@@ -32,6 +38,11 @@ fail() {
   T_FAILED=$((T_FAILED + 1))
   echo "FAIL $T_NAME: $1: ${2:-}"
   echo "FAIL $T_NAME: $1: ${2:-}" >> "$T_RESULTS"
+}
+skip() {
+  T_SKIPPED=$((T_SKIPPED + 1))
+  echo "SKIP $T_NAME: $1: ${2:-}"
+  echo "SKIP $T_NAME: $1: ${2:-}" >> "$T_RESULTS"
 }
 assert_eq() {
   if [[ $3 == "$2" ]]; then pass "$1"; else fail "$1" "expected '$2', got '$3'"; fi
@@ -62,7 +73,7 @@ require_testbed() {
   fi
 }
 finish() {
-  echo "$T_NAME: $T_PASSED passed, $T_FAILED failed"
+  echo "$T_NAME: $T_PASSED passed, $T_FAILED failed, $T_SKIPPED skipped"
   if [[ $T_FAILED == 0 ]]; then exit 0; else exit 1; fi
 }
 # run a command as the unprivileged user with the testbed's Slurm config

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 1: up from nothing < 30 s, down < 10 s; up twice and down twice exit 0; after down no
+# Checks: up from nothing < 30 s, down < 10 s; up twice and down twice exit 0; after down no
 # testbed namespace, link, mount, /etc/hosts line or process is left (processes are checked by exact
 # namespace identity and by the PIDs of the pid files, never by name).  Leaves the testbed UP.
 # shellcheck source=lib.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 2: srun -N4 runs one task per node; each sees its own hostname, address, private /tmp
+# Checks: srun -N4 runs one task per node; each sees its own hostname, address, private /tmp
 # and local dir; a FUSE (squashfuse) mount made on node1 is invisible on node2 and in the root
 # namespace -- as root through testbed/exec and as the unprivileged user through srun.
 # shellcheck source=lib.sh

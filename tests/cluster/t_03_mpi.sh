@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 4: the rsmpi check program (tools/mpi-selftest: 64 MiB MPI_Bcast from rank 0, sha256
+# Checks: the rsmpi check program (tools/mpi-selftest: 64 MiB MPI_Bcast from rank 0, sha256
 # on every rank) runs across 4 nodes with testbed/mpirun and with srun --mpi=pmix, and every rank
 # reports the same checksum.
 # shellcheck source=lib.sh

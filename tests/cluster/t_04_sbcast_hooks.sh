@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 5: sbcast places an identical copy of a file in every node's local directory; the
+# Checks: sbcast places an identical copy of a file in every node's local directory; the
 # Prolog, Epilog and TaskProlog dispatchers ran on every allocated node (hook logs), the TaskProlog
 # exported LOCAL_TMPDIR and SCRATCH, hooks in $TB/etc/prolog.d run, and a failing hook fails the
 # prolog/epilog.

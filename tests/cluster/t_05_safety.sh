@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance 6 (safety): testbed/down, run under strace while a job, a FUSE daemon and a stray
+# Safety checks: testbed/down, run under strace while a job, a FUSE daemon and a stray
 # process live in the nodes, signals only processes that were in our pid files or proven to be in
 # our namespaces (exact identity), never PID 1 or a process group; no testbed script uses
 # pkill/killall; every address contacted (by up, down, srun, mpirun, and the running daemons) is a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The largest testbed and DESIGN.md's benchmark model: 8 nodes with every node link capped in both
+# The largest testbed and the benchmark model (docs/architecture.md): 8 nodes with every node link capped in both
 # directions (400mbit = 50 MB/s) and the storage at 800mbit.  Checks that all 8 nodes run Slurm and
 # MPI jobs and have the shared storage, and that a node's ingress and egress are capped.  Ends by
 # bringing the default testbed (4 nodes, storage 50 MB/s, links uncapped) back up.

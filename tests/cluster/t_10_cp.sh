@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4: sw-pool cp (the broadcast engine) on the virtual cluster with real Open MPI
+# sw-pool cp (the broadcast engine) on the virtual cluster with real Open MPI
 # (testbed/mpirun and srun --mpi=pmix). SRC lives on the throttled shared storage ($SCRATCH =
 # $TB/shared inside the nodes, written here through $TB/export), DEST on every node's local disk.
 # Checks: identical hashes on every node for dense / sparse / 0 / 1 byte / chunk ± 1, 2 ranks on
@@ -109,7 +109,7 @@ want=$(cd "$T" && find . -printf '%P %y %m %s %l %U %G %T@\n' | sort | sha256sum
 bad=""
 for n in "${NODES[@]}"; do
   d=$(local_of "$n")/cp-tree
-  got=$(cd "$d" 2>/dev/null && find . -printf '%P %y %m %s %l %U %G %T@\n' | sort | sha256sum || true)
+  got=$(if cd "$d" 2>/dev/null; then find . -printf '%P %y %m %s %l %U %G %T@\n' | sort | sha256sum; fi)
   [[ $got == "$want" ]] || bad+=" $n(meta)"
   cmp -s "$T/a/big" "$d/a/b/c/hard" || bad+=" $n(data)"
   [[ $(stat -c %i "$d/a/big" 2>/dev/null) == $(stat -c %i "$d/a/b/c/hard" 2>/dev/null) ]] || bad+=" $n(hardlink)"
@@ -132,7 +132,7 @@ for n in "${NODES[@]}"; do mkdir -p "$(local_of "$n")/cp-inodes"; done
 "$TESTBED/storage-bytes" --mark >/dev/null
 rc=0; out=$("$TESTBED/mpirun" "$SW" cp "$SH/stoptree" "$TB/local/cp-inodes/t" 2>&1) || rc=$?
 served=$("$TESTBED/storage-bytes" --since-mark)
-[[ $rc != 0 ]] && pass "directory copy, extraction fails on $victim: non-zero exit" || fail "extraction failure" "exit 0"
+if [[ $rc != 0 ]]; then pass "directory copy, extraction fails on $victim: non-zero exit"; else fail "extraction failure" "exit 0"; fi
 assert_match "extraction failure: names $victim" "$victim" "$out"
 assert_le "extraction failure stops the stream early: MB served by storage" $((served / MIB)) 48 MB
 left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-inodes" 2>/dev/null || true; done; "$TESTBED/exec" "$victim" ls -A "$TB/local/cp-inodes" || true)
@@ -146,7 +146,7 @@ export SW_POOL_STALL_TIMEOUT=20
 install -m 600 /dev/null "$EXP/secret"; head -c 1000 /dev/urandom > "$EXP/secret"
 t0=$(now)
 rc=0; out=$(as_user srun --mpi=pmix -N"$NN" --chdir=/tmp "$SW" cp "$SH/secret" /tmp/cp-secret 2>&1) || rc=$?
-[[ $rc != 0 ]] && pass "SRC unreadable: non-zero exit ($rc)" || fail "SRC unreadable" "exit 0"
+if [[ $rc != 0 ]]; then pass "SRC unreadable: non-zero exit ($rc)"; else fail "SRC unreadable" "exit 0"; fi
 assert_match "SRC unreadable: message names the node and SRC" "node[0-9]+.*(SRC|secret).*(denied|Permission)" "$out"
 assert_eq "SRC unreadable: every rank reports it" "$NN" "$(grep -c 'sw-pool: error: ' <<< "$out")"
 assert_le "SRC unreadable: bounded time" "$(elapsed "$t0")" 30 s
@@ -157,7 +157,7 @@ for n in "${NODES[@]}"; do mkdir -p "$(local_of "$n")/cp-dir"; done
 rm -rf "$(local_of "$victim")/cp-dir"
 t0=$(now)
 rc=0; out=$("$TESTBED/mpirun" "$SW" cp "$SH/dense" "$TB/local/cp-dir/f" 2>&1) || rc=$?
-[[ $rc != 0 ]] && pass "DEST dir missing on $victim: non-zero exit" || fail "DEST dir missing" "exit 0"
+if [[ $rc != 0 ]]; then pass "DEST dir missing on $victim: non-zero exit"; else fail "DEST dir missing" "exit 0"; fi
 assert_match "DEST dir missing: names $victim" "$victim.*cp-dir.*create it" "$out"
 assert_eq "DEST dir missing: all $NN ranks report the same failure" "$NN" "$(grep -c "sw-pool: error: $victim" <<< "$out")"
 left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-dir" 2>/dev/null || true; done)
@@ -169,7 +169,7 @@ victim=${NODES[1]}
 for n in "${NODES[@]}"; do mkdir -p "$(local_of "$n")/cp-small"; done
 "$TESTBED/exec" "$victim" mount -t tmpfs -o size=4m swp-cp-test "$TB/local/cp-small"
 rc=0; out=$("$TESTBED/mpirun" "$SW" cp "$SH/dense" "$TB/local/cp-small/f" 2>&1) || rc=$?
-[[ $rc != 0 ]] && pass "disk full on $victim: non-zero exit" || fail "disk full" "exit 0"
+if [[ $rc != 0 ]]; then pass "disk full on $victim: non-zero exit"; else fail "disk full" "exit 0"; fi
 assert_match "disk full: names $victim and the space" "$victim.*(space|No space)" "$out"
 left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-small" 2>/dev/null || true; done; "$TESTBED/exec" "$victim" ls -A "$TB/local/cp-small" || true)
 assert_eq "disk full: no temporary or partial file on any node" "" "$left"
@@ -201,12 +201,13 @@ if kill -0 "$mpid" 2>/dev/null; then
 fi
 wait "$mpid" || rc=$?
 out=$(cat /var/tmp/swp-t10-kill.log)
-[[ $rc != 0 ]] && pass "rank killed: non-zero exit ($rc)" || fail "rank killed" "exit 0"
+if [[ $rc != 0 ]]; then pass "rank killed: non-zero exit ($rc)"; else fail "rank killed" "exit 0"; fi
 assert_match "rank killed: the node is named" "$victim" "$out"
 assert_le "rank killed: bounded time" "$(elapsed "$t0")" 60 s
 sleep 1
 # the killed rank cannot clean up after SIGKILL: its temporary stays until the next copy to that
 # DEST on that node removes it (stale temporaries of dead pids are removed in preflight)
+# shellcheck disable=SC2010  # the names are the test's and sw-pool's own: no spaces or newlines
 leftover=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")" | grep -E 'cp-big' | grep -v "swpool-tmp-$pid\$" || true; done)
 assert_eq "rank killed: no temporary or partial file on any surviving node" "" "$leftover"
 left_procs=$("$TESTBED/exec" all "pgrep -f '^$SW cp' || true" 2>/dev/null | grep -c '[0-9]$' || true)

@@ -28,7 +28,9 @@ mkdir -p "$W/bin" "$W/pools/demo" "$W/mf/pool/demo" "$W/tree/install/hello/1.0/b
 cp "$SW" "$W/bin/sw-pool"
 cp "$REPO/etc/profile.d/sw-pool.sh" "$W/sw-pool.sh"
 cp "$REPO/etc/lmod/pool-modulefile.lua" "$W/mf/pool/demo/1.0.lua"
-"$W/bin/sw-pool" init --name demo --version 1.0 "$W/tree/x" >/dev/null && cp "$W/tree/x/pool.toml" "$W/tree/" && rm -rf "$W/tree/x"
+"$W/bin/sw-pool" init --name demo --version 1.0 "$W/tree/x" >/dev/null
+cp "$W/tree/x/pool.toml" "$W/tree/"
+rm -rf "$W/tree/x"
 printf '#!/bin/sh\necho "hello from $(hostname)"\n' > "$W/tree/install/hello/1.0/bin/hello"
 chmod 755 "$W/tree/install/hello/1.0/bin/hello"
 mkdir -p "$W/tree/install/cfact/2.0/bin"

@@ -32,8 +32,13 @@ SW=$W/bin/sw-pool
 mkdir -p "$W/test-pool"
 head -c 64MB /dev/urandom > "$W/test-pool/random.data"
 want=$(sha256sum < "$W/test-pool/random.data" | cut -d' ' -f1)
-(cd "$W" && "$SW" build -q -s 80MB test-pool.ext2 test-pool) && cp "$W/test-pool.ext2" "$E/random.ext2"
-pass "built the paper's ext2 pool and put it on shared storage"
+# (a failed step must fail the check: `a && b` under set -e ignores a's failure)
+if out=$(cd "$W" && "$SW" build -q -s 80MB test-pool.ext2 test-pool 2>&1) && cp "$W/test-pool.ext2" "$E/random.ext2"; then
+  pass "built the paper's ext2 pool and put it on shared storage"
+else
+  fail "built the paper's ext2 pool and put it on shared storage" "$(tail -n 5 <<< "$out")"
+  finish
+fi
 
 # --- the paper's command, verbatim, on every node
 LOCAL_TMPDIR=$TB/local SCRATCH=$TB/shared
@@ -113,7 +118,8 @@ assert_eq "job: no mount left on any node" "0 0 0 0" "$(grep -E '^[0-9]+$' <<< "
 # --- failures are all-or-nothing
 "$SW" keygen -q --out "$W/keys/adm" >/dev/null
 cp "$W/keys/adm.pub.pem" "$W/keys/trusted-adm.pem"
-mkdir -p "$W/trusted" && cp "$W/keys/adm.pub.pem" "$W/trusted/site-admin.pem"
+mkdir -p "$W/trusted"
+cp "$W/keys/adm.pub.pem" "$W/trusted/site-admin.pem"
 cp "$W/test-pool.ext2" "$E/signed.ext2"
 "$SW" sign -q --key "$W/keys/adm.pem" "$E/signed.ext2"
 # (a) one flipped byte in the data of the pool on shared storage

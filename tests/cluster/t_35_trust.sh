@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's tamper matrix through a real 4-node `sw-pool load --require-signature` (mpirun, one rank
+# The trust tamper matrix through a real 4-node `sw-pool load --require-signature` (mpirun, one rank
 # per node), with each tampered copy on shared storage: a flipped byte at 20 pseudo-random offsets of
 # the image (file-system metadata and file data), in the manifest (caught by the footer hash, and a
 # rewritten manifest with a valid footer, caught by the signature), in the signature, a damaged

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slurm integration (issue 7) on the virtual cluster's real slurmctld/slurmd, 4 nodes:
+# Slurm integration on the virtual cluster's real slurmctld/slurmd, 4 nodes:
 #  - the hooks as README "For admins: Slurm" configures them (prolog, task-prolog, epilog through the
 #    multi-call names), installed in the testbed's hook directories;
 #  - sbatch -N4: `sw-pool load demo/1.0` in the script, then `srun -N4 bash -lc 'module load hello/1.0 &&
@@ -72,7 +72,11 @@ with open(sys.argv[1], "ab", buffering=0) as f:
         f.write(s.recv(65536) + b"\n")
 EOP
   SINK_PID=$!
-  wait_for 50 test -S /dev/log && stat -c %i /dev/log > "$W/sink.ino"
+  if wait_for 50 test -S /dev/log; then
+    stat -c %i /dev/log > "$W/sink.ino"
+  else
+    fail "test syslog sink listens on /dev/log" "no socket after 5 s"
+  fi
 fi
 
 # --- the pool: hello/1.0 (a script) on shared storage
@@ -194,7 +198,7 @@ assert_eq "job2: hello runs on all 4 nodes" 4 "$(grep -c '^hello from node' <<< 
 sleep 1
 ok=1
 for n in "${nodes[@]}"; do
-  wait_clean $n "$uid" || true
+  wait_clean "$n" "$uid" || true
   l=$(leftovers "$n" "$uid"); [[ $l == "0 0 0" ]] || { ok=0; fail "job2: $n clean after the job" "$l"; }
 done
 [[ $ok == 1 ]] && pass "job2: after the job nothing left on any node"
@@ -242,7 +246,7 @@ scancel --signal=KILL "$jid"
 wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
 ok=1
 for n in "${nodes[@]}"; do
-  wait_clean $n "$uid" || true
+  wait_clean "$n" "$uid" || true
   l=$(leftovers "$n" "$uid"); [[ $l == "0 0 0" ]] || { ok=0; fail "job3: $n clean after scancel --signal=KILL" "$l"; }
 done
 [[ $ok == 1 ]] && pass "job3: scancel --signal=KILL: the epilog left nothing on any node"

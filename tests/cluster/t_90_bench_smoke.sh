@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of the benchmark harness (issue 8): `bench/run --quick` against the testbed that is up
+# Smoke test of the benchmark harness (`make bench`): `bench/run --quick` against the testbed that is up
 # (BENCH_USE_RUNNING_TESTBED=1). Asserts that the harness worked and produced well-formed output —
 # every configuration ran its repetitions with correct digests, the raw data parse, the plots are PNGs,
 # the report states P1–P5, sw-pool rows are measured or marked unavailable, nothing is left behind.

@@ -1,5 +1,8 @@
 //! `sw-pool`: parse, set up logging, dispatch, map the error to an exit status.
-//! Invoked as `scalable-fs-cp` or `scalable-fs-mount` (symlinks) it behaves as `sw-pool cp` / `sw-pool mount`.
+//! Invoked as `scalable-fs-cp` or `scalable-fs-mount` (symlinks) it behaves as `sw-pool cp` / `sw-pool mount`,
+//! the tools of the paper sw-pool implements (Dieterle, Nolte and Kunkel, *Scalable Software
+//! Distribution for HPC-Systems with Software Pools Using MPI and File Systems in User Space*); "the
+//! paper" in comments is that paper.
 
 mod cli;
 mod cmd;
@@ -37,10 +40,7 @@ fn install_signal_cleanup() {
             // a mount in progress ends recorded or undone before we exit
             let _critical = swpool_core::mount::finish_pending();
             swpool_core::atomic::remove_all_registered();
-            let host = rustix::system::uname()
-                .nodename()
-                .to_string_lossy()
-                .into_owned();
+            let host = swpool_core::users::hostname();
             eprintln!(
                 "sw-pool: interrupted by signal {sig} on {host} (pid {}); temporary files removed",
                 std::process::id()

@@ -63,12 +63,12 @@ pub fn init_logging(g: &GlobalArgs) {
     use tracing_subscriber::EnvFilter;
     let filter = match &g.log {
         Some(l) => EnvFilter::new(l),
-        None => EnvFilter::try_from_env("SW_POOL_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+        None => swpool_core::config::EnvVar::Log
+            .get()
+            .and_then(|v| EnvFilter::try_new(v).ok())
+            .unwrap_or_else(|| EnvFilter::new("warn")),
     };
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
+    let host = swpool_core::users::hostname();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

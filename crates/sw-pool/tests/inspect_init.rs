@@ -265,3 +265,42 @@ fn multicall_names_and_generated_docs() {
     let o = sw_run(&["--help"]);
     assert!(o.stdout.contains("EXIT STATUS"));
 }
+
+#[test]
+fn config_shows_every_environment_variable() {
+    let d = scratch();
+    let o = run(sw()
+        .env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .env("SW_POOL_STATE_DIR", d.path())
+        .env_remove("SW_POOL_SHELL")
+        .args(["config", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let vars = j["environment"].as_array().unwrap();
+    let get = |k: &str| vars.iter().find(|r| r["name"] == k).unwrap().clone();
+    let st = get("SW_POOL_STATE_DIR");
+    assert_eq!(st["value"], d.path().to_str().unwrap());
+    assert_eq!(st["origin"], "$SW_POOL_STATE_DIR");
+    assert_eq!(get("SW_POOL_SHELL")["origin"], "unset");
+    // the benchmark and test switches are listed too
+    for k in [
+        "SW_POOL_BENCH_NO_VERIFY",
+        "SW_POOL_FAKE_NODES",
+        "SW_POOL_CP_ALGORITHM",
+    ] {
+        assert_eq!(get(k)["kind"], "test switch", "{k}");
+    }
+    // the table on stdout names every one
+    let o = run(sw()
+        .env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .args(["config"]));
+    for v in vars {
+        assert!(
+            o.stdout.contains(v["name"].as_str().unwrap()),
+            "{}",
+            o.stdout
+        );
+    }
+}

@@ -181,7 +181,7 @@ fn libc_erofs() -> i32 {
 
 fn need_root() -> bool {
     if !is_root() {
-        eprintln!("skipped: the host's /dev/fuse is usable by root only; run the suite as root");
+        skip("the host's /dev/fuse is usable by root only; run the suite as root");
     }
     is_root()
 }

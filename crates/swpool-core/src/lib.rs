@@ -2,7 +2,13 @@
 //!
 //! Everything sw-pool does lives here; the `sw-pool` binary only parses arguments and calls into it.
 //! No clap in this crate. Each module has its own typed error; [`Error`] gathers them and maps each to
-//! a documented exit status ([`ExitStatus`]).
+//! a documented exit status ([`ExitStatus`]). How the modules fit together: `docs/architecture.md`.
+//!
+//! "The paper" in comments is Dieterle, Nolte and Kunkel, *Scalable Software Distribution for
+//! HPC-Systems with Software Pools Using MPI and File Systems in User Space* (GWDG), which sw-pool
+//! implements and extends (its figures: Figure 7 the pool layout, Figure 8 a modulefile, Figures
+//! 9–12 the benchmark). "The Oslo disk-image tools" are the University of Oslo's scripts for disk
+//! images of workflows with many small files (`list_images.py`, `umount_all_images.py`, …).
 
 pub mod atomic;
 pub mod bundle;
@@ -20,6 +26,7 @@ pub mod sparse;
 pub mod transfer;
 pub mod trust;
 pub mod userdir;
+pub mod users;
 
 pub use error::{Error, ExitStatus, Result};
 pub mod env;

@@ -1,13 +1,12 @@
 //! `sw-pool cleanup`: what a job left behind, stale mounts, or everything of the caller on this node
-//! (the seed's `umount_all_images.py` / `cleanup_images.py`). As root with `--user`, it runs itself as
+//! (like `umount_all_images.py` / `cleanup_images.py` of the University of Oslo disk-image tools). As root with `--user`, it runs itself as
 //! that user: user mounts are unmounted and user helpers signalled by their owner, never by root.
 
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-
+use swpool_core::config::EnvVar;
 use swpool_core::mount::RealSys;
 use swpool_core::slurm::{self, valid_job_id};
 use swpool_core::state::{self, Action, Selection, StateDir};
+use swpool_core::users::{self, hostname};
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{CleanupArgs, GlobalArgs};
@@ -68,7 +67,7 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
     let actions = clean_all_stores(euid, &sel, a.job.as_deref())?;
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
-        "node": state::hostname(),
+        "node": hostname(),
         "dry_run": a.dry_run,
         "actions": actions,
     }));
@@ -79,7 +78,7 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
             format!(
                 "{} thing(s) could not be cleaned on {}: {}",
                 failed.len(),
-                state::hostname(),
+                hostname(),
                 failed
                     .iter()
                     .map(|x| format!("{}: {}", x.mount_point.display(), x.detail))
@@ -108,7 +107,7 @@ pub fn clean_all_stores(
         actions.extend(state::clean(&sys, &dir, sel)?);
     }
     if !sel.dry_run {
-        let user = state::user_name(uid);
+        let user = users::name_of(uid);
         for x in &actions {
             let jobs = if x.jobs.is_empty() {
                 job.map(String::from).unwrap_or_else(|| "-".into())
@@ -123,7 +122,7 @@ pub fn clean_all_stores(
                 },
                 &format!(
                     "job={jobs} user={user} node={} {} {} at {}{}{}",
-                    state::hostname(),
+                    hostname(),
                     x.action,
                     x.pool,
                     x.mount_point.display(),
@@ -139,7 +138,7 @@ pub fn clean_all_stores(
 /// One line per action (`would …` in a dry run).
 pub fn report(p: &Printer, actions: &[Action], dry_run: bool) {
     if actions.is_empty() {
-        p.result(format!("nothing to clean on {}", state::hostname()));
+        p.result(format!("nothing to clean on {}", hostname()));
         return;
     }
     for x in actions {
@@ -155,29 +154,18 @@ pub fn report(p: &Printer, actions: &[Action], dry_run: bool) {
     }
 }
 
-/// A user name or number to a uid.
+/// A user name or number to a uid (names through the user database: NSS).
 pub fn uid_of(u: &str) -> Result<u32, Error> {
-    if let Ok(n) = u.parse::<u32>() {
-        return Ok(n);
-    }
-    let t = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    t.lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.len() > 2 && f[0] == u)
-                .then(|| f[2].parse().ok())
-                .flatten()
-        })
-        .ok_or_else(|| {
-            Error::other(
-                ExitStatus::BadInput,
-                format!("no user {u:?} in /etc/passwd"),
-            )
-        })
+    users::uid_of(u).map_err(|e| Error::other(ExitStatus::BadInput, e.to_string()))
 }
 
-/// Run `sw-pool SUB ARGS` as `uid` (primary group from `gid` or the passwd file, no supplementary
-/// groups), with a clean environment: PATH, HOME, USER, LOGNAME, plus `extra`. Returns its exit status.
+/// Run `sw-pool SUB ARGS` as `uid` with a clean environment: PATH, HOME, USER, LOGNAME, plus
+/// `extra`. Returns its exit status.
+///
+/// The user comes from the user database (NSS); the primary group is `gid` (Slurm's job gid) or the
+/// user's own, never one made up. No supplementary groups: the cleanup only touches what the uid
+/// owns (its state directories, its FUSE mounts and helpers). The child checks after switching that
+/// it is not root and has exactly these ids, else it does not run (see [`users::Credentials`]).
 pub fn as_user(
     uid: u32,
     gid: Option<u32>,
@@ -185,15 +173,22 @@ pub fn as_user(
     args: &[String],
     extra: &[(&str, String)],
 ) -> Result<i32, Error> {
-    let (pw_gid, home) = slurm::passwd_entry(uid).unwrap_or((uid, PathBuf::from("/")));
-    let gid = gid.unwrap_or(pw_gid);
+    let who = users::by_uid(uid).map_err(|e| {
+        Error::other(
+            ExitStatus::System,
+            format!("cannot run sw-pool {sub} as uid {uid}: {e}"),
+        )
+    })?;
+    let gid = gid.unwrap_or(who.gid);
+    let creds = users::Credentials::without_groups(uid, gid)
+        .map_err(|e| Error::other(ExitStatus::System, format!("sw-pool {sub}: {e}")))?;
     let exe = std::env::current_exe().map_err(|e| {
         Error::other(
             ExitStatus::System,
             format!("cannot find our own executable: {e}"),
         )
     })?;
-    let user = state::user_name(uid);
+    let user = who.name;
     let mut c = std::process::Command::new(&exe);
     c.arg(sub)
         .args(args)
@@ -202,16 +197,16 @@ pub fn as_user(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         )
-        .env("HOME", &home)
+        .env("HOME", &who.home)
         .env("USER", &user)
         .env("LOGNAME", &user)
-        .current_dir("/")
-        .uid(uid)
-        .gid(gid);
-    for k in ["SW_POOL_SYSTEM_CONFIG", "RUST_LOG"] {
-        if let Some(v) = std::env::var_os(k) {
-            c.env(k, v);
-        }
+        .current_dir("/");
+    creds.apply_to(&mut c);
+    if let Some(v) = EnvVar::SystemConfig.get_os() {
+        c.env(EnvVar::SystemConfig.name(), v);
+    }
+    if let Some(v) = std::env::var_os("RUST_LOG") {
+        c.env("RUST_LOG", v);
     }
     for (k, v) in extra {
         c.env(k, v);
@@ -224,7 +219,11 @@ pub fn as_user(
     let st = c.status().map_err(|e| {
         Error::other(
             ExitStatus::System,
-            format!("cannot run {} as uid {uid}: {e}", exe.display()),
+            format!(
+                "cannot run {} as uid {uid}: {}",
+                exe.display(),
+                creds.explain(&e)
+            ),
         )
     })?;
     Ok(st

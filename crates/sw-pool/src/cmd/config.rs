@@ -31,6 +31,12 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
         "trust policy", policy.origin
     ));
     p.result(format!("{:<18} {dir_list}", "trusted keys in"));
+    let vars = swpool_core::config::env_rows(|k| std::env::var(k).ok());
+    p.result(String::new());
+    p.result(format!("{:<26} {:<40} origin", "environment", "value"));
+    for (k, v, o, _) in &vars {
+        p.result(format!("{k:<26} {v:<40} ({o})"));
+    }
     let files: Vec<String> = swpool_core::config::Config::files()
         .iter()
         .map(|f| f.display().to_string())
@@ -45,6 +51,7 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
     ));
     p.json(&serde_json::json!({
         "settings": rows.iter().map(|(k, v, o)| serde_json::json!({"key": k, "value": v, "origin": o})).collect::<Vec<_>>(),
+        "environment": vars.iter().map(|(k, v, o, kind)| serde_json::json!({"name": k, "value": v, "origin": o, "kind": kind})).collect::<Vec<_>>(),
         "files": files,
         "trust_policy": {"require_signature": policy.require_signature, "origin": policy.origin.to_string(), "trusted_keys": policy.keys.keys.len(), "dirs": dirs},
     }));

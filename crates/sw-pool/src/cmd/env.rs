@@ -6,11 +6,11 @@ use swpool_core::{Error, ExitStatus};
 use crate::cli::{EnvArgs, GlobalArgs};
 
 pub fn run(_g: &GlobalArgs, a: EnvArgs) -> Result<(), Error> {
-    let shell: Shell = match a.shell.clone().or_else(|| {
-        std::env::var("SW_POOL_SHELL")
-            .ok()
-            .filter(|s| !s.is_empty())
-    }) {
+    let shell: Shell = match a
+        .shell
+        .clone()
+        .or_else(|| swpool_core::config::EnvVar::Shell.get_nonempty())
+    {
         Some(s) => s
             .parse()
             .map_err(|e: String| Error::other(ExitStatus::BadInput, e))?,

@@ -1,4 +1,4 @@
-//! `sw-pool list`: this node's mounts and records of the caller (the seed's `list_images.py`), with
+//! `sw-pool list`: this node's mounts and records of the caller (like `list_images.py` of the University of Oslo disk-image tools), with
 //! filters (`--job`, `--stale`, `--unreported`), and `--all-nodes` under mpirun/srun: every node
 //! leader's list gathered to rank 0 and printed as one table.
 
@@ -90,7 +90,7 @@ fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
         }
     }
     Ok(NodeList {
-        node: state::hostname(),
+        node: swpool_core::users::hostname(),
         state_dirs: used_dirs,
         mounts,
         unused_cache,
@@ -119,7 +119,7 @@ pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
         return Ok(());
     }
     let mine = this_node(&a).unwrap_or_else(|e| NodeList {
-        node: state::hostname(),
+        node: swpool_core::users::hostname(),
         state_dirs: vec![],
         mounts: vec![],
         unused_cache: vec![],

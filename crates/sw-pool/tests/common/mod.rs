@@ -83,6 +83,20 @@ pub fn sha256_file(p: &Path) -> String {
     hex::encode(h.finalize())
 }
 
+/// Report that the calling test cannot run here; the test returns right after. Prints
+/// "SKIP <test>: <reason>" on the real stderr, which the test harness does not capture, so the
+/// line shows in every run, and `make test-unit` counts such lines ("N skipped"): a skipped test
+/// is never a silent pass. (Conditions known at compile time use `#[ignore = "reason"]` instead.)
+pub fn skip(reason: &str) {
+    use std::io::Write;
+    let t = std::thread::current();
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP {}: {reason}",
+        t.name().unwrap_or("(test)")
+    );
+}
+
 pub fn is_root() -> bool {
     rustix_like_geteuid() == 0
 }

@@ -20,6 +20,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use crate::config::EnvVar;
+
 /// Which syntax to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shell {
@@ -66,20 +68,20 @@ pub struct Snapshot {
     pub set_gwdg: Option<String>,
 }
 
-pub const LOADED_VAR: &str = "SW_POOL_LOADED";
-pub const SET_MOUNT_VAR: &str = "_SW_POOL_SET_MOUNT";
-pub const SET_GWDG_VAR: &str = "_SW_POOL_SET_GWDG";
+pub const LOADED_VAR: &str = EnvVar::Loaded.name();
+pub const SET_MOUNT_VAR: &str = EnvVar::SetMount.name();
+pub const SET_GWDG_VAR: &str = EnvVar::SetGwdg.name();
 
 impl Snapshot {
     pub fn from_env() -> Snapshot {
         let g = |k| std::env::var(k).ok();
         Snapshot {
             modulepath: g("MODULEPATH"),
-            sw_pool_mount: g("SW_POOL_MOUNT"),
+            sw_pool_mount: EnvVar::Mount.get(),
             gwdg_sw_mount: g("GWDG_SW_MOUNT"),
-            loaded: g(LOADED_VAR),
-            set_mount: g(SET_MOUNT_VAR),
-            set_gwdg: g(SET_GWDG_VAR),
+            loaded: EnvVar::Loaded.get(),
+            set_mount: EnvVar::SetMount.get(),
+            set_gwdg: EnvVar::SetGwdg.get(),
         }
     }
 }

@@ -308,7 +308,7 @@ impl fmt::Display for HelperFailure {
 
 /// The node an error happened on (errors are printed where they happen).
 fn node() -> String {
-    format!("node {}", crate::state::hostname())
+    format!("node {}", crate::users::hostname())
 }
 
 fn indent(s: &str) -> String {

@@ -6,17 +6,17 @@
 //! * [`JobEnv`]: who and what a hook runs for (`SLURM_JOB_ID`, `SLURM_JOB_UID`, …), validated.
 //! * [`task_prolog_lines`]: the `export NAME=value` / `unset NAME` lines slurmstepd reads from a
 //!   TaskProlog (it takes the value literally: no shell quoting).
-//! * [`syslog`]: one line per action, tagged `sw-pool`, with the job id (like the seed's
-//!   `logger -t software_images`).
+//! * [`syslog`]: one line per action, tagged `sw-pool`, with the job id (like the Oslo disk-image
+//!   tools' `logger -t software_images`).
 
 use std::path::PathBuf;
 
 use crate::env::Change;
 
 /// The job's loaded pools, for the TaskProlog of later steps.
-pub const JOB_POOLS_VAR: &str = "SW_POOL_JOB_POOLS";
+pub const JOB_POOLS_VAR: &str = crate::config::EnvVar::JobPools.name();
 /// Pools to load in every step of a job, given at submission (`sbatch --export=ALL,SW_POOL_LOAD=demo/1.0`).
-pub const LOAD_VAR: &str = "SW_POOL_LOAD";
+pub const LOAD_VAR: &str = crate::config::EnvVar::Load.name();
 
 /// A pool as loaded by a job: what, from where, and where it is mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,17 +227,6 @@ impl JobEnv {
             user: get("SLURM_JOB_USER").filter(|u| !u.is_empty()),
         })
     }
-}
-
-/// The primary group and home of `uid` from the passwd database.
-pub fn passwd_entry(uid: u32) -> Option<(u32, PathBuf)> {
-    let t = std::fs::read_to_string("/etc/passwd").ok()?;
-    t.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() > 5 && f[2].parse() == Ok(uid))
-            .then(|| Some((f[3].parse().ok()?, PathBuf::from(f[5]))))
-            .flatten()
-    })
 }
 
 /// Send one line to syslog (facility daemon, `sw-pool[pid]`), where journald or rsyslog keep it.

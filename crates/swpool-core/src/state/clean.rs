@@ -411,7 +411,10 @@ fn reap_helper(
 /// A set `SW_POOL_STATE_DIR` is the only store (the caller chose it).
 pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
     let mut v = vec![StateDir::default_path(uid)];
-    if std::env::var_os("SW_POOL_STATE_DIR").is_some_and(|v| !v.is_empty()) {
+    if crate::config::EnvVar::StateDir
+        .get_os()
+        .is_some_and(|v| !v.is_empty())
+    {
         v.truncate(1);
         return v
             .into_iter()

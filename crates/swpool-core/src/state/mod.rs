@@ -143,25 +143,10 @@ pub fn now() -> u64 {
         .unwrap_or(0)
 }
 
-pub fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
-}
+pub use crate::users::hostname;
 
-/// The user name of `uid` (from the passwd file), else `$USER`, else the number.
-pub fn user_name(uid: u32) -> String {
-    if let Ok(t) = std::fs::read_to_string("/etc/passwd") {
-        for l in t.lines() {
-            let f: Vec<&str> = l.split(':').collect();
-            if f.len() > 2 && f[2].parse() == Ok(uid) {
-                return f[0].to_string();
-            }
-        }
-    }
-    std::env::var("USER").unwrap_or_else(|_| uid.to_string())
-}
+/// The user name of `uid` (see [`crate::users::name_of`]).
+pub use crate::users::name_of as user_name;
 
 /// The record store of this node for the calling user.
 #[derive(Debug, Clone)]
@@ -185,7 +170,10 @@ impl StateDir {
     /// Where the store lives for `uid`: `$SW_POOL_STATE_DIR`, else `/run/sw-pool` (root), else
     /// `$XDG_RUNTIME_DIR/sw-pool` (when that directory exists and is ours), else `/tmp/sw-pool-<uid>`.
     pub fn default_path(uid: u32) -> PathBuf {
-        if let Some(p) = std::env::var_os("SW_POOL_STATE_DIR").filter(|v| !v.is_empty()) {
+        if let Some(p) = crate::config::EnvVar::StateDir
+            .get_os()
+            .filter(|v| !v.is_empty())
+        {
             return PathBuf::from(p);
         }
         if uid == 0 {
