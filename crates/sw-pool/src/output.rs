@@ -103,11 +103,9 @@ macro_rules! eline {
 /// The shell for printed environment code: `--shell`, `$SW_POOL_SHELL`, else from `$SHELL`.
 pub fn shell(flag: Option<&str>) -> Result<swpool_core::env::Shell, swpool_core::Error> {
     use swpool_core::{env::Shell, Error, ExitStatus};
-    let configured = flag.map(String::from).or_else(|| {
-        std::env::var("SW_POOL_SHELL")
-            .ok()
-            .filter(|s| !s.is_empty())
-    });
+    let configured = flag
+        .map(String::from)
+        .or_else(|| swpool_core::config::EnvVar::Shell.get_nonempty());
     match configured {
         Some(s) => s
             .parse()

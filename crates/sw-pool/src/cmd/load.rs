@@ -8,7 +8,6 @@ use std::time::Duration;
 use swpool_core::env::{self, Snapshot};
 use swpool_core::load::{self, LoadRequest, Loaded, NodeContext, Quiet};
 use swpool_core::mount::RealSys;
-use swpool_core::slurm::JOB_POOLS_VAR;
 use swpool_core::transfer::Job;
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
@@ -67,7 +66,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
             l.plan.version
         );
     }
-    let job_pools = std::env::var(JOB_POOLS_VAR).ok();
+    let job_pools = swpool_core::config::EnvVar::JobPools.get();
     let changes = load::environment(
         &l,
         &Snapshot::from_env(),

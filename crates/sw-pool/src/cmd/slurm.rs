@@ -59,7 +59,7 @@ fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str) -> Result<(), Error> {
         _ => vec!["--stale".into()],
     };
     let euid = rustix::process::geteuid().as_raw();
-    let node = state::hostname();
+    let node = swpool_core::users::hostname();
     if euid == je.uid {
         let sel = state::Selection {
             job: (kind == "epilog").then(|| je.job_id.clone()),
@@ -111,7 +111,7 @@ fn task_prolog() -> Result<(), Error> {
     if getenv(JOB_POOLS_VAR).is_none() && getenv(LOAD_VAR).is_none() {
         return Ok(()); // this job does not use sw-pool
     }
-    let node = state::hostname();
+    let node = swpool_core::users::hostname();
     let job_id = getenv("SLURM_JOB_ID");
     let r = (|| -> Result<String, Error> {
         let cfg = super::config()?;

@@ -5,7 +5,6 @@ use swpool_core::collective::Collective;
 use swpool_core::env::{self, Snapshot};
 use swpool_core::load::{self, NodeContext};
 use swpool_core::mount::RealSys;
-use swpool_core::slurm::JOB_POOLS_VAR;
 use swpool_core::transfer::Job;
 use swpool_core::{Error, ExitStatus};
 
@@ -36,7 +35,7 @@ fn unload(_g: &GlobalArgs, a: &UnloadArgs, job: &Job) -> Result<(), Error> {
             u.remaining
         );
     }
-    let job_pools = std::env::var(JOB_POOLS_VAR).ok();
+    let job_pools = swpool_core::config::EnvVar::JobPools.get();
     let changes = load::unload_environment(&u, &Snapshot::from_env(), job_pools.as_deref());
     let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
     crate::output::shell_code(&code);

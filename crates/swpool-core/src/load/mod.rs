@@ -465,8 +465,8 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
             &format!(
                 "job={} user={} node={} task-prolog mounted {}/{} at {}",
                 job_id.unwrap_or("-"),
-                state::user_name(node.uid),
-                state::hostname(),
+                crate::users::name_of(node.uid),
+                crate::users::hostname(),
                 p.name,
                 p.version,
                 l.mount_point.display()

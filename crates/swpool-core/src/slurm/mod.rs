@@ -273,7 +273,9 @@ pub fn spread_command(
     args: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Option<crate::exec::ToolCommand> {
     let get = |k: &str| get(k).filter(|v| !v.is_empty());
-    if get("SW_POOL_SPREAD").as_deref() == Some("0") || get("SLURM_JOB_ID").is_none() {
+    if get(crate::config::EnvVar::Spread.name()).as_deref() == Some("0")
+        || get("SLURM_JOB_ID").is_none()
+    {
         return None;
     }
     if crate::transfer::job::launched_by_launcher(get).unwrap_or(true) {
@@ -303,7 +305,7 @@ pub fn spread_command(
         .arg("--ntasks-per-node=1")
         .arg("--kill-on-bad-exit=1")
         .arg("--export=ALL,SW_POOL_SPREAD=0");
-    match get("SW_POOL_SRUN_MPI") {
+    match get(crate::config::EnvVar::SrunMpi.name()) {
         Some(m) if m == "none" => {}
         Some(m) => cmd = cmd.arg(format!("--mpi={m}")),
         None => cmd = cmd.arg("--mpi=pmix"),

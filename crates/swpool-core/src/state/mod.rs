@@ -143,10 +143,7 @@ pub fn now() -> u64 {
         .unwrap_or(0)
 }
 
-pub use crate::users::hostname;
-
-/// The user name of `uid` (see [`crate::users::name_of`]).
-pub use crate::users::name_of as user_name;
+use crate::users::{hostname, name_of as user_name};
 
 /// The record store of this node for the calling user.
 #[derive(Debug, Clone)]

@@ -73,12 +73,7 @@ pub fn launched_by_launcher(get: impl Fn(&str) -> Option<String>) -> Result<bool
     Ok(false)
 }
 
-pub fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
-}
+pub use crate::users::hostname;
 
 impl Job {
     /// Initialise MPI only when launched by a launcher (`OMPI_COMM_WORLD_SIZE`, `PMIX_RANK`,
@@ -120,7 +115,7 @@ impl Job {
         let world_rank = world.rank() as usize;
         let world_size = world.size() as usize;
         // SW_POOL_FAKE_NODES=1 (tests on one machine only): every rank is its own "node"
-        let fake = std::env::var("SW_POOL_FAKE_NODES").as_deref() == Ok("1");
+        let fake = crate::config::EnvVar::FakeNodes.is_one();
         let node = if fake {
             world
                 .split_by_color(Color::with_value(world.rank()))

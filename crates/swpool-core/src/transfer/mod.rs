@@ -100,10 +100,10 @@ pub enum Algorithm {
 impl Algorithm {
     /// `SW_POOL_CP_ALGORITHM` (`ring`, `allgather` or `bcast`), else the default.
     pub fn from_env() -> Algorithm {
-        match std::env::var("SW_POOL_CP_ALGORITHM").as_deref() {
-            Ok("bcast") => Algorithm::Bcast,
-            Ok("allgather") => Algorithm::Allgather,
-            Ok("ring") => Algorithm::Ring,
+        match crate::config::EnvVar::CpAlgorithm.get().as_deref() {
+            Some("bcast") => Algorithm::Bcast,
+            Some("allgather") => Algorithm::Allgather,
+            Some("ring") => Algorithm::Ring,
             _ => Algorithm::DEFAULT,
         }
     }
@@ -120,7 +120,7 @@ impl Algorithm {
 /// `bench/cp-verify.sh` can measure the broadcast with verification ÷ without. A copy made
 /// this way is NOT verified; never set it outside a benchmark.
 pub fn bench_no_verify() -> bool {
-    std::env::var_os("SW_POOL_BENCH_NO_VERIFY").is_some_and(|v| v == "1")
+    crate::config::EnvVar::BenchNoVerify.is_one()
 }
 
 /// A progress callback: `(bytes done, bytes total)`, called on world rank 0 only.

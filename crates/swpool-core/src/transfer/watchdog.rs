@@ -36,8 +36,8 @@ pub fn touch() {
 
 /// Default stall timeout: `SW_POOL_STALL_TIMEOUT` (seconds) or 120 s.
 pub fn default_timeout() -> Duration {
-    std::env::var("SW_POOL_STALL_TIMEOUT")
-        .ok()
+    crate::config::EnvVar::StallTimeout
+        .get()
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|&s| s > 0.0)
         .map(Duration::from_secs_f64)

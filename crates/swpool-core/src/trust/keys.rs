@@ -223,7 +223,7 @@ impl TrustedKeys {
     /// The default directories: `$SW_POOL_TRUSTED_KEYS` (`:`-separated) if set, else
     /// `/etc/sw-pool/trusted-keys` and `~/.config/sw-pool/trusted-keys`.
     pub fn default_dirs() -> Vec<PathBuf> {
-        if let Some(v) = std::env::var_os("SW_POOL_TRUSTED_KEYS") {
+        if let Some(v) = crate::config::EnvVar::TrustedKeys.get_os() {
             return std::env::split_paths(&v)
                 .filter(|p| !p.as_os_str().is_empty())
                 .collect();
