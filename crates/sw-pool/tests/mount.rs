@@ -179,6 +179,19 @@ fn libc_erofs() -> i32 {
     30
 }
 
+/// `sw-pool mount IMG MP` as uid 65534 (no groups), with its own state directory.
+fn mount_as_nobody(img: &str, mp: &str, state: &Path) -> Out {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(bin())
+        .args(["mount", img, mp])
+        .env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .env("SW_POOL_STATE_DIR", state)
+        .env("HOME", "/nonexistent");
+    run(&mut c)
+}
+
 fn need_root() -> bool {
     if !is_root() {
         skip("the host's /dev/fuse is usable by root only; run the suite as root");
@@ -519,15 +532,7 @@ fn unprivileged_user_gets_fuse_or_a_clear_dev_fuse_error() {
         .unwrap();
     assert!(st.success());
     std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(bin())
-        .args(["mount", &img, &mp])
-        .env("SW_POOL_SYSTEM_CONFIG", "")
-        .env("SW_POOL_USER_CONFIG", "")
-        .env("SW_POOL_STATE_DIR", &state)
-        .env("HOME", "/nonexistent");
-    let o = run(&mut c);
+    let o = mount_as_nobody(&img, &mp, &state);
     let usable = std::fs::metadata("/dev/fuse")
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o006 == 0o006)
         .unwrap_or(false);
@@ -583,15 +588,7 @@ fn unprivileged_mount_on_a_directory_the_user_cannot_write() {
     assert!(st.success());
     for format in ["ext4", "sqfs"] {
         let img = pool(&t, format);
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(bin())
-            .args(["mount", &img, &mp])
-            .env("SW_POOL_SYSTEM_CONFIG", "")
-            .env("SW_POOL_USER_CONFIG", "")
-            .env("SW_POOL_STATE_DIR", &state)
-            .env("HOME", "/nonexistent");
-        let o = run(&mut c);
+        let o = mount_as_nobody(&img, &mp, &state);
         assert_eq!(o.code, 6, "{format}: {}", o.stderr);
         assert!(
             o.stderr.contains("not writable by you") || o.stderr.contains("/dev/fuse"),
