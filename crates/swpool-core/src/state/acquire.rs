@@ -1,0 +1,203 @@
+//! Mounting with a record: a new mount (write-ahead record, then the helper) or one more reference.
+
+use super::*;
+
+/// What to mount where, for whom.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    pub image: PathBuf,
+    pub mountpoint: PathBuf,
+    /// Validated `-o` options (always read-only).
+    pub options: mount::MountOptions,
+    pub job_id: Option<String>,
+    pub timeout: Duration,
+    /// One reference per job: when the pool is already mounted there with a reference of
+    /// `job_id`, nothing changes (the Slurm task prolog runs once per task).
+    pub once_per_job: bool,
+}
+
+/// The result of [`acquire`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Acquired {
+    pub record: Record,
+    /// The pool was already mounted there by this user: only the reference count went up.
+    pub reused: bool,
+    /// Time spent mounting (zero when reused).
+    pub mount_seconds: f64,
+    /// Things the user should know (a leftover record replaced, …).
+    pub notes: Vec<String>,
+}
+
+/// The record of `mountpoint` when it is this user's live mount of the pool with manifest digest
+/// `digest` (any image when `None`) and already carries a reference of `job_id`: what
+/// [`acquire`] with `once_per_job` would leave unchanged. Reads the record and the mount table only
+/// (no lock, no image), so that the Slurm task prolog of every task after the first on a node touches
+/// neither the pool on shared storage nor the store's lock. `None` for anything else (no record, a
+/// pending or stale one, another pool, another user, no reference of the job): the caller then takes
+/// the full path.
+pub fn held_by_job(
+    sys: &dyn Sys,
+    dir: &StateDir,
+    mountpoint: &Path,
+    digest: Option<&str>,
+    job_id: &str,
+) -> Result<Option<Record>, Error> {
+    let Some(rec) = dir.read(mountpoint)? else {
+        return Ok(None);
+    };
+    let pool_ok = match (digest, &rec.pool) {
+        (None, _) => true,
+        (Some(d), Some(p)) => p.digest == d,
+        (Some(_), None) => false,
+    };
+    if rec.pending
+        || rec.uid != sys.euid()
+        || !pool_ok
+        || !rec.refs.iter().any(|r| r.job_id.as_deref() == Some(job_id))
+    {
+        return Ok(None);
+    }
+    let mounts = sys.mounts().map_err(MountError::MountTable)?;
+    Ok(match mount::state(sys, &mounts, &rec.mount_point) {
+        MountState::Mounted => Some(rec),
+        _ => None,
+    })
+}
+
+/// Mount `req.image` at `req.mountpoint` and record it, or add a reference to the same pool already
+/// mounted there. Everything happens under the store's lock.
+pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Acquired, Error> {
+    let image = ImageInfo::inspect(&req.image)?;
+    let mp = mount::canonical_mountpoint(&req.mountpoint)?;
+    let _lock = dir.lock()?;
+    let mut notes = Vec::new();
+    let me = sys.euid();
+    if let Some(mut rec) = dir.read(&mp)? {
+        let mounts = sys.mounts().map_err(MountError::MountTable)?;
+        match mount::state(sys, &mounts, &mp) {
+            MountState::Mounted if rec.pending => {
+                // its writer held the lock and is gone: a mount whose record was never completed
+                notes.push(format!(
+                    "an interrupted mount of {} at {} (pid {} died while mounting) was undone",
+                    rec.label(),
+                    mp.display(),
+                    rec.refs.first().map(|r| r.pid).unwrap_or(0)
+                ));
+                mount::unmount(sys, &mp, true)?;
+                dir.remove(&mp)?;
+            }
+            MountState::Mounted => {
+                if rec.uid != me {
+                    return Err(StateError::Conflict {
+                        mount_point: mp,
+                        reason: format!("is mounted by uid {}, not by you", rec.uid),
+                    }
+                    .into());
+                }
+                if !rec.same_image(&image) {
+                    return Err(StateError::Conflict {
+                        mount_point: mp.clone(),
+                        reason: format!(
+                            "already has {} ({}) mounted; unmount it first or choose another mount point",
+                            rec.label(),
+                            rec.image.display()
+                        ),
+                    }
+                    .into());
+                }
+                let has_job_ref =
+                    req.job_id.is_some() && rec.refs.iter().any(|r| r.job_id == req.job_id);
+                if !(req.once_per_job && has_job_ref) {
+                    rec.refs.push(Ref {
+                        job_id: req.job_id.clone(),
+                        since: now(),
+                        pid: std::process::id(),
+                    });
+                    dir.write(&rec)?;
+                }
+                return Ok(Acquired {
+                    record: rec,
+                    reused: true,
+                    mount_seconds: 0.0,
+                    notes,
+                });
+            }
+            MountState::Stale if rec.pending => {
+                notes.push(format!(
+                    "a stale, interrupted mount of {} at {} was cleaned",
+                    rec.label(),
+                    mp.display()
+                ));
+                mount::unmount(sys, &mp, true)?;
+                dir.remove(&mp)?;
+            }
+            MountState::Stale => {
+                return Err(StateError::Conflict {
+                    mount_point: mp.clone(),
+                    reason: format!(
+                        "holds a stale mount of {} (its FUSE helper, pid {}, died); clean it with `sw-pool umount --force {}`",
+                        rec.label(),
+                        rec.helper_pid,
+                        mp.display()
+                    ),
+                }
+                .into());
+            }
+            MountState::Absent => {
+                notes.push(format!(
+                    "a record said {} was mounted at {} but it was not (unmounted by hand?); record replaced",
+                    rec.label(),
+                    mp.display()
+                ));
+                dir.remove(&mp)?;
+            }
+        }
+    }
+    let log = dir.log_path(&mp);
+    // from the helper's start until the record is written: an interrupt waits for this to finish
+    let _critical = mount::critical_section();
+    // write-ahead: the record exists (pending) before the helper starts, so that even a SIGKILL
+    // between mount and record leaves something `cleanup` and the Slurm epilog can find
+    let mut rec = Record {
+        schema: SCHEMA,
+        mount_point: mp.clone(),
+        image: image.path.clone(),
+        format: image.format,
+        backend: image.backend,
+        pool: image.pool.clone(),
+        helper_pid: 0,
+        uid: me,
+        user: user_name(me),
+        node: dir.node().to_string(),
+        created: now(),
+        refs: vec![Ref {
+            job_id: req.job_id.clone(),
+            since: now(),
+            pid: std::process::id(),
+        }],
+        pending: true,
+    };
+    dir.write(&rec)?;
+    let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_file(&log);
+            let _ = dir.remove(&mp);
+            return Err(e.into());
+        }
+    };
+    rec.pending = false;
+    rec.helper_pid = m.helper_pid;
+    if let Err(e) = dir.write(&rec) {
+        // no record, no mount: undo it
+        let _ = mount::unmount(sys, &mp, true);
+        let _ = dir.remove(&mp);
+        return Err(e.into());
+    }
+    Ok(Acquired {
+        record: rec,
+        reused: false,
+        mount_seconds: m.elapsed.as_secs_f64(),
+        notes,
+    })
+}

@@ -1,0 +1,81 @@
+//! Dropping a reference; the last one unmounts.
+
+use super::*;
+
+/// The result of [`release`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Released {
+    pub mount_point: PathBuf,
+    /// The record as it was (none for a mount that had no record).
+    pub record: Option<Record>,
+    /// References left (0: unmounted).
+    pub remaining: usize,
+    /// Set when the mount was taken down.
+    pub unmounted: Option<Unmounted>,
+}
+
+/// Drop one reference to the mount at `mountpoint` (the one of `job_id` if there is one); the last
+/// reference unmounts it and removes the record. A FUSE mount without a record is unmounted; a record
+/// whose mount is gone is removed. `force`: a busy mount is detached lazily.
+pub fn release(
+    sys: &dyn Sys,
+    dir: &StateDir,
+    mountpoint: &Path,
+    force: bool,
+    job_id: Option<&str>,
+) -> Result<Released, Error> {
+    let mp = mount::canonical_mountpoint(mountpoint)?;
+    let _lock = dir.lock()?;
+    let rec = match dir.read(&mp) {
+        Ok(r) => r,
+        Err(e @ StateError::Corrupt { .. }) if force => {
+            tracing::warn!("{e}; removing it (--force)");
+            dir.remove(&mp)?;
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mounts = sys.mounts().map_err(MountError::MountTable)?;
+    let st = mount::state(sys, &mounts, &mp);
+    let Some(mut rec) = rec else {
+        if st == MountState::Absent {
+            return Err(MountError::NotMounted { path: mp }.into());
+        }
+        let u = mount::unmount(sys, &mp, force)?;
+        return Ok(Released {
+            mount_point: mp,
+            record: None,
+            remaining: 0,
+            unmounted: Some(u),
+        });
+    };
+    if st == MountState::Mounted && rec.refs.len() > 1 {
+        let i = job_id
+            .and_then(|j| {
+                rec.refs
+                    .iter()
+                    .rposition(|r| r.job_id.as_deref() == Some(j))
+            })
+            .unwrap_or(rec.refs.len() - 1);
+        let before = rec.clone();
+        rec.refs.remove(i);
+        dir.write(&rec)?;
+        return Ok(Released {
+            mount_point: mp,
+            record: Some(before),
+            remaining: rec.refs.len(),
+            unmounted: None,
+        });
+    }
+    let unmounted = match st {
+        MountState::Absent => None,
+        _ => Some(mount::unmount(sys, &mp, force)?),
+    };
+    dir.remove(&mp)?;
+    Ok(Released {
+        mount_point: mp,
+        record: Some(rec),
+        remaining: 0,
+        unmounted,
+    })
+}

@@ -1,0 +1,370 @@
+//! The record store: a private directory per user and node, its lock, reading and writing records.
+
+use super::*;
+
+/// The record store of this node for the calling user.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    path: PathBuf,
+    uid: u32,
+    /// This node's name: records are per node even if the directory is shared (a `/run` that is not
+    /// node-local, as in the virtual cluster).
+    node: String,
+}
+
+/// Held while the store is locked.
+#[derive(Debug)]
+pub struct StateLock {
+    _f: std::fs::File,
+}
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl StateDir {
+    /// Where the store lives for `uid`: `$SW_POOL_STATE_DIR`, else `/run/sw-pool` (root), else
+    /// `$XDG_RUNTIME_DIR/sw-pool` (when that directory exists and is ours), else `/tmp/sw-pool-<uid>`.
+    pub fn default_path(uid: u32) -> PathBuf {
+        if let Some(p) = crate::config::EnvVar::StateDir
+            .get_os()
+            .filter(|v| !v.is_empty())
+        {
+            return PathBuf::from(p);
+        }
+        if uid == 0 {
+            return PathBuf::from("/run/sw-pool");
+        }
+        if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+            let x = PathBuf::from(x);
+            if std::fs::symlink_metadata(&x).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+                return x.join("sw-pool");
+            }
+        }
+        // /tmp/sw-pool-<uid>, or the user's private fallback when someone squatted that name
+        crate::userdir::resolve(Path::new("/tmp"), uid, false)
+            .unwrap_or_else(|_| crate::userdir::predictable(Path::new("/tmp"), uid))
+    }
+
+    /// Open (creating if needed) the store for the effective user.
+    pub fn open_default() -> Result<StateDir, StateError> {
+        let uid = rustix::process::geteuid().as_raw();
+        let p = Self::default_path(uid);
+        if p.parent() == Some(Path::new("/tmp")) {
+            // never stuck behind a name another user took first (see userdir)
+            let p = crate::userdir::resolve(Path::new("/tmp"), uid, true).map_err(|e| {
+                StateError::Dir {
+                    path: p.clone(),
+                    reason: format!(
+                        "cannot create it: {e}; set SW_POOL_STATE_DIR to a private directory"
+                    ),
+                }
+            })?;
+            return StateDir::open(&p, uid);
+        }
+        StateDir::open(&p, uid)
+    }
+
+    /// Open (creating if needed) the store at `path` for `uid`.
+    pub fn open(path: &Path, uid: u32) -> Result<StateDir, StateError> {
+        let path = crate::exec::absolute(path);
+        ensure_private_dir(&path, uid)?;
+        ensure_private_dir(&path.join("mounts"), uid)?;
+        Ok(StateDir {
+            path,
+            uid,
+            node: hostname(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Take the store's exclusive lock (blocks until it is free).
+    pub fn lock(&self) -> Result<StateLock, StateError> {
+        let p = self.path.join("lock");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&p)
+            .map_err(|source| StateError::Io {
+                path: p.clone(),
+                source,
+            })?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
+            StateError::Io {
+                path: p.clone(),
+                source: e.into(),
+            }
+        })?;
+        Ok(StateLock { _f: f })
+    }
+
+    /// The first 32 hex digits of SHA-256(node NUL mount point).
+    pub fn key(node: &str, mount_point: &Path) -> String {
+        use sha2::Digest;
+        use std::os::unix::ffi::OsStrExt;
+        let mut h = sha2::Sha256::new();
+        h.update(node.as_bytes());
+        h.update([0u8]);
+        h.update(mount_point.as_os_str().as_bytes());
+        hex::encode(&h.finalize()[..16])
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn record_path(&self, mount_point: &Path) -> PathBuf {
+        self.path
+            .join("mounts")
+            .join(format!("{}.json", Self::key(&self.node, mount_point)))
+    }
+
+    /// Where the FUSE helper's stderr goes for a mount at `mount_point`.
+    pub fn log_path(&self, mount_point: &Path) -> PathBuf {
+        self.path
+            .join("mounts")
+            .join(format!("{}.log", Self::key(&self.node, mount_point)))
+    }
+
+    /// The record for a mount point, if any.
+    pub fn read(&self, mount_point: &Path) -> Result<Option<Record>, StateError> {
+        let p = self.record_path(mount_point);
+        match std::fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            _ => {}
+        }
+        let r = self.read_file(&p)?;
+        if r.mount_point != mount_point {
+            return Err(StateError::Corrupt {
+                path: p,
+                reason: format!(
+                    "it names mount point {} but its file name is for {}",
+                    r.mount_point.display(),
+                    mount_point.display()
+                ),
+            });
+        }
+        Ok(Some(r))
+    }
+
+    fn read_file(&self, p: &Path) -> Result<Record, StateError> {
+        let corrupt = |reason: String| StateError::Corrupt {
+            path: p.to_path_buf(),
+            reason,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(p)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    corrupt("it is a symbolic link (never followed)".into())
+                } else {
+                    corrupt(e.to_string())
+                }
+            })?;
+        let m = f.metadata().map_err(|e| corrupt(e.to_string()))?;
+        if !m.is_file() {
+            return Err(corrupt("not a regular file".into()));
+        }
+        if m.uid() != self.uid {
+            return Err(corrupt(format!(
+                "it belongs to uid {}, not uid {} (a foreign file)",
+                m.uid(),
+                self.uid
+            )));
+        }
+        if m.len() > MAX_RECORD {
+            return Err(corrupt(format!(
+                "{} bytes is too large for a record",
+                m.len()
+            )));
+        }
+        let mut b = Vec::new();
+        f.read_to_end(&mut b).map_err(|e| corrupt(e.to_string()))?;
+        let r: Record = serde_json::from_slice(&b)
+            .map_err(|e| corrupt(format!("not a sw-pool mount record ({e})")))?;
+        if r.schema != SCHEMA {
+            return Err(corrupt(format!(
+                "schema {} (this sw-pool writes {SCHEMA})",
+                r.schema
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Write a record atomically (temporary file, fsync, rename, fsync the directory).
+    pub fn write(&self, r: &Record) -> Result<(), StateError> {
+        let dest = self.record_path(&r.mount_point);
+        let dir = self.path.join("mounts");
+        let tmp = dir.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let io = |source| StateError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(io)?;
+        let res = (|| {
+            f.write_all(&serde_json::to_vec_pretty(r).expect("record json"))?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &dest)?;
+            crate::atomic::sync_dir(&dir)
+        })();
+        if res.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res.map_err(io)
+    }
+
+    /// Remove a mount point's record and helper log.
+    pub fn remove(&self, mount_point: &Path) -> Result<(), StateError> {
+        for p in [self.record_path(mount_point), self.log_path(mount_point)] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(StateError::Io { path: p, source }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every record file, parsed (or the reason it could not be).
+    pub fn records(&self) -> Result<Vec<Result<Record, StateError>>, StateError> {
+        let dir = self.path.join("mounts");
+        let rd = std::fs::read_dir(&dir).map_err(|source| StateError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut v = Vec::new();
+        let mut names: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        names.sort();
+        for p in names {
+            let r = self.read_file(&p);
+            if let Ok(r) = &r {
+                if r.node != self.node
+                    && p.file_name()
+                        == Some(std::ffi::OsStr::new(&format!(
+                            "{}.json",
+                            Self::key(&r.node, &r.mount_point)
+                        )))
+                {
+                    continue; // another node's record in a shared directory
+                }
+            }
+            v.push(r.and_then(|r| {
+                if self.record_path(&r.mount_point) == p && r.node == self.node {
+                    Ok(r)
+                } else {
+                    Err(StateError::Corrupt {
+                        path: p.clone(),
+                        reason: format!(
+                            "its file name does not match its mount point {}",
+                            r.mount_point.display()
+                        ),
+                    })
+                }
+            }));
+        }
+        Ok(v)
+    }
+}
+
+impl StateDir {
+    /// This node's readable records of the pool `name`/`version` (for `unload POOL`: the mount points
+    /// it is mounted at), oldest first.
+    pub fn find_pool(&self, name: &str, version: &str) -> Result<Vec<Record>, StateError> {
+        let mut v: Vec<Record> = self
+            .records()?
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                r.pool
+                    .as_ref()
+                    .is_some_and(|p| p.name == name && p.version == version)
+            })
+            .collect();
+        v.sort_by_key(|r| r.created);
+        Ok(v)
+    }
+}
+
+/// Create `p` (mode 0700) if missing; then insist that it is a real directory owned by `uid` and
+/// writable by nobody else.
+fn ensure_private_dir(p: &Path, uid: u32) -> Result<(), StateError> {
+    let err = |reason: String| StateError::Dir {
+        path: p.to_path_buf(),
+        reason,
+    };
+    match std::fs::symlink_metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            use std::os::unix::fs::DirBuilderExt;
+            match std::fs::DirBuilder::new().mode(0o700).create(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(err(format!(
+                        "cannot create it: {e}; set SW_POOL_STATE_DIR to a private directory"
+                    )))
+                }
+            }
+        }
+        Err(e) => return Err(err(e.to_string())),
+        Ok(_) => {}
+    }
+    let m = std::fs::symlink_metadata(p).map_err(|e| err(e.to_string()))?;
+    if m.file_type().is_symlink() {
+        return Err(err(
+            "is a symbolic link; refusing to use it (remove it)".into()
+        ));
+    }
+    if !m.is_dir() {
+        return Err(err("is not a directory".into()));
+    }
+    if m.uid() != uid {
+        return Err(err(format!(
+            "belongs to uid {}, not to you (uid {uid}); refusing to use it (someone may have planted it: remove it, or set SW_POOL_STATE_DIR)",
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(err(format!(
+            "is writable by others (mode {:o}); refusing to use it (`chmod 700 {}`)",
+            m.mode() & 0o7777,
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Images mounted by this user on this node, from the records of `dir` (never evicted).
+pub fn images_in_use(dir: &StateDir) -> Vec<PathBuf> {
+    let node = dir.node().to_string();
+    dir.records()
+        .map(|v| {
+            v.into_iter()
+                .flatten()
+                .filter(|r| r.node == node)
+                .map(|r| r.image)
+                .collect()
+        })
+        .unwrap_or_default()
+}
