@@ -301,8 +301,9 @@ def ring_round(w, me, right, left, tag, active):
         comms = []
         t0 = w.now()
         w.overhead()
+        keep = None
         if rb in active:
-            c, _ = mb_me.get_async()
+            c, keep = mb_me.get_async()
             comms.append(c)
         if sb in active:
             comms.append(mb_right.put_async(sb, int(active[sb])))
@@ -334,23 +335,23 @@ def bcast_round(w, me, tag, active):
     for o in active:
         rel = (me - o) % n
         if rel != 0:
-            c, _ = sg.Mailbox.by_name(f"bc{me}.{o}.{tag}").get_async()
-            pending.append((c, "recv", o))
+            c, keep = sg.Mailbox.by_name(f"bc{me}.{o}.{tag}").get_async()
+            pending.append((c, "recv", o, keep))
         else:
             for ch in binomial_children(0, n):
                 dst = (ch + o) % n
-                pending.append((sg.Mailbox.by_name(f"bc{dst}.{o}.{tag}").put_async(o, int(active[o])), "send", o))
+                pending.append((sg.Mailbox.by_name(f"bc{dst}.{o}.{tag}").put_async(o, int(active[o])), "send", o, None))
     while pending:
         t0 = w.now()
-        i = sg.Comm.wait_any([c for (c, _, _) in pending])
+        i = sg.Comm.wait_any([x[0] for x in pending])
         if w.now() - t0 > w.p["poll_spin"]:
             sg.this_actor.sleep_for(w.p["poll_period"] / 2)
-        c, kind, o = pending.pop(i)
+        c, kind, o, _keep = pending.pop(i)
         if kind == "recv":
             rel = (me - o) % n
             for ch in binomial_children(rel, n):
                 dst = (ch + o) % n
-                pending.append((sg.Mailbox.by_name(f"bc{dst}.{o}.{tag}").put_async(o, int(active[o])), "send", o))
+                pending.append((sg.Mailbox.by_name(f"bc{dst}.{o}.{tag}").put_async(o, int(active[o])), "send", o, None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,7 +378,6 @@ def run_tree(w, chunks, algo, opts):
     total = sum(s for (s, _) in chunks)
     if algo == "binomial":
         trees = [{m: [c for c in binomial_children(m, n)] for m in range(n)}]
-        tree_of = lambda c: 0
     else:  # two-tree: chunks alternate between two complementary binary trees below node 0
         rest = list(range(1, n))
         _, ka = heap_tree(rest)
@@ -387,14 +387,14 @@ def run_tree(w, chunks, algo, opts):
         tb = {0: [rest[-1]] if rest else []}
         tb.update(kb)
         trees = [ta, tb]
-        tree_of = lambda c: c % 2
     sendbufs = sg.Semaphore(opts.get("sendbufs", 4))
     nodes[0].sendbufs = sendbufs
     sg.Actor.create("reader0", w.cpu_hosts[0], reader_actor, w, nodes[0], chunks, sendbufs)
     for i in range(n):
         sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nodes[i], len(chunks))
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nodes[i], total)
-        sg.Actor.create(f"fwd{i}", w.nodes[i], tree_forwarder, w, nodes[i], chunks, trees, tree_of)
+        for t in range(len(trees)):
+            sg.Actor.create(f"fwd{i}.{t}", w.nodes[i], tree_forwarder, w, nodes[i], chunks, trees, t, len(trees))
         sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], Collective.shared(w))
 
 
@@ -407,25 +407,25 @@ def _shared(w):
 Collective.shared = staticmethod(_shared)
 
 
-def tree_forwarder(w, nd, chunks, trees, tree_of):
+def tree_forwarder(w, nd, chunks, trees, t, ntrees):
+    """Forward the chunks of tree t (chunk c goes down tree c % ntrees) in order."""
     sg = w.sg
     me = nd.i
     sends = deque()
     window = 4
-    mine = [c for c in range(len(chunks)) if chunks[c][0] > 0]
-    for c in range(len(chunks)):
+    for c in range(t, len(chunks), ntrees):
         sent = chunks[c][0]
         if me == 0:
             nd.ready_sem.acquire()
             nd.ready.popleft()
         elif sent > 0:
             t0 = w.now()
-            rc, _ = sg.Mailbox.by_name(f"t{me}.{c % 2}").get_async()
+            rc, keep = sg.Mailbox.by_name(f"t{me}.{t}").get_async()
             w.mpi_wait([rc], t0)
         if sent > 0:
             w.overhead()
-            for ch in trees[tree_of(c)].get(me, []):
-                sends.append(sg.Mailbox.by_name(f"t{ch}.{c % 2}").put_async(c, int(sent)))
+            for ch in trees[t].get(me, []):
+                sends.append(sg.Mailbox.by_name(f"t{ch}.{t}").put_async(c, int(sent)))
             while len(sends) > window:
                 sends.popleft().wait()
         if me == 0:
@@ -472,7 +472,7 @@ def sag_actor(w, nd, chunks, segs):
             for _ in seg:
                 nd.sendbufs.release()
         elif blocks.get(me, 0) > 0:
-            c, _ = sg.Mailbox.by_name(f"sc{me}").get_async()
+            c, keep = sg.Mailbox.by_name(f"sc{me}").get_async()
             w.mpi_wait([c], t0)
         # ring allgather of the segment's blocks
         for s in range(n - 1):
@@ -480,8 +480,9 @@ def sag_actor(w, nd, chunks, segs):
             rb = (me - s - 1) % n
             comms = []
             t0 = w.now()
+            keep = None
             if blocks.get(rb, 0) > 0:
-                c, _ = sg.Mailbox.by_name(f"ag{me}").get_async()
+                c, keep = sg.Mailbox.by_name(f"ag{me}").get_async()
                 comms.append(c)
             if blocks.get(sb, 0) > 0:
                 comms.append(sg.Mailbox.by_name(f"ag{right}").put_async(si, int(blocks[sb])))
