@@ -40,10 +40,12 @@ class World:
         z = sg.NetZone.create_star_zone("cluster")
         up = sg.LinkInRoute.Direction.UP
         self.nodes = []
+        slow = int(p.get("slow_node", -1)) % n if "slow_node" in p else -1
         for i in range(n):
             h = z.create_host(f"node{i}", 1e9)
             h.core_count = max(1, int(p.get("node_cores", 4)))
-            link = z.create_split_duplex_link(f"link{i}", p["node_link_bw"]).set_latency(p["node_link_lat"])
+            bw = p["node_link_bw"] * (p.get("slow_node_factor", 1.0) if i == slow else 1.0)
+            link = z.create_split_duplex_link(f"link{i}", bw).set_latency(p["node_link_lat"])
             z.add_route(h.netpoint, None, None, None, [sg.LinkInRoute(link, up)], True)
             self.nodes.append(h)
         self.storage = z.create_host("storage", 1e9)
