@@ -24,29 +24,53 @@ def platform(name):
         return tomllib.load(f)
 
 
-def _one(args):
-    p, algo, n, nbytes, chunk, opts = args
+def _child(conn, job):
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)  # SimGrid's banner
-    return sim.simulate(p, algo, n, nbytes, chunk, opts)["total"]
+    p, algo, n, nbytes, chunk, opts = job
+    conn.send(sim.simulate(p, algo, n, nbytes, chunk, opts)["total"])
+    conn.close()
 
 
-def run_all(jobs):
-    """jobs: list of (p, algo, n, nbytes, chunk, opts) -> list of simulated totals."""
+def run_all(jobs, timeout=float(os.environ.get("MODEL_SIM_TIMEOUT", "300"))):
+    """Run simulations, MODEL_JOBS at once, each in a forked process (SimGrid's engine is one per
+    process). A simulation that crashes or exceeds `timeout` gives NaN and a message on stderr."""
     ctx = mp.get_context("fork")
-    out = [None] * len(jobs)
+    width = max(1, int(os.environ.get("MODEL_JOBS", "2")))
+    out = [float("nan")] * len(jobs)
+    todo = list(range(len(jobs)))
+    running = {}
     t0 = time.time()
-    with ctx.Pool(int(os.environ.get("MODEL_JOBS", "2")), maxtasksperchild=1) as pool:
-        for k, (i, t) in enumerate(pool.imap_unordered(_indexed, list(enumerate(jobs)), chunksize=1)):
-            out[i] = t
-            if len(jobs) > 20 and (k + 1) % 20 == 0:
-                print(f"  {k + 1}/{len(jobs)} simulations, {time.time() - t0:.0f} s", flush=True)
+    done = 0
+    while todo or running:
+        while todo and len(running) < width:
+            i = todo.pop(0)
+            a, b = ctx.Pipe(duplex=False)
+            pr = ctx.Process(target=_child, args=(b, jobs[i]))
+            pr.start()
+            b.close()
+            running[i] = (pr, a, time.time())
+        ready = mp.connection.wait([a for (_, a, _) in running.values()], timeout=1.0)
+        for i, (pr, a, ts) in list(running.items()):
+            if a in ready or not pr.is_alive() or time.time() - ts > timeout:
+                try:
+                    if a.poll():
+                        out[i] = a.recv()
+                except EOFError:
+                    pass
+                if pr.is_alive():
+                    pr.kill()
+                pr.join()
+                a.close()
+                del running[i]
+                done += 1
+                if out[i] != out[i]:
+                    p, algo, n, nbytes, chunk, opts = jobs[i]
+                    print(f"  simulation failed: {p['name']} {algo} N={n} {nbytes} B chunk {chunk} "
+                          f"(exit {pr.exitcode})", file=sys.stderr, flush=True)
+                if len(jobs) > 20 and done % 20 == 0:
+                    print(f"  {done}/{len(jobs)} simulations, {time.time() - t0:.0f} s", flush=True)
     return out
-
-
-def _indexed(arg):
-    i, job = arg
-    return i, _one(job)
 
 
 # ---------------------------------------------------------------------------------------------
