@@ -189,6 +189,7 @@ def calibrate(quick=False):
     FITTED["vcluster"] = dict(vc_fit)
     FITTED["vc-links"] = {"sbcast_block_overhead": vc_fit["sbcast_block_overhead"]}
     FITTED["emmy"] = dict(fit)
+    parts = paper_tool_time(em, 2, parts=True)
     return {"vc_fit": {k: vc[k] for k in ("recv_cpu_ns_per_byte", "sbcast_block_overhead")},
             "emmy_fit": fit, "emmy_parts_n2": parts, "emmy_parts_n16": paper_tool_time(em, 16, parts=True),
             "rows": rows, "vc": vc, "emmy": em}
