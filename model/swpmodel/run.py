@@ -274,9 +274,10 @@ def predict(pnames, chunk=MiB, quick=False):
     or the full 1 GB when it is within the budget; N >= 64 extrapolated (see model/README.md)."""
     jobs, keys = [], []
     ns = SIM_NS if not quick else [2, 4]
+    algos = sim.ALGORITHMS + sim.PROPOSED
     for pn in pnames:
         p = platform(pn)
-        for algo in sim.ALGORITHMS:
+        for algo in algos:
             for n in ns:
                 v1, v2 = volumes(algo, n, chunk)
                 if math.ceil(SIZES[0] / chunk) * max(n - 1, 1) <= BUDGET:
@@ -287,7 +288,7 @@ def predict(pnames, chunk=MiB, quick=False):
     res = dict(zip(keys, run_all(jobs)))
     table = {}
     for pn in pnames:
-        for algo in sim.ALGORITHMS:
+        for algo in algos:
             for n in ns:
                 (v1, t1), (v2, t2) = [(k[3], t) for k, t in res.items() if k[:3] == (pn, algo, n)]
                 for size in SIZES:
@@ -297,7 +298,7 @@ def predict(pnames, chunk=MiB, quick=False):
                         table[(pn, algo, n, size)] = (t1 + (size - v1) * (t2 - t1) / (v2 - v1), "sim-v")
     for pn in pnames:
         p = platform(pn)
-        for algo in sim.ALGORITHMS:
+        for algo in algos:
             for size in SIZES:
                 xs = [n for n in ns if n >= 4]
                 ys = [table[(pn, algo, n, size)][0] for n in xs]
@@ -330,14 +331,17 @@ def ring_check(chunk=MiB):
             unit = s * plan.round_buffers(s, chunk)
             for k in (1, 2):
                 jobs.append((p, "ring", n, k * unit * chunk, chunk, {}))
-                keys.append((pn, n, k * unit * chunk))
+                keys.append((pn, "ring", n, k * unit * chunk))
+        for k in (1, 2):
+            jobs.append((p, "stream-ring", 128, k * 128 * chunk, chunk, {}))
+            keys.append((pn, "stream-ring", 128, k * 128 * chunk))
     res = run_all(jobs)
     out = {}
     for i in range(0, len(keys), 2):
-        (pn, n, v1), t1 = keys[i], res[i]
-        (_, _, v2), t2 = keys[i + 1], res[i + 1]
+        (pn, algo, n, v1), t1 = keys[i], res[i]
+        (_, _, _, v2), t2 = keys[i + 1], res[i + 1]
         for size in SIZES:
-            out[(pn, n, size)] = t1 + (size - v1) * (t2 - t1) / (v2 - v1)
+            out[(pn, algo, n, size)] = t1 + (size - v1) * (t2 - t1) / (v2 - v1)
     return out
 
 
@@ -409,16 +413,17 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             L.append(f"### {p['title']}: {size/1e9:.0f} GB\n")
             L.append("| algorithm | " + " | ".join(str(n) for n in ALL_NS) + " | 1024 ÷ 2 |")
             L.append("|---|" + "---|" * (len(ALL_NS) + 1))
-            for algo in sim.ALGORITHMS:
+            for algo in sim.ALGORITHMS + sim.PROPOSED:
                 cells = []
                 for n in ALL_NS:
                     t, how = table[(pn, algo, n, size)]
                     cells.append(fmt(t) + (f" {mark[how]}" if mark[how] else ""))
                 ratio = table[(pn, algo, 1024, size)][0] / table[(pn, algo, 2, size)][0]
-                L.append(f"| {algo} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+                name = algo + (" (proposed)" if algo in sim.PROPOSED else "")
+                L.append(f"| {name} | " + " | ".join(cells) + f" | {ratio:.2f} |")
             L.append("")
             fig, ax = plt.subplots(figsize=(7, 4.2))
-            for algo in sim.ALGORITHMS:
+            for algo in sim.ALGORITHMS + sim.PROPOSED:
                 pts = [(n, table[(pn, algo, n, size)][0]) for n in ALL_NS]
             pts = [(n, t) for n, t in pts if t == t and t > 0]
             if pts:
@@ -461,8 +466,11 @@ def report(cal, table, out_md, wall, check=None, slow=None):
              "T = T(2 nodes) + (N − 1) · t_step, with the chunk chosen from N as min(1 MiB, size ÷ (4 N)); "
              "`no poll sleep` = the current rounds with the MPI thread never sleeping between polls; "
              "`two-tree` = the simulated/extrapolated two-tree above):\n")
-    L.append("| platform | size | ring 2 nodes (s) | ring 1,024 (s) | ÷ | no poll sleep ÷ | stream, chunk from N ÷ | two-tree ÷ |")
-    L.append("|---|---|---|---|---|---|---|---|")
+    L.append("Each ratio is the 1,024-node time ÷ the ring's 2-node time; in brackets the same without "
+             "mpirun's start-up (an assumption at 1,024 nodes: "
+             "start-up = startup_s + startup_log2_s · log2 N from the platform file).\n")
+    L.append("| platform | size | ring 2 nodes (s) | ring 1,024 (s) | ring ÷ | no poll sleep ÷ | stream, chunk from N ÷ | stream-ring simulated/fitted ÷ | two-tree ÷ |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
     for pn in PRED_PLATFORMS:
         p = platform(pn)
         for size in SIZES:
@@ -472,17 +480,24 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             nopoll = max(b0 + sim.startup(p, 1024), t2 + sim.startup(p, 1024) - sim.startup(p, 2))
             st = stream_ring(p, 1024, size, t2)
             tt = table[(pn, "two-tree", 1024, size)][0]
-            L.append(f"| {pn} | {size/1e9:.0f} GB | {t2:.1f} | {t1k:.1f} | **{t1k/t2:.2f}** | {nopoll/t2:.2f} | "
-                     f"{st/t2:.2f} | {tt/t2:.2f} |")
+            ts = table[(pn, "stream-ring", 1024, size)][0]
+            s2, s1k = sim.startup(p, 2), sim.startup(p, 1024)
+
+            def r(x):
+                return f"{x/t2:.2f} ({(x - s1k)/(t2 - s2):.2f})"
+            L.append(f"| {pn} | {size/1e9:.0f} GB | {t2:.1f} | {t1k:.1f} | **{r(t1k)}** | {r(nopoll)} | "
+                     f"{r(st)} | {r(ts)} | {r(tt)} |")
     L.append("")
     if check:
-        L.append("### The extrapolation checked by SimGrid at N = 64, 128 (ring, 1 MiB)\n")
-        L.append("| platform | N | size | simulated (s) | extrapolation used above (s) | round-latency bound + start-up (s) |")
-        L.append("|---|---|---|---|---|---|")
-        for (pn, n, size), t in sorted(check.items()):
+        L.append("### The extrapolation checked by SimGrid at N = 64, 128 (1 MiB)\n")
+        L.append("Simulated at two volumes (1 and 2 round-buffer loads of rounds; stream-ring 128 and 256 "
+                 "chunks) and extrapolated in the volume, against the N-extrapolation of the tables above.\n")
+        L.append("| algorithm | platform | N | size | simulated (s) | extrapolation used above (s) | ring's round-latency bound + start-up (s) |")
+        L.append("|---|---|---|---|---|---|---|")
+        for (pn, algo, n, size), t in sorted(check.items()):
             p = platform(pn)
             b, *_ = ring_round_bound(p, n, size, MiB)
-            L.append(f"| {pn} | {n} | {size/1e9:.0f} GB | {t:.2f} | {table[(pn, 'ring', n, size)][0]:.2f} | "
+            L.append(f"| {algo} | {pn} | {n} | {size/1e9:.0f} GB | {t:.2f} | {table[(pn, algo, n, size)][0]:.2f} | "
                      f"{b + sim.startup(p, n):.2f} |")
         L.append("")
     if slow:

@@ -14,6 +14,8 @@ from collections import deque
 from . import plan
 
 ALGORITHMS = ["ring", "bcast", "binomial", "scatter-allgather", "two-tree", "sbcast", "every-node-reads"]
+# a proposed change, not in the engine: the ring without rounds (see run_stream_ring)
+PROPOSED = ["stream-ring"]
 
 
 def log2c(n):
@@ -564,6 +566,71 @@ def run_sbcast(w, nbytes, opts):
         sg.Actor.create(f"slurmd{i}", w.nodes[i], fwd, i)
 
 
+def run_stream_ring(w, chunks, chunk, opts):
+    """Proposed: the ring without rounds. Readers as in the engine (split by owner, plan.rs order);
+    every node handles the chunks in the same global order, forwarding each to its right neighbour as
+    soon as it has it (the chunk's header travels with it), at most `window` sends outstanding; so
+    the pipeline fills once (N - 1 hops) instead of once per round, with a few chunks of memory."""
+    sg = w.sg
+    n = w.n
+    ranges = [plan.owner_range(len(chunks), n, k) for k in range(n)]
+    owner = {}
+    for k in range(n):
+        for c in ranges[k]:
+            owner[c] = k
+    depth = max(len(r) for r in ranges)
+    total = sum(s for (s, _) in chunks)
+    for i in range(n):
+        nd = Node(w, i)
+        # in step t node i handles chunk t // n of owner i - t (mod n): its own chunk when t % n == 0,
+        # else what its left neighbour handled in step t - 1
+        order = []
+        for t in range(depth * n):
+            k, s_ = (i - t) % n, t // n
+            if s_ < len(ranges[k]):
+                order.append(ranges[k][s_])
+        mine = [chunks[c] for c in order if owner[c] == i]
+        sendbufs = sg.Semaphore(4)
+        nd.sendbufs = sendbufs
+        sg.Actor.create(f"reader{i}", w.cpu_hosts[i], reader_actor, w, nd, mine, sendbufs)
+        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, len(order))
+        sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nd, total)
+        sg.Actor.create(f"stream{i}", w.nodes[i], stream_forwarder, w, nd, chunks, order, owner,
+                        int(opts.get("window", 4)))
+        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, Collective.shared(w))
+
+
+def stream_forwarder(w, nd, chunks, order, owner, window):
+    sg = w.sg
+    n = w.n
+    me = nd.i
+    right = (me + 1) % n
+    mb_me = sg.Mailbox.by_name(f"s{me}")
+    mb_right = sg.Mailbox.by_name(f"s{right}")
+    sends = deque()
+    for c in order:
+        sent = chunks[c][0]
+        k = owner[c]
+        if k == me:
+            nd.ready_sem.acquire()
+            nd.ready.popleft()
+        elif sent > 0:
+            t0 = w.now()
+            rc, keep = mb_me.get_async()
+            w.mpi_wait([rc], t0)
+        if sent > 0 and right != k:
+            w.overhead()
+            sends.append(mb_right.put_async(c, int(sent)))
+            while len(sends) > window:
+                sends.popleft().wait()
+        if k == me:
+            nd.sendbufs.release()
+        nd.land.append(([(sent, k == me)], None))
+        nd.land_sem.release()
+    while sends:
+        sends.popleft().wait()
+
+
 def run_every_node_reads(w, chunks, opts):
     sg = w.sg
     n = w.n
@@ -610,6 +677,8 @@ def simulate(p, algo, n, nbytes, chunk, opts=None):
         run_sbcast(w, nbytes, opts)
     elif algo == "every-node-reads":
         run_every_node_reads(w, chunks, opts)
+    elif algo == "stream-ring":
+        run_stream_ring(w, chunks, chunk, opts)
     else:
         raise ValueError(algo)
     w.e.run()
