@@ -425,9 +425,10 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             fig, ax = plt.subplots(figsize=(7, 4.2))
             for algo in sim.ALGORITHMS + sim.PROPOSED:
                 pts = [(n, table[(pn, algo, n, size)][0]) for n in ALL_NS]
-            pts = [(n, t) for n, t in pts if t == t and t > 0]
-            if pts:
-                ax.plot([n for n, _ in pts], [t for _, t in pts], marker="o", label=algo)
+                pts = [(n, t) for n, t in pts if t == t and t > 0]
+                if pts:
+                    ax.plot([n for n, _ in pts], [t for _, t in pts], marker="o", label=algo,
+                            ls="--" if algo in sim.PROPOSED else "-")
             ax.axvline(32.5, color="grey", lw=0.5, ls=":")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -508,6 +509,10 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             t1, t2 = slow[(a, 1.0)], slow[(a, 0.5)]
             L.append(f"| {a} | {t1:.1f} | {t2:.1f} | {t2/t1:.2f} |")
         L.append("")
+    notes = base + ".notes.md"  # findings written by hand after a run; kept when the report is rewritten
+    if os.path.exists(notes):
+        with open(notes) as f:
+            L.append(f.read())
     with open(out_md, "w") as f:
         f.write("\n".join(L))
     return out_md
