@@ -35,6 +35,26 @@ class Plan(unittest.TestCase):
                     self.assertEqual(seen, list(range(count)))
 
 
+def _sim(*args, **kw):
+    """One simulation in a child process (SimGrid's engine is one per process)."""
+    return run.run_all([args + (kw,)])[0]
+
+
+class Engine(unittest.TestCase):
+    def test_zero_chunks_are_not_sent(self):
+        p = run.platform("vc-links")
+        dense = _sim(p, "ring", 4, 64 << 20, 1 << 20)
+        half = _sim(p, "ring", 4, 64 << 20, 1 << 20, zero_fraction=0.5)
+        # every chunk is still read from storage (1/4 of it per node), half of them are not sent
+        self.assertLess(half, 0.8 * dense)
+
+    def test_every_algorithm_runs(self):
+        p = run.platform("vc-links")
+        for algo in run.sim.ALGORITHMS + run.sim.PROPOSED:
+            t = _sim(p, algo, 4, 16 << 20, 1 << 20)
+            self.assertTrue(t == t and 0 < t < 60, f"{algo}: {t}")
+
+
 class Calibration(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
