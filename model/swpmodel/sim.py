@@ -70,6 +70,13 @@ class World:
             self.disks = [h.create_disk(f"disk{i}", 1e12, p["disk_write_bw"]).seal()
                           for i, h in enumerate(self.nodes)]
         self.done = [0.0] * n
+        self._agreement = None
+
+    def agreement(self):
+        """The final agreement's collective, shared by every node's commit."""
+        if self._agreement is None:
+            self._agreement = Collective(self)
+        return self._agreement
 
     # -- helpers used by actors --
     def now(self):
@@ -403,16 +410,7 @@ def run_tree(w, chunks, algo, opts):
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nodes[i], total)
         for t in range(len(trees)):
             sg.Actor.create(f"fwd{i}.{t}", w.nodes[i], tree_forwarder, w, nodes[i], chunks, trees, t, len(trees))
-        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], Collective.shared(w))
-
-
-def _shared(w):
-    if not hasattr(w, "_coll"):
-        w._coll = Collective(w)
-    return w._coll
-
-
-Collective.shared = staticmethod(_shared)
+        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], w.agreement())
 
 
 def tree_forwarder(w, nd, chunks, trees, t, ntrees):
@@ -459,7 +457,7 @@ def run_scatter_allgather(w, chunks, opts):
         sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nodes[i], len(segs))
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nodes[i], total)
         sg.Actor.create(f"sag{i}", w.nodes[i], sag_actor, w, nodes[i], chunks, segs)
-        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], Collective.shared(w))
+        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], w.agreement())
 
 
 def sag_actor(w, nd, chunks, segs):
@@ -537,7 +535,7 @@ def run_sbcast(w, nbytes, opts):
     for i in range(n):
         sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nodes[i], len(blocks), False)
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nodes[i], nbytes)
-        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], Collective.shared(w))
+        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], w.agreement())
 
     def src():
         for b in blocks:
@@ -566,7 +564,7 @@ def run_sbcast(w, nbytes, opts):
         sg.Actor.create(f"slurmd{i}", w.nodes[i], fwd, i)
 
 
-def run_stream_ring(w, chunks, chunk, opts):
+def run_stream_ring(w, chunks, opts):
     """Proposed: the ring without rounds. Readers as in the engine (split by owner, plan.rs order);
     every node handles the chunks in the same global order, forwarding each to its right neighbour as
     soon as it has it (the chunk's header travels with it), at most `window` sends outstanding; so
@@ -597,7 +595,7 @@ def run_stream_ring(w, chunks, chunk, opts):
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nd, total)
         sg.Actor.create(f"stream{i}", w.nodes[i], stream_forwarder, w, nd, chunks, order, owner,
                         int(opts.get("window", 4)))
-        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, Collective.shared(w))
+        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, w.agreement())
 
 
 def stream_forwarder(w, nd, chunks, order, owner, window):
@@ -643,7 +641,7 @@ def run_every_node_reads(w, chunks, opts):
         sg.Actor.create(f"pass{i}", w.cpu_hosts[i], passthrough, w, nd, chunks)
         sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, len(chunks))
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nd, total)
-        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, Collective.shared(w))
+        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, w.agreement())
 
 
 def passthrough(w, nd, chunks):
@@ -678,7 +676,7 @@ def simulate(p, algo, n, nbytes, chunk, opts=None):
     elif algo == "every-node-reads":
         run_every_node_reads(w, chunks, opts)
     elif algo == "stream-ring":
-        run_stream_ring(w, chunks, chunk, opts)
+        run_stream_ring(w, chunks, opts)
     else:
         raise ValueError(algo)
     w.e.run()
