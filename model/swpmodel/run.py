@@ -522,6 +522,10 @@ def from_json(path):
     """Rewrite a report from the .json beside it (after changing the report's text, not the model)."""
     with open(path) as f:
         d = json.load(f)
+    vc_fit = d["cal"]["vc_fit"]
+    FITTED["vcluster"] = dict(vc_fit)
+    FITTED["vc-links"] = {"sbcast_block_overhead": vc_fit["sbcast_block_overhead"]}
+    FITTED["emmy"] = dict(d["cal"]["emmy_fit"])
     table = {tuple(k): tuple(v) for k, v in d["table"]}
     check = {tuple(k): v for k, v in d["check"]}
     slow = {tuple(k): v for k, v in d["slow"]}
