@@ -247,7 +247,7 @@ def fit_large_n(ns, ts, n):
 
 
 def ring_round_bound(p, n, size, chunk):
-    """The engine's round latency at large N (engine.rs / plan.rs): a round carries S chunks, each
+    """The engine's round latency at large N (engine/, plan.rs): a round carries S chunks, each
     travels N-1 hops, one hop per step; a node starts a step when its previous one completed and sees
     the completion up to one poll period late; nb rounds are in flight and round r+nb's header
     allgather waits for round r everywhere. So a round takes ~(N - 1 + S - 1) steps and at most nb
@@ -404,7 +404,7 @@ def report(cal, table, out_md, wall, check=None, slow=None):
     L.append("## Predictions (1 MiB chunks)\n")
     L.append("Cell marks: no mark = simulated at full size; `v` = simulated at two smaller volumes and "
              "extrapolated linearly in the volume; `f` = extrapolated in N (a + b·N + c·log2 N fitted to the "
-             "simulated N = 4…32); `r` = the ring's round-latency bound (engine.rs/plan.rs constants; see "
+             "simulated N = 4…32); `r` = the ring's round-latency bound (engine/ and plan.rs constants; see "
              "below), which exceeds the fit.\n")
     mark = {"sim": "", "sim-v": "v", "fit": "f", "round-bound": "r"}
     for pn in PRED_PLATFORMS:

@@ -112,7 +112,7 @@ class World:
 
     def mpi_wait(self, comms, t0):
         """Wait for MPI requests the way the engine's MPI thread does: it polls, and after a short
-        spin it sleeps between polls (engine.rs `Backoff`), so a completion is seen late."""
+        spin it sleeps between polls (engine/flight.rs `Backoff`), so a completion is seen late."""
         self.sg.Comm.wait_all(comms)
         if self.now() - t0 > self.p["poll_spin"]:
             self.sg.this_actor.sleep_for(self.p["poll_period"] / 2)
@@ -182,7 +182,7 @@ def writeback_actor(w, nd, total):
 
 def writer_actor(w, nd, nrounds, verify=True):
     """Verify (BLAKE3) every chunk that came from another node, copy it into the page cache, queue
-    its writeback; then give the round buffer back (engine.rs writer thread)."""
+    its writeback; then give the round buffer back (engine/mod.rs writer thread)."""
     p = w.p
     for _ in range(nrounds):
         nd.land_sem.acquire()
@@ -201,7 +201,7 @@ def writer_actor(w, nd, nrounds, verify=True):
 
 
 def reader_actor(w, nd, chunks, sendbuf_sem, hash_it=True):
-    """Read this node's chunks from shared storage, in order, hash them (engine.rs reader thread)."""
+    """Read this node's chunks from shared storage, in order, hash them (engine/mod.rs reader thread)."""
     p = w.p
     for (sent, length) in chunks:
         if sendbuf_sem is not None:
@@ -296,7 +296,7 @@ def flight_actor(w, nodes, me, k, nb, rounds, chunks, hdr, mode):
 
 
 def ring_round(w, me, right, left, tag, active):
-    """engine.rs `Flight::progress` for Algorithm::Ring: in step s send block me-s to the right and
+    """engine/ring.rs (`Ring::step`) for Algorithm::Ring: in step s send block me-s to the right and
     receive block me-s-1 from the left; a step starts when this node's previous one completed."""
     sg = w.sg
     n = w.n
