@@ -306,14 +306,27 @@ def predict(pnames, chunk=MiB, quick=False):
                     if (pn, algo, n, size) in table:
                         continue
                     t = fit_large_n(xs, ys, n) if len(xs) >= 2 else float("nan")
-                    how = "fit"
-                    if algo == "ring":
-                        b, *_ = ring_round_bound(p, n, size, chunk)
-                        b += sim.startup(p, n)
-                        if b > t:
-                            t, how = b, "round-bound"
-                    table[(pn, algo, n, size)] = (t, how)
+                    table[(pn, algo, n, size)] = (t, "fit")
+    apply_bounds(table, chunk)
     return table
+
+
+def apply_bounds(table, chunk=MiB):
+    """Where an extrapolated cell is below a bound the fit cannot see (a limit that only binds beyond
+    the simulated N), take the bound: the ring's round latency, and every node reading from storage
+    (N x size through the storage's egress)."""
+    for (pn, algo, n, size), (t, how) in list(table.items()):
+        if how not in ("fit", "round-bound", "storage-bound"):
+            continue
+        p = platform(pn)
+        b, kind = None, None
+        if algo == "ring":
+            b, *_ = ring_round_bound(p, n, size, chunk)
+            kind = "round-bound"
+        elif algo == "every-node-reads":
+            b, kind = n * size / p["storage_bw"], "storage-bound"
+        if b is not None and b + sim.startup(p, n) > t:
+            table[(pn, algo, n, size)] = (b + sim.startup(p, n), kind)
 
 
 CHECK_NS = [64, 128]
@@ -405,8 +418,9 @@ def report(cal, table, out_md, wall, check=None, slow=None):
     L.append("Cell marks: no mark = simulated at full size; `v` = simulated at two smaller volumes and "
              "extrapolated linearly in the volume; `f` = extrapolated in N (a + b·N + c·log2 N fitted to the "
              "simulated N = 4…32); `r` = the ring's round-latency bound (engine/ and plan.rs constants; see "
-             "below), which exceeds the fit.\n")
-    mark = {"sim": "", "sim-v": "v", "fit": "f", "round-bound": "r"}
+             "below), `s` = N × size through the storage's egress (every node reading), where these "
+             "exceed the fit.\n")
+    mark = {"sim": "", "sim-v": "v", "fit": "f", "round-bound": "r", "storage-bound": "s"}
     for pn in PRED_PLATFORMS:
         p = platform(pn)
         for size in SIZES:
@@ -529,6 +543,7 @@ def from_json(path):
     table = {tuple(k): tuple(v) for k, v in d["table"]}
     check = {tuple(k): v for k, v in d["check"]}
     slow = {tuple(k): v for k, v in d["slow"]}
+    apply_bounds(table)
     return report(d["cal"], table, os.path.splitext(path)[0] + ".md", d.get("wall", 0), check, slow)
 
 
