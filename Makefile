@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench bench-build fuzz clean
+.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench bench-build fuzz clean model test-model
 
 all: build
 
@@ -53,6 +53,7 @@ test-unit: build
 	set -o pipefail; $(CARGO) test --workspace --release 2>&1 | tee target/test-unit.log
 	@n=$$(grep -cE 'SKIP [A-Za-z0-9_:()]+: ' target/test-unit.log || true); echo "unit tests: $$n skipped"; \
 	  grep -oE 'SKIP [A-Za-z0-9_:()]+: .*' target/test-unit.log || true
+	$(MAKE) test-model
 
 # the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
 test-cluster: build
@@ -82,3 +83,14 @@ fuzz: setup
 
 clean:
 	$(CARGO) clean
+
+# the SimGrid scale model of the broadcast (issue 19, model/README.md): calibration against the bench
+# results and the paper, predictions to 1,024 nodes, report + plots in bench/results/model-*.md
+# (< 10 min on 2 cores; MODEL_JOBS simulations at once, default 2)
+PYTHON3 ?= /usr/bin/python3
+model:
+	cd model && $(PYTHON3) -m swpmodel.run
+
+# fast check that the model runs and stays calibrated (part of test-unit)
+test-model:
+	$(PYTHON3) model/test_model.py

@@ -16,6 +16,8 @@ PACKAGES=(
   lmod csh fish zsh
   # benchmarks and reports
   python3 python3-matplotlib hyperfine time
+  # the SimGrid scale model of the broadcast (model/, `make model`)
+  python3-simgrid
 )
 
 if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,49 @@
+"""The engine's planning rules, ported from crates/swpool-core/src/transfer/plan.rs.
+
+Kept literal so that the model moves chunks in the same rounds as the Rust engine does.
+"""
+
+ROUND_MEMORY_BUDGET = 160 << 20
+MAX_ROUND_BUFS = 3
+
+
+def owner_range(count, owners, k):
+    q, r = divmod(count, owners)
+    start = k * q + min(k, r)
+    return range(start, start + q + (1 if k < r else 0))
+
+
+def slots_per_round(owners, chunk):
+    chunks = ROUND_MEMORY_BUDGET // max(chunk, 1)
+    return max(1, min(max(owners, 1), max(chunks - 3, 0) // 2))
+
+
+def round_buffers(slots, chunk):
+    chunks = ROUND_MEMORY_BUDGET // max(chunk, 1)
+    return max(2, min(MAX_ROUND_BUFS, max(chunks - 1, 0) // (slots + 1)))
+
+
+def send_buffers(round_bufs):
+    return round_bufs + 1
+
+
+def plan_rounds(count, owners, slots):
+    """Rounds as lists of (owner, chunk), sorted by owner (plan.rs `plan_rounds`)."""
+    owners = max(owners, 1)
+    slots = max(slots, 1)
+    ranges = [owner_range(count, owners, k) for k in range(owners)]
+    depth = max((len(r) for r in ranges), default=0)
+    rounds, cur, seen = [], [], set()
+    for s in range(depth):
+        for k, r in enumerate(ranges):
+            if s < len(r):
+                if len(cur) == slots or k in seen:
+                    rounds.append(cur)
+                    cur, seen = [], set()
+                cur.append((k, r.start + s))
+                seen.add(k)
+    if cur:
+        rounds.append(cur)
+    for r in rounds:
+        r.sort()
+    return rounds
