@@ -24,7 +24,7 @@ cleanup() {
 trap cleanup EXIT
 cleanup
 mkdir -p "$W/tree/install/hello/1.0/bin" "$W/libexec/sw-pool"
-printf '[pool]\nname = "demo"\nversion = "1.0"\n' > "$W/tree/pool.toml"
+printf 'name = "demo"\nversion = "1.0"\n' > "$W/tree/pool.toml"
 printf '#!/bin/sh\necho hello\n' > "$W/tree/install/hello/1.0/bin/hello"
 chmod 755 "$W/tree/install/hello/1.0/bin/hello"
 "$SW" build -q --gen-modulefiles "$W/demo.sqfs" "$W/tree" || fail "build the test pool" "sw-pool build failed"

@@ -43,18 +43,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
         if a.print_mountpoint {
             println!("{}", l.mount_point.display());
         }
-        p.result(format!(
-            "{} {}/{} ({}) at {}",
-            if l.reused {
-                "already mounted:"
-            } else {
-                "mounted"
-            },
-            l.plan.name,
-            l.plan.version,
-            l.plan.verdict,
-            l.mount_point.display()
-        ));
+        print_mounted(&p, &l.record, l.reused, l.timings.mount.as_secs_f64());
         p.json(&l.report(1));
         return Ok(());
     }
@@ -94,11 +83,17 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
     for n in &r.notes {
         p.warn(n);
     }
-    let rec = &r.record;
     if a.print_mountpoint {
-        println!("{}", rec.mount_point.display());
+        println!("{}", r.record.mount_point.display());
     }
-    if r.reused {
+    print_mounted(&p, &r.record, r.reused, r.mount_seconds);
+    p.json(&serde_json::to_value(&r).expect("json"));
+    Ok(())
+}
+
+/// The result line of a mount (the same for a pool file and for NAME/VERSION).
+fn print_mounted(p: &Printer, rec: &swpool_core::state::Record, reused: bool, seconds: f64) {
+    if reused {
         p.result(format!(
             "{} is already mounted at {}: reference added (now {})",
             rec.label(),
@@ -114,11 +109,9 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
             rec.helper_pid,
             rec.mount_point.display()
         ));
-        p.verbose(format!("mount      {:.3} s", r.mount_seconds));
+        p.verbose(format!("mount      {seconds:.3} s"));
     }
     if let Some(pool) = &rec.pool {
         p.verbose(format!("digest     {}", pool.digest));
     }
-    p.json(&serde_json::to_value(&r).expect("json"));
-    Ok(())
 }

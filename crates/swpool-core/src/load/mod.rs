@@ -112,6 +112,8 @@ pub struct Loaded {
     pub mount_point: PathBuf,
     /// It was mounted there already (on rank 0's node): only a reference was added.
     pub reused: bool,
+    /// The mount record on rank 0's node (helper, references).
+    pub record: state::Record,
     /// The broadcast's report (nothing moved when `skipped_all`).
     pub copy: CopyReport,
     pub timings: Timings,
@@ -206,7 +208,7 @@ fn mount_here(
     node: &NodeContext,
     req: &LoadRequest,
     plan: &Plan,
-) -> Result<(PathBuf, bool), Error> {
+) -> Result<(PathBuf, bool, state::Record), Error> {
     let mp = match &req.mountpoint {
         Some(m) => explicit_mountpoint(m)?,
         None => {
@@ -226,7 +228,7 @@ fn mount_here(
             once_per_job: req.once_per_job,
         },
     )?;
-    Ok((r.record.mount_point, r.reused))
+    Ok((r.record.mount_point.clone(), r.reused, r.record))
 }
 
 /// Load a pool on every node of the job. Collective: every rank calls it; node leaders do the
@@ -303,7 +305,7 @@ pub fn load(
         _ => Ok(()),
     };
     if let Err(e) = job.agree(mine) {
-        if let Some(Ok((mp, _))) = &mounted {
+        if let Some(Ok((mp, _, _))) = &mounted {
             // the nodes that did mount take their mount (or their reference) back
             let _ = state::release(node.sys, &node.state, mp, true, req.job_id.as_deref());
         }
@@ -320,12 +322,14 @@ pub fn load(
         );
     }
     let own_mp = mounted.and_then(Result::ok);
-    let (mount_point, reused): (PathBuf, bool) = leader_value(job, own_mp.as_ref())?;
+    let (mount_point, reused, record): (PathBuf, bool, state::Record) =
+        leader_value(job, own_mp.as_ref())?;
     let mount = tm.elapsed();
     Ok(Loaded {
         plan,
         mount_point,
         reused,
+        record,
         copy: report,
         timings: Timings {
             resolve_trust,

@@ -431,7 +431,12 @@ pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
     }
     let mut out: Vec<PathBuf> = Vec::new();
     for p in v {
-        if !out.contains(&p) && std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+        // only the user's own directories: a name another user squatted is not a store of ours
+        let own = std::fs::symlink_metadata(&p).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_dir() && m.uid() == uid
+        });
+        if !out.contains(&p) && own {
             out.push(p);
         }
     }
