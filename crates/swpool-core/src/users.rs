@@ -193,6 +193,79 @@ fn ids_are(c: &Credentials) -> bool {
         && c.groups.iter().all(|g| have.contains(g))
 }
 
+/// Run `sw-pool SUB ARGS` as `uid` with a clean environment: PATH, HOME, USER, LOGNAME, plus
+/// `extra`. Returns its exit status.
+///
+/// The user comes from the user database (NSS); the primary group is `gid` (Slurm's job gid) or the
+/// user's own, never one made up. No supplementary groups: the cleanup only touches what the uid
+/// owns (its state directories, its FUSE mounts and helpers). The child checks after switching that
+/// it is not root and has exactly these ids, else it does not run (see [`Credentials`]).
+pub fn run_self_as(
+    uid: u32,
+    gid: Option<u32>,
+    sub: &str,
+    args: &[String],
+    extra: &[(&str, String)],
+) -> Result<i32, crate::Error> {
+    let who = by_uid(uid).map_err(|e| {
+        crate::Error::other(
+            crate::ExitStatus::System,
+            format!("cannot run sw-pool {sub} as uid {uid}: {e}"),
+        )
+    })?;
+    let gid = gid.unwrap_or(who.gid);
+    let creds = Credentials::without_groups(uid, gid).map_err(|e| {
+        crate::Error::other(crate::ExitStatus::System, format!("sw-pool {sub}: {e}"))
+    })?;
+    let exe = std::env::current_exe().map_err(|e| {
+        crate::Error::other(
+            crate::ExitStatus::System,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let user = who.name;
+    let mut c = std::process::Command::new(&exe);
+    c.arg(sub)
+        .args(args)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("HOME", &who.home)
+        .env("USER", &user)
+        .env("LOGNAME", &user)
+        .current_dir("/");
+    creds.apply_to(&mut c);
+    if let Some(v) = crate::config::EnvVar::SystemConfig.get_os() {
+        c.env(crate::config::EnvVar::SystemConfig.name(), v);
+    }
+    if let Some(v) = std::env::var_os("RUST_LOG") {
+        c.env("RUST_LOG", v);
+    }
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    tracing::debug!(
+        "as uid {uid} gid {gid}: {} {sub} {}",
+        exe.display(),
+        args.join(" ")
+    );
+    let st = c.status().map_err(|e| {
+        crate::Error::other(
+            crate::ExitStatus::System,
+            format!(
+                "cannot run {} as uid {uid}: {}",
+                exe.display(),
+                creds.explain(&e)
+            ),
+        )
+    })?;
+    Ok(st
+        .code()
+        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

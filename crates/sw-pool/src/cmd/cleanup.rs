@@ -2,10 +2,8 @@
 //! (like `umount_all_images.py` / `cleanup_images.py` of the University of Oslo disk-image tools). As root with `--user`, it runs itself as
 //! that user: user mounts are unmounted and user helpers signalled by their owner, never by root.
 
-use swpool_core::config::EnvVar;
-use swpool_core::mount::RealSys;
-use swpool_core::slurm::{self, valid_job_id};
-use swpool_core::state::{self, Action, Selection, StateDir};
+use swpool_core::slurm::valid_job_id;
+use swpool_core::state::{self, Action, Selection};
 use swpool_core::users::{self, hostname};
 use swpool_core::{Error, ExitStatus};
 
@@ -52,7 +50,7 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
                     args.push(f.into());
                 }
             }
-            let st = as_user(uid, None, "cleanup", &args, &[])?;
+            let st = users::run_self_as(uid, None, "cleanup", &args, &[])?;
             std::process::exit(st);
         }
     }
@@ -64,7 +62,7 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
         dry_run: a.dry_run,
     };
     let p = Printer::new(g, a.json);
-    let actions = clean_all_stores(euid, &sel, a.job.as_deref())?;
+    let actions = state::clean_all_stores(euid, &sel, a.job.as_deref())?;
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
         "node": hostname(),
@@ -90,51 +88,6 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Clean every store this user's mounts may be recorded in on this node; log each action to syslog.
-pub fn clean_all_stores(
-    uid: u32,
-    sel: &Selection,
-    job: Option<&str>,
-) -> Result<Vec<Action>, Error> {
-    let sys = RealSys::new();
-    let mut dirs = state::candidate_dirs(uid);
-    if dirs.is_empty() {
-        dirs.push(StateDir::default_path(uid)); // unrecorded mounts are still found
-    }
-    let mut actions = Vec::new();
-    for d in dirs {
-        let dir = StateDir::open(&d, uid)?;
-        actions.extend(state::clean(&sys, &dir, sel)?);
-    }
-    if !sel.dry_run {
-        let user = users::name_of(uid);
-        for x in &actions {
-            let jobs = if x.jobs.is_empty() {
-                job.map(String::from).unwrap_or_else(|| "-".into())
-            } else {
-                x.jobs.join(",")
-            };
-            slurm::syslog(
-                if x.action == "failed" {
-                    swpool_core::slurm::Level::Error
-                } else {
-                    swpool_core::slurm::Level::Notice
-                },
-                &format!(
-                    "job={jobs} user={user} node={} {} {} at {}{}{}",
-                    hostname(),
-                    x.action,
-                    x.pool,
-                    x.mount_point.display(),
-                    if x.detail.is_empty() { "" } else { ": " },
-                    x.detail
-                ),
-            );
-        }
-    }
-    Ok(actions)
-}
-
 /// One line per action (`would …` in a dry run).
 pub fn report(p: &Printer, actions: &[Action], dry_run: bool) {
     if actions.is_empty() {
@@ -157,76 +110,4 @@ pub fn report(p: &Printer, actions: &[Action], dry_run: bool) {
 /// A user name or number to a uid (names through the user database: NSS).
 pub fn uid_of(u: &str) -> Result<u32, Error> {
     users::uid_of(u).map_err(|e| Error::other(ExitStatus::BadInput, e.to_string()))
-}
-
-/// Run `sw-pool SUB ARGS` as `uid` with a clean environment: PATH, HOME, USER, LOGNAME, plus
-/// `extra`. Returns its exit status.
-///
-/// The user comes from the user database (NSS); the primary group is `gid` (Slurm's job gid) or the
-/// user's own, never one made up. No supplementary groups: the cleanup only touches what the uid
-/// owns (its state directories, its FUSE mounts and helpers). The child checks after switching that
-/// it is not root and has exactly these ids, else it does not run (see [`users::Credentials`]).
-pub fn as_user(
-    uid: u32,
-    gid: Option<u32>,
-    sub: &str,
-    args: &[String],
-    extra: &[(&str, String)],
-) -> Result<i32, Error> {
-    let who = users::by_uid(uid).map_err(|e| {
-        Error::other(
-            ExitStatus::System,
-            format!("cannot run sw-pool {sub} as uid {uid}: {e}"),
-        )
-    })?;
-    let gid = gid.unwrap_or(who.gid);
-    let creds = users::Credentials::without_groups(uid, gid)
-        .map_err(|e| Error::other(ExitStatus::System, format!("sw-pool {sub}: {e}")))?;
-    let exe = std::env::current_exe().map_err(|e| {
-        Error::other(
-            ExitStatus::System,
-            format!("cannot find our own executable: {e}"),
-        )
-    })?;
-    let user = who.name;
-    let mut c = std::process::Command::new(&exe);
-    c.arg(sub)
-        .args(args)
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )
-        .env("HOME", &who.home)
-        .env("USER", &user)
-        .env("LOGNAME", &user)
-        .current_dir("/");
-    creds.apply_to(&mut c);
-    if let Some(v) = EnvVar::SystemConfig.get_os() {
-        c.env(EnvVar::SystemConfig.name(), v);
-    }
-    if let Some(v) = std::env::var_os("RUST_LOG") {
-        c.env("RUST_LOG", v);
-    }
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    tracing::debug!(
-        "as uid {uid} gid {gid}: {} {sub} {}",
-        exe.display(),
-        args.join(" ")
-    );
-    let st = c.status().map_err(|e| {
-        Error::other(
-            ExitStatus::System,
-            format!(
-                "cannot run {} as uid {uid}: {}",
-                exe.display(),
-                creds.explain(&e)
-            ),
-        )
-    })?;
-    Ok(st
-        .code()
-        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)))
 }

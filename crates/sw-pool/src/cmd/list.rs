@@ -2,100 +2,22 @@
 //! filters (`--job`, `--stale`, `--unreported`), and `--all-nodes` under mpirun/srun: every node
 //! leader's list gathered to rank 0 and printed as one table.
 
-use serde::{Deserialize, Serialize};
-use swpool_core::cache;
 use swpool_core::collective::Collective;
-use swpool_core::mount::RealSys;
-use swpool_core::state::{self, ListEntry, ListStatus, StateDir};
+use swpool_core::state::{self, ListFilter, NodeList};
 use swpool_core::transfer::Job;
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, ListArgs};
 use crate::output::Printer;
 
-/// One node's answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct NodeList {
-    node: String,
-    state_dirs: Vec<std::path::PathBuf>,
-    mounts: Vec<ListEntry>,
-    /// `--unreported`: cache entries that nothing mounts.
-    unused_cache: Vec<cache::Entry>,
-    error: Option<String>,
-}
-
-fn keep(a: &ListArgs, e: &ListEntry) -> bool {
-    if let Some(j) = &a.job {
-        let has = e
-            .record
-            .as_ref()
-            .is_some_and(|r| r.refs.iter().any(|x| x.job_id.as_deref() == Some(j)));
-        if !has {
-            return false;
-        }
-    }
-    if a.stale && !matches!(e.status, ListStatus::Stale | ListStatus::Gone) {
-        return false;
-    }
-    if a.unreported && !matches!(e.status, ListStatus::Unrecorded | ListStatus::Gone) {
-        return false;
-    }
-    true
-}
-
 fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
-    let uid = rustix::process::geteuid().as_raw();
-    let sys = RealSys::new();
-    let mut dirs = state::candidate_dirs(uid);
-    let def = StateDir::default_path(uid);
-    if !dirs.contains(&def) {
-        dirs.insert(0, def);
-    }
-    let mut mounts = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut used_dirs = Vec::new();
-    for d in &dirs {
-        let dir = StateDir::open(d, uid)?;
-        used_dirs.push(dir.path().to_path_buf());
-        for e in state::list(&sys, &dir)? {
-            // an unrecorded mount shows up once, not once per store
-            if e.record.is_none()
-                && e.status != ListStatus::Corrupt
-                && !seen.insert(e.mount_point.clone())
-            {
-                continue;
-            }
-            if e.record.is_some() {
-                seen.insert(e.mount_point.clone());
-            }
-            mounts.push(e);
-        }
-    }
-    // a mount recorded in one store is not "unrecorded" because another store lacks it
-    let recorded: std::collections::HashSet<_> = mounts
-        .iter()
-        .filter(|e| e.record.is_some())
-        .map(|e| e.mount_point.clone())
-        .collect();
-    mounts.retain(|e| e.record.is_some() || !recorded.contains(&e.mount_point));
-    mounts.retain(|e| keep(a, e));
-    let mut unused_cache = Vec::new();
-    if a.unreported {
-        let cfg = super::config()?;
-        let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
-        if let Ok(cdir) = cache::dir(&base, uid, false) {
-            if let Ok(entries) = cache::list(&cdir, &super::cache::images_in_use()) {
-                unused_cache = entries.into_iter().filter(|e| !e.in_use).collect();
-            }
-        }
-    }
-    Ok(NodeList {
-        node: swpool_core::users::hostname(),
-        state_dirs: used_dirs,
-        mounts,
-        unused_cache,
-        error: None,
-    })
+    let filter = ListFilter {
+        job: a.job.clone(),
+        stale: a.stale,
+        unreported: a.unreported,
+        cache_dir: a.cache_dir.clone(),
+    };
+    state::node_list(&filter, &super::config()?)
 }
 
 pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {

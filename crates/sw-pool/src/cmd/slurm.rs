@@ -18,7 +18,6 @@ use std::io::Write;
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
 use swpool_core::slurm::{self, JobEnv, JOB_POOLS_VAR, LOAD_VAR};
-use swpool_core::state;
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, HookArgs, SlurmArgs, SlurmHook};
@@ -35,76 +34,10 @@ fn getenv(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|v| !v.is_empty())
 }
 
-/// Does `uid` have any sw-pool state or sw-pool FUSE mount on this node?
-fn user_has_state(uid: u32) -> bool {
-    if !state::candidate_dirs(uid).is_empty() {
-        return true;
-    }
-    swpool_core::mount::proc::read_mountinfo()
-        .map(|m| {
-            m.iter()
-                .any(|e| e.is_swpool_helper() && e.fuse_user_id() == Some(uid))
-        })
-        .unwrap_or(false)
-}
-
 fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str) -> Result<(), Error> {
     let je = JobEnv::from_env(getenv, h.job.as_deref(), h.uid)
         .map_err(|e| Error::other(ExitStatus::Usage, format!("sw-pool slurm {kind}: {e}")))?;
-    if !user_has_state(je.uid) {
-        return Ok(()); // the job's user never used sw-pool on this node
-    }
-    let args: Vec<String> = match kind {
-        "epilog" => vec!["--job".into(), je.job_id.clone()],
-        _ => vec!["--stale".into()],
-    };
-    let euid = rustix::process::geteuid().as_raw();
-    let node = swpool_core::users::hostname();
-    if euid == je.uid {
-        let sel = state::Selection {
-            job: (kind == "epilog").then(|| je.job_id.clone()),
-            stale: kind != "epilog",
-            ..Default::default()
-        };
-        super::cleanup::clean_all_stores(euid, &sel, Some(&je.job_id))?;
-        return Ok(());
-    }
-    if euid != 0 {
-        return Err(Error::other(
-            ExitStatus::Usage,
-            format!(
-                "sw-pool slurm {kind} for job {} must run as root (slurmd) or as the job's user (uid {})",
-                je.job_id, je.uid
-            ),
-        ));
-    }
-    let mut full = vec!["-q".to_string()];
-    full.extend(args);
-    let st = super::cleanup::as_user(
-        je.uid,
-        je.gid,
-        "cleanup",
-        &full,
-        &[("SLURM_JOB_ID", je.job_id.clone())],
-    )?;
-    if st != 0 {
-        slurm::syslog(
-            swpool_core::slurm::Level::Error,
-            &format!(
-                "job={} user={} node={node} {kind}: cleanup failed with status {st}",
-                je.job_id,
-                je.user.clone().unwrap_or_else(|| je.uid.to_string())
-            ),
-        );
-        return Err(Error::other(
-            ExitStatus::System,
-            format!(
-                "sw-pool slurm {kind} on {node}: cleaning job {}'s mounts failed (status {st}); see `sw-pool list` as uid {} and syslog (tag sw-pool)",
-                je.job_id, je.uid
-            ),
-        ));
-    }
-    Ok(())
+    slurm::root_hook(kind == "epilog", &je)
 }
 
 fn task_prolog() -> Result<(), Error> {

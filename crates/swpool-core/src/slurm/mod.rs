@@ -313,6 +313,82 @@ pub fn spread_command(
     Some(cmd.arg(exe).args(args))
 }
 
+/// Does `uid` have any sw-pool state or sw-pool FUSE mount on this node?
+fn user_has_state(uid: u32) -> bool {
+    if !crate::state::candidate_dirs(uid).is_empty() {
+        return true;
+    }
+    crate::mount::proc::read_mountinfo()
+        .map(|m| {
+            m.iter()
+                .any(|e| e.is_swpool_helper() && e.fuse_user_id() == Some(uid))
+        })
+        .unwrap_or(false)
+}
+
+/// The Prolog (`epilog` false: the user's stale mounts) and the Epilog (`epilog`: the job's
+/// references and mounts), run by slurmd as root on every node of the job (or as the job's user):
+/// nothing for a user without sw-pool state on the node; else `sw-pool cleanup` as the job's user
+/// (no supplementary groups, clean environment), its failure logged to syslog.
+pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), crate::Error> {
+    let kind = if epilog { "epilog" } else { "prolog" };
+    if !user_has_state(je.uid) {
+        return Ok(()); // the job's user never used sw-pool on this node
+    }
+    let args: Vec<String> = if epilog {
+        vec!["--job".into(), je.job_id.clone()]
+    } else {
+        vec!["--stale".into()]
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    let node = crate::users::hostname();
+    if euid == je.uid {
+        let sel = crate::state::Selection {
+            job: epilog.then(|| je.job_id.clone()),
+            stale: !epilog,
+            ..Default::default()
+        };
+        crate::state::clean_all_stores(euid, &sel, Some(&je.job_id))?;
+        return Ok(());
+    }
+    if euid != 0 {
+        return Err(crate::Error::other(
+            crate::ExitStatus::Usage,
+            format!(
+                "sw-pool slurm {kind} for job {} must run as root (slurmd) or as the job's user (uid {})",
+                je.job_id, je.uid
+            ),
+        ));
+    }
+    let mut full = vec!["-q".to_string()];
+    full.extend(args);
+    let st = crate::users::run_self_as(
+        je.uid,
+        je.gid,
+        "cleanup",
+        &full,
+        &[("SLURM_JOB_ID", je.job_id.clone())],
+    )?;
+    if st != 0 {
+        syslog(
+            Level::Error,
+            &format!(
+                "job={} user={} node={node} {kind}: cleanup failed with status {st}",
+                je.job_id,
+                je.user.clone().unwrap_or_else(|| je.uid.to_string())
+            ),
+        );
+        return Err(crate::Error::other(
+            crate::ExitStatus::System,
+            format!(
+                "sw-pool slurm {kind} on {node}: cleaning job {}'s mounts failed (status {st}); see `sw-pool list` as uid {} and syslog (tag sw-pool)",
+                je.job_id, je.uid
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -404,6 +404,51 @@ fn reap_helper(
     }
 }
 
+/// Clean every store this user's mounts may be recorded in on this node; log each action to syslog.
+pub fn clean_all_stores(
+    uid: u32,
+    sel: &Selection,
+    job: Option<&str>,
+) -> Result<Vec<Action>, Error> {
+    let sys = crate::mount::RealSys::new();
+    let mut dirs = candidate_dirs(uid);
+    if dirs.is_empty() {
+        dirs.push(StateDir::default_path(uid)); // unrecorded mounts are still found
+    }
+    let mut actions = Vec::new();
+    for d in dirs {
+        let dir = StateDir::open(&d, uid)?;
+        actions.extend(clean(&sys, &dir, sel)?);
+    }
+    if !sel.dry_run {
+        let user = crate::users::name_of(uid);
+        for x in &actions {
+            let jobs = if x.jobs.is_empty() {
+                job.map(String::from).unwrap_or_else(|| "-".into())
+            } else {
+                x.jobs.join(",")
+            };
+            crate::slurm::syslog(
+                if x.action == "failed" {
+                    crate::slurm::Level::Error
+                } else {
+                    crate::slurm::Level::Notice
+                },
+                &format!(
+                    "job={jobs} user={user} node={} {} {} at {}{}{}",
+                    crate::users::hostname(),
+                    x.action,
+                    x.pool,
+                    x.mount_point.display(),
+                    if x.detail.is_empty() { "" } else { ": " },
+                    x.detail
+                ),
+            );
+        }
+    }
+    Ok(actions)
+}
+
 /// The stores a user's mounts may be recorded in on this node, whatever environment the job had:
 /// `$XDG_RUNTIME_DIR/sw-pool` (as this process sees it), `/run/user/<uid>/sw-pool`,
 /// `/tmp/sw-pool-<uid>`, and `/run/sw-pool` for root. Only existing directories.

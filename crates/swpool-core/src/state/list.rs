@@ -135,3 +135,105 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
     }
     Ok(out)
 }
+
+/// One node's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeList {
+    pub node: String,
+    pub state_dirs: Vec<std::path::PathBuf>,
+    pub mounts: Vec<ListEntry>,
+    /// `--unreported`: cache entries that nothing mounts.
+    pub unused_cache: Vec<crate::cache::Entry>,
+    pub error: Option<String>,
+}
+
+/// Which entries `list` shows.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only mounts with a reference of this job.
+    pub job: Option<String>,
+    /// Only stale mounts and records whose mount is gone.
+    pub stale: bool,
+    /// Only what no record reports (unrecorded mounts, records without mounts), and unused cache entries.
+    pub unreported: bool,
+    /// The cache's base directory (`--cache-dir`).
+    pub cache_dir: Option<PathBuf>,
+}
+
+fn keep(a: &ListFilter, e: &ListEntry) -> bool {
+    if let Some(j) = &a.job {
+        let has = e
+            .record
+            .as_ref()
+            .is_some_and(|r| r.refs.iter().any(|x| x.job_id.as_deref() == Some(j)));
+        if !has {
+            return false;
+        }
+    }
+    if a.stale && !matches!(e.status, ListStatus::Stale | ListStatus::Gone) {
+        return false;
+    }
+    if a.unreported && !matches!(e.status, ListStatus::Unrecorded | ListStatus::Gone) {
+        return false;
+    }
+    true
+}
+
+/// This user's mounts, records and (with `unreported`) unused cache entries on this node, from
+/// every store the user's records may be in.
+pub fn node_list(a: &ListFilter, cfg: &crate::config::Config) -> Result<NodeList, Error> {
+    let uid = rustix::process::geteuid().as_raw();
+    let sys = crate::mount::RealSys::new();
+    let mut dirs = candidate_dirs(uid);
+    let def = StateDir::default_path(uid);
+    if !dirs.contains(&def) {
+        dirs.insert(0, def);
+    }
+    let mut mounts = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut used_dirs = Vec::new();
+    for d in &dirs {
+        let dir = StateDir::open(d, uid)?;
+        used_dirs.push(dir.path().to_path_buf());
+        for e in list(&sys, &dir)? {
+            // an unrecorded mount shows up once, not once per store
+            if e.record.is_none()
+                && e.status != ListStatus::Corrupt
+                && !seen.insert(e.mount_point.clone())
+            {
+                continue;
+            }
+            if e.record.is_some() {
+                seen.insert(e.mount_point.clone());
+            }
+            mounts.push(e);
+        }
+    }
+    // a mount recorded in one store is not "unrecorded" because another store lacks it
+    let recorded: std::collections::HashSet<_> = mounts
+        .iter()
+        .filter(|e| e.record.is_some())
+        .map(|e| e.mount_point.clone())
+        .collect();
+    mounts.retain(|e| e.record.is_some() || !recorded.contains(&e.mount_point));
+    mounts.retain(|e| keep(a, e));
+    let mut unused_cache = Vec::new();
+    if a.unreported {
+        let base = crate::cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
+        let in_use = StateDir::open_default()
+            .map(|d| images_in_use(&d))
+            .unwrap_or_default();
+        if let Ok(cdir) = crate::cache::dir(&base, uid, false) {
+            if let Ok(entries) = crate::cache::list(&cdir, &in_use) {
+                unused_cache = entries.into_iter().filter(|e| !e.in_use).collect();
+            }
+        }
+    }
+    Ok(NodeList {
+        node: crate::users::hostname(),
+        state_dirs: used_dirs,
+        mounts,
+        unused_cache,
+        error: None,
+    })
+}
