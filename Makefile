@@ -73,7 +73,8 @@ bench: build
 bench-build: build
 	bash bench/build-overhead.sh
 
-# coverage-guided fuzzing of the parsers of untrusted bytes (manifest, pool trailer, signature block);
+# coverage-guided fuzzing of the parsers of untrusted bytes (manifest, pool trailer, signature block,
+# superblock size);
 # FUZZ_SECONDS per target (default 600). Needs the nightly toolchain (rustup) and cargo-fuzz.
 FUZZ_SECONDS ?= 600
 fuzz: setup

@@ -1,0 +1,20 @@
+#![no_main]
+//! The superblock size reader on untrusted image heads: never panics; a size it reports is what the
+//! superblock's fields say (squashfs `bytes_used`, ext blocks × block size without overflow).
+use libfuzzer_sys::fuzz_target;
+use swpool_core::pool::fs_size::{parse, FsSize};
+
+fuzz_target!(|data: &[u8]| {
+    match parse(data) {
+        Ok(FsSize::Squashfs(n)) => {
+            assert!(data.len() >= 96 && &data[0..4] == b"hsqs");
+            assert_eq!(n, u64::from_le_bytes(data[40..48].try_into().unwrap()));
+        }
+        Ok(FsSize::Ext(n)) => {
+            assert!(data.len() >= 1024 + 0x160);
+            let log = u32::from_le_bytes(data[1024 + 0x18..1024 + 0x1c].try_into().unwrap());
+            assert!(log <= 6 && n % (1024u64 << log) == 0);
+        }
+        Ok(FsSize::Unknown) | Err(_) => {}
+    }
+});
