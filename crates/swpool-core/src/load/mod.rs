@@ -119,6 +119,14 @@ pub struct Loaded {
     pub timings: Timings,
 }
 
+/// This rank's part in the agreement on a step only node leaders do (`None` on the others).
+fn outcome<T>(step: &Option<Result<T, Error>>) -> Local<()> {
+    match step {
+        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
+        _ => Ok(()),
+    }
+}
+
 /// Resolve a pool spec: an existing path (a regular file), or `NAME/VERSION` on the pool path.
 /// The same input gives the same message and status everywhere.
 pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
@@ -189,7 +197,7 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Err
         &m.version,
         &m.digest,
     );
-    let authorized = Authorized::of(&pool)?;
+    let authorized = Authorized::of(&pool);
     Ok((
         Plan {
             src,
@@ -208,7 +216,7 @@ fn mount_here(
     node: &NodeContext,
     req: &LoadRequest,
     plan: &Plan,
-) -> Result<(PathBuf, bool, state::Record), Error> {
+) -> Result<(state::Record, bool), Error> {
     let mp = match &req.mountpoint {
         Some(m) => explicit_mountpoint(m)?,
         None => {
@@ -228,7 +236,7 @@ fn mount_here(
             once_per_job: req.once_per_job,
         },
     )?;
-    Ok((r.record.mount_point.clone(), r.reused, r.record))
+    Ok((r.record, r.reused))
 }
 
 /// Load a pool on every node of the job. Collective: every rank calls it; node leaders do the
@@ -256,11 +264,7 @@ pub fn load(
         }
         r
     });
-    let mine: Local<()> = match &planned {
-        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
-        _ => Ok(()),
-    };
-    job.agree(mine)?;
+    job.agree(outcome(&planned))?;
     let (own_plan, authorized) = match planned {
         Some(Ok((p, a))) => (Some(p), Some(a)),
         _ => (None, None),
@@ -300,13 +304,10 @@ pub fn load(
     // 7. mount on every node, all or nothing
     let tm = Instant::now();
     let mounted = leader.then(|| mount_here(node, req, &plan));
-    let mine: Local<()> = match &mounted {
-        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
-        _ => Ok(()),
-    };
-    if let Err(e) = job.agree(mine) {
-        if let Some(Ok((mp, _, _))) = &mounted {
+    if let Err(e) = job.agree(outcome(&mounted)) {
+        if let Some(Ok((rec, _))) = &mounted {
             // the nodes that did mount take their mount (or their reference) back
+            let mp = &rec.mount_point;
             let _ = state::release(node.sys, &node.state, mp, true, req.job_id.as_deref());
         }
         return Err(e.into());
@@ -321,13 +322,12 @@ pub fn load(
             &state::images_in_use(&node.state),
         );
     }
-    let own_mp = mounted.and_then(Result::ok);
-    let (mount_point, reused, record): (PathBuf, bool, state::Record) =
-        leader_value(job, own_mp.as_ref())?;
+    let own = mounted.and_then(Result::ok);
+    let (record, reused): (state::Record, bool) = leader_value(job, own.as_ref())?;
     let mount = tm.elapsed();
     Ok(Loaded {
         plan,
-        mount_point,
+        mount_point: record.mount_point.clone(),
         reused,
         record,
         copy: report,
@@ -679,11 +679,7 @@ pub fn unload(
             remaining: r.remaining,
         })
     });
-    let mine: Local<()> = match &released {
-        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
-        _ => Ok(()),
-    };
-    job.agree(mine)?;
+    job.agree(outcome(&released))?;
     Ok(leader_value(job, released.and_then(Result::ok).as_ref())?)
 }
 

@@ -185,6 +185,18 @@ fn failed_alike(s: &Site, out: &[NodeOutcome], needle: &str, node: usize) -> Str
     msgs[0].clone()
 }
 
+/// No node has a cache entry (nothing moved).
+fn assert_nothing_cached(s: &Site) {
+    for n in 0..NODES {
+        let cache = s.root.join(format!("node{n}/cache"));
+        let entries: Vec<_> = walk(&cache)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "pool"))
+            .collect();
+        assert!(entries.is_empty(), "node {n} cached {entries:?}");
+    }
+}
+
 fn walk(d: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(d) {
@@ -229,11 +241,7 @@ fn a_bad_signature_on_node_3_fails_every_node() {
     let m = failed_alike(&s, &run(&s, 2, f, &Quiet), "signature does not verify", 2);
     assert!(m.contains("do not use this pool"), "{m}");
     // nothing moved: no cache entry anywhere
-    for n in 0..NODES {
-        assert!(walk(&s.root.join(format!("node{n}/cache")))
-            .iter()
-            .all(|p| p.extension().is_none_or(|x| x != "pool")));
-    }
+    assert_nothing_cached(&s);
 }
 
 #[test]
@@ -293,11 +301,7 @@ fn a_pool_changed_between_check_and_copy_is_refused_everywhere() {
         0,
     );
     assert!(m.contains("run load again"), "{m}");
-    for n in 0..NODES {
-        assert!(walk(&s.root.join(format!("node{n}/cache")))
-            .iter()
-            .all(|p| p.extension().is_none_or(|x| x != "pool")));
-    }
+    assert_nothing_cached(&s);
 }
 
 #[test]

@@ -126,17 +126,14 @@ impl Pool {
         })
     }
 
-    /// The trailer's bytes (`[image_size, file_len)`: manifest, signature block, footer), read
-    /// from the open handle.
-    pub fn tail(&self) -> Result<Vec<u8>, ManifestError> {
-        use std::os::unix::fs::FileExt;
-        let mut tail = vec![0u8; (self.file_len - self.manifest.image_size) as usize];
-        self.file
-            .read_exact_at(&mut tail, self.manifest.image_size)
-            .map_err(|source| ManifestError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
-        Ok(tail)
+    /// The trailer's bytes (`[image_size, file_len)`: manifest, signature block, footer), as they
+    /// are in the file: the footer's encoding is canonical and `open` checked every field of it (and
+    /// that the lengths add up to the file), so they are rebuilt from what was read, not read again.
+    pub fn tail(&self) -> Vec<u8> {
+        trailer::trailer_bytes(
+            self.manifest.image_size,
+            &self.manifest_bytes,
+            &self.signature,
+        )
     }
 }

@@ -160,13 +160,13 @@ pub struct Authorized {
 }
 
 impl Authorized {
-    /// The trailer of an opened pool, read from its open file handle.
-    pub fn of(pool: &Pool) -> Result<Authorized, crate::pool::ManifestError> {
-        Ok(Authorized {
+    /// The trailer of an opened pool, as it was read when the pool was opened.
+    pub fn of(pool: &Pool) -> Authorized {
+        Authorized {
             len: pool.file_len,
             image_size: pool.manifest.image_size,
-            tail: pool.tail()?,
-        })
+            tail: pool.tail(),
+        }
     }
 
     fn changed(src: &Path) -> (ExitStatus, String) {
