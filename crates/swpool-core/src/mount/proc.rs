@@ -250,6 +250,14 @@ mod tests {
             .current_dir(d.path())
             .spawn()
             .unwrap();
+        // the fork is visible before its chdir and exec: wait (bounded) until it runs `sleep`
+        let comm = format!("/proc/{}/comm", c.id());
+        let t0 = std::time::Instant::now();
+        while std::fs::read_to_string(&comm).map_or(true, |s| s.trim() != "sleep")
+            && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let (h, _) = holders(d.path());
         let _ = c.kill();
         let _ = c.wait();
