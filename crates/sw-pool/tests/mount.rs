@@ -39,6 +39,7 @@ impl T {
     fn sw(&self) -> Command {
         let mut c = sw();
         c.env("SW_POOL_STATE_DIR", self.state())
+            .env("SW_POOL_CACHE", self.d.path())
             .env_remove("SLURM_JOB_ID");
         c
     }
@@ -367,9 +368,34 @@ fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
         "{}",
         o.stderr
     );
-    // corrupt squashfs superblock (magic kept, the rest zeroed): squashfuse_ll refuses it
+    // a pool whose bytes no longer match its manifest: refused before anything is mounted
     let bad = t.p("bad.sqfs");
     let mut b = std::fs::read(&img).unwrap();
+    b[4..96].fill(0);
+    std::fs::write(&bad, &b).unwrap();
+    let o = t.run(&["mount", bad.to_str().unwrap(), &mp]);
+    assert_eq!(o.code, 4, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("bad.sqfs is damaged")
+            && o.stderr.contains("does not match its manifest"),
+        "{}",
+        o.stderr
+    );
+    // corrupt squashfs superblock of a bare image (magic kept, the rest zeroed): squashfuse_ll
+    // refuses it
+    sample_tree(&t.p("bare-tree"));
+    let bad = t.p("bad-bare.sqfs");
+    let st = Command::new("mksquashfs")
+        .args([
+            t.s("bare-tree").as_str(),
+            bad.to_str().unwrap(),
+            "-quiet",
+            "-noappend",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut b = std::fs::read(&bad).unwrap();
     b[4..96].fill(0);
     std::fs::write(&bad, &b).unwrap();
     let o = t.run(&["mount", bad.to_str().unwrap(), &mp]);
@@ -379,10 +405,22 @@ fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
         "{}",
         o.stderr
     );
-    // corrupt ext4 superblock (checksum broken): fuse2fs refuses it
-    let ext = pool(&t, "ext4");
-    let bad = t.p("bad.ext4");
-    let mut b = std::fs::read(&ext).unwrap();
+    // corrupt ext4 superblock of a bare image (checksum broken): fuse2fs refuses it
+    let bad = t.p("bad-bare.ext4");
+    let st = Command::new("mke2fs")
+        .args([
+            "-q",
+            "-t",
+            "ext4",
+            "-d",
+            t.s("bare-tree").as_str(),
+            bad.to_str().unwrap(),
+            "32M",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut b = std::fs::read(&bad).unwrap();
     for x in &mut b[1024 + 0x20..1024 + 0x28] {
         *x ^= 0xff;
     }
@@ -410,9 +448,14 @@ fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
     let o = t.run(&["mount", &img, link.to_str().unwrap()]);
     assert_eq!(o.code, 3);
     assert!(o.stderr.contains("symbolic link"), "{}", o.stderr);
-    let o = t.run(&["mount", &img, &t.s("missing")]);
+    // a pool's missing mount point is created, like `load -m`, but only in an existing directory
+    let o = t.run(&["mount", &img, &t.s("missing/deeper")]);
     assert_eq!(o.code, 3);
-    assert!(o.stderr.contains("does not exist"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot create mount point") && o.stderr.contains("missing/deeper"),
+        "{}",
+        o.stderr
+    );
     // -o rw is refused
     let o = t.run(&["mount", "-o", "rw", &img, &mp]);
     assert_eq!(o.code, 3);
@@ -968,4 +1011,108 @@ fn slurm_hooks_do_nothing_for_jobs_without_sw_pool() {
         "{}",
         o.stderr
     );
+}
+
+/// A mounted signed pool serves only the bytes its manifest vouches for. A pool of a 5 MiB
+/// random file, signed, then 4 bytes changed at offset 100000: refused when its signer is not
+/// trusted and signatures are required (also under the paper's tool name), refused as damaged
+/// when the signer is trusted; and a pool changed on disk *after* it was mounted still reads back
+/// as signed (the mount serves the verified, read-only copy in the node-local cache). Before, the
+/// mount ran the FUSE helper on the file where it lay: the changed bytes were served.
+#[test]
+fn a_mounted_signed_pool_never_serves_changed_bytes() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let tree = t.p("tree");
+    assert_eq!(
+        sw_run(&[
+            "init",
+            "-q",
+            "--name",
+            "q",
+            "--version",
+            "1",
+            t.s("tree").as_str()
+        ])
+        .code,
+        0
+    );
+    let mut data = vec![0u8; 5 << 20];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut data)
+        .unwrap();
+    std::fs::write(tree.join("data"), &data).unwrap();
+    let want = sha256_file(&tree.join("data"));
+    let q = t.s("q.sqfs");
+    let o = sw_run(&["build", "-q", &q, tree.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(sw_run(&["keygen", "-q", "--out", &t.s("k")]).code, 0);
+    let o = sw_run(&["sign", "-q", "--key", &t.s("k.pem"), &q]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let tamper = |p: &str| {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        f.write_all_at(b"\xde\xad\xbe\xef", 100_000).unwrap();
+    };
+    let bad = t.s("bad.sqfs");
+    std::fs::copy(&q, &bad).unwrap();
+    tamper(&bad);
+    let mp = t.mkdir("mnt");
+    // the signer is in no trusted-keys directory and signatures are required: refused
+    let o = run(t
+        .sw()
+        .env("SW_POOL_REQUIRE_SIGNATURE", "true")
+        .args(["mount", &bad, &mp]));
+    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("which is not trusted here"),
+        "{}",
+        o.stderr
+    );
+    let link = t.p("scalable-fs-mount");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let o = run(Command::new(&link)
+        .args([&bad, &mp])
+        .env("SW_POOL_STATE_DIR", t.state())
+        .env("SW_POOL_CACHE", t.d.path())
+        .env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .env("SW_POOL_REQUIRE_SIGNATURE", "true"));
+    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
+    t.assert_clean();
+    // the signer is trusted: the changed bytes are found before anything is mounted
+    let keys = t.p("keys");
+    std::fs::create_dir(&keys).unwrap();
+    std::fs::copy(t.p("k.pub.pem"), keys.join("k.pem")).unwrap();
+    let trusted = || {
+        let mut c = t.sw();
+        c.env("SW_POOL_TRUSTED_KEYS", &keys);
+        c
+    };
+    let o = run(trusted().args(["mount", &bad, &mp]));
+    assert_eq!(o.code, 4, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("bad.sqfs is damaged") && o.stderr.contains("does not match"),
+        "{}",
+        o.stderr
+    );
+    t.assert_clean();
+    // mounted intact, then the pool file is changed: the mount still serves the signed bytes
+    let o = run(trusted().args(["mount", "--json", &q, &mp]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let image = v["record"]["image"].as_str().unwrap().to_string();
+    assert_ne!(image, q, "mounted where it lies");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&image).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o222,
+        0,
+        "the verified copy {image} is writable: {mode:o}"
+    );
+    tamper(&q);
+    assert_eq!(sha256_file(&Path::new(&mp).join("data")), want);
+    t.ok(&["umount", &mp]);
+    t.assert_clean();
 }

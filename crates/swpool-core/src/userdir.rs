@@ -63,7 +63,7 @@ pub fn fallbacks(parent: &Path, uid: u32) -> Vec<PathBuf> {
     v
 }
 
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let mut b = [0u8; 8];
     let ok = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| io::Read::read_exact(&mut f, &mut b))

@@ -26,9 +26,15 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
     let sys = RealSys::new();
     let node = NodeContext::real(&cfg, &sys)?;
     let spec = a.image.to_string_lossy().into_owned();
-    if std::fs::symlink_metadata(&a.image).is_err() && swpool_core::pool::spec::is_pool_spec(&spec)
-    {
-        // NAME/VERSION: the load pipeline on this node (trust, verified copy into the cache, mount)
+    let by_name = std::fs::symlink_metadata(&a.image).is_err()
+        && swpool_core::pool::spec::is_pool_spec(&spec);
+    // A pool (NAME/VERSION, or a file with a manifest) is never mounted where it lies: the load
+    // pipeline on this node checks it against the trust policy, copies it into the node-local
+    // cache verifying every chunk against its manifest, and mounts that read-only copy. A mounted
+    // pool thus serves only bytes its manifest vouches for, also when the file it came from is
+    // changed after the mount. Only a bare image (no manifest, nothing to verify against) is
+    // mounted in place, and only when the policy accepts unsigned images.
+    if by_name || is_pool(&a.image)? {
         let req = LoadRequest {
             pool: a.image.clone(),
             mountpoint: a.mountpoint.clone(),
@@ -44,7 +50,18 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
             println!("{}", l.mount_point.display());
         }
         print_mounted(&p, &l.record, l.reused, l.timings.mount.as_secs_f64());
-        p.json(&l.report(1));
+        p.verbose(format!(
+            "verified   {} (copied into {})",
+            l.plan.src.display(),
+            l.plan.dest.display()
+        ));
+        p.json(&serde_json::json!({
+            "record": l.record,
+            "reused": l.reused,
+            "mount_seconds": l.timings.mount.as_secs_f64(),
+            "notes": [],
+            "load": l.report(1),
+        }));
         return Ok(());
     }
     let image = a.image.clone();
@@ -89,6 +106,17 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
     print_mounted(&p, &r.record, r.reused, r.mount_seconds);
     p.json(&serde_json::to_value(&r).expect("json"));
     Ok(())
+}
+
+/// A sw-pool pool (a file with a manifest), as opposed to a bare image; a damaged trailer is an
+/// error, not a bare image.
+fn is_pool(image: &std::path::Path) -> Result<bool, Error> {
+    use swpool_core::pool::{ManifestError, Pool};
+    match Pool::open(image) {
+        Ok(_) => Ok(true),
+        Err(ManifestError::NotAPool { .. } | ManifestError::NoTrailer { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The result line of a mount (the same for a pool file and for NAME/VERSION).

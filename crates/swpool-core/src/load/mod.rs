@@ -154,7 +154,8 @@ pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
 
 /// Create `-m DIR` if it is missing (its parent must exist), like `sw-pool load -m $LOCAL_TMPDIR/mnt` in the paper.
 pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
-    if std::fs::symlink_metadata(mp).is_err() {
+    // only a missing one: a stale FUSE mount (ENOTCONN) is reported by the mount-point check
+    if std::fs::symlink_metadata(mp).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         std::fs::DirBuilder::new()
             .mode(0o755)
             .create(mp)

@@ -17,6 +17,7 @@
 //! clean-up after failures are unit-tested with [`sys::FakeSys`].
 
 pub mod paths;
+pub mod pinned;
 pub mod proc;
 pub mod sys;
 
@@ -263,6 +264,13 @@ pub enum MountError {
     MountTable(std::io::Error),
     #[error("mounting at {} was interrupted; nothing was mounted", path.display())]
     Interrupted { path: PathBuf },
+    /// Root's mount point was replaced between its check and the mount (a symlink swapped in by
+    /// someone who can write a parent directory): nothing was mounted.
+    #[error("mount point {} on {}: the mount point changed while it was being mounted ({reason}); nothing was mounted. Someone who can write one of its parent directories replaced or moved it: mount as root only on directories whose parents only root can change", path.display(), node())]
+    Raced { path: PathBuf, reason: String },
+    /// Root's private staging directory is not usable.
+    #[error("cannot prepare a mount on {}: {reason}", node())]
+    Staging { reason: String },
 }
 
 /// What went wrong with a FUSE helper.
@@ -362,6 +370,7 @@ impl MountError {
             MountError::Unmount { source, .. } => source.exit_status(),
             MountError::MountTable(_) => ExitStatus::System,
             MountError::Interrupted { .. } => ExitStatus::System,
+            MountError::Raced { .. } | MountError::Staging { .. } => ExitStatus::System,
         }
     }
 }
@@ -445,8 +454,8 @@ pub fn canonical_mountpoint(p: &Path) -> Result<PathBuf, MountError> {
     Ok(parent.join(name))
 }
 
-/// Check a (canonical) mount point before mounting on it.
-pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
+/// Check a (canonical) mount point before mounting on it; what `lstat` said of it.
+pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, MountError> {
     let err = |reason: String| MountError::MountPoint {
         path: mp.to_path_buf(),
         reason,
@@ -514,7 +523,7 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<(), MountError> {
         }
     }
     match sys.dir_is_empty(mp) {
-        Ok(true) => Ok(()),
+        Ok(true) => Ok(m),
         Ok(false) => Err(err("is not empty; mount on an empty directory".into())),
         Err(e) => Err(err(format!("cannot be read: {e}"))),
     }
@@ -556,7 +565,7 @@ pub fn mount(
     timeout: Duration,
 ) -> Result<Mounted, MountError> {
     let start = Instant::now();
-    check_mountpoint(sys, mp)?;
+    let checked = check_mountpoint(sys, mp)?;
     if let Err(e) = sys.open_fuse_device() {
         let uid = sys.euid();
         let reason = match e.kind() {
@@ -566,14 +575,86 @@ pub fn mount(
         };
         return Err(MountError::Fuse { reason });
     }
-    let cmd = image.backend.command(&image.path, mp);
-    supervise(sys, image, mp, log, timeout, start, cmd)
+    if sys.euid() != 0 {
+        // fusermount3 mounts for us, with its own checks of the mount point
+        let cmd = image.backend.command(&image.path, mp);
+        return supervise(sys, image, mp, mp, log, timeout, start, cmd);
+    }
+    mount_pinned(sys, image, mp, &checked, log, timeout, start)
 }
 
-/// Start the helper and wait for its mount (see [`mount`]).
+/// Root's mount: onto the directory that was checked, or nowhere ([`pinned`]).
+fn mount_pinned(
+    sys: &dyn Sys,
+    image: &ImageInfo,
+    mp: &Path,
+    checked: &sys::FileMeta,
+    log: &Path,
+    timeout: Duration,
+    start: Instant,
+) -> Result<Mounted, MountError> {
+    let raced = |reason: String| MountError::Raced {
+        path: mp.to_path_buf(),
+        reason,
+    };
+    let pin = sys.pin(mp).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::EXDEV) => {
+            raced("a symbolic link appeared on its path".into())
+        }
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => raced("it disappeared".into()),
+        _ => MountError::MountPoint {
+            path: mp.to_path_buf(),
+            reason: format!("cannot be opened: {e}"),
+        },
+    })?;
+    if (pin.dev, pin.ino) != (checked.dev, checked.ino) {
+        return Err(raced("another directory took its place".into()));
+    }
+    if !pin.empty {
+        return Err(raced("it is no longer empty".into()));
+    }
+    let stage = sys.stage().map_err(|e| MountError::Staging {
+        reason: format!("{}: {e}", pinned::STAGE_ROOT),
+    })?;
+    let cmd = image.backend.command(&image.path, &stage);
+    let m = match supervise(sys, image, &stage, mp, log, timeout, start, cmd) {
+        Ok(m) => m,
+        Err(e) => {
+            sys.remove_stage(&stage);
+            return Err(e);
+        }
+    };
+    let attached = sys.attach(&stage, &pin);
+    // the staged mount goes; without a mount left, the released helper ends by itself
+    sys.remove_stage(&stage);
+    if let Err(e) = attached {
+        return Err(raced(format!("moving the mount onto it failed: {e}")));
+    }
+    // it landed on the checked directory; is that directory still where the path says?
+    let here = sys
+        .mounts()
+        .map(|t| proc::mount_at(&t, mp).is_some_and(|e| e.is_fuse()))
+        .unwrap_or(false);
+    if !here {
+        sys.detach(&pin);
+        return Err(raced(
+            "it was moved away before the mount was complete".into(),
+        ));
+    }
+    tracing::debug!(mountpoint = %mp.display(), "root mount attached to the checked directory");
+    Ok(Mounted {
+        mount_point: mp.to_path_buf(),
+        ..m
+    })
+}
+
+/// Start the helper and wait for its mount at `at` (see [`mount`]); errors name `mp`, the mount
+/// point the caller asked for.
+#[allow(clippy::too_many_arguments)]
 fn supervise(
     sys: &dyn Sys,
     image: &ImageInfo,
+    at: &Path,
     mp: &Path,
     log: &Path,
     timeout: Duration,
@@ -596,11 +677,11 @@ fn supervise(
                 return Err(MountError::MountTable(e));
             }
         };
-        if let Some(e) = proc::mount_at(&mounts, mp) {
+        if let Some(e) = proc::mount_at(&mounts, at) {
             if e.is_fuse() {
                 if !sys.release_helper(pid) {
                     // an interrupt arrived and signalled the helper: undo, record nothing
-                    let _ = unmount(sys, mp, true);
+                    let _ = unmount(sys, at, true);
                     sys.kill_helper(pid);
                     return Err(MountError::Interrupted {
                         path: mp.to_path_buf(),
@@ -619,7 +700,7 @@ fn supervise(
             Ok(Some(status)) => {
                 let stderr = sys.read_log(log);
                 sys.kill_helper(pid); // reaps it; a no-op signal-wise
-                cleanup_partial(sys, mp);
+                cleanup_partial(sys, at);
                 return Err(MountError::Helper(Box::new(HelperFailure {
                     helper: image.backend,
                     image: image.path.clone(),
@@ -636,7 +717,7 @@ fn supervise(
         }
         if Instant::now() >= deadline {
             sys.kill_helper(pid);
-            cleanup_partial(sys, mp);
+            cleanup_partial(sys, at);
             return Err(MountError::Helper(Box::new(HelperFailure {
                 helper: image.backend,
                 image: image.path.clone(),

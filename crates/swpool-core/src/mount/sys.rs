@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,6 +21,18 @@ pub struct FileMeta {
     pub uid: u32,
     pub mode: u32,
     pub dev: u64,
+    pub ino: u64,
+}
+
+/// A mount point opened once, for root's mounts ([`super::pinned`]).
+#[derive(Debug)]
+pub struct PinnedDir {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    /// It had no entries when it was opened.
+    pub empty: bool,
+    real: Option<super::pinned::Pinned>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +72,16 @@ pub trait Sys {
     /// The helper's stderr so far.
     fn read_log(&self, log: &Path) -> String;
     fn sleep(&self, d: Duration);
+    /// Root: open the (canonical) mount point once, following no symlink.
+    fn pin(&self, p: &Path) -> io::Result<PinnedDir>;
+    /// Root: a fresh staging directory only root can reach.
+    fn stage(&self) -> io::Result<PathBuf>;
+    /// Root: move the mount at `stage` onto the pinned directory.
+    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()>;
+    /// Root: undo [`Sys::attach`] wherever the directory is now.
+    fn detach(&self, to: &PinnedDir);
+    /// Detach whatever is still mounted on the stage and remove it.
+    fn remove_stage(&self, stage: &Path);
 }
 
 /// The real system.
@@ -97,6 +119,7 @@ impl Sys for RealSys {
             uid: m.uid(),
             mode: m.mode(),
             dev: m.dev(),
+            ino: m.ino(),
         })
     }
     fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
@@ -229,6 +252,33 @@ impl Sys for RealSys {
     fn sleep(&self, d: Duration) {
         std::thread::sleep(d)
     }
+    fn pin(&self, p: &Path) -> io::Result<PinnedDir> {
+        let real = super::pinned::Pinned::open(p)?;
+        Ok(PinnedDir {
+            path: p.to_path_buf(),
+            dev: real.dev,
+            ino: real.ino,
+            empty: real.empty,
+            real: Some(real),
+        })
+    }
+    fn stage(&self) -> io::Result<PathBuf> {
+        super::pinned::Stage::create().map(|s| s.path)
+    }
+    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()> {
+        match &to.real {
+            Some(r) => r.attach(stage),
+            None => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        }
+    }
+    fn detach(&self, to: &PinnedDir) {
+        if let Some(r) = &to.real {
+            let _ = r.detach();
+        }
+    }
+    fn remove_stage(&self, stage: &Path) {
+        super::pinned::Stage::remove(stage)
+    }
 }
 
 /// The recording fake of [`Sys`] (unit tests only): a scripted FUSE helper and mount table, so that
@@ -269,6 +319,14 @@ mod fake {
         /// Mount points whose FUSE process is dead (probe gives ENOTCONN).
         pub stale: Vec<PathBuf>,
         pub euid: u32,
+        /// Root's pin of the mount point fails with this errno (a symlink appeared: `ELOOP`).
+        pub pin_errno: Option<i32>,
+        /// The pinned directory is another inode than the one checked (swapped in between).
+        pub pin_other_inode: bool,
+        /// Moving the staged mount onto the pinned directory fails with this errno.
+        pub attach_errno: Option<i32>,
+        /// The pinned directory was renamed before the mount was moved onto it.
+        pub attach_elsewhere: bool,
     }
 
     /// A recording fake: file metadata comes from the real file system (tests use temporary
@@ -458,5 +516,57 @@ mod fake {
             }
         }
         fn sleep(&self, _d: Duration) {}
+        fn pin(&self, p: &Path) -> io::Result<PinnedDir> {
+            self.rec(format!("pin {}", p.display()));
+            let sc = self.script.lock().unwrap().clone();
+            if let Some(e) = sc.pin_errno {
+                return Err(io::Error::from_raw_os_error(e));
+            }
+            let m = self.lstat(p)?;
+            Ok(PinnedDir {
+                path: p.to_path_buf(),
+                dev: m.dev,
+                ino: if sc.pin_other_inode { m.ino + 1 } else { m.ino },
+                empty: self.dir_is_empty(p)?,
+                real: None,
+            })
+        }
+        fn stage(&self) -> io::Result<PathBuf> {
+            self.rec("stage");
+            Ok(PathBuf::from("/run/sw-pool/stage-fake"))
+        }
+        fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()> {
+            self.rec(format!("attach {} {}", stage.display(), to.path.display()));
+            let mut sc = self.script.lock().unwrap();
+            if let Some(e) = sc.attach_errno {
+                return Err(io::Error::from_raw_os_error(e));
+            }
+            let Some(i) = sc.mounts.iter().rposition(|m| m.mount_point == stage) else {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            };
+            let mut e = sc.mounts[i].clone();
+            e.mount_point = if sc.attach_elsewhere {
+                to.path.with_extension("renamed")
+            } else {
+                to.path.clone()
+            };
+            sc.mounts.push(e);
+            Ok(())
+        }
+        fn detach(&self, to: &PinnedDir) {
+            self.rec(format!("detach {}", to.path.display()));
+            let mut sc = self.script.lock().unwrap();
+            let renamed = to.path.with_extension("renamed");
+            sc.mounts
+                .retain(|m| m.mount_point != to.path && m.mount_point != renamed);
+        }
+        fn remove_stage(&self, stage: &Path) {
+            self.rec(format!("remove stage {}", stage.display()));
+            self.script
+                .lock()
+                .unwrap()
+                .mounts
+                .retain(|m| m.mount_point != stage);
+        }
     }
 }

@@ -383,3 +383,89 @@ fn real_sys_mounts_times_out_cleanly_and_unmounts() {
     assert!(!u.lazy && !u.was_stale);
     assert_eq!(state(&sys, &sys.mounts().unwrap(), &mp), MountState::Absent);
 }
+
+fn root(script: FakeScript) -> (tempfile::TempDir, PathBuf, FakeSys) {
+    let (d, mp, _) = setup(FakeHelper::Mounts);
+    let sys = FakeSys::new(FakeScript { euid: 0, ..script });
+    (d, mp, sys)
+}
+
+#[test]
+fn root_mounts_on_a_private_stage_then_moves_it_onto_the_checked_directory() {
+    let (_d, mp, sys) = root(FakeScript::default());
+    let m = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(m.mount_point, mp);
+    let calls = sys.calls();
+    let pin = calls.iter().position(|c| c.starts_with("pin ")).unwrap();
+    let spawn = calls.iter().position(|c| c.starts_with("spawn ")).unwrap();
+    let attach = calls.iter().position(|c| c.starts_with("attach ")).unwrap();
+    assert!(pin < spawn && spawn < attach, "{calls:?}");
+    // the helper never sees the user's path: it mounts on root's stage
+    assert!(
+        calls[spawn].ends_with("/run/sw-pool/stage-fake")
+            && !calls[spawn].contains(mp.to_str().unwrap()),
+        "{calls:?}"
+    );
+    assert!(
+        calls.iter().any(|c| c.starts_with("remove stage")),
+        "{calls:?}"
+    );
+    let t = sys.mount_table();
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0].mount_point, mp);
+}
+
+#[test]
+fn root_mount_point_replaced_before_it_is_opened_mounts_nothing() {
+    for script in [
+        FakeScript {
+            pin_errno: Some(libc::ELOOP),
+            ..Default::default()
+        },
+        FakeScript {
+            pin_other_inode: true,
+            ..Default::default()
+        },
+    ] {
+        let (_d, mp, sys) = root(script);
+        let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+        assert!(matches!(e, MountError::Raced { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("the mount point changed while it was being mounted"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("storage"), "{e}");
+        assert_eq!(e.exit_status(), ExitStatus::System);
+        assert!(
+            !sys.calls().iter().any(|c| c.starts_with("spawn")),
+            "{:?}",
+            sys.calls()
+        );
+        assert!(sys.mount_table().is_empty());
+    }
+}
+
+#[test]
+fn root_mount_that_cannot_land_on_the_checked_directory_is_undone() {
+    for script in [
+        FakeScript {
+            attach_errno: Some(libc::ENOENT),
+            ..Default::default()
+        },
+        FakeScript {
+            attach_elsewhere: true,
+            ..Default::default()
+        },
+    ] {
+        let (_d, mp, sys) = root(script);
+        let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+        assert!(matches!(e, MountError::Raced { .. }), "{e}");
+        assert!(sys.mount_table().is_empty(), "{:?}", sys.mount_table());
+        assert!(
+            sys.calls().iter().any(|c| c.starts_with("remove stage")),
+            "{:?}",
+            sys.calls()
+        );
+    }
+}

@@ -82,7 +82,7 @@ pub(super) fn leader_copy(
     // 2. preflight on the receivers
     let reader = receivers.first() == Some(&job.node_index());
     let prepared = if need {
-        preflight(&info, src, &target, reader).map(Some)
+        preflight(&info, src, &target, reader, opts.authorized.is_some()).map(Some)
     } else {
         Ok(None)
     };

@@ -27,6 +27,7 @@ pub(super) fn preflight(
     src: &Path,
     target: &Path,
     reader: bool,
+    read_only: bool,
 ) -> Local<Prepared> {
     if reader || info.kind != Kind::Directory {
         let r = if info.kind == Kind::Directory {
@@ -131,9 +132,11 @@ pub(super) fn preflight(
         )),
         _ => {
             let (tmp, out) = TempOutput::create(target).map_err(tmp_err)?;
-            // SRC's permission bits (without set-id bits), like cp
+            // SRC's permission bits (without set-id bits), like cp; a verified pool copy (the
+            // node-local cache) without write bits: what is mounted from it was checked on arrival
             use std::os::unix::fs::PermissionsExt;
-            let _ = out.set_permissions(std::fs::Permissions::from_mode(info.mode & 0o777));
+            let mode = info.mode & if read_only { 0o555 } else { 0o777 };
+            let _ = out.set_permissions(std::fs::Permissions::from_mode(mode));
             out.set_len(info.len).map_err(|e| {
                 bad(
                     ExitStatus::System,
