@@ -525,6 +525,18 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, Mount
     match sys.dir_is_empty(mp) {
         Ok(true) => Ok(m),
         Ok(false) => Err(err("is not empty; mount on an empty directory".into())),
+        // a directory a moment ago: someone replaced it while it was being checked
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)
+            ) =>
+        {
+            Err(MountError::Raced {
+                path: mp.to_path_buf(),
+                reason: format!("it was replaced while it was being checked: {e}"),
+            })
+        }
         Err(e) => Err(err(format!("cannot be read: {e}"))),
     }
 }

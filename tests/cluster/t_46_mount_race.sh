@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Root's mount lands on the directory that was checked, or nowhere. On node1, $TB_USER owns
+# $LOCAL_TMPDIR/race and swaps race/mnt (a directory root created) with race/link, a symlink to
+# $TB_USER2's directory, as fast as it can (renameat2 RENAME_EXCHANGE). Meanwhile root mounts a
+# squashfs image (squashfuse_ll, libfuse3) and an ext2 image (fuse2fs, libfuse2) on race/mnt
+# again and again for 10 s, and a watcher reads node1's /proc/self/mountinfo the whole time.
+# Checks: not one mount ever appears outside race/ (on the symlink's target); every refused
+# attempt says the mount point changed or was a symlink, never blames storage; at least one
+# mount succeeded; nothing is left (no mount, no record, no staging directory).
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_testbed
+cd /
+SW=$REPO/target/release/sw-pool
+[[ -x $SW ]] || { fail "sw-pool built" "$SW missing (cargo build --release)"; finish; }
+node=node1
+W=$TB/scratch/t46-$$
+L=$TB/local/t46-$$
+on() { "$TESTBED/exec" "$node" "$@"; }
+root_sw() { on env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$L/state" "$SW" "$@"; }
+cleanup() {
+  touch "$W/stop" 2>/dev/null || true
+  sleep 0.3
+  # unmount whatever is still mounted under $L (by mount point), then remove it
+  on sh -c "awk -v p='$L/' 'index(\$5, p) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done; rm -rf '$L'" >/dev/null 2>&1 || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+mkdir -p "$W/tree"
+echo hello > "$W/tree/hello.txt"
+mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
+mke2fs -q -t ext2 -d "$W/tree" "$W/tiny.ext2" 4M >/dev/null
+chmod -R a+rX "$W"
+
+# race/ belongs to the user; mnt in it is root's (root mounts only on its own or the caller's
+# directories); the symlink points at the other user's directory
+on sh -c "mkdir -p '$L/race' '$L/victim' '$L/state' && chmod 755 '$L' && chmod 700 '$L/state' && chown '$TB_USER' '$L/race' && chown '$TB_USER2' '$L/victim' && mkdir '$L/race/mnt' && runuser -u '$TB_USER' -- ln -s '$L/victim' '$L/race/link'"
+
+cat > "$W/swap.py" <<'EOF'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+race, stop = sys.argv[1], sys.argv[2]
+a, b = os.path.join(race, "mnt").encode(), os.path.join(race, "link").encode()
+n = 0
+while not os.path.exists(stop):
+    for _ in range(200):
+        if libc.renameat2(-100, a, -100, b, 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
+            n += 1
+print(n)
+EOF
+cat > "$W/watch.py" <<'EOF'
+import os, sys
+race, stop = sys.argv[1].rstrip("/") + "/", sys.argv[2]
+samples, inside, outside = 0, 0, set()
+while not os.path.exists(stop):
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            p = line.split(" ")
+            mp = p[4].replace("\\040", " ")
+            fstype = p[p.index("-") + 1]
+            if fstype.startswith("fuse") and ("/t46-" in mp):
+                if mp.startswith(race):
+                    inside += 1
+                else:
+                    outside.add(mp)
+    samples += 1
+print(samples, inside, len(outside), " ".join(sorted(outside)))
+EOF
+
+on runuser -u "$TB_USER" -- python3 "$W/swap.py" "$L/race" "$W/stop" > "$W/swaps" 2>&1 &
+swapper=$!
+on python3 "$W/watch.py" "$L/race" "$W/stop" > "$W/watch" 2>&1 &
+watcher=$!
+
+ok=0 raced=0 symlink=0 other=0 i=0
+: > "$W/other"
+end=$(( $(date +%s) + 10 ))
+while (( $(date +%s) < end )); do
+  img=$W/tiny.sqfs; (( i % 2 )) && img=$W/tiny.ext2
+  i=$((i + 1))
+  rc=0; out=$(root_sw mount -q --timeout 3 "$img" "$L/race/mnt" 2>&1) || rc=$?
+  if [[ $rc == 0 ]]; then
+    ok=$((ok + 1))
+    # the swapper may have moved it: unmount by the recorded mount point when it is there again
+    for _ in $(seq 200); do
+      root_sw umount -q "$L/race/mnt" >/dev/null 2>&1 && break
+      sleep 0.01
+    done
+  elif grep -q "the mount point changed while it was being mounted" <<< "$out"; then
+    raced=$((raced + 1))
+  elif grep -q "symbolic link" <<< "$out"; then
+    symlink=$((symlink + 1))
+  else
+    other=$((other + 1)); printf '%s\n' "$out" >> "$W/other"
+  fi
+done
+touch "$W/stop"
+wait "$swapper" || true
+wait "$watcher" || true
+read -r samples inside outside where < "$W/watch" || true
+echo "  $i root mounts in 10 s: $ok mounted, $raced lost the race, $symlink saw the symlink, $other other; $(cat "$W/swaps") swaps; $samples mountinfo reads ($inside sightings inside race/)"
+assert_match "the swapper ran" "^[0-9]+$" "$(cat "$W/swaps")"
+(( $(cat "$W/swaps") > 1000 )) && pass "the swapper swapped (> 1000 times)" || fail "the swapper swapped" "$(cat "$W/swaps")"
+(( samples > 100 )) && pass "the watcher read mountinfo throughout" || fail "the watcher read mountinfo" "$samples reads"
+assert_eq "no mount ever seen outside race/ (on the symlink's target)" "0" "${outside:-missing}${where:+ $where}"
+(( ok >= 1 )) && pass "root mounted in the race at least once ($ok)" || fail "root mounted at least once" "0 of $i"
+(( raced + symlink >= 1 )) && pass "lost races were refused ($raced changed, $symlink symlink)" || fail "lost races refused" "none refused: $ok ok, $other other"
+assert_eq "every refusal names the race or the symlink, none blames storage" 0 "$other"
+[[ $other == 0 ]] || sed 's/^/  other: /' "$W/other" | head -5
+
+# nothing left: the user's directory is put back, every mount undone
+if on test -L "$L/race/mnt"; then on runuser -u "$TB_USER" -- mv -T "$L/race/link" "$L/race/tmp"; on runuser -u "$TB_USER" -- mv -T "$L/race/mnt" "$L/race/link"; on runuser -u "$TB_USER" -- mv -T "$L/race/tmp" "$L/race/mnt"; fi
+left=$(on awk -v p="$L/" 'index($5, p) == 1' /proc/self/mountinfo | wc -l)
+assert_eq "no mount left under $L" 0 "$left"
+assert_eq "no mount record left" 0 "$(on sh -c "ls '$L/state/mounts' 2>/dev/null | grep -c json" || true)"
+assert_eq "no staging directory left" 0 "$(on sh -c "ls /run/sw-pool/stage 2>/dev/null | wc -l")"
+assert_eq "the victim directory is untouched (empty, $TB_USER2's)" "$TB_USER2 0" "$(on stat -c %U "$L/victim") $(on ls -A "$L/victim" | wc -l)"
+finish
