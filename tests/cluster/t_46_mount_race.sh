@@ -100,11 +100,11 @@ wait "$watcher" || true
 read -r samples inside outside where < "$W/watch" || true
 echo "  $i root mounts in 10 s: $ok mounted, $raced lost the race, $symlink saw the symlink, $other other; $(cat "$W/swaps") swaps; $samples mountinfo reads ($inside sightings inside race/)"
 assert_match "the swapper ran" "^[0-9]+$" "$(cat "$W/swaps")"
-(( $(cat "$W/swaps") > 1000 )) && pass "the swapper swapped (> 1000 times)" || fail "the swapper swapped" "$(cat "$W/swaps")"
-(( samples > 100 )) && pass "the watcher read mountinfo throughout" || fail "the watcher read mountinfo" "$samples reads"
+if (( $(cat "$W/swaps") > 1000 )); then pass "the swapper swapped (> 1000 times)"; else fail "the swapper swapped" "$(cat "$W/swaps")"; fi
+if (( samples > 100 )); then pass "the watcher read mountinfo throughout"; else fail "the watcher read mountinfo" "$samples reads"; fi
 assert_eq "no mount ever seen outside race/ (on the symlink's target)" "0" "${outside:-missing}${where:+ $where}"
-(( ok >= 1 )) && pass "root mounted in the race at least once ($ok)" || fail "root mounted at least once" "0 of $i"
-(( raced + symlink >= 1 )) && pass "lost races were refused ($raced changed, $symlink symlink)" || fail "lost races refused" "none refused: $ok ok, $other other"
+if (( ok >= 1 )); then pass "root mounted in the race at least once ($ok)"; else fail "root mounted at least once" "0 of $i"; fi
+if (( raced + symlink >= 1 )); then pass "lost races were refused ($raced changed, $symlink symlink)"; else fail "lost races refused" "none refused: $ok ok, $other other"; fi
 assert_eq "every refusal names the race or the symlink, none blames storage" 0 "$other"
 [[ $other == 0 ]] || sed 's/^/  other: /' "$W/other" | head -5
 
