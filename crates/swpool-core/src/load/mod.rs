@@ -212,6 +212,46 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Err
     ))
 }
 
+/// Step 1 on the other node leaders: node 0's plan, authorized here from the trailer bytes node
+/// 0 read (this node's trust policy, this node's cache entry).
+fn plan_from(
+    node: &NodeContext,
+    req: &LoadRequest,
+    first: Plan,
+    authorized: Authorized,
+) -> Result<(Plan, Authorized), Error> {
+    let pool = Pool::from_tail(&first.src, authorized.len, &authorized.tail)?;
+    if pool.manifest.digest != first.digest || pool.manifest.image_size != authorized.image_size {
+        return Err(Error::other(
+            ExitStatus::Internal,
+            format!(
+                "node 0's plan for {} does not match its trailer",
+                first.src.display()
+            ),
+        ));
+    }
+    let verdict = authorize(&pool, &node.policy)?;
+    let m = &pool.manifest;
+    let base = cache::base_dir(
+        req.cache_dir.as_deref(),
+        node.cfg.cache_dir.value.as_deref(),
+    );
+    let dest = cache::entry_path(
+        &cache::dir(&base, node.uid, true)?,
+        &m.name,
+        &m.version,
+        &m.digest,
+    );
+    Ok((
+        Plan {
+            dest,
+            verdict,
+            ..first
+        },
+        authorized,
+    ))
+}
+
 /// Step 5 on a node leader: the mount point, then mount (or add a reference).
 fn mount_here(
     node: &NodeContext,
@@ -257,39 +297,46 @@ pub fn load(
         ..req.clone()
     };
 
-    // 1. resolve, open once, authorize: before any byte moves
-    let planned = leader.then(|| {
-        let r = plan(node, req);
+    // 1. resolve, open once, authorize: before any byte moves. Node 0's leader opens the pool
+    // and reads its trailer; the other leaders authorize the very trailer bytes it read, each
+    // against its own trust policy: one trailer read from shared storage per job, not one per
+    // node. (Every reader's open file must still end in these bytes, and every chunk is hashed
+    // against this manifest as it lands.)
+    let first = leader && job.node_index() == 0;
+    let planned = first.then(|| plan(node, req));
+    job.agree(outcome(&planned))?;
+    let planned = if leader {
+        let mine = planned.map(|r| {
+            let (p, a) = r.expect("agreed: node 0's plan succeeded");
+            serde_json::to_vec(&(&p, &a)).expect("json")
+        });
+        let got = job.leaders_bcast(0, mine.as_deref())?;
+        let r: Result<(Plan, Authorized), Error> = serde_json::from_slice(&got)
+            .map_err(|e| {
+                Error::other(
+                    ExitStatus::Internal,
+                    format!("cannot decode node 0's plan: {e}"),
+                )
+            })
+            .and_then(|(p, a): (Plan, Authorized)| {
+                if first {
+                    Ok((p, a))
+                } else {
+                    plan_from(node, req, p, a)
+                }
+            });
         if r.is_ok() {
             observer.authorized(job.node_index(), &req.pool);
         }
-        r
-    });
+        Some(r)
+    } else {
+        None
+    };
     job.agree(outcome(&planned))?;
     let (own_plan, authorized) = match planned {
         Some(Ok((p, a))) => (Some(p), Some(a)),
         _ => (None, None),
     };
-    // every node authorized the same pool (a pool replaced while the nodes opened it is refused)
-    let same: Local<()> = match (&own_plan, &authorized) {
-        (Some(p), Some(a)) => {
-            let key = format!("{}:{}", p.digest, blake3::hash(&a.tail).to_hex());
-            let all = job.leaders_all_gather(key.as_bytes())?;
-            if all.iter().all(|k| k == key.as_bytes()) {
-                Ok(())
-            } else {
-                Err((
-                    ExitStatus::InvalidPool,
-                    format!(
-                        "{} changed on shared storage while the nodes checked it; run load again",
-                        p.src.display()
-                    ),
-                ))
-            }
-        }
-        _ => Ok(()),
-    };
-    job.agree(same)?;
     let plan: Plan = leader_value(job, own_plan.as_ref())?;
     let resolve_trust = t0.elapsed();
 

@@ -359,3 +359,40 @@ fn signatures_are_required_by_default_where_keys_are_installed() {
         p.origin
     );
 }
+
+/// The other node leaders authorize node 0's trailer bytes: they parse to the same pool as the
+/// file, and bytes cut short or changed are refused, never trusted.
+#[test]
+fn a_pool_from_its_trailer_bytes_is_the_pool_of_the_file() {
+    let s = site();
+    let p = Pool::open(&s.pool).unwrap();
+    let a = Authorized::of(&p);
+    let q = Pool::from_tail(&s.pool, a.len, &a.tail).unwrap();
+    assert_eq!(q.manifest.digest, p.manifest.digest);
+    assert_eq!(q.signature, p.signature);
+    assert_eq!(q.manifest_bytes, p.manifest_bytes);
+    assert!(q.file.is_none());
+    let policy = TrustPolicy {
+        require_signature: true,
+        ..TrustPolicy::from_config(
+            &Config::default(),
+            crate::trust::TrustedKeys {
+                keys: vec![trusted(&s.key, "site")],
+                ..Default::default()
+            },
+        )
+    };
+    assert!(matches!(
+        crate::trust::authorize(&q, &policy).unwrap(),
+        Verdict::Trusted { .. }
+    ));
+    // the tail without its first bytes: the manifest is out of reach
+    assert!(Pool::from_tail(&s.pool, a.len, &a.tail[10..]).is_err());
+    // one manifest byte changed: its hash in the footer no longer matches
+    let mut t = a.tail.clone();
+    t[5] ^= 1;
+    assert!(Pool::from_tail(&s.pool, a.len, &t).is_err());
+    // serialised for the leaders' broadcast and back
+    let j = serde_json::to_vec(&a).unwrap();
+    assert_eq!(serde_json::from_slice::<Authorized>(&j).unwrap(), a);
+}

@@ -58,7 +58,8 @@ pub struct Pool {
     pub signature: Vec<u8>,
     /// The file as it was opened: every later read of this pool goes through this handle, so
     /// that what was checked is what is used (a path can be replaced; an open file cannot).
-    pub file: File,
+    /// `None` for a pool known from its trailer's bytes only ([`Pool::from_tail`]).
+    pub file: Option<File>,
 }
 
 impl Pool {
@@ -75,15 +76,45 @@ impl Pool {
                 reason: trailer::TrailerError::Corrupt("not a regular file".into()),
             });
         }
-        let raw = match trailer::read_trailer(&mut f) {
+        let raw = trailer::read_trailer(&mut f);
+        Self::from_raw(path, meta.len(), raw, Some(f))
+    }
+
+    /// A pool known only from the bytes of its trailer (`tail`, the last `tail.len()` bytes of a
+    /// `file_len`-byte pool file, as [`Pool::tail`] gives them): what a node leader receives from
+    /// the leader that opened the file, so that only one node reads the trailer from shared
+    /// storage. Parsed and checked exactly as [`Pool::open`] does; it has no file.
+    pub fn from_tail(path: &Path, file_len: u64, tail: &[u8]) -> Result<Pool, ManifestError> {
+        let mut r = TailReader {
+            base: file_len.saturating_sub(tail.len() as u64),
+            pos: 0,
+            tail,
+        };
+        let raw = trailer::read_trailer_from(&mut r, file_len);
+        Self::from_raw(path, file_len, raw, None)
+    }
+
+    fn from_raw(
+        path: &Path,
+        len: u64,
+        raw: Result<trailer::RawTrailer, trailer::ReadError>,
+        file: Option<File>,
+    ) -> Result<Pool, ManifestError> {
+        let io = |source| ManifestError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let raw = match raw {
             Ok(r) => r,
             Err(trailer::ReadError::Io(e)) => return Err(io(e)),
             Err(trailer::ReadError::Trailer(trailer::TrailerError::NoMagic)) => {
-                if let Ok(format) = crate::image::detect(path) {
-                    return Err(ManifestError::NoTrailer {
-                        path: path.to_path_buf(),
-                        format,
-                    });
+                if file.is_some() {
+                    if let Ok(format) = crate::image::detect(path) {
+                        return Err(ManifestError::NoTrailer {
+                            path: path.to_path_buf(),
+                            format,
+                        });
+                    }
                 }
                 return Err(ManifestError::NotAPool {
                     path: path.to_path_buf(),
@@ -118,11 +149,11 @@ impl Pool {
         }
         Ok(Pool {
             path: path.to_path_buf(),
-            file_len: meta.len(),
+            file_len: len,
             manifest,
             manifest_bytes: raw.manifest,
             signature: raw.signature,
-            file: f,
+            file,
         })
     }
 
@@ -135,5 +166,43 @@ impl Pool {
             &self.manifest_bytes,
             &self.signature,
         )
+    }
+}
+
+/// The last bytes of a pool file, readable at their offsets in the file; anything before them
+/// reads as an error (a trailer that points there is not in the bytes given).
+struct TailReader<'a> {
+    base: u64,
+    pos: u64,
+    tail: &'a [u8],
+}
+
+impl std::io::Read for TailReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos < self.base {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the trailer reaches before the bytes that were sent",
+            ));
+        }
+        let off = (self.pos - self.base) as usize;
+        let rest = self.tail.get(off..).unwrap_or(&[]);
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for TailReader<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let end = self.base + self.tail.len() as u64;
+        let p = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => end.checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = p.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        Ok(self.pos)
     }
 }

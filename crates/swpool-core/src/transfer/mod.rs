@@ -152,11 +152,23 @@ pub struct CopyOptions {
 /// A pool as it was when the trust policy checked it: its length and its trailer bytes (manifest
 /// with every chunk hash, signature block, footer). Every reader checks that the file it opens
 /// still ends in these bytes, and every chunk is checked against the manifest they hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Authorized {
     pub len: u64,
     pub image_size: u64,
+    #[serde(with = "hex_bytes")]
     pub tail: Vec<u8>,
+}
+
+/// Bytes as a hex string in JSON (a trailer sent between node leaders).
+mod hex_bytes {
+    pub fn serialize<S: serde::Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(b))
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let h: String = serde::Deserialize::deserialize(d)?;
+        hex::decode(h).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Authorized {
