@@ -6,7 +6,8 @@
 #   (b) bundled  `sw-pool bundle --python --trace` into a pool, `sw-pool load` (broadcast to the
 #                node-local cache, mounted), imported from the mount; the load is inside the time
 #   (c) mounted  the same pool mounted on every node straight from shared storage (squashfuse_ll
-#                over sshfs, no copy: Apptainer style)
+#                run on the pool file over sshfs, no copy, no verification: Apptainer style;
+#                `sw-pool mount` would copy a pool into the verified cache first)
 # For every run: the time from launch to the end of the imports and calls on the slowest rank, the
 # bytes the storage server sent (testbed/storage-bytes), and the storage server's work counted on
 # the server: the read + write system calls of its sftp sessions (/proc/PID/io syscr + syscw of
@@ -172,7 +173,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/storm/1.sqfs" >/dev/null || rc=$?
        load_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}') ;;
     c) pp=$MNT/install/storm/1/python
-       testbed/mpirun -np "$n" -H "$h1" sh -c "mkdir -p $MNT && $SW mount -q $S/pools/storm/1.sqfs $MNT" >/dev/null || rc=$?
+       testbed/mpirun -np "$n" -H "$h1" sh -c "mkdir -p $MNT && squashfuse_ll -o ro,nosuid,nodev $S/pools/storm/1.sqfs $MNT" >/dev/null || rc=$?
        load_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}') ;;
   esac
   out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
@@ -182,7 +183,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi
   case $way in
     b) testbed/mpirun -np "$n" -H "$h1" "$SW" unload -q "$MNT" >/dev/null 2>&1 || true ;;
-    c) testbed/mpirun -np "$n" -H "$h1" "$SW" umount "$MNT" >/dev/null 2>&1 || true ;;
+    c) testbed/mpirun -np "$n" -H "$h1" fusermount3 -u "$MNT" >/dev/null 2>&1 || true ;;
   esac
   local ranks slow imp
   # grep -o: mpirun may put two ranks' lines on one
