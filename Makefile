@@ -30,6 +30,8 @@ install: build
 	install -d $(DESTDIR)/etc/profile.d $(DESTDIR)$(PREFIX)/share/sw-pool/lmod
 	install -m 0644 etc/profile.d/sw-pool.sh $(DESTDIR)/etc/profile.d/sw-pool.sh
 	install -m 0644 etc/lmod/pool-modulefile.lua $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua
+	install -d $(DESTDIR)$(PREFIX)/share/sw-pool/modules
+	install -m 0644 etc/modules/pool-modulefile.tcl $(DESTDIR)$(PREFIX)/share/sw-pool/modules/pool-modulefile.tcl
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount \
@@ -38,6 +40,7 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool \
 	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish \
 	  $(DESTDIR)/etc/profile.d/sw-pool.sh $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua \
+	  $(DESTDIR)$(PREFIX)/share/sw-pool/modules/pool-modulefile.tcl \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/prolog $(DESTDIR)$(PREFIX)/libexec/sw-pool/task-prolog \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog
 

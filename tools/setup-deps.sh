@@ -12,8 +12,8 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev libpmix2 mpich libmpich-dev
   # the virtual cluster: Slurm, munge, sshd + sshfs for shared storage, iproute2 for namespaces
   slurmctld slurmd slurm-client munge openssh-server openssh-client sshfs iproute2 util-linux procps psmisc kmod strace shellcheck patchelf
-  # Lmod (module avail / module load)
-  lmod csh fish zsh
+  # Lmod (module avail / module load); tclsh for Environment Modules (see below)
+  lmod csh fish zsh tcl8.6
   # benchmarks and reports
   python3 python3-matplotlib hyperfine time
   # the SimGrid scale model of the broadcast (model/, `make model`)
@@ -58,4 +58,27 @@ if command -v cargo >/dev/null 2>&1 &&
    [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]; then
   echo "setup-deps: installing cargo-deny $CARGO_DENY_VERSION (cargo install --locked)"
   cargo install --locked --quiet "cargo-deny@$CARGO_DENY_VERSION"
+fi
+
+# Environment Modules 5.2 (Tcl modulefiles, `modulecmd.tcl`) for the tests of the Tcl modulefiles.
+# Debian's environment-modules conflicts with lmod (both own `module`), so it is not installed:
+# the same package is unpacked beside it and its modulecmd.tcl run with tclsh, as its own init
+# scripts do (`eval "$(tclsh $ENVMOD/usr/lib/x86_64-linux-gnu/modulecmd.tcl bash ...)"`).
+ENVMOD=/opt/sw-pool-deps/environment-modules
+if [ ! -f "$ENVMOD/.complete" ]; then
+  echo "setup-deps: unpacking environment-modules into $ENVMOD (it conflicts with lmod as a package)"
+  tmp=$(mktemp -d /var/tmp/swp-envmod.XXXXXX)
+  chmod 755 "$tmp"   # apt-get download runs as _apt
+  cd "$tmp"
+  if ! apt-get download -qq environment-modules 2>/dev/null; then
+    apt-get update -qq
+    apt-get download -qq environment-modules
+  fi
+  cd - >/dev/null
+  rm -rf "$ENVMOD.tmp"
+  mkdir -p "$ENVMOD.tmp"
+  dpkg -x "$tmp"/environment-modules_*.deb "$ENVMOD.tmp"
+  rm -rf "$tmp" "$ENVMOD"
+  mv "$ENVMOD.tmp" "$ENVMOD"
+  touch "$ENVMOD/.complete"
 fi

@@ -58,6 +58,8 @@ SW=$W/bin/sw-pool
 mkdir -p "$W/etc/profile.d" "$W/etc/lmod"
 cp "$REPO/etc/profile.d/sw-pool.sh" "$W/etc/profile.d/sw-pool.sh"
 cp "$REPO/etc/lmod/pool-modulefile.lua" "$W/etc/lmod/pool-modulefile.lua"
+mkdir -p "$W/etc/modules"
+cp "$REPO/etc/modules/pool-modulefile.tcl" "$W/etc/modules/pool-modulefile.tcl"
 # the installed names of the hooks (Makefile `install`, README "For admins: Slurm")
 for h in prolog task-prolog epilog; do ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/$h"; done
 
@@ -227,6 +229,48 @@ for n in "${nodes[@]}"; do
   l=$(leftovers "$n" "$uid"); [[ $l == "0 0 0" ]] || { ok=0; fail "job2b: $n clean after the job" "$l"; }
 done
 [[ $ok == 1 ]] && pass "job2b: after the job nothing left on any node"
+
+# --- 2c. the same with Environment Modules (Tcl): the Tcl pool modulefile in the script, the
+# generated Tcl modulefiles in every task, and `module unload pool/...` releasing the mount
+MODULECMD=/opt/sw-pool-deps/environment-modules/usr/lib/x86_64-linux-gnu/modulecmd.tcl
+if [[ -f $MODULECMD ]]; then
+  mkdir -p "$W/modulefiles-tcl/pool/demo"
+  ln -s "$W/etc/modules/pool-modulefile.tcl" "$W/modulefiles-tcl/pool/demo/1.0"
+  chmod -R a+rX "$W/modulefiles-tcl"
+  envmod="module() { eval \"\$(tclsh $MODULECMD bash \"\$@\")\"; }"
+  cat > "$W/job2c.sh" <<EOS
+#!/bin/bash
+set -e
+$common
+unset -f module ml
+$envmod
+export MODULEPATH=$W/modulefiles-tcl
+module load pool/demo/1.0
+srun -N4 --ntasks-per-node=1 bash -c '$envmod; module load hello/1.0 && hello'
+srun -N4 --ntasks-per-node=2 bash -c '$envmod; module -t avail 2>&1 | grep -c "^hello/1.0\$"' | sort | uniq -c | sed 's/^ */AVAIL /'
+mp=\$(sw-pool list --json | grep -o '"mount_point": "[^"]*"' | head -1 | cut -d'"' -f4)
+module unload pool/demo/1.0
+echo "UNLOADED MODULEPATH=\$MODULEPATH"
+awk -v m="\$mp" '\$2 == m' /proc/self/mounts | wc -l | sed 's/^/STILL_MOUNTED /'
+EOS
+  chmod 755 "$W/job2c.sh"
+  jid=$(as_user sbatch --parsable -N4 -o "$W/out/job2c-%j.out" --chdir=/tmp "$W/job2c.sh")
+  wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  out=$(cat "$W/out/job2c-$jid.out" 2>/dev/null || true)
+  echo "$out" | sed 's/^/  job2c: /' | head -12
+  assert_eq "job2c: Environment Modules: module load pool/demo/1.0, then hello runs on all 4 nodes" 4 "$(grep -c '^hello from node' <<< "$out" || true)"
+  assert_match "job2c: Environment Modules: module avail lists hello/1.0 in all 8 tasks" "AVAIL +8 1" "$out"
+  assert_match "job2c: module unload pool/demo/1.0 takes the pool off MODULEPATH" "UNLOADED MODULEPATH=$W/modulefiles-tcl\$" "$out"
+  assert_match "job2c: module unload pool/demo/1.0 releases the mount" "STILL_MOUNTED 0" "$out"
+  ok=1
+  for n in "${nodes[@]}"; do
+    wait_clean "$n" "$uid" || true
+    l=$(leftovers "$n" "$uid"); [[ $l == "0 0 0" ]] || { ok=0; fail "job2c: $n clean after the job" "$l"; }
+  done
+  [[ $ok == 1 ]] && pass "job2c: after the job nothing left on any node"
+else
+  skip "job2c: Environment Modules" "$MODULECMD missing (make setup unpacks it)"
+fi
 
 # --- 3. scancel --signal=KILL mid-run; then the epilog again by hand
 cat > "$W/job3.sh" <<EOS

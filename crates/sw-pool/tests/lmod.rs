@@ -27,17 +27,35 @@ fn mount(img: &Path, at: &Path) -> Mount {
     Mount(at.to_path_buf())
 }
 
+const MODULECMD_TCL: &str =
+    "/opt/sw-pool-deps/environment-modules/usr/lib/x86_64-linux-gnu/modulecmd.tcl";
+
 fn lmod(script: &str, env: &[(&str, &Path)]) -> Out {
+    shell(&format!("source {LMOD_INIT}"), script, env)
+}
+
+/// The same with Environment Modules 5.2 (its modulecmd.tcl, unpacked by `make setup`).
+fn envmod(script: &str, env: &[(&str, &Path)]) -> Out {
+    assert!(
+        Path::new(MODULECMD_TCL).exists(),
+        "Environment Modules is not unpacked (make setup)"
+    );
+    let init = format!("module() {{ eval \"$(tclsh {MODULECMD_TCL} bash \"$@\")\"; }}");
+    shell(&init, script, env)
+}
+
+fn shell(init: &str, script: &str, env: &[(&str, &Path)]) -> Out {
     let mut c = Command::new("bash");
-    c.arg("-c").arg(format!(
-        "set -e; source {LMOD_INIT}; export MODULEPATH=; {script}"
-    ));
+    c.arg("-c")
+        .arg(format!("set -e; {init}; export MODULEPATH=; {script}"));
     for (k, v) in env {
         c.env(k, v);
     }
     c.env_remove("SW_POOL_MOUNT")
         .env_remove("GWDG_SW_MOUNT")
-        .env_remove("LMOD_CMD");
+        .env_remove("LMOD_CMD")
+        .env_remove("LOADEDMODULES")
+        .env_remove("_LMFILES_");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -46,6 +64,17 @@ fn lmod(script: &str, env: &[(&str, &Path)]) -> Out {
 
 #[test]
 fn generated_modulefiles_work_in_lmod() {
+    generated_modulefiles_work(false);
+}
+
+/// The generated Tcl modulefiles, with Environment Modules: the same checks as for Lmod.
+#[test]
+fn generated_modulefiles_work_in_environment_modules() {
+    generated_modulefiles_work(true);
+}
+
+fn generated_modulefiles_work(tcl: bool) {
+    let lmod = if tcl { envmod } else { lmod };
     assert!(
         Path::new(LMOD_INIT).exists(),
         "Lmod is not installed (make setup)"
@@ -106,6 +135,18 @@ fn generated_modulefiles_work_in_lmod() {
         "{}",
         o.stdout
     );
+    // every package is listed once (Lmod takes the .lua file where both languages are there)
+    let o = lmod(
+        &format!(
+            "module use {}/modulefiles; module -t avail 2>&1",
+            other.display()
+        ),
+        &[],
+    );
+    assert_eq!(o.stdout.matches("hello/1.0").count(), 1, "{}", o.stdout);
+    if tcl {
+        return; // `module spider` is Lmod's
+    }
     // module spider finds the packages
     let o = lmod(
         &format!(

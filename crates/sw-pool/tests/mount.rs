@@ -647,11 +647,45 @@ fn unprivileged_mount_on_a_directory_the_user_cannot_write() {
     }
 }
 
-fn lmod(script: &str, t: &T, env: &[(&str, String)]) -> Out {
+/// The module system a test drives: Lmod, or Environment Modules 5.2 (Tcl, the package unpacked
+/// by `make setup` beside Lmod, which it conflicts with).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Modules {
+    Lmod,
+    Tcl,
+}
+
+const MODULECMD_TCL: &str =
+    "/opt/sw-pool-deps/environment-modules/usr/lib/x86_64-linux-gnu/modulecmd.tcl";
+
+impl Modules {
+    fn init(self) -> String {
+        match self {
+            Modules::Lmod => format!("source {LMOD_INIT}"),
+            Modules::Tcl => {
+                assert!(
+                    Path::new(MODULECMD_TCL).exists(),
+                    "Environment Modules is not unpacked (make setup)"
+                );
+                format!("module() {{ eval \"$(tclsh {MODULECMD_TCL} bash \"$@\")\"; }}")
+            }
+        }
+    }
+    /// The pool modulefile template and the name it is installed under for version `v`.
+    fn pool_modulefile(self, v: &str) -> (&'static str, String) {
+        match self {
+            Modules::Lmod => ("etc/lmod/pool-modulefile.lua", format!("{v}.lua")),
+            Modules::Tcl => ("etc/modules/pool-modulefile.tcl", v.to_string()),
+        }
+    }
+}
+
+fn modules(m: Modules, script: &str, t: &T, env: &[(&str, String)]) -> Out {
     let dir = bin().parent().unwrap().to_path_buf();
     let mut c = Command::new("bash");
     c.arg("-c").arg(format!(
-        "set -e; source {LMOD_INIT}; export MODULEPATH={}; {script}",
+        "set -e; {}; export MODULEPATH={}; {script}",
+        m.init(),
         t.s("mf")
     ));
     c.env(
@@ -665,7 +699,9 @@ fn lmod(script: &str, t: &T, env: &[(&str, String)]) -> Out {
     .env_remove("GWDG_SW_MOUNT")
     .env_remove("SW_POOL_LOADED")
     .env_remove("SLURM_JOB_ID")
-    .env_remove("LMOD_CMD");
+    .env_remove("LMOD_CMD")
+    .env_remove("LOADEDMODULES")
+    .env_remove("_LMFILES_");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -674,6 +710,15 @@ fn lmod(script: &str, t: &T, env: &[(&str, String)]) -> Out {
 
 #[test]
 fn env_output_and_profile_function_drive_real_lmod() {
+    env_output_and_profile_function(Modules::Lmod);
+}
+
+#[test]
+fn env_output_and_profile_function_drive_environment_modules() {
+    env_output_and_profile_function(Modules::Tcl);
+}
+
+fn env_output_and_profile_function(m: Modules) {
     if !need_root() {
         return;
     }
@@ -693,7 +738,8 @@ fn env_output_and_profile_function_drive_real_lmod() {
     let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/profile.d/sw-pool.sh");
     let env = [("SW_POOL_PATH", t.s("pools")), ("SW_POOL_MOUNT", t.s("m"))];
     // mount by name/version at $SW_POOL_MOUNT/demo/1.0; the function evals `sw-pool env`
-    let o = lmod(
+    let o = modules(
+        m,
         &format!(
             r#"source {}
 mp=$(sw-pool mount --print-mountpoint demo/1.0)
@@ -754,6 +800,15 @@ sw-pool umount "$mp"
 
 #[test]
 fn pool_modulefile_mounts_on_load_and_releases_on_unload() {
+    pool_modulefile(Modules::Lmod);
+}
+
+#[test]
+fn tcl_pool_modulefile_mounts_on_load_and_releases_on_unload() {
+    pool_modulefile(Modules::Tcl);
+}
+
+fn pool_modulefile(m: Modules) {
     if !need_root() {
         return;
     }
@@ -770,26 +825,36 @@ fn pool_modulefile_mounts_on_load_and_releases_on_unload() {
         tree.to_str().unwrap(),
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/lmod/pool-modulefile.lua");
+    let (template, name) = m.pool_modulefile("1.0");
+    let template = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(template);
     std::os::unix::fs::symlink(
         std::fs::canonicalize(template).unwrap(),
-        t.p("mf/pool/demo/1.0.lua"),
+        t.p(&format!("mf/pool/demo/{name}")),
     )
     .unwrap();
     let env = [("SW_POOL_PATH", t.s("pools")), ("SW_POOL_MOUNT", t.s("m"))];
-    let o = lmod(
-        r#"module load pool/demo/1.0
+    let spider = match m {
+        Modules::Lmod => "module spider cfact 2>&1 | head -20",
+        Modules::Tcl => "true",
+    };
+    let o = modules(
+        m,
+        &format!(
+            r#"module load pool/demo/1.0
 echo "MP=$MODULEPATH"
 sw-pool list
 module avail 2>&1
 module load cfact/2.0; cfact 6
-module spider cfact 2>&1 | head -20
+{spider}
 module load pool/demo/1.0
 module unload pool/demo/1.0
 echo "AFTER=$MODULEPATH"
 sw-pool list
 module load nope/1 2>&1 || echo "missing module fails"
-"#,
+"#
+        ),
         &t,
         &env,
     );
@@ -819,8 +884,13 @@ module load nope/1 2>&1 || echo "missing module fails"
     );
     // a pool that cannot be mounted is a module error, with sw-pool's reason, and changes nothing
     std::fs::create_dir_all(t.p("mf/pool/ghost")).unwrap();
-    std::os::unix::fs::symlink(t.p("mf/pool/demo/1.0.lua"), t.p("mf/pool/ghost/9.lua")).unwrap();
-    let o = lmod(
+    std::os::unix::fs::symlink(
+        t.p(&format!("mf/pool/demo/{name}")),
+        t.p(&format!("mf/pool/ghost/{}", m.pool_modulefile("9").1)),
+    )
+    .unwrap();
+    let o = modules(
+        m,
         "module load pool/ghost/9 2>&1 || echo \"FAILED MP=$MODULEPATH\"",
         &t,
         &env,

@@ -198,6 +198,14 @@ pub struct BuildArgs {
     /// With --gen-modulefiles: also set LD_LIBRARY_PATH
     #[arg(long, requires = "gen_modulefiles")]
     pub ld_library_path: bool,
+    /// With --gen-modulefiles: Lmod (lua), Environment Modules (tcl) or both
+    #[arg(
+        long,
+        value_name = "lua|tcl|both",
+        default_value = "both",
+        requires = "gen_modulefiles"
+    )]
+    pub modules: swpool_core::pool::modulefile::Formats,
     /// Print the build report as JSON
     #[arg(long)]
     pub json: bool,
@@ -244,6 +252,9 @@ pub struct ModulefilesArgs {
     /// Also prepend lib/ and lib64/ to LD_LIBRARY_PATH
     #[arg(long)]
     pub ld_library_path: bool,
+    /// Write Lmod (lua), Environment Modules (tcl) modulefiles, or both
+    #[arg(long, value_name = "lua|tcl|both", default_value = "both")]
+    pub modules: swpool_core::pool::modulefile::Formats,
     /// The pool tree (with pool.toml)
     pub dir: PathBuf,
 }

@@ -50,6 +50,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
         gen_modulefiles: a.gen_modulefiles,
         modulefile_opts: ModulefileOptions {
             ld_library_path: a.ld_library_path,
+            formats: a.modules,
         },
         squashfs_level: cfg.squashfs_level.value,
         source_date_epoch,

@@ -9,6 +9,7 @@ pub fn run(gl: &GlobalArgs, a: ModulefilesArgs) -> Result<(), Error> {
         &a.dir,
         ModulefileOptions {
             ld_library_path: a.ld_library_path,
+            formats: a.modules,
         },
     )?;
     let p = Printer::new(gl, false);
