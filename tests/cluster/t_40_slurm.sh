@@ -254,13 +254,13 @@ echo "UNLOADED MODULEPATH=\$MODULEPATH"
 awk -v m="\$mp" '\$2 == m' /proc/self/mounts | wc -l | sed 's/^/STILL_MOUNTED /'
 EOS
   chmod 755 "$W/job2c.sh"
-  jid=$(as_user sbatch --parsable -N4 -o "$W/out/job2c-%j.out" --chdir=/tmp "$W/job2c.sh")
+  jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job2c-%j.out" --chdir=/tmp "$W/job2c.sh")
   wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
   out=$(cat "$W/out/job2c-$jid.out" 2>/dev/null || true)
   echo "$out" | sed 's/^/  job2c: /' | head -12
   assert_eq "job2c: Environment Modules: module load pool/demo/1.0, then hello runs on all 4 nodes" 4 "$(grep -c '^hello from node' <<< "$out" || true)"
   assert_match "job2c: Environment Modules: module avail lists hello/1.0 in all 8 tasks" "AVAIL +8 1" "$out"
-  assert_match "job2c: module unload pool/demo/1.0 takes the pool off MODULEPATH" "UNLOADED MODULEPATH=$W/modulefiles-tcl\$" "$out"
+  assert_match "job2c: module unload pool/demo/1.0 takes the pool off MODULEPATH" "UNLOADED MODULEPATH=$W/modulefiles-tcl"$'\n' "$out"
   assert_match "job2c: module unload pool/demo/1.0 releases the mount" "STILL_MOUNTED 0" "$out"
   ok=1
   for n in "${nodes[@]}"; do

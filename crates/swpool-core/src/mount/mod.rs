@@ -750,22 +750,21 @@ fn supervise(
 fn cleanup_partial(sys: &dyn Sys, mp: &Path) {
     if let Ok(m) = sys.mounts() {
         if proc::mount_at(&m, mp).is_some_and(|e| e.is_fuse()) {
-            let _ = sys.run(&unmount_command(sys, mp, true));
+            let _ = run_unmount(sys, mp, true);
         }
     }
 }
 
-fn unmount_command(sys: &dyn Sys, mp: &Path, lazy: bool) -> ToolCommand {
-    let use_umount = sys.euid() == 0 && Tool::Fusermount3.locate().is_err();
-    if use_umount {
-        let c = ToolCommand::new(Tool::Umount);
-        let c = if lazy { c.arg("-l") } else { c };
-        c.end_of_options().path(mp)
-    } else {
-        let c = ToolCommand::new(Tool::Fusermount3).arg("-u");
-        let c = if lazy { c.arg("-z") } else { c };
-        c.path(mp)
+/// Unmount `mp`. As root with `umount2(UMOUNT_NOFOLLOW)`: a path whose parent a user can change
+/// is never followed through a symlink swapped in after it was checked in the mount table. As a
+/// user with `fusermount3 -u`, which makes its own checks.
+fn run_unmount(sys: &dyn Sys, mp: &Path, lazy: bool) -> Result<(), ExecError> {
+    if sys.euid() == 0 {
+        return sys.unmount_nofollow(mp, lazy);
     }
+    let c = ToolCommand::new(Tool::Fusermount3).arg("-u");
+    let c = if lazy { c.arg("-z") } else { c };
+    sys.run(&c.path(mp)).map(drop)
 }
 
 /// How an unmount went.
@@ -795,7 +794,7 @@ pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, Mount
         });
     }
     let was_stale = state(sys, &mounts, mp) == MountState::Stale;
-    match sys.run(&unmount_command(sys, mp, false)) {
+    match run_unmount(sys, mp, false) {
         Ok(_) => Ok(Unmounted {
             mount_point: mp.to_path_buf(),
             was_stale,
@@ -811,11 +810,10 @@ pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, Mount
                     hidden,
                 });
             }
-            sys.run(&unmount_command(sys, mp, true))
-                .map_err(|source| MountError::Unmount {
-                    path: mp.to_path_buf(),
-                    source,
-                })?;
+            run_unmount(sys, mp, true).map_err(|source| MountError::Unmount {
+                path: mp.to_path_buf(),
+                source,
+            })?;
             Ok(Unmounted {
                 mount_point: mp.to_path_buf(),
                 was_stale,
@@ -824,7 +822,7 @@ pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, Mount
             })
         }
         Err(source) => {
-            if force && sys.run(&unmount_command(sys, mp, true)).is_ok() {
+            if force && run_unmount(sys, mp, true).is_ok() {
                 return Ok(Unmounted {
                     mount_point: mp.to_path_buf(),
                     was_stale,

@@ -82,6 +82,8 @@ pub trait Sys {
     fn detach(&self, to: &PinnedDir);
     /// Detach whatever is still mounted on the stage and remove it.
     fn remove_stage(&self, stage: &Path);
+    /// Root: `umount2(mp, UMOUNT_NOFOLLOW [| MNT_DETACH])`.
+    fn unmount_nofollow(&self, mp: &Path, lazy: bool) -> Result<(), ExecError>;
 }
 
 /// The real system.
@@ -278,6 +280,24 @@ impl Sys for RealSys {
     }
     fn remove_stage(&self, stage: &Path) {
         super::pinned::Stage::remove(stage)
+    }
+    fn unmount_nofollow(&self, mp: &Path, lazy: bool) -> Result<(), ExecError> {
+        use rustix::mount::UnmountFlags;
+        let flags = if lazy {
+            UnmountFlags::NOFOLLOW | UnmountFlags::DETACH
+        } else {
+            UnmountFlags::NOFOLLOW
+        };
+        rustix::mount::unmount(mp, flags).map_err(|e| ExecError::Failed {
+            tool: crate::exec::Tool::Umount,
+            cmdline: format!(
+                "umount2({}, UMOUNT_NOFOLLOW{})",
+                mp.display(),
+                if lazy { "|MNT_DETACH" } else { "" }
+            ),
+            status: format!("errno {}", e.raw_os_error()),
+            stderr: io::Error::from(e).to_string(),
+        })
     }
 }
 
@@ -559,6 +579,11 @@ mod fake {
             let renamed = to.path.with_extension("renamed");
             sc.mounts
                 .retain(|m| m.mount_point != to.path && m.mount_point != renamed);
+        }
+        fn unmount_nofollow(&self, mp: &Path, lazy: bool) -> Result<(), ExecError> {
+            let c = crate::exec::ToolCommand::new(crate::exec::Tool::Umount);
+            let c = if lazy { c.arg("-l") } else { c };
+            self.run(&c.end_of_options().path(mp)).map(drop)
         }
         fn remove_stage(&self, stage: &Path) {
             self.rec(format!("remove stage {}", stage.display()));
