@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build install uninstall test test-unit test-cluster lint demo bench bench-build fuzz clean model test-model
+.PHONY: all setup build install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model test-model
 
 all: build
 
@@ -62,7 +62,15 @@ test-unit: build
 test-cluster: build
 	bash tools/run-cluster-tests.sh
 
-test: lint test-unit test-cluster
+test: lint test-unit test-deb test-cluster
+
+# the Debian package: target/debian/sw-pool_<version>_<arch>.deb (the files of `make install`)
+deb: build
+	bash tools/make-deb.sh
+
+# builds the package, installs it with dpkg, runs the admin steps with it, purges it
+test-deb: build
+	bash tests/deb/run.sh
 
 demo: build
 	bash tools/demo.sh
