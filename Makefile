@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model test-model
+.PHONY: all setup build spank install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model test-model
 
 all: build
 
@@ -13,6 +13,14 @@ setup:
 
 build: setup
 	$(CARGO) build --release --workspace
+	$(MAKE) --no-print-directory spank
+
+# the Slurm SPANK plugin (`--pool` for sbatch/salloc/srun), against Debian's Slurm headers
+SPANK := target/release/sw_pool_spank.so
+spank: $(SPANK)
+$(SPANK): slurm/sw_pool_spank.c
+	mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
@@ -32,6 +40,8 @@ install: build
 	install -m 0644 etc/lmod/pool-modulefile.lua $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua
 	install -d $(DESTDIR)$(PREFIX)/share/sw-pool/modules
 	install -m 0644 etc/modules/pool-modulefile.tcl $(DESTDIR)$(PREFIX)/share/sw-pool/modules/pool-modulefile.tcl
+	install -d $(DESTDIR)$(PREFIX)/lib/sw-pool
+	install -m 0755 $(SPANK) $(DESTDIR)$(PREFIX)/lib/sw-pool/sw_pool_spank.so
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount \
@@ -41,6 +51,7 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sw-pool.fish \
 	  $(DESTDIR)/etc/profile.d/sw-pool.sh $(DESTDIR)$(PREFIX)/share/sw-pool/lmod/pool-modulefile.lua \
 	  $(DESTDIR)$(PREFIX)/share/sw-pool/modules/pool-modulefile.tcl \
+	  $(DESTDIR)$(PREFIX)/lib/sw-pool/sw_pool_spank.so \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/prolog $(DESTDIR)$(PREFIX)/libexec/sw-pool/task-prolog \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog
 

@@ -50,8 +50,9 @@ Description: software pools for HPC clusters: broadcast with MPI, mounted with F
  .
  This package installs the sw-pool tool, the paper's scalable-fs-cp and
  scalable-fs-mount names, the Slurm prolog/task prolog/epilog hooks, man
- pages, shell completions, the shell integration in /etc/profile.d and the
- pool modulefiles for Lmod and Environment Modules.
+ pages, shell completions, the shell integration in /etc/profile.d, the
+ pool modulefiles for Lmod and Environment Modules and the Slurm SPANK
+ plugin (--pool for sbatch, salloc and srun).
 EOF
 cat > "$ROOT/DEBIAN/conffiles" <<EOF
 /etc/profile.d/sw-pool.sh

@@ -43,6 +43,7 @@ check "zsh completion" test -s /usr/share/zsh/site-functions/_sw-pool
 check "fish completion" test -s /usr/share/fish/vendor_completions.d/sw-pool.fish
 check "profile.d shell function" grep -q 'sw-pool()' /etc/profile.d/sw-pool.sh
 check "Lmod pool modulefile" grep -q 'module load pool' /usr/share/sw-pool/lmod/pool-modulefile.lua
+check "SPANK plugin (--pool)" test -s /usr/lib/sw-pool/sw_pool_spank.so
 check "Tcl pool modulefile" grep -q '^#%Module' /usr/share/sw-pool/modules/pool-modulefile.tcl
 check "trusted-keys directory" test -d /etc/sw-pool/trusted-keys
 check "config.toml is a conffile" grep -qx /etc/sw-pool/config.toml /var/lib/dpkg/info/sw-pool.conffiles

@@ -463,6 +463,9 @@ env_vars! {
     SrunMpi "SW_POOL_SRUN_MPI" Option "pmix" "srun's `--mpi` plugin for `load` in a job (`none`: none)";
     StallTimeout "SW_POOL_STALL_TIMEOUT" Option "120" "seconds without progress before a broadcast fails";
     Load "SW_POOL_LOAD" Option "none" "pools the TaskProlog loads in every step (given at submission)";
+    SpankPools "SW_POOL_SPANK_POOLS" State "none" "pools asked for with the SPANK option `--pool` (broadcast once per job)";
+    SpankStep "SW_POOL_SPANK_STEP" State "none" "`batch` in the batch step of a job submitted with `--pool` (set by the SPANK plugin)";
+    SpankDone "SW_POOL_SPANK_DONE" State "none" "the job whose `--pool` pools were broadcast (later steps skip it)";
     Bin "SW_POOL_BIN" Option "`sw-pool` on PATH" "the sw-pool the pool modulefile runs (read by the modulefile only)";
     JobPools "SW_POOL_JOB_POOLS" State "none" "pools loaded in this job, for the TaskProlog of later steps";
     Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";

@@ -410,6 +410,24 @@ pub enum SlurmHook {
     /// Epilog (root, every allocated node): unmount what the job mounted, remove its records, kill
     /// its leftover FUSE helpers; other jobs' mounts stay
     Epilog(HookArgs),
+    /// For the SPANK plugin, at submission: check that every pool of a `--pool` list exists and
+    /// passes the trust policy
+    CheckPools {
+        /// NAME/VERSION[,NAME/VERSION...]
+        pools: String,
+    },
+    /// For the SPANK plugin: load every pool of the list on all nodes of a job, one broadcast each
+    /// (`sw-pool load` spread with `srun --overlap`)
+    Broadcast {
+        /// The job
+        #[arg(long, value_name = "JOB_ID")]
+        job_id: String,
+        /// Its number of nodes
+        #[arg(long)]
+        nodes: u32,
+        /// NAME/VERSION[,NAME/VERSION...]
+        pools: String,
+    },
 }
 
 #[derive(Debug, Args)]

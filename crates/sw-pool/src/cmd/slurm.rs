@@ -27,7 +27,114 @@ pub fn run(g: &GlobalArgs, a: SlurmArgs) -> Result<(), Error> {
         SlurmHook::Prolog(h) => root_hook(g, h, "prolog"),
         SlurmHook::Epilog(h) => root_hook(g, h, "epilog"),
         SlurmHook::TaskProlog => task_prolog(),
+        SlurmHook::CheckPools { pools } => check_pools(&pools),
+        SlurmHook::Broadcast {
+            job_id,
+            nodes,
+            pools,
+        } => broadcast(&job_id, nodes, &pools),
     }
+}
+
+/// `--pool LIST` at submission: each entry resolves to a pool that the trust policy accepts, or
+/// the submission fails with the reason.
+fn check_pools(list: &str) -> Result<(), Error> {
+    let specs = slurm::parse_load_var(list);
+    if specs.is_empty() {
+        return Err(Error::other(
+            ExitStatus::Usage,
+            "--pool: give NAME/VERSION[,NAME/VERSION...]".to_string(),
+        ));
+    }
+    let cfg = super::config()?;
+    let sys = RealSys::new();
+    let node = NodeContext::real(&cfg, &sys)?;
+    for spec in specs {
+        let ctx = |e: Error| Error::other(e.exit_status(), format!("--pool={spec}: {e}"));
+        let src = swpool_core::load::resolve(std::path::Path::new(&spec), &cfg.pool_path.value)
+            .map_err(ctx)?;
+        let verdict = swpool_core::load::authorize_in_place(&node, &src).map_err(ctx)?;
+        if let Some(w) = verdict.as_ref().and_then(|v| v.warning(&src)) {
+            crate::eline!("sw-pool: warning: --pool={spec}: {w}");
+        }
+    }
+    Ok(())
+}
+
+/// Load each pool on every node of the job with one broadcast: `sw-pool load` spread over the
+/// allocation by `srun --overlap` (as `load` in a batch script does). The step's tasks get no
+/// `SW_POOL_LOAD`, so their TaskProlog does not load per node; they get `SW_POOL_SPANK_DONE`, so
+/// the plugin does not start again inside them.
+fn broadcast(job: &str, nodes: u32, list: &str) -> Result<(), Error> {
+    use swpool_core::config::EnvVar;
+    let exe = std::env::current_exe().map_err(|e| {
+        Error::other(
+            ExitStatus::System,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let nodes_s = nodes.to_string();
+    // the allocation as given, not as the caller's environment says (srun's own process, a task)
+    let get = |k: &str| match k {
+        "SLURM_JOB_ID" => Some(job.to_string()),
+        "SLURM_JOB_NUM_NODES" | "SLURM_NNODES" => Some(nodes_s.clone()),
+        "SLURM_STEP_ID" => None,
+        k if k.starts_with("PMI") || k.starts_with("OMPI_") || k == "MPI_LOCALNRANKS" => None,
+        k => std::env::var(k).ok(),
+    };
+    for spec in slurm::parse_load_var(list) {
+        let args = [
+            "load",
+            "-q",
+            "--no-progress",
+            "--shell",
+            "sh",
+            spec.as_str(),
+        ]
+        .map(std::ffi::OsString::from);
+        let cmd = match slurm::spread_command(get, &exe, args.clone()) {
+            Some(c) => c,
+            // one node: no srun needed
+            None => swpool_core::exec::ToolCommand::new(swpool_core::exec::Tool::Srun)
+                .program(&exe)
+                .args(args),
+        };
+        let mut c = cmd.command()?;
+        // srun would apply the plugin's option again (sbatch passes it on to every srun in the
+        // job as SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_pool): the tasks' TaskProlog would then
+        // load the pool on each node before the broadcast does
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy()
+                .starts_with("SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_")
+            {
+                c.env_remove(&k);
+            }
+        }
+        c.env("SLURM_JOB_ID", job)
+            .env(EnvVar::SpankDone.name(), job)
+            .env(EnvVar::Spread.name(), "0")
+            .env_remove(EnvVar::Load.name())
+            .env_remove(EnvVar::SpankPools.name())
+            .env_remove(EnvVar::SpankStep.name())
+            .env_remove(EnvVar::JobPools.name())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        let st = c.status().map_err(|e| {
+            Error::other(
+                ExitStatus::Tool,
+                format!("--pool={spec}: cannot run {}: {e}", cmd.cmdline()),
+            )
+        })?;
+        if !st.success() {
+            return Err(Error::other(
+                ExitStatus::Collective,
+                format!(
+                    "--pool={spec}: loading it on the job's {nodes} node(s) failed ({st}); see the messages above"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn getenv(k: &str) -> Option<String> {
@@ -46,6 +153,14 @@ fn task_prolog() -> Result<(), Error> {
     }
     let node = swpool_core::users::hostname();
     let job_id = getenv("SLURM_JOB_ID");
+    // the batch step of a job submitted with `--pool` (SPANK plugin): broadcast its pools to every
+    // node first, once, so that no node reads them from shared storage on its own
+    let r = spank_batch_broadcast(job_id.as_deref());
+    if let Err(e) = r {
+        let msg = format!("sw-pool: error: task prolog on {node}: {e}");
+        println!("print {}", msg.replace('\n', " "));
+        return Err(e);
+    }
     let r = (|| -> Result<String, Error> {
         let cfg = super::config()?;
         let sys = RealSys::new();
@@ -73,4 +188,25 @@ fn task_prolog() -> Result<(), Error> {
             Err(e)
         }
     }
+}
+
+/// In the batch step of a `--pool` job (`SW_POOL_SPANK_STEP=batch`, set by the plugin), before the
+/// script starts: the broadcast, then `export SW_POOL_SPANK_DONE=JOB` so the script's steps skip it.
+fn spank_batch_broadcast(job_id: Option<&str>) -> Result<(), Error> {
+    use swpool_core::config::EnvVar;
+    let (Some(job), Some(pools)) = (job_id, EnvVar::SpankPools.get_nonempty()) else {
+        return Ok(());
+    };
+    if EnvVar::SpankStep.get_nonempty().as_deref() != Some("batch")
+        || EnvVar::SpankDone.get_nonempty().as_deref() == Some(job)
+    {
+        return Ok(());
+    }
+    let nodes = getenv("SLURM_JOB_NUM_NODES")
+        .or_else(|| getenv("SLURM_NNODES"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    broadcast(job, nodes, &pools)?;
+    println!("export {}={job}", EnvVar::SpankDone.name());
+    Ok(())
 }
