@@ -5,13 +5,6 @@ Kept literal so that the model moves chunks in the same rounds as the Rust engin
 
 ROUND_MEMORY_BUDGET = 160 << 20
 MAX_ROUND_BUFS = 3
-MIN_READ_SHARE = 64 << 20
-
-
-def readers(nodes, data_bytes):
-    """How many receivers read SRC (plan.rs `readers`): one per MIN_READ_SHARE, at least 1, at most all."""
-    want = max(1, -(-int(data_bytes) // MIN_READ_SHARE))
-    return min(want, max(nodes, 1))
 
 
 def owner_range(count, owners, k):

@@ -216,7 +216,7 @@ def volumes(algo, n, chunk, size=10**9):
     """Two data volumes V1 < V2 = 2 V1 (whole rounds for the engine) to simulate; a full pipeline's
     time is affine in the volume, so T(size) = T(V1) + (size - V1) (T(V2) - T(V1)) / (V2 - V1)."""
     if algo in ("ring", "bcast"):
-        s = plan.slots_per_round(plan.readers(n, size), chunk)
+        s = plan.slots_per_round(n, chunk)
         unit = s * plan.round_buffers(s, chunk)
         k = max(2, BUDGET // (2 * unit * max(n - 1, 1)))
         v1 = k * unit
@@ -252,7 +252,7 @@ def ring_round_bound(p, n, size, chunk):
     the completion up to one poll period late; nb rounds are in flight and round r+nb's header
     allgather waits for round r everywhere. So a round takes ~(N - 1 + S - 1) steps and at most nb
     overlap: T >= ceil(R / nb) * (N + S - 2) * t_step."""
-    s = plan.slots_per_round(plan.readers(n, size), chunk)
+    s = plan.slots_per_round(n, chunk)
     nb = plan.round_buffers(s, chunk)
     rounds = math.ceil(math.ceil(size / chunk) / s)
     hop = chunk / p["node_link_bw"] + p["node_link_lat"] + p["mpi_overhead"]
@@ -275,39 +275,27 @@ def predict(pnames, chunk=MiB, quick=False):
     jobs, keys = [], []
     ns = SIM_NS if not quick else [2, 4]
     algos = sim.ALGORITHMS + sim.PROPOSED
-    # the engine's reader count depends on the pool's size (plan.readers): the engine algorithms are
-    # simulated per size where the counts differ, with the full size's readers
-    def groups(algo, n):
-        if algo not in ("ring", "bcast"):
-            return [(tuple(SIZES), None)]
-        by = {}
-        for size in SIZES:
-            by.setdefault(plan.readers(n, size), []).append(size)
-        return [(tuple(sz), r) for r, sz in by.items()]
-
     for pn in pnames:
         p = platform(pn)
         for algo in algos:
             for n in ns:
-                for sizes, r in groups(algo, n):
-                    v1, v2 = volumes(algo, n, chunk, sizes[0])
-                    if math.ceil(SIZES[0] / chunk) * max(n - 1, 1) <= BUDGET:
-                        v1, v2 = SIZES[0] // 2, SIZES[0]
-                    for v in (v1, v2):
-                        jobs.append((p, algo, n, v, chunk, {} if r is None else {"readers": r}))
-                        keys.append((pn, algo, n, sizes, v))
+                v1, v2 = volumes(algo, n, chunk)
+                if math.ceil(SIZES[0] / chunk) * max(n - 1, 1) <= BUDGET:
+                    v1, v2 = SIZES[0] // 2, SIZES[0]
+                for v in (v1, v2):
+                    jobs.append((p, algo, n, v, chunk, {}))
+                    keys.append((pn, algo, n, v))
     res = dict(zip(keys, run_all(jobs)))
     table = {}
     for pn in pnames:
         for algo in algos:
             for n in ns:
-                for sizes, _ in groups(algo, n):
-                    (v1, t1), (v2, t2) = [(k[4], t) for k, t in res.items() if k[:4] == (pn, algo, n, sizes)]
-                    for size in sizes:
-                        if size == v2:
-                            table[(pn, algo, n, size)] = (t2, "sim")
-                        else:
-                            table[(pn, algo, n, size)] = (t1 + (size - v1) * (t2 - t1) / (v2 - v1), "sim-v")
+                (v1, t1), (v2, t2) = [(k[3], t) for k, t in res.items() if k[:3] == (pn, algo, n)]
+                for size in SIZES:
+                    if size == v2:
+                        table[(pn, algo, n, size)] = (t2, "sim")
+                    else:
+                        table[(pn, algo, n, size)] = (t1 + (size - v1) * (t2 - t1) / (v2 - v1), "sim-v")
     for pn in pnames:
         p = platform(pn)
         for algo in algos:
@@ -352,11 +340,10 @@ def ring_check(chunk=MiB):
     for pn in CHECK_PLATFORMS:
         p = platform(pn)
         for n in CHECK_NS:
-            r = plan.readers(n, SIZES[0])
-            s = plan.slots_per_round(r, chunk)
+            s = plan.slots_per_round(n, chunk)
             unit = s * plan.round_buffers(s, chunk)
             for k in (1, 2):
-                jobs.append((p, "ring", n, k * unit * chunk, chunk, {"readers": r}))
+                jobs.append((p, "ring", n, k * unit * chunk, chunk, {}))
                 keys.append((pn, "ring", n, k * unit * chunk))
         for k in (1, 2):
             jobs.append((p, "stream-ring", 128, k * 128 * chunk, chunk, {}))

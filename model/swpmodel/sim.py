@@ -236,12 +236,9 @@ def chunk_list(nbytes, chunk, zero_fraction=0.0):
 def run_engine(w, chunks, chunk, mode, opts):
     sg = w.sg
     n = w.n
-    # only the first `readers` receivers read SRC (plan.rs `readers`; from the full pool size when a
-    # smaller volume is simulated for extrapolation)
-    owners = opts.get("readers") or plan.readers(n, sum(length for (_, length) in chunks))
-    slots = opts.get("slots") or plan.slots_per_round(owners, chunk)
+    slots = opts.get("slots") or plan.slots_per_round(n, chunk)
     nb = opts.get("round_bufs") or plan.round_buffers(slots, chunk)
-    rounds = plan.plan_rounds(len(chunks), owners, slots)
+    rounds = plan.plan_rounds(len(chunks), n, slots)
     hdr = Collective(w)
     nodes = [Node(w, i) for i in range(n)]
     for i in range(n):
