@@ -122,41 +122,22 @@ pub(super) fn leader_copy(
     let transferred: Local<()> = match &prepared {
         None => Ok(()),
         Some(Prepared::File { tmp, out }) => {
-            // only the first receivers read SRC (one per MIN_READ_SHARE of data): the others open
-            // nothing on shared storage and get every chunk over the network
-            // (without a communicator among the receivers every node copies on its own)
-            let distributed = tcomm.as_ref().is_some_and(|c| c.size() > 1);
-            let readers = if distributed {
-                super::plan::readers(receivers.len(), info.data_bytes)
-            } else {
-                1
-            };
-            let reads = !distributed
-                || receivers
-                    .iter()
-                    .position(|&r| r == job.node_index())
-                    .is_some_and(|i| i < readers);
-            let src_f = if !reads {
-                Ok(None)
-            } else {
-                File::open(src).map(Some).map_err(|e| {
-                    bad(
-                        crate::error::io_status(&e),
-                        format!("cannot open SRC {}: {e}", src.display()),
-                    )
-                })
-            };
-            let src_f = src_f.and_then(|f| match (&opts.authorized, &f) {
-                (Some(a), Some(file)) => a.check_file(src, file).map(|()| f),
-                _ => Ok(f),
+            let src_f = File::open(src).map_err(|e| {
+                bad(
+                    crate::error::io_status(&e),
+                    format!("cannot open SRC {}: {e}", src.display()),
+                )
+            });
+            let src_f = src_f.and_then(|f| match &opts.authorized {
+                Some(a) => a.check_file(src, &f).map(|()| f),
+                None => Ok(f),
             });
             match src_f {
                 Err(e) => Err(e),
                 Ok(src_f) => {
                     let chunks = chunk_list(&info);
                     let fj = engine::FileJob {
-                        src: src_f.as_ref(),
-                        readers,
+                        src: &src_f,
                         src_path: src,
                         out,
                         out_path: tmp.path(),

@@ -55,19 +55,6 @@ pub fn plain_chunks(len: u64, chunk_size: u64, data: &[Range<u64>]) -> Vec<Chunk
         .collect()
 }
 
-/// The least data worth giving a reader of its own: below this, one more node opening SRC (path
-/// lookup, open, stat, the trailer check, readahead past its share) costs the shared file system more
-/// metadata work than its bandwidth saves. A 1 GiB pool is read by up to 16 nodes; a 14 MB bundle
-/// by one.
-pub const MIN_READ_SHARE: u64 = 64 << 20;
-
-/// How many of `nodes` receivers read SRC (the first ones): one per [`MIN_READ_SHARE`] of data, at
-/// least one, at most all.
-pub fn readers(nodes: usize, data_bytes: u64) -> usize {
-    let want = data_bytes.div_ceil(MIN_READ_SHARE).max(1);
-    (want.min(nodes.max(1) as u64)) as usize
-}
-
 /// Split `count` chunks among `owners` readers in contiguous, balanced blocks (the first
 /// `count % owners` readers get one more): reader `k` reads `owner_range(count, owners, k)`.
 /// Contiguous blocks keep every reader's accesses sequential on shared storage.
@@ -312,22 +299,5 @@ mod tests {
         assert_eq!(c.len(), 3);
         assert_eq!(c[2].len, (2 * mib + 1) as u32);
         assert!(plain_chunks(0, 4096, &[]).is_empty());
-    }
-}
-
-#[cfg(test)]
-mod readers_tests {
-    use super::*;
-
-    #[test]
-    fn one_reader_per_share_of_data_at_least_one_at_most_all() {
-        assert_eq!(readers(8, 0), 1);
-        assert_eq!(readers(8, 14_500_000), 1);
-        assert_eq!(readers(8, MIN_READ_SHARE), 1);
-        assert_eq!(readers(8, MIN_READ_SHARE + 1), 2);
-        assert_eq!(readers(8, 1 << 30), 8);
-        assert_eq!(readers(32, 1 << 30), 16);
-        assert_eq!(readers(1, 10 << 30), 1);
-        assert_eq!(readers(0, 10 << 30), 1);
     }
 }

@@ -73,10 +73,7 @@ fn io_err(what: &str, e: &std::io::Error) -> (ExitStatus, String) {
 
 /// What the pipeline needs to know.
 pub(crate) struct FileJob<'a> {
-    /// SRC, opened on the receivers that read it (the first `readers`); `None` on the others.
-    pub src: Option<&'a File>,
-    /// How many receivers read SRC ([`super::plan::readers`]).
-    pub readers: usize,
+    pub src: &'a File,
     pub src_path: &'a std::path::Path,
     pub out: &'a File,
     pub out_path: &'a std::path::Path,
@@ -105,13 +102,7 @@ fn read_chunk(
     while done < len {
         let n = (len - done).min(PIECE);
         let off = c.offset + done as u64;
-        let Some(src) = job.src else {
-            return Err((
-                ExitStatus::Internal,
-                format!("chunk at {off} assigned to a node that does not read SRC"),
-            ));
-        };
-        match src.read_at(&mut buf[done..done + n], off) {
+        match job.src.read_at(&mut buf[done..done + n], off) {
             Ok(0) => {
                 return Err((
                     ExitStatus::BadInput,
@@ -309,9 +300,8 @@ pub(crate) fn distribute(
 ) -> LocalResult<()> {
     let n = comm.size() as usize;
     let me = comm.rank() as usize;
-    let readers = job.readers.clamp(1, n);
-    let slots = plan::slots_per_round(readers, job.chunk_size);
-    let rounds = plan::plan_rounds(job.chunks.len(), readers, slots);
+    let slots = plan::slots_per_round(n, job.chunk_size);
+    let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
     let recv_bufs = plan::round_buffers(slots, job.chunk_size);
     let send_bufs = plan::send_buffers(recv_bufs);
     let chunk = job.chunk_size as usize;
