@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::env::{self, Change, PoolMount, Snapshot};
 use crate::error::{Error, ExitStatus};
 use crate::mount::{self, paths, MountOptions, Sys};
-use crate::pool::Pool;
+use crate::pool::{Manifest, Pool};
 use crate::slurm::{self, JobPool};
 use crate::state::{self, AcquireRequest, StateDir};
 use crate::transfer::{copy, Authorized, CopyOptions, CopyReport, ProgressSink};
@@ -188,16 +188,7 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Err
             ));
         }
     }
-    let base = cache::base_dir(
-        req.cache_dir.as_deref(),
-        node.cfg.cache_dir.value.as_deref(),
-    );
-    let dest = cache::entry_path(
-        &cache::dir(&base, node.uid, true)?,
-        &m.name,
-        &m.version,
-        &m.digest,
-    );
+    let dest = cache_entry(node, req, m)?;
     let authorized = Authorized::of(&pool);
     Ok((
         Plan {
@@ -209,6 +200,20 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Err
             verdict,
         },
         authorized,
+    ))
+}
+
+/// This node's cache entry for the pool with manifest `m` (the request's cache directory first).
+fn cache_entry(node: &NodeContext, req: &LoadRequest, m: &Manifest) -> Result<PathBuf, Error> {
+    let base = cache::base_dir(
+        req.cache_dir.as_deref(),
+        node.cfg.cache_dir.value.as_deref(),
+    );
+    Ok(cache::entry_path(
+        &cache::dir(&base, node.uid, true)?,
+        &m.name,
+        &m.version,
+        &m.digest,
     ))
 }
 
@@ -232,16 +237,7 @@ fn plan_from(
     }
     let verdict = authorize(&pool, &node.policy)?;
     let m = &pool.manifest;
-    let base = cache::base_dir(
-        req.cache_dir.as_deref(),
-        node.cfg.cache_dir.value.as_deref(),
-    );
-    let dest = cache::entry_path(
-        &cache::dir(&base, node.uid, true)?,
-        &m.name,
-        &m.version,
-        &m.digest,
-    );
+    let dest = cache_entry(node, req, m)?;
     Ok((
         Plan {
             dest,
