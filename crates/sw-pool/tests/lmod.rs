@@ -27,21 +27,13 @@ fn mount(img: &Path, at: &Path) -> Mount {
     Mount(at.to_path_buf())
 }
 
-const MODULECMD_TCL: &str =
-    "/opt/sw-pool-deps/environment-modules/usr/lib/x86_64-linux-gnu/modulecmd.tcl";
-
 fn lmod(script: &str, env: &[(&str, &Path)]) -> Out {
     shell(&format!("source {LMOD_INIT}"), script, env)
 }
 
 /// The same with Environment Modules 5.2 (its modulecmd.tcl, unpacked by `make setup`).
 fn envmod(script: &str, env: &[(&str, &Path)]) -> Out {
-    assert!(
-        Path::new(MODULECMD_TCL).exists(),
-        "Environment Modules is not unpacked (make setup)"
-    );
-    let init = format!("module() {{ eval \"$(tclsh {MODULECMD_TCL} bash \"$@\")\"; }}");
-    shell(&init, script, env)
+    shell(&envmod_init(), script, env)
 }
 
 fn shell(init: &str, script: &str, env: &[(&str, &Path)]) -> Out {

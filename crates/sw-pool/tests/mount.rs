@@ -655,20 +655,11 @@ enum Modules {
     Tcl,
 }
 
-const MODULECMD_TCL: &str =
-    "/opt/sw-pool-deps/environment-modules/usr/lib/x86_64-linux-gnu/modulecmd.tcl";
-
 impl Modules {
     fn init(self) -> String {
         match self {
             Modules::Lmod => format!("source {LMOD_INIT}"),
-            Modules::Tcl => {
-                assert!(
-                    Path::new(MODULECMD_TCL).exists(),
-                    "Environment Modules is not unpacked (make setup)"
-                );
-                format!("module() {{ eval \"$(tclsh {MODULECMD_TCL} bash \"$@\")\"; }}")
-            }
+            Modules::Tcl => envmod_init(),
         }
     }
     /// The pool modulefile template and the name it is installed under for version `v`.

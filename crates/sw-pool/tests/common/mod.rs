@@ -167,3 +167,17 @@ pub fn sample_tree(root: &Path) {
     )
     .unwrap();
 }
+
+/// Environment Modules 5.2's command, from the Debian package `make setup` unpacks beside Lmod
+/// (the package conflicts with lmod).
+pub const MODULECMD_TCL: &str =
+    "/opt/sw-pool-deps/environment-modules/usr/lib/x86_64-linux-gnu/modulecmd.tcl";
+
+/// The shell code that defines Environment Modules' `module` function, as its init scripts do.
+pub fn envmod_init() -> String {
+    assert!(
+        Path::new(MODULECMD_TCL).exists(),
+        "Environment Modules is not unpacked (make setup)"
+    );
+    format!("module() {{ eval \"$(tclsh {MODULECMD_TCL} bash \"$@\")\"; }}")
+}
