@@ -113,25 +113,20 @@ assert_eq "sbatch --pool: hello runs from the pool on all 4 nodes" 4 "$(grep '^h
 assert_within "sbatch --pool: shared storage served about 1x the pool (one broadcast) ($bytes bytes, pool $POOL_BYTES)" "$(calc "$bytes / $POOL_BYTES")" 0.95 1.5
 clean_after "sbatch --pool"
 
-# --- srun -N4 --pool=demo/1.0 (its own allocation)
-uncache
-b0=$("$TESTBED/storage-bytes")
-rc=0; out=$(u srun -N4 --ntasks-per-node=1 --pool=demo/1.0 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 && hello' 2>&1) || rc=$?
-bytes=$(( $("$TESTBED/storage-bytes") - b0 ))
-assert_eq "srun --pool exits 0" 0 "$rc"
-[[ $rc == 0 ]] || printf '%s\n' "$out" | sed 's/^/  srun: /' | head -8
-assert_eq "srun --pool: hello runs from the pool on all 4 nodes" 4 "$(grep '^hello from node' <<< "$out" | sort -u | wc -l)"
-assert_within "srun --pool: shared storage served about 1x the pool ($bytes bytes)" "$(calc "$bytes / $POOL_BYTES")" 0.95 1.5
-clean_after "srun --pool"
-
-# --- salloc -N4 --pool=demo/1.0 srun ...
-uncache
-b0=$("$TESTBED/storage-bytes")
-rc=0; out=$(u salloc -N4 --pool=demo/1.0 srun --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 && hello' 2>&1) || rc=$?
-bytes=$(( $("$TESTBED/storage-bytes") - b0 ))
-assert_eq "salloc --pool exits 0" 0 "$rc"
-[[ $rc == 0 ]] || printf '%s\n' "$out" | sed 's/^/  salloc: /' | head -8
-assert_eq "salloc --pool: hello runs from the pool on all 4 nodes" 4 "$(grep '^hello from node' <<< "$out" | sort -u | wc -l)"
-assert_within "salloc --pool: shared storage served about 1x the pool ($bytes bytes)" "$(calc "$bytes / $POOL_BYTES")" 0.95 1.5
-clean_after "salloc --pool"
+# --- srun and salloc: run CMD (it runs `hello` from the pool in one task per node) with empty node
+# caches; it exits 0, hello ran on all 4 nodes, shared storage served about 1x the pool
+interactive() {  # interactive NAME CMD...
+  local name=$1 rc=0 out b0 bytes; shift
+  uncache
+  b0=$("$TESTBED/storage-bytes")
+  out=$(u "$@" bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 && hello' 2>&1) || rc=$?
+  bytes=$(( $("$TESTBED/storage-bytes") - b0 ))
+  assert_eq "$name exits 0" 0 "$rc"
+  [[ $rc == 0 ]] || printf '%s\n' "$out" | sed "s/^/  ${name%% *}: /" | head -8
+  assert_eq "$name: hello runs from the pool on all 4 nodes" 4 "$(grep '^hello from node' <<< "$out" | sort -u | wc -l)"
+  assert_within "$name: shared storage served about 1x the pool ($bytes bytes)" "$(calc "$bytes / $POOL_BYTES")" 0.95 1.5
+  clean_after "$name"
+}
+interactive "srun --pool" srun -N4 --ntasks-per-node=1 --pool=demo/1.0    # its own allocation
+interactive "salloc --pool" salloc -N4 --pool=demo/1.0 srun --ntasks-per-node=1
 finish
