@@ -250,10 +250,12 @@ mod tests {
             .current_dir(d.path())
             .spawn()
             .unwrap();
-        // the fork is visible before its chdir and exec: wait (bounded) until it runs `sleep`
-        let comm = format!("/proc/{}/comm", c.id());
+        // the fork is visible before its chdir and exec, and the exec sets the name (`comm`)
+        // before the new command line is readable (`[sleep]` in between): wait (bounded) until
+        // /proc shows the command line itself
+        let cmdline = format!("/proc/{}/cmdline", c.id());
         let t0 = std::time::Instant::now();
-        while std::fs::read_to_string(&comm).map_or(true, |s| s.trim() != "sleep")
+        while std::fs::read(&cmdline).map_or(true, |s| !s.starts_with(b"sleep\0"))
             && t0.elapsed() < std::time::Duration::from_secs(10)
         {
             std::thread::sleep(std::time::Duration::from_millis(5));
