@@ -36,6 +36,13 @@ impl T {
     fn run(&self, args: &[&str]) -> Out {
         run(self.sw().args(args))
     }
+    /// `run`, which must exit 0 (its stderr in the failure message).
+    #[track_caller]
+    fn ok(&self, args: &[&str]) -> Out {
+        let o = self.run(args);
+        assert_eq!(o.code, 0, "sw-pool {args:?}: {}", o.stderr);
+        o
+    }
     fn cache_files(&self) -> Vec<String> {
         let mut v = Vec::new();
         for e in std::fs::read_dir(self.p("local")).unwrap().flatten() {
@@ -117,7 +124,7 @@ fn untrusted_signers_warn_and_installed_keys_require_signatures() {
     ] {
         assert!(o.stderr.contains(needle), "{needle}: {}", o.stderr);
     }
-    assert_eq!(t.run(&["unload", t.p("m1").to_str().unwrap()]).code, 0);
+    t.ok(&["unload", t.p("m1").to_str().unwrap()]);
     // a trusted key installed: an unsigned pool is refused by default, nothing cached or mounted
     std::fs::copy(t.p("adm.pub.pem"), t.p("keys/site-admin.pem")).unwrap();
     let before = t.cache_files();
@@ -152,12 +159,12 @@ fn untrusted_signers_warn_and_installed_keys_require_signatures() {
     ]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stderr.contains("is unsigned"), "{}", o.stderr);
-    assert_eq!(t.run(&["unload", t.p("m3").to_str().unwrap()]).code, 0);
+    t.ok(&["unload", t.p("m3").to_str().unwrap()]);
     // and the signed pool now loads as trusted, without a warning
     let o = t.run(&["load", "-m", t.p("m4").to_str().unwrap(), ps]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(!o.stderr.contains("warning"), "{}", o.stderr);
-    assert_eq!(t.run(&["unload", t.p("m4").to_str().unwrap()]).code, 0);
+    t.ok(&["unload", t.p("m4").to_str().unwrap()]);
 }
 
 #[test]
@@ -286,7 +293,7 @@ fn trust_policy_and_failures_leave_nothing() {
         ps,
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(t.run(&["unload", t.p("m1").to_str().unwrap()]).code, 0);
+    t.ok(&["unload", t.p("m1").to_str().unwrap()]);
     // a flipped byte in the image, loaded into an empty cache (the verified cache entry of the good
     // pool would be served instead, without reading the damaged file at all): refused as it lands
     let mut b = std::fs::read(&p).unwrap();
@@ -352,7 +359,7 @@ fn a_pool_without_modulefiles_loads_with_a_warning() {
     let o = t.run(&["load", p.to_str().unwrap()]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stderr.contains("no modulefiles/"), "{}", o.stderr);
-    assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
+    t.ok(&["unload", "demo/1.0"]);
 }
 
 #[test]
@@ -372,9 +379,9 @@ fn cache_list_prune_and_watermarks() {
         t.p("tree").to_str().unwrap(),
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(t.run(&["load", a.to_str().unwrap()]).code, 0);
-    assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
-    assert_eq!(t.run(&["load", b.to_str().unwrap()]).code, 0);
+    t.ok(&["load", a.to_str().unwrap()]);
+    t.ok(&["unload", "demo/1.0"]);
+    t.ok(&["load", b.to_str().unwrap()]);
     let o = t.run(&["cache", "list"]);
     assert!(
         o.stdout.contains("demo/1.0")
@@ -405,8 +412,8 @@ fn cache_list_prune_and_watermarks() {
         t.cache_files()
     );
     // watermarks: after a load, a cache above the high watermark loses its least recently used entries
-    assert_eq!(t.run(&["unload", "other/2"]).code, 0);
-    assert_eq!(t.run(&["load", a.to_str().unwrap()]).code, 0);
+    t.ok(&["unload", "other/2"]);
+    t.ok(&["load", a.to_str().unwrap()]);
     assert_eq!(t.cache_files().len(), 2);
     let o = run(t
         .sw()
@@ -419,7 +426,7 @@ fn cache_list_prune_and_watermarks() {
         2,
         "both are mounted now, neither is evicted: {left:?}"
     );
-    assert_eq!(t.run(&["unload", "demo/1.0"]).code, 0);
+    t.ok(&["unload", "demo/1.0"]);
     let o = run(t
         .sw()
         .env("SW_POOL_CACHE_HIGH", "1")
@@ -432,8 +439,8 @@ fn cache_list_prune_and_watermarks() {
         "demo/1.0 (not mounted, least recently used) evicted: {left:?}"
     );
     assert!(left[0].starts_with("other-2-"), "{left:?}");
-    assert_eq!(t.run(&["unload", "other/2"]).code, 0);
-    assert_eq!(t.run(&["unload", "other/2"]).code, 0);
+    t.ok(&["unload", "other/2"]);
+    t.ok(&["unload", "other/2"]);
 }
 
 /// In a job (SLURM_JOB_ID, one node): load exports SW_POOL_JOB_POOLS; the TaskProlog run with the
@@ -510,9 +517,9 @@ fn job_pools_for_the_task_prolog_and_cleanup_by_job() {
         2
     );
     // the first job's epilog: the second job keeps the mount; then the second's
-    assert_eq!(t.run(&["cleanup", "--job", "4711"]).code, 0);
+    t.ok(&["cleanup", "--job", "4711"]);
     assert_eq!(t.fuse_mounts(), 1);
-    assert_eq!(t.run(&["cleanup", "--job", "4712"]).code, 0);
+    t.ok(&["cleanup", "--job", "4712"]);
     assert_eq!(t.fuse_mounts(), 0);
     let o = t.run(&["list", "--unreported"]);
     assert!(

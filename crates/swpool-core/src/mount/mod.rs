@@ -767,6 +767,27 @@ fn run_unmount(sys: &dyn Sys, mp: &Path, lazy: bool) -> Result<(), ExecError> {
     sys.run(&c.path(mp)).map(drop)
 }
 
+/// Transient EBUSY: a path walk in another process (a `stat`, a mount-table scan) holds a
+/// reference to the mount for microseconds. Try again a few times (about 0.3 s in all) before
+/// calling it busy; a real holder is still there afterwards and is named then.
+const BUSY_RETRIES: [u64; 4] = [10, 30, 80, 180];
+
+fn unmount_retrying_busy(sys: &dyn Sys, mp: &Path) -> Result<(), ExecError> {
+    let busy = |e: &ExecError| e.stderr().is_some_and(|s| s.contains("busy"));
+    let mut result = run_unmount(sys, mp, false);
+    for ms in BUSY_RETRIES {
+        match &result {
+            Err(e) if busy(e) => {
+                tracing::debug!(mount_point = %mp.display(), "busy; trying again in {ms} ms");
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                result = run_unmount(sys, mp, false);
+            }
+            _ => break,
+        }
+    }
+    result
+}
+
 /// How an unmount went.
 #[derive(Debug, Clone, Serialize)]
 pub struct Unmounted {
@@ -794,7 +815,7 @@ pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, Mount
         });
     }
     let was_stale = state(sys, &mounts, mp) == MountState::Stale;
-    match run_unmount(sys, mp, false) {
+    match unmount_retrying_busy(sys, mp) {
         Ok(_) => Ok(Unmounted {
             mount_point: mp.to_path_buf(),
             was_stale,

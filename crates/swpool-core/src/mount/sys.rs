@@ -336,6 +336,8 @@ mod fake {
         pub mounts: Vec<MountEntry>,
         /// `fusermount3 -u` fails as busy (a lazy `-z` still works).
         pub busy: bool,
+        /// `fusermount3 -u` fails as busy this many more times, then works (a transient holder).
+        pub busy_transient: u32,
         /// Mount points whose FUSE process is dead (probe gives ENOTCONN).
         pub stale: Vec<PathBuf>,
         pub euid: u32,
@@ -500,7 +502,11 @@ mod fake {
             let mp = PathBuf::from(line.rsplit(' ').next().unwrap_or_default());
             let mut sc = self.script.lock().unwrap();
             let lazy = line.contains(" -z ") || line.contains(" -l ");
-            if sc.busy && !lazy && !sc.stale.contains(&mp) {
+            let transient = sc.busy_transient > 0 && !lazy;
+            if transient {
+                sc.busy_transient -= 1;
+            }
+            if (sc.busy || transient) && !lazy && !sc.stale.contains(&mp) {
                 return Err(ExecError::Failed {
                     tool: cmd.tool(),
                     cmdline: line.clone(),

@@ -230,6 +230,22 @@ fn unmount_busy_names_holders_and_needs_force() {
 }
 
 #[test]
+fn a_transiently_busy_mount_is_unmounted_after_a_retry() {
+    let (_d, mp, sys) = setup(FakeHelper::Mounts);
+    mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT).unwrap();
+    sys.script.lock().unwrap().busy_transient = 2;
+    let u = unmount(&sys, &mp, false).unwrap();
+    assert!(!u.lazy, "no lazy detach for a transient holder");
+    let tries = sys
+        .calls()
+        .iter()
+        .filter(|c| c.contains("fusermount3 -u ") && !c.contains(" -z "))
+        .count();
+    assert_eq!(tries, 3, "{:?}", sys.calls());
+    assert!(sys.mount_table().is_empty());
+}
+
+#[test]
 fn stale_mounts_are_detected_and_unmounted() {
     let (_d, mp, sys) = setup(FakeHelper::Mounts);
     mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT).unwrap();
