@@ -335,6 +335,73 @@ fn multicall_name_scalable_fs_cp() {
     assert_eq!(sha256_file(&src), sha256_file(&dest));
 }
 
+/// The ring with many rounds on 5 "nodes" (an odd ring): dense, all-zero and short chunks, one
+/// chunk of every reader per round and rounds capped at 2 and 1 chunks (`SW_POOL_BENCH_SLOTS`, where
+/// most steps move nothing); every node gets the same bytes and every byte is read once.
+#[test]
+fn mpi_ring_rounds_of_every_shape() {
+    let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
+        std::process::Command::new(m)
+            .arg("--version")
+            .output()
+            .is_ok()
+    });
+    let Some(mpirun) = mpirun else {
+        skip("no mpirun on this machine");
+        return;
+    };
+    let d = scratch();
+    let src = d.path().join("f");
+    let chunk = 65536usize;
+    let mut data = Vec::new();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for c in 0..37 {
+        for _ in 0..chunk {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // every third chunk all zeros (read, not sent); chunk 36 is short (the tail)
+            data.push(if c % 3 == 1 { 0 } else { x as u8 });
+        }
+    }
+    data.truncate(36 * chunk + 1234);
+    std::fs::write(&src, &data).unwrap();
+    for cap in ["", "2", "1"] {
+        let dest = d.path().join(format!("ring{cap}-%n"));
+        let o = run(std::process::Command::new(mpirun)
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                "5",
+                "--mca",
+                "btl",
+                "self,vader,tcp",
+                "-x",
+                "SW_POOL_FAKE_NODES=1",
+                "-x",
+                "SW_POOL_CP_ALGORITHM=ring",
+                "-x",
+                &format!("SW_POOL_BENCH_SLOTS={cap}"),
+            ])
+            .arg(bin())
+            .args(["cp", "--json", "--chunk", "64KiB"])
+            .arg(&src)
+            .arg(&dest));
+        assert_eq!(o.code, 0, "cap {cap:?}: {}", o.stderr);
+        let j = json(&o);
+        assert_eq!(j["nodes_received"], 5);
+        assert_eq!(j["bytes_read_from_src"], data.len() as u64, "cap {cap:?}");
+        for i in 0..5 {
+            assert_eq!(
+                sha256_file(&src),
+                sha256_file(&d.path().join(format!("ring{cap}-{i}"))),
+                "cap {cap:?} node {i}"
+            );
+        }
+    }
+}
+
 /// Real Open MPI on this machine: 4 ranks, each its own "node" (`SW_POOL_FAKE_NODES=1`, `%n` in
 /// DEST = node index), every distribution algorithm, and a repeat that reads nothing.
 #[test]

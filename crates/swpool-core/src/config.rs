@@ -474,6 +474,7 @@ env_vars! {
     FakeNodes "SW_POOL_FAKE_NODES" Test "0" "`1`: every MPI rank is its own node (tests on one machine)";
     CpAlgorithm "SW_POOL_CP_ALGORITHM" Test "the engine's default" "broadcast algorithm: `ring`, `allgather` or `bcast` (benchmarks)";
     BenchNoVerify "SW_POOL_BENCH_NO_VERIFY" Test "0" "`1`: chunks are NOT verified (benchmarks only)";
+    BenchSlots "SW_POOL_BENCH_SLOTS" Test "no cap" "at most this many chunks per round (benchmarks: the round-latency bound on few nodes)";
 }
 
 impl EnvVar {

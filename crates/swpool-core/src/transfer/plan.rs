@@ -95,6 +95,38 @@ pub fn round_buffer_bytes(slots: usize, chunk_size: u64) -> u64 {
     (rb * slots + send_buffers(rb)) as u64 * chunk_size
 }
 
+/// The ring's rounds carry one chunk of every reader (`owners` slots): a ring round holds at most
+/// two chunks per leader at a time (the block it sends and the block it receives in the current
+/// step; each received block goes to the writer once forwarded), not the whole round, so its memory
+/// does not grow with the number of nodes. With fewer slots than readers a round's chunks would
+/// still travel all `owners − 1` hops while most links idle: about `N + S` steps for `S` chunks.
+pub fn ring_slots(owners: usize) -> usize {
+    owners.max(1)
+}
+
+/// Rounds of the ring in flight at once: up to [`MAX_ROUND_BUFS`], while their send buffers, two
+/// blocks each and one block for the writer fit in [`ROUND_MEMORY_BUDGET`] (`3R + 2` chunks).
+pub fn ring_rounds_in_flight(chunk_size: u64) -> usize {
+    let chunks = (ROUND_MEMORY_BUDGET / chunk_size.max(1)) as usize;
+    (chunks.saturating_sub(2) / 3).clamp(1, MAX_ROUND_BUFS)
+}
+
+/// Block buffers of the ring (each one chunk): what the budget leaves after the reader's send
+/// buffers; at least two per round in flight and one for the writer. The writer gives each back
+/// once the block is verified and written, so the surplus only lets the writer fall behind the
+/// network for a while.
+pub fn ring_block_buffers(chunk_size: u64) -> usize {
+    let chunks = (ROUND_MEMORY_BUDGET / chunk_size.max(1)) as usize;
+    let r = ring_rounds_in_flight(chunk_size);
+    chunks.saturating_sub(send_buffers(r)).max(2 * r + 1)
+}
+
+/// Peak bytes of the ring's buffers (send buffers and block buffers).
+pub fn ring_buffer_bytes(chunk_size: u64) -> u64 {
+    let r = ring_rounds_in_flight(chunk_size);
+    (send_buffers(r) + ring_block_buffers(chunk_size)) as u64 * chunk_size
+}
+
 /// One entry of a round: chunk `chunk` (index into the chunk list), read and sent by `owner`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
@@ -268,6 +300,26 @@ mod tests {
         assert_eq!(slots_per_round(100, 4 << 20), 18);
         assert_eq!(round_buffers(18, 4 << 20), 2);
         assert_eq!(slots_per_round(100, MAX_TRANSFER_CHUNK), 1);
+    }
+
+    #[test]
+    fn ring_memory_is_bounded_and_independent_of_the_node_count() {
+        let mut chunk = MIN_TRANSFER_CHUNK;
+        while chunk <= MAX_TRANSFER_CHUNK {
+            let r = ring_rounds_in_flight(chunk);
+            assert!((1..=MAX_ROUND_BUFS).contains(&r));
+            assert!(ring_block_buffers(chunk) > 2 * r, "chunk {chunk}");
+            let bytes = ring_buffer_bytes(chunk);
+            assert!(bytes <= ROUND_MEMORY_BUDGET, "chunk {chunk}: {bytes} bytes");
+            chunk *= 2;
+        }
+        for owners in [1usize, 8, 1024, 100_000] {
+            assert_eq!(ring_slots(owners), owners);
+        }
+        assert_eq!(ring_rounds_in_flight(1 << 20), 3);
+        assert_eq!(ring_block_buffers(1 << 20), 156);
+        assert_eq!(ring_rounds_in_flight(MAX_TRANSFER_CHUNK), 1);
+        assert_eq!(ring_block_buffers(MAX_TRANSFER_CHUNK), 3);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use mpi::ffi;
 use mpi::topology::SimpleCommunicator;
 
-use super::ring::Ring;
+use super::ring::{Advance, Ctx, Ring};
 use super::LocalResult;
 use crate::error::ExitStatus;
 use crate::transfer::plan::SlotHeader;
@@ -87,6 +87,8 @@ pub(super) struct Landed {
 /// A round in flight.
 pub(super) struct Flight {
     pub(super) round: usize,
+    /// The round buffer of all its chunks (allgather, bcast; empty for the ring, whose blocks come
+    /// from the [`super::ring::BlockPool`]).
     pub(super) buf: Vec<u8>,
     /// This leader's chunk (allgather: MPI reads it from here until the round completes).
     pub(super) send: Option<Vec<u8>>,
@@ -99,7 +101,12 @@ pub(super) struct Flight {
 
 impl Flight {
     /// Drive the round on; true when its data has arrived everywhere it has to (on this leader).
-    pub(super) fn progress(&mut self, comm: &SimpleCommunicator) -> LocalResult<bool> {
+    /// A ring hands each block to the writer itself (through `ctx`).
+    pub(super) fn progress(
+        &mut self,
+        comm: &SimpleCommunicator,
+        ctx: &mut Ctx,
+    ) -> LocalResult<bool> {
         loop {
             if !self.reqs.poll() {
                 return Ok(false);
@@ -107,14 +114,10 @@ impl Flight {
             let Some(ring) = self.ring.as_mut() else {
                 return Ok(true);
             };
-            if !ring.step(
-                &mut self.buf,
-                &self.counts,
-                &self.displs,
-                &mut self.reqs,
-                comm,
-            )? {
-                return Ok(true);
+            match ring.advance(&mut self.reqs, comm, ctx)? {
+                Advance::Started => continue,
+                Advance::Waiting => return Ok(false),
+                Advance::Done => return Ok(true),
             }
         }
     }

@@ -44,7 +44,7 @@ mod flight;
 mod ring;
 
 use flight::{check, Backoff, Flight, Landed, Reqs};
-use ring::Ring;
+use ring::{BlockPool, Ctx, Ring};
 
 use super::plan::{self, Chunk, Slot, SlotHeader, BLOCK_LEN};
 use super::watchdog;
@@ -286,6 +286,20 @@ pub(crate) fn local(job: &FileJob, stats: &mut Stats) -> LocalResult<()> {
     Ok(())
 }
 
+/// The benchmark switch `SW_POOL_BENCH_SLOTS=K`: at most K chunks per round, so that the testbed's
+/// few nodes show what rounds with fewer chunks than readers cost (the regime of a round-buffer ring
+/// at many nodes). The smallest value among the leaders counts, so that all plan the same rounds.
+fn bench_slots_cap(comm: &SimpleCommunicator, slots: usize) -> usize {
+    let mine = crate::config::EnvVar::BenchSlots
+        .get()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&k| k > 0)
+        .unwrap_or(u64::MAX);
+    let mut all = u64::MAX;
+    comm.all_reduce_into(&mine, &mut all, mpi::collective::SystemOperation::min());
+    slots.min(usize::try_from(all).unwrap_or(usize::MAX)).max(1)
+}
+
 /// A chunk read by the reader thread, with its send buffer.
 type Read = (Vec<u8>, LocalResult<SlotHeader>);
 
@@ -300,9 +314,20 @@ pub(crate) fn distribute(
 ) -> LocalResult<()> {
     let n = comm.size() as usize;
     let me = comm.rank() as usize;
-    let slots = plan::slots_per_round(n, job.chunk_size);
+    let ring = algo == Algorithm::Ring;
+    let slots = if ring {
+        plan::ring_slots(n)
+    } else {
+        plan::slots_per_round(n, job.chunk_size)
+    };
+    let slots = bench_slots_cap(comm, slots);
     let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
-    let recv_bufs = plan::round_buffers(slots, job.chunk_size);
+    // rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks)
+    let recv_bufs = if ring {
+        plan::ring_rounds_in_flight(job.chunk_size)
+    } else {
+        plan::round_buffers(slots, job.chunk_size)
+    };
     let send_bufs = plan::send_buffers(recv_bufs);
     let chunk = job.chunk_size as usize;
     let t_all = Instant::now();
@@ -356,6 +381,11 @@ pub(crate) fn distribute(
         // writer thread
         let (land_tx, land_rx) = channel::<Landed>();
         let (back_tx, back_rx) = channel::<Vec<u8>>();
+        let mut pool = if ring {
+            BlockPool::new(chunk, plan::ring_block_buffers(job.chunk_size), back_rx)
+        } else {
+            BlockPool::new(slots * chunk, recv_bufs, back_rx)
+        };
         let (wstats, werr, wfailed, wdone) =
             (&mut writer_stats, &writer_err, &writer_failed, &written);
         scope.spawn(move || {
@@ -386,8 +416,6 @@ pub(crate) fn distribute(
         // the main thread: MPI only
         // SAFETY: reading an MPI datatype constant (MPI is initialised).
         let u8t = unsafe { ffi::RSMPI_UINT8_T };
-        let mut free_bufs: Vec<Vec<u8>> = Vec::new();
-        let mut allocated = 0usize;
         let mut flights: VecDeque<Flight> = VecDeque::new();
         let mut bo = Backoff(0);
         let mut reported = 0u64;
@@ -398,22 +426,31 @@ pub(crate) fn distribute(
 
         // poll everything in flight; hand completed rounds (in order) to the writer
         let pump = |flights: &mut VecDeque<Flight>,
+                    pool: &mut BlockPool,
                     land_tx: &Option<Sender<Landed>>,
                     free_tx: &Option<Sender<Vec<u8>>>,
                     stopped: bool|
          -> LocalResult<bool> {
             let mut moved = false;
+            let mut ctx = Ctx {
+                pool,
+                land: land_tx.as_ref().filter(|_| !stopped),
+            };
             for f in flights.iter_mut() {
-                f.progress(comm)?;
+                f.progress(comm, &mut ctx)?;
             }
             while let Some(f) = flights.front_mut() {
-                if !f.progress(comm)? {
+                if !f.progress(comm, &mut ctx)? {
                     break;
                 }
                 let mut f = flights.pop_front().unwrap();
                 moved = true;
                 if let (Some(s), Some(tx)) = (f.send.take(), free_tx) {
                     let _ = tx.send(s);
+                }
+                if f.ring.is_some() {
+                    // its blocks went to the writer one by one
+                    continue;
                 }
                 let slots = rounds[f.round]
                     .iter()
@@ -422,8 +459,11 @@ pub(crate) fn distribute(
                         (s.chunk, h, f.displs[s.owner] as usize, s.owner)
                     })
                     .collect();
-                if let (Some(tx), false) = (land_tx, stopped) {
-                    let _ = tx.send(Landed { buf: f.buf, slots });
+                match (land_tx, stopped) {
+                    (Some(tx), false) => {
+                        let _ = tx.send(Landed { buf: f.buf, slots });
+                    }
+                    _ => ctx.pool.put(f.buf),
                 }
             }
             Ok(moved)
@@ -431,22 +471,21 @@ pub(crate) fn distribute(
 
         let result: LocalResult<()> = (|| {
             for (r, round) in rounds.iter().enumerate() {
-                // a round buffer; while every one of them is with the writer, the MPI thread
-                // waits for verify + write (while some are in flight, for the network)
+                // a round buffer (the ring: a place among the rounds in flight); while every one
+                // of them is with the writer, the MPI thread waits for verify + write (while some
+                // are in flight, for the network)
                 let mut buf = loop {
-                    if let Some(b) = free_bufs.pop() {
-                        break b;
-                    }
-                    if allocated < recv_bufs {
-                        allocated += 1;
-                        break vec![0u8; slots * chunk];
+                    if ring && flights.len() < recv_bufs {
+                        break Vec::new();
                     }
                     let tw = Instant::now();
                     let behind = flights.is_empty();
-                    if let Ok(b) = back_rx.try_recv() {
-                        break b;
+                    if !ring {
+                        if let Some(b) = pool.get() {
+                            break b;
+                        }
                     }
-                    if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                    if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
                         bo.snooze();
                     } else {
                         bo.reset();
@@ -458,13 +497,14 @@ pub(crate) fn distribute(
                 // my chunk of this round
                 let mut hdr = SlotHeader::default();
                 let mut send = None;
+                let mut own = None;
                 if let Some(p) = position(round, me) {
                     let tr = Instant::now();
                     let got = loop {
                         match ready_rx.as_ref().map(|r| r.try_recv()) {
                             Some(Ok(x)) => break Some(x),
                             Some(Err(TryRecvError::Empty)) => {
-                                if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                                if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
                                     bo.snooze();
                                 } else {
                                     bo.reset();
@@ -479,6 +519,28 @@ pub(crate) fn distribute(
                             if algo == Algorithm::Allgather {
                                 // MPI_Iallgatherv copies it into place
                                 send = Some(sbuf);
+                            } else if ring {
+                                // the reader's buffer becomes the round's block; the reader gets
+                                // one of the pool's in exchange (no copy; memory stays bounded)
+                                let spare = loop {
+                                    if let Some(b) = pool.get() {
+                                        break b;
+                                    }
+                                    if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?
+                                    {
+                                        bo.snooze();
+                                    } else {
+                                        bo.reset();
+                                    }
+                                };
+                                if let Some(tx) = &free_tx {
+                                    let _ = tx.send(spare);
+                                }
+                                if h.sent > 0 {
+                                    own = Some(sbuf);
+                                } else {
+                                    pool.put(sbuf);
+                                }
                             } else {
                                 let d = p * chunk;
                                 buf[d..d + h.sent as usize]
@@ -541,7 +603,7 @@ pub(crate) fn distribute(
                 {
                     let _p = watchdog::phase("distribution");
                     while !f.reqs.poll() {
-                        if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                        if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
                             bo.snooze();
                         } else {
                             bo.reset();
@@ -565,6 +627,10 @@ pub(crate) fn distribute(
                         ));
                     }
                     stopped = true;
+                    if let Some(b) = own.take() {
+                        pool.put(b);
+                    }
+                    pool.put(std::mem::take(&mut f.buf));
                     break;
                 }
                 // the data
@@ -572,15 +638,26 @@ pub(crate) fn distribute(
                     Algorithm::Allgather => allgather::start(&mut f, comm, me, u8t)?,
                     Algorithm::Bcast => bcast::start(&mut f, comm, n, u8t)?,
                     Algorithm::Ring => {
-                        f.ring = Some(Ring {
-                            step: 0,
-                            tag: (r % 30000) as i32,
-                        });
+                        let mut blocks = vec![None; n];
+                        for s in round {
+                            let (_, h) = plan::decode_block(&f.hdr[s.owner * BLOCK_LEN..]);
+                            blocks[s.owner] = Some((s.chunk, h));
+                        }
+                        let mut ctx = Ctx {
+                            pool: &mut pool,
+                            land: land_tx.as_ref(),
+                        };
+                        f.ring = Some(Ring::start(
+                            (r % 30000) as i32,
+                            comm,
+                            blocks,
+                            own.take(),
+                            &mut ctx,
+                        ));
                     }
                 }
-                f.progress(comm)?;
                 flights.push_back(f);
-                pump(&mut flights, &land_tx, &free_tx, stopped)?;
+                pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?;
                 let done = written.load(Ordering::Relaxed);
                 if done != reported {
                     reported = done;
@@ -593,7 +670,7 @@ pub(crate) fn distribute(
         let drained: LocalResult<()> = (|| {
             let _p = watchdog::phase("distribution");
             while !flights.is_empty() {
-                if !pump(&mut flights, &land_tx, &free_tx, stopped)? {
+                if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
                     bo.snooze();
                 }
                 let done = written.load(Ordering::Relaxed);
@@ -610,7 +687,7 @@ pub(crate) fn distribute(
         drop(ready_rx.take());
         drop(land_tx.take());
         let tw = Instant::now();
-        while back_rx.recv().is_ok() {}
+        while pool.back.recv().is_ok() {}
         stats.wait_dest += tw.elapsed();
         if let Err(e) = result.and(drained) {
             if err.is_none() {

@@ -1,90 +1,281 @@
 //! The pipelined ring ([`super::super::Algorithm::Ring`]): in step `s` of a round every leader sends
 //! block `me − s` to its right neighbour and receives block `me − s − 1` from its left one; block
-//! `k` is reader `k`'s chunk. One TCP stream per neighbour instead of one per peer; measured the
-//! fastest of the three on the testbed.
+//! `k` is reader `k`'s chunk, and every reader has one in every round ([`plan::ring_slots`]). One
+//! TCP stream per neighbour instead of one per peer; measured the fastest of the three on the
+//! testbed.
+//!
+//! A leader holds two blocks of a round at a time: the one it sends (its own chunk in step 0, then
+//! the block it received in the step before) and the one it receives. A block goes to the writer as
+//! soon as it has been forwarded (the right neighbour's own block, which is not forwarded, as soon as
+//! it arrived) and comes back to the [`BlockPool`] once verified and written. So a round's memory
+//! does not grow with the number of nodes, and every round can carry one chunk of every reader:
+//! every link carries a chunk in every step, at 1,024 nodes as at 2.
 
 use std::os::raw::c_void;
+use std::sync::mpsc::{Receiver, Sender};
 
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::flight::{check, Reqs};
+use super::flight::{check, Landed, Reqs};
 use super::LocalResult;
+use crate::error::ExitStatus;
+use crate::transfer::plan::{self, SlotHeader};
 
-/// State of a pipelined ring for one round: in step `s` every leader sends block `me − s` to its
-/// right neighbour and receives block `me − s − 1` from its left one; block `k` is reader `k`'s chunk.
+/// Buffers of one size, allocated on demand up to `cap`, given back by the writer.
+pub(super) struct BlockPool {
+    free: Vec<Vec<u8>>,
+    allocated: usize,
+    cap: usize,
+    size: usize,
+    /// Buffers the writer is done with.
+    pub(super) back: Receiver<Vec<u8>>,
+}
+
+impl BlockPool {
+    pub(super) fn new(size: usize, cap: usize, back: Receiver<Vec<u8>>) -> BlockPool {
+        BlockPool {
+            free: Vec::new(),
+            allocated: 0,
+            cap,
+            size,
+            back,
+        }
+    }
+    /// A free buffer, or `None` while all `cap` of them are in use.
+    pub(super) fn get(&mut self) -> Option<Vec<u8>> {
+        while let Ok(b) = self.back.try_recv() {
+            self.put(b);
+        }
+        if let Some(b) = self.free.pop() {
+            return Some(b);
+        }
+        if self.allocated < self.cap {
+            self.allocated += 1;
+            return Some(vec![0u8; self.size]);
+        }
+        None
+    }
+    /// Give a buffer back (an empty one, of a block that carried no bytes, is dropped).
+    pub(super) fn put(&mut self, b: Vec<u8>) {
+        if b.len() == self.size {
+            self.free.push(b);
+        }
+    }
+}
+
+/// What a ring needs from the MPI thread while it moves.
+pub(super) struct Ctx<'a> {
+    pub(super) pool: &'a mut BlockPool,
+    /// The writer; `None` once the leaders stopped (blocks then go straight back to the pool).
+    pub(super) land: Option<&'a Sender<Landed>>,
+}
+
+/// A block of a round on this leader: reader `owner`'s chunk.
+struct Block {
+    owner: usize,
+    buf: Vec<u8>,
+}
+
+/// What [`Ring::advance`] did.
+pub(super) enum Advance {
+    /// A step's messages are on their way.
+    Started,
+    /// The next step needs a block buffer; the writer has them all.
+    Waiting,
+    /// The round's last step is done and every block of it went to the writer.
+    Done,
+}
+
+/// State of a pipelined ring for one round.
 pub(super) struct Ring {
-    pub(super) step: usize,
-    pub(super) tag: i32,
+    /// The next step to start (steps `0 ..= n − 2`).
+    step: usize,
+    tag: i32,
+    me: usize,
+    n: usize,
+    /// Per reader: the chunk it contributes to this round and its header (`None`: nothing).
+    blocks: Vec<Option<(usize, SlotHeader)>>,
+    /// The block to send in the next step.
+    next: Option<Block>,
+    /// The current step's blocks while its messages move.
+    sending: Option<Block>,
+    receiving: Option<Block>,
 }
 
 impl Ring {
-    /// Start the next step's messages once the previous ones completed; false when the round's
-    /// last step is done.
-    pub(super) fn step(
+    /// A round whose headers every leader has: `own` is this leader's chunk (when it sends bytes).
+    /// Blocks that carry no bytes (all-zero chunks) go to the writer at once.
+    pub(super) fn start(
+        tag: i32,
+        comm: &SimpleCommunicator,
+        blocks: Vec<Option<(usize, SlotHeader)>>,
+        own: Option<Vec<u8>>,
+        ctx: &mut Ctx,
+    ) -> Ring {
+        let mut r = Ring {
+            step: 0,
+            tag,
+            me: comm.rank() as usize,
+            n: comm.size() as usize,
+            blocks,
+            next: None,
+            sending: None,
+            receiving: None,
+        };
+        for k in 0..r.blocks.len() {
+            if matches!(r.blocks[k], Some((_, h)) if h.sent == 0) {
+                r.land(
+                    ctx,
+                    Block {
+                        owner: k,
+                        buf: Vec::new(),
+                    },
+                );
+            }
+        }
+        if let Some(buf) = own {
+            r.next = Some(Block { owner: r.me, buf });
+        }
+        r
+    }
+
+    fn count(&self, k: usize) -> usize {
+        self.blocks[k].map_or(0, |(_, h)| h.sent as usize)
+    }
+
+    fn land(&self, ctx: &mut Ctx, b: Block) {
+        let Some((ci, h)) = self.blocks[b.owner] else {
+            ctx.pool.put(b.buf);
+            return;
+        };
+        match ctx.land {
+            Some(tx) => {
+                let _ = tx.send(Landed {
+                    buf: b.buf,
+                    slots: vec![(ci, h, 0, b.owner)],
+                });
+            }
+            None => ctx.pool.put(b.buf),
+        }
+    }
+
+    /// Call when the requests of the previous step (if any) completed: hand its blocks on and start
+    /// the next step that moves bytes.
+    pub(super) fn advance(
         &mut self,
-        buf: &mut [u8],
-        counts: &[i32],
-        displs: &[i32],
         reqs: &mut Reqs,
         comm: &SimpleCommunicator,
-    ) -> LocalResult<bool> {
-        let n = comm.size() as usize;
-        if self.step + 1 >= n {
-            return Ok(false);
+        ctx: &mut Ctx,
+    ) -> LocalResult<Advance> {
+        let n = self.n;
+        if let Some(b) = self.sending.take() {
+            self.land(ctx, b);
         }
-        let me = comm.rank() as usize;
-        let s = self.step;
-        self.step += 1;
-        let send = (me + n - s) % n;
-        let recv = (me + 2 * n - s - 1) % n;
-        let right = ((me + 1) % n) as i32;
-        let left = ((me + n - 1) % n) as i32;
-        // SAFETY: reading an MPI datatype constant (MPI is initialised).
-        let u8t = unsafe { ffi::RSMPI_UINT8_T };
-        let tag = self.tag;
-        if counts[recv] > 0 {
-            let req = reqs.push();
-            check(
-                // SAFETY: `buf` holds counts[recv] bytes at displs[recv] (plan::Round sized it), and it
-                // is neither read, moved nor dropped until `reqs` completes (the round is kept in flight until
-                // then); `req` points at a handle slot that MPI fills during this call.
-                unsafe {
-                    ffi::MPI_Irecv(
-                        buf.as_mut_ptr().add(displs[recv] as usize) as *mut c_void,
-                        counts[recv],
-                        u8t,
-                        left,
-                        tag,
-                        comm.as_raw(),
-                        req,
-                    )
-                },
-                "MPI_Irecv",
-            )?;
+        if let Some(b) = self.receiving.take() {
+            // received in step `step − 1`: sent on in step `step`, unless it started on the right
+            if self.step < n - 1 {
+                self.next = Some(b);
+            } else {
+                self.land(ctx, b);
+            }
         }
-        // the block `me − s` reaches the right neighbour unless it started there
-        if counts[send] > 0 {
-            let req = reqs.push();
-            check(
-                // SAFETY: the send block lies inside `buf` (counts/displs from the round plan) and `buf`
-                // is not written, moved or dropped before `reqs` completes.
-                unsafe {
-                    ffi::MPI_Isend(
-                        buf.as_ptr().add(displs[send] as usize) as *const c_void,
-                        counts[send],
-                        u8t,
-                        right,
-                        tag,
-                        comm.as_raw(),
-                        req,
-                    )
-                },
-                "MPI_Isend",
-            )?;
+        let me = self.me;
+        loop {
+            if self.step + 1 >= n {
+                if let Some(b) = self.next.take() {
+                    // one leader alone: its own block
+                    self.land(ctx, b);
+                }
+                return Ok(Advance::Done);
+            }
+            let s = self.step;
+            let send = (me + n - s % n) % n;
+            let recv = (me + 2 * n - s % n - 1) % n;
+            let (cs, cr) = (self.count(send), self.count(recv));
+            if cs == 0 && cr == 0 {
+                self.step += 1;
+                continue;
+            }
+            let rbuf = if cr > 0 {
+                match ctx.pool.get() {
+                    Some(b) => Some(b),
+                    None => return Ok(Advance::Waiting),
+                }
+            } else {
+                None
+            };
+            let sblock = if cs > 0 {
+                match self.next.take() {
+                    Some(b) if b.owner == send && b.buf.len() >= cs => Some(b),
+                    other => {
+                        if let Some(b) = rbuf {
+                            ctx.pool.put(b);
+                        }
+                        return Err((
+                            ExitStatus::Internal,
+                            format!(
+                                "ring step {s}: block {send} ({cs} bytes) is not here to send (have {:?})",
+                                other.map(|b| (b.owner, b.buf.len()))
+                            ),
+                        ));
+                    }
+                }
+            } else {
+                None
+            };
+            self.step += 1;
+            // SAFETY: reading an MPI datatype constant (MPI is initialised).
+            let u8t = unsafe { ffi::RSMPI_UINT8_T };
+            let right = ((me + 1) % n) as i32;
+            let left = ((me + n - 1) % n) as i32;
+            if let Some(mut buf) = rbuf {
+                debug_assert!(cr <= buf.len() && cr <= plan::MAX_TRANSFER_CHUNK as usize);
+                let req = reqs.push();
+                check(
+                    // SAFETY: `buf` holds at least `cr` bytes (a pool buffer of one chunk; `cr` is
+                    // this round's length of a chunk); it moves into `self.receiving` below, whose
+                    // heap storage stays put and is neither read nor dropped until `reqs` completes
+                    // (the flight keeps the ring until then); `req` is a handle slot MPI fills.
+                    unsafe {
+                        ffi::MPI_Irecv(
+                            buf.as_mut_ptr() as *mut c_void,
+                            cr as i32,
+                            u8t,
+                            left,
+                            self.tag,
+                            comm.as_raw(),
+                            req,
+                        )
+                    },
+                    "MPI_Irecv",
+                )?;
+                self.receiving = Some(Block { owner: recv, buf });
+            }
+            if let Some(b) = sblock {
+                let req = reqs.push();
+                check(
+                    // SAFETY: `b.buf` holds at least `cs` bytes (checked above); it moves into
+                    // `self.sending`, whose heap storage is neither written, moved nor dropped
+                    // until `reqs` completes.
+                    unsafe {
+                        ffi::MPI_Isend(
+                            b.buf.as_ptr() as *const c_void,
+                            cs as i32,
+                            u8t,
+                            right,
+                            self.tag,
+                            comm.as_raw(),
+                            req,
+                        )
+                    },
+                    "MPI_Isend",
+                )?;
+                self.sending = Some(b);
+            }
+            return Ok(Advance::Started);
         }
-        Ok(true)
     }
 }
