@@ -26,6 +26,11 @@ class Plan(unittest.TestCase):
         self.assertEqual(plan.round_buffers(18, 4 << 20), 2)
         self.assertEqual(plan.slots_per_round(1024, 1 << 20), 78)
         self.assertEqual(plan.round_buffers(78, 1 << 20), 2)
+        self.assertEqual(plan.ring_slots(1024), 1024)
+        self.assertEqual(plan.ring_rounds_in_flight(1 << 20), 3)
+        self.assertEqual(plan.ring_block_buffers(1 << 20), 156)
+        self.assertEqual(plan.ring_rounds_in_flight(32 << 20), 1)
+        self.assertEqual(plan.ring_block_buffers(32 << 20), 3)
 
     def test_rounds_cover_every_chunk_once(self):
         for count in (0, 1, 7, 31, 100):
@@ -48,9 +53,17 @@ class Engine(unittest.TestCase):
         # every chunk is still read from storage (1/4 of it per node), half of them are not sent
         self.assertLess(half, 0.8 * dense)
 
+    def test_ring_rounds_carry_every_reader(self):
+        # 16 MiB chunks: round buffers allowed 3 chunks per round at 8 nodes; the ring now takes 8
+        p = run.platform("vc-links")
+        self.assertEqual(run.plan.slots_per_round(8, 16 << 20), 3)
+        before = _sim(p, "ring-round-buffers", 8, 256 << 20, 16 << 20)
+        now = _sim(p, "ring", 8, 256 << 20, 16 << 20)
+        self.assertLess(now, 0.9 * before, f"ring {now} vs round buffers {before}")
+
     def test_every_algorithm_runs(self):
         p = run.platform("vc-links")
-        for algo in run.sim.ALGORITHMS + run.sim.PROPOSED:
+        for algo in run.sim.ALGORITHMS + run.sim.BEFORE:
             t = _sim(p, algo, 4, 16 << 20, 1 << 20)
             self.assertTrue(t == t and 0 < t < 60, f"{algo}: {t}")
 

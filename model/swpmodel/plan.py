@@ -27,6 +27,22 @@ def send_buffers(round_bufs):
     return round_bufs + 1
 
 
+def ring_slots(owners):
+    """The ring's rounds carry one chunk of every reader (plan.rs `ring_slots`)."""
+    return max(owners, 1)
+
+
+def ring_rounds_in_flight(chunk):
+    chunks = ROUND_MEMORY_BUDGET // max(chunk, 1)
+    return max(1, min(MAX_ROUND_BUFS, max(chunks - 2, 0) // 3))
+
+
+def ring_block_buffers(chunk):
+    chunks = ROUND_MEMORY_BUDGET // max(chunk, 1)
+    r = ring_rounds_in_flight(chunk)
+    return max(2 * r + 1, chunks - send_buffers(r))
+
+
 def plan_rounds(count, owners, slots):
     """Rounds as lists of (owner, chunk), sorted by owner (plan.rs `plan_rounds`)."""
     owners = max(owners, 1)

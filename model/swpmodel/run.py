@@ -215,7 +215,11 @@ BUDGET = 4000  # chunk deliveries per simulation (~1-3 s of this machine)
 def volumes(algo, n, chunk, size=10**9):
     """Two data volumes V1 < V2 = 2 V1 (whole rounds for the engine) to simulate; a full pipeline's
     time is affine in the volume, so T(size) = T(V1) + (size - V1) (T(V2) - T(V1)) / (V2 - V1)."""
-    if algo in ("ring", "bcast"):
+    if algo == "ring":
+        unit = plan.ring_slots(n) * plan.ring_rounds_in_flight(chunk)
+        k = max(2, BUDGET // (2 * unit * max(n - 1, 1)))
+        v1 = k * unit
+    elif algo in ("ring-round-buffers", "bcast"):
         s = plan.slots_per_round(n, chunk)
         unit = s * plan.round_buffers(s, chunk)
         k = max(2, BUDGET // (2 * unit * max(n - 1, 1)))
@@ -246,27 +250,36 @@ def fit_large_n(ns, ts, n):
     return a + b * n + c * math.log2(n)
 
 
+def step_time(p, chunk):
+    """One hop of a chunk plus latency, per-message overhead and, once a wait exceeds the spin, half
+    of the MPI thread's poll period (engine/flight.rs `Backoff`)."""
+    hop = chunk / p["node_link_bw"] + p["node_link_lat"] + p["mpi_overhead"]
+    return hop + (p["poll_period"] / 2 if hop > p["poll_spin"] else 0.0)
+
+
 def ring_round_bound(p, n, size, chunk):
-    """The engine's round latency at large N (engine/, plan.rs): a round carries S chunks, each
-    travels N-1 hops, one hop per step; a node starts a step when its previous one completed and sees
-    the completion up to one poll period late; nb rounds are in flight and round r+nb's header
-    allgather waits for round r everywhere. So a round takes ~(N - 1 + S - 1) steps and at most nb
-    overlap: T >= ceil(R / nb) * (N + S - 2) * t_step."""
+    """The ring with round buffers (before): a round carries S = slots_per_round chunks, each travels
+    N-1 hops, one hop per step; a node starts a step when its previous one completed; nb rounds are
+    in flight and round r+nb's header allgather waits for round r everywhere. So a round takes
+    ~(N - 1 + S - 1) steps and at most nb overlap: T >= ceil(R / nb) * (N + S - 2) * t_step."""
     s = plan.slots_per_round(n, chunk)
     nb = plan.round_buffers(s, chunk)
     rounds = math.ceil(math.ceil(size / chunk) / s)
-    hop = chunk / p["node_link_bw"] + p["node_link_lat"] + p["mpi_overhead"]
-    t_step = hop + (p["poll_period"] / 2 if hop > p["poll_spin"] else 0.0)
+    t_step = step_time(p, chunk)
     return math.ceil(rounds / nb) * (n + s - 2) * t_step, s, nb, t_step
 
 
-def stream_ring(p, n, size, t2):
-    """A ring without rounds (see the report): the 2-node time plus one pipeline fill of n - 1 steps
-    with the chunk chosen from n, plus the start-up difference."""
-    chunk = max(64 << 10, min(MiB, size // (4 * n)))
-    hop = chunk / p["node_link_bw"] + p["node_link_lat"] + p["mpi_overhead"]
-    t_step = hop + (p["poll_period"] / 2 if hop > p["poll_spin"] else 0.0)
-    return t2 + (n - 1) * t_step + sim.startup(p, n) - sim.startup(p, 2)
+def ring_fill_bound(p, n, size, chunk):
+    """The engine's ring (one chunk of every reader per round): no round waits for another, but
+    no link carries anything before the first round's min(N, C) chunks are read (its header
+    allgather waits for them), and after that every link carries C (N - 1) / N chunks and the first
+    round's chunks travel N - 1 hops: T >= read(first round) + max(C (N - 1) / N, N - 1) steps.
+    Returns (bound, time to read the first round, step)."""
+    count = math.ceil(size / chunk)
+    t_step = step_time(p, chunk)
+    first = min(n, count) * chunk / min(p["storage_bw"], n * p["node_link_bw"])
+    wire = count * (n - 1) / n * t_step
+    return first + max(wire, (n - 1) * t_step), first, t_step
 
 
 def predict(pnames, chunk=MiB, quick=False):
@@ -274,7 +287,7 @@ def predict(pnames, chunk=MiB, quick=False):
     or the full 1 GB when it is within the budget; N >= 64 extrapolated (see model/README.md)."""
     jobs, keys = [], []
     ns = SIM_NS if not quick else [2, 4]
-    algos = sim.ALGORITHMS + sim.PROPOSED
+    algos = sim.ALGORITHMS + sim.BEFORE
     for pn in pnames:
         p = platform(pn)
         for algo in algos:
@@ -320,8 +333,11 @@ def apply_bounds(table, chunk=MiB):
             continue
         p = platform(pn)
         b, kind = None, None
-        if algo == "ring":
+        if algo == "ring-round-buffers":
             b, *_ = ring_round_bound(p, n, size, chunk)
+            kind = "round-bound"
+        elif algo == "ring":
+            b, *_ = ring_fill_bound(p, n, size, chunk)
             kind = "round-bound"
         elif algo == "every-node-reads":
             b, kind = n * size / p["storage_bw"], "storage-bound"
@@ -329,25 +345,20 @@ def apply_bounds(table, chunk=MiB):
             table[(pn, algo, n, size)] = (b + sim.startup(p, n), kind)
 
 
-CHECK_NS = [64, 128]
-CHECK_PLATFORMS = ["emmy", "modern"]
+# SimGrid runs beyond the simulated range (~20 s each at N = 128 on this machine)
+CHECKS = [(pn, algo, 64) for pn in ("vc-links", "emmy", "modern") for algo in ("ring", "ring-round-buffers")] + \
+         [("vc-links", algo, 128) for algo in ("ring", "ring-round-buffers")]
 
 
 def ring_check(chunk=MiB):
-    """SimGrid runs of the ring beyond the simulated range (N = 64, 128: 2 and 4 rounds' worth of
-    volume per round buffer, extrapolated in the volume), against the extrapolation used above."""
+    """The ring and the ring with round buffers simulated beyond N = 32 (two volumes: 2 and 4
+    chunks per reader; extrapolated in the volume), against the extrapolation used in the tables."""
     jobs, keys = [], []
-    for pn in CHECK_PLATFORMS:
+    for pn, algo, n in CHECKS:
         p = platform(pn)
-        for n in CHECK_NS:
-            s = plan.slots_per_round(n, chunk)
-            unit = s * plan.round_buffers(s, chunk)
-            for k in (1, 2):
-                jobs.append((p, "ring", n, k * unit * chunk, chunk, {}))
-                keys.append((pn, "ring", n, k * unit * chunk))
-        for k in (1, 2):
-            jobs.append((p, "stream-ring", 128, k * 128 * chunk, chunk, {}))
-            keys.append((pn, "stream-ring", 128, k * 128 * chunk))
+        for k in (2, 4):
+            jobs.append((p, algo, n, k * n * chunk, chunk, {}))
+            keys.append((pn, algo, n, k * n * chunk))
     res = run_all(jobs)
     out = {}
     for i in range(0, len(keys), 2):
@@ -417,8 +428,9 @@ def report(cal, table, out_md, wall, check=None, slow=None):
     L.append("## Predictions (1 MiB chunks)\n")
     L.append("Cell marks: no mark = simulated at full size; `v` = simulated at two smaller volumes and "
              "extrapolated linearly in the volume; `f` = extrapolated in N (a + b·N + c·log2 N fitted to the "
-             "simulated N = 4…32); `r` = the ring's round-latency bound (engine/ and plan.rs constants; see "
-             "below), `s` = N × size through the storage's egress (every node reading), where these "
+             "simulated N = 4…32); `r` = the ring's lower bound (`ring`: reading the first round, then "
+             "max(C (N − 1)/N, N − 1) steps; `ring-round-buffers`: the round-latency bound; engine/ and "
+             "plan.rs constants, see below), `s` = N × size through the storage's egress (every node reading), where these "
              "exceed the fit.\n")
     mark = {"sim": "", "sim-v": "v", "fit": "f", "round-bound": "r", "storage-bound": "s"}
     for pn in PRED_PLATFORMS:
@@ -427,22 +439,22 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             L.append(f"### {p['title']}: {size/1e9:.0f} GB\n")
             L.append("| algorithm | " + " | ".join(str(n) for n in ALL_NS) + " | 1024 ÷ 2 |")
             L.append("|---|" + "---|" * (len(ALL_NS) + 1))
-            for algo in sim.ALGORITHMS + sim.PROPOSED:
+            for algo in sim.ALGORITHMS + sim.BEFORE:
                 cells = []
                 for n in ALL_NS:
                     t, how = table[(pn, algo, n, size)]
                     cells.append(fmt(t) + (f" {mark[how]}" if mark[how] else ""))
                 ratio = table[(pn, algo, 1024, size)][0] / table[(pn, algo, 2, size)][0]
-                name = algo + (" (proposed)" if algo in sim.PROPOSED else "")
+                name = algo + (" (before)" if algo in sim.BEFORE else "")
                 L.append(f"| {name} | " + " | ".join(cells) + f" | {ratio:.2f} |")
             L.append("")
             fig, ax = plt.subplots(figsize=(7, 4.2))
-            for algo in sim.ALGORITHMS + sim.PROPOSED:
+            for algo in sim.ALGORITHMS + sim.BEFORE:
                 pts = [(n, table[(pn, algo, n, size)][0]) for n in ALL_NS]
                 pts = [(n, t) for n, t in pts if t == t and t > 0]
                 if pts:
                     ax.plot([n for n, _ in pts], [t for _, t in pts], marker="o", label=algo,
-                            ls="--" if algo in sim.PROPOSED else "-")
+                            ls="--" if algo in sim.BEFORE else "-")
             ax.axvline(32.5, color="grey", lw=0.5, ls=":")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -455,63 +467,46 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             fig.savefig(png, dpi=90)
             plt.close(fig)
             L.append(f"![{pn} {size/1e9:.0f} GB]({os.path.basename(png)})\n")
-    L.append("## The ring at 1,024 nodes\n")
-    L.append("| platform | size | slots S | round buffers | step (ms) | round-latency bound (s) | same without the poll sleep (s) | two-tree (s) | ring ÷ its 2-node time | two-tree ÷ ring's 2-node time |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    L.append("## The ring at 1,024 nodes: before and after\n")
+    L.append("`ring-round-buffers` is the engine before its ring carried one chunk of every reader per round: "
+             "every leader held a whole round in a round buffer, so a round had at most S = (160 MiB ÷ chunk − 3) ÷ 2 "
+             "chunks (78 at 1 MiB). `ring` is the engine now (plan.rs `ring_slots`: S = N; a leader holds the "
+             "block it sends and the block it receives, each received block goes to the writer once forwarded).\n")
+    L.append("| platform | size | ring 2 nodes (s) | before: S | before: round-latency bound (s) | before ÷ 2-node | "
+             "now: S | now: read first round (s) | now: lower bound (s) | now (table) (s) | now ÷ 2-node | two-tree ÷ ring's 2-node |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for pn in PRED_PLATFORMS:
         p = platform(pn)
         for size in SIZES:
-            b, s, nb, ts = ring_round_bound(p, 1024, size, MiB)
-            b0, *_ = ring_round_bound(dict(p, poll_period=0.0), 1024, size, MiB)
+            b, s_, nb, ts = ring_round_bound(p, 1024, size, MiB)
+            fb, first, _ = ring_fill_bound(p, 1024, size, MiB)
             t2 = table[(pn, "ring", 2, size)][0]
+            tb = table[(pn, "ring-round-buffers", 1024, size)][0]
             tr = table[(pn, "ring", 1024, size)][0]
             tt = table[(pn, "two-tree", 1024, size)][0]
-            L.append(f"| {pn} | {size/1e9:.0f} GB | {s} | {nb} | {ts*1e3:.3f} | {b:.2f} | {b0:.2f} | {fmt(tt)} | "
-                     f"{tr/t2:.2f} | {tt/t2:.2f} |")
+            L.append(f"| {pn} | {size/1e9:.0f} GB | {t2:.1f} | {s_} | {b:.1f} | **{tb/t2:.2f}** | 1024 | {first:.1f} | "
+                     f"{fb:.1f} | {fmt(tr)} | **{tr/t2:.2f}** | {tt/t2:.2f} |")
     L.append("")
-    L.append("**Reading the table.** `slots S` and `round buffers` come from plan.rs at N = 1,024; a step is "
-             "one chunk hop plus latency, per-message overhead and half of the MPI thread's 250 µs poll period. "
-             "Each round's chunks must travel the whole ring (N − 1 hops), only S chunks travel per round and "
-             "only 2 rounds overlap, so each link is busy about 2·S ÷ (N + S) of the time: 0.14 at N = 1,024. "
-             "The ring's 1,024-node time is set by this bound wherever it exceeds the bandwidth-bound time.\n")
-    L.append("## Recommendation: what gets the engine to 1.3x at 1,024 nodes\n")
-    L.append("The ring's 1,024-node time against its own 2-node time, and three changes modelled with the same "
-             "parameters (1 GB and 10 GB; `stream` = a ring without per-round barriers, each node forwarding a "
-             "chunk as soon as it has it and the header travelling with the chunk, so the pipeline fills once: "
-             "T = T(2 nodes) + (N − 1) · t_step, with the chunk chosen from N as min(1 MiB, size ÷ (4 N)); "
-             "`no poll sleep` = the current rounds with the MPI thread never sleeping between polls; "
-             "`two-tree` = the simulated/extrapolated two-tree above):\n")
-    L.append("Each ratio is the 1,024-node time ÷ the ring's 2-node time; in brackets the same without "
-             "mpirun's start-up (an assumption at 1,024 nodes: "
-             "start-up = startup_s + startup_log2_s · log2 N from the platform file).\n")
-    L.append("| platform | size | ring 2 nodes (s) | ring 1,024 (s) | ring ÷ | no poll sleep ÷ | stream, chunk from N ÷ | stream-ring simulated/fitted ÷ | two-tree ÷ |")
-    L.append("|---|---|---|---|---|---|---|---|---|")
-    for pn in PRED_PLATFORMS:
-        p = platform(pn)
-        for size in SIZES:
-            t2 = table[(pn, "ring", 2, size)][0]
-            t1k = table[(pn, "ring", 1024, size)][0]
-            b0, *_ = ring_round_bound(dict(p, poll_period=0.0), 1024, size, MiB)
-            nopoll = max(b0 + sim.startup(p, 1024), t2 + sim.startup(p, 1024) - sim.startup(p, 2))
-            st = stream_ring(p, 1024, size, t2)
-            tt = table[(pn, "two-tree", 1024, size)][0]
-            ts = table[(pn, "stream-ring", 1024, size)][0]
-            s2, s1k = sim.startup(p, 2), sim.startup(p, 1024)
-
-            def r(x):
-                return f"{x/t2:.2f} ({(x - s1k)/(t2 - s2):.2f})"
-            L.append(f"| {pn} | {size/1e9:.0f} GB | {t2:.1f} | {t1k:.1f} | **{r(t1k)}** | {r(nopoll)} | "
-                     f"{r(st)} | {r(ts)} | {r(tt)} |")
-    L.append("")
+    L.append("**Reading the table.** Before: each round's S chunks travel the whole ring (N − 1 hops) and only "
+             "2 rounds overlap, so each link was busy about 2·S ÷ (N + S) of the time (0.14 at N = 1,024). Now every "
+             "link carries a chunk in every step of every round; what is left is the pipeline's fill: no link moves "
+             "anything until the first round's N chunks are read from storage (the header allgather waits for "
+             "them), and a chunk read last still travels N − 1 hops. With 1 MiB chunks at 1,024 nodes that is "
+             "(N − 1) × 1 MiB = 1 GiB of hops, which matters where the pool is not much bigger than that and the "
+             "storage is not much faster than one node link (vc-links, 1 GB). Ratios are against mpirun's "
+             "start-up included (start-up = startup_s + startup_log2_s · log2 N from the platform file).\n")
     if check:
         L.append("### The extrapolation checked by SimGrid at N = 64, 128 (1 MiB)\n")
-        L.append("Simulated at two volumes (1 and 2 round-buffer loads of rounds; stream-ring 128 and 256 "
-                 "chunks) and extrapolated in the volume, against the N-extrapolation of the tables above.\n")
-        L.append("| algorithm | platform | N | size | simulated (s) | extrapolation used above (s) | ring's round-latency bound + start-up (s) |")
+        L.append("Simulated at two volumes (2 and 4 chunks per reader) and extrapolated in the volume, against "
+                 "the N-extrapolation (or bound) of the tables above.\n")
+        L.append("| algorithm | platform | N | size | simulated (s) | used in the tables above (s) | lower bound + start-up (s) |")
         L.append("|---|---|---|---|---|---|---|")
         for (pn, algo, n, size), t in sorted(check.items()):
             p = platform(pn)
-            b, *_ = ring_round_bound(p, n, size, MiB)
+            if algo == "ring":
+                b, *_ = ring_fill_bound(p, n, size, MiB)
+            else:
+                b, *_ = ring_round_bound(p, n, size, MiB)
             L.append(f"| {algo} | {pn} | {n} | {size/1e9:.0f} GB | {t:.2f} | {table[(pn, algo, n, size)][0]:.2f} | "
                      f"{b + sim.startup(p, n):.2f} |")
         L.append("")

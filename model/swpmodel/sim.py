@@ -14,8 +14,9 @@ from collections import deque
 from . import plan
 
 ALGORITHMS = ["ring", "bcast", "binomial", "scatter-allgather", "two-tree", "sbcast", "every-node-reads"]
-# a proposed change, not in the engine: the ring without rounds (see run_stream_ring)
-PROPOSED = ["stream-ring"]
+# the engine before its ring took one chunk of every reader per round: rounds of at most
+# slots_per_round chunks held in round buffers (see run_engine)
+BEFORE = ["ring-round-buffers"]
 
 
 def log2c(n):
@@ -234,10 +235,19 @@ def chunk_list(nbytes, chunk, zero_fraction=0.0):
 # --------------------------------------------------------------------------------------------
 
 def run_engine(w, chunks, chunk, mode, opts):
+    """mode "ring": the engine's ring (one chunk of every reader per round, `ring_rounds_in_flight`
+    rounds at once, blocks from a pool of `ring_block_buffers` chunks that the writer gives back one
+    by one); "ring-round-buffers": the ring as it was (rounds of `slots_per_round` chunks, each held
+    in a round buffer until written); "bcast": one Ibcast per reader, round buffers.
+    opts: "slots" caps the chunks per round (SW_POOL_BENCH_SLOTS)."""
     sg = w.sg
     n = w.n
-    slots = opts.get("slots") or plan.slots_per_round(n, chunk)
-    nb = opts.get("round_bufs") or plan.round_buffers(slots, chunk)
+    if mode == "ring":
+        slots = min(plan.ring_slots(n), opts.get("slots") or n)
+        nb = opts.get("round_bufs") or plan.ring_rounds_in_flight(chunk)
+    else:
+        slots = opts.get("slots") or plan.slots_per_round(n, chunk)
+        nb = opts.get("round_bufs") or plan.round_buffers(slots, chunk)
     rounds = plan.plan_rounds(len(chunks), n, slots)
     hdr = Collective(w)
     nodes = [Node(w, i) for i in range(n)]
@@ -249,8 +259,11 @@ def run_engine(w, chunks, chunk, mode, opts):
         nd.sendbufs = sendbufs
         nd.turn = [sg.Semaphore(1 if k == 0 else 0) for k in range(nb)]
         nd.bufsem = [sg.Semaphore(1) for _ in range(nb)]
+        nd.blocks = sg.Semaphore(plan.ring_block_buffers(chunk))
         sg.Actor.create(f"reader{i}", w.cpu_hosts[i], reader_actor, w, nd, mine, sendbufs)
-        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, len(rounds))
+        # the ring lands every chunk on its own; the others a round at a time
+        landings = len(chunks) if mode == "ring" else len(rounds)
+        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, landings)
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nd, total)
         for k in range(nb):
             sg.Actor.create(f"flight{i}.{k}", w.nodes[i], flight_actor, w, nodes, i, k, nb, rounds, chunks,
@@ -271,7 +284,8 @@ def flight_actor(w, nodes, me, k, nb, rounds, chunks, hdr, mode):
     nd = nodes[me]
     right, left = (me + 1) % n, (me - 1) % n
     for r in range(k, len(rounds), nb):
-        nd.bufsem[k].acquire()           # a free round buffer (the writer gives it back)
+        if mode != "ring":
+            nd.bufsem[k].acquire()       # a free round buffer (the writer gives it back)
         nd.turn[k].acquire()             # the MPI thread starts rounds in order
         rnd = rounds[r]
         owners = {}
@@ -280,12 +294,21 @@ def flight_actor(w, nodes, me, k, nb, rounds, chunks, hdr, mode):
         if me in owners:
             nd.ready_sem.acquire()       # my chunk from the reader
             nd.ready.popleft()
-            nd.sendbufs.release()        # copied into the round buffer
+            if mode == "ring" and owners[me] > 0:
+                nd.blocks.acquire()      # the reader gets a pool buffer for its own
+            nd.sendbufs.release()        # (else: copied into the round buffer)
         hdr.arrive(("hdr", r))
         nd.turn[(k + 1) % nb].release()  # the next round may start its header now
         active = {o: b for o, b in owners.items() if b > 0}
+        if mode == "ring":
+            for o, b in owners.items():
+                if b <= 0:               # all zeros: nothing moves, the writer checks it at once
+                    nd.land.append(([(0, o == me)], None))
+                    nd.land_sem.release()
+            ring_round_blocks(w, nd, me, right, left, r % nb, active)
+            continue
         if n > 1 and active:
-            if mode == "ring":
+            if mode == "ring-round-buffers":
                 ring_round(w, me, right, left, r % nb, active)
             else:
                 bcast_round(w, me, r % nb, active)
@@ -323,6 +346,52 @@ def ring_round(w, me, right, left, tag, active):
         if sb in active:
             comms.append(mb_right.put_async(sb, int(active[sb])))
         w.mpi_wait(comms, t0)
+
+
+def ring_round_blocks(w, nd, me, right, left, tag, active):
+    """engine/ring.rs (`Ring::advance`): in step s send block me-s to the right and receive block
+    me-s-1 from the left (into a pool block, waiting for the writer when it has them all); a step
+    starts when this node's previous one completed; a block goes to the writer once forwarded, the
+    right neighbour's own block once it arrived, this node's own after step 0."""
+    sg = w.sg
+    n = w.n
+
+    def land(b):
+        nd.land.append(([(active[b], b == me)], nd.blocks.release))
+        nd.land_sem.release()
+
+    if n == 1:
+        if me in active:
+            land(me)
+        return
+    steps = set()
+    for b in active:
+        s = (me - b) % n
+        if s <= n - 2:
+            steps.add(s)
+        s = (me - 1 - b) % n
+        if s <= n - 2:
+            steps.add(s)
+    mb_right = sg.Mailbox.by_name(f"ring{right}.{tag}")
+    mb_me = sg.Mailbox.by_name(f"ring{me}.{tag}")
+    for s in sorted(steps):
+        sb = (me - s) % n
+        rb = (me - s - 1) % n
+        comms = []
+        t0 = w.now()
+        if rb in active:
+            nd.blocks.acquire()
+        w.overhead()
+        if rb in active:
+            c, keep = mb_me.get_async()
+            comms.append(c)
+        if sb in active:
+            comms.append(mb_right.put_async(sb, int(active[sb])))
+        w.mpi_wait(comms, t0)
+        if sb in active:
+            land(sb)
+        if rb in active and s == n - 2:
+            land(rb)
 
 
 def binomial_children(rel, n):
@@ -564,71 +633,6 @@ def run_sbcast(w, nbytes, opts):
         sg.Actor.create(f"slurmd{i}", w.nodes[i], fwd, i)
 
 
-def run_stream_ring(w, chunks, opts):
-    """Proposed: the ring without rounds. Readers as in the engine (split by owner, plan.rs order);
-    every node handles the chunks in the same global order, forwarding each to its right neighbour as
-    soon as it has it (the chunk's header travels with it), at most `window` sends outstanding; so
-    the pipeline fills once (N - 1 hops) instead of once per round, with a few chunks of memory."""
-    sg = w.sg
-    n = w.n
-    ranges = [plan.owner_range(len(chunks), n, k) for k in range(n)]
-    owner = {}
-    for k in range(n):
-        for c in ranges[k]:
-            owner[c] = k
-    depth = max(len(r) for r in ranges)
-    total = sum(s for (s, _) in chunks)
-    for i in range(n):
-        nd = Node(w, i)
-        # in step t node i handles chunk t // n of owner i - t (mod n): its own chunk when t % n == 0,
-        # else what its left neighbour handled in step t - 1
-        order = []
-        for t in range(depth * n):
-            k, s_ = (i - t) % n, t // n
-            if s_ < len(ranges[k]):
-                order.append(ranges[k][s_])
-        mine = [chunks[c] for c in order if owner[c] == i]
-        sendbufs = sg.Semaphore(4)
-        nd.sendbufs = sendbufs
-        sg.Actor.create(f"reader{i}", w.cpu_hosts[i], reader_actor, w, nd, mine, sendbufs)
-        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, len(order))
-        sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nd, total)
-        sg.Actor.create(f"stream{i}", w.nodes[i], stream_forwarder, w, nd, chunks, order, owner,
-                        int(opts.get("window", 4)))
-        sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, w.agreement())
-
-
-def stream_forwarder(w, nd, chunks, order, owner, window):
-    sg = w.sg
-    n = w.n
-    me = nd.i
-    right = (me + 1) % n
-    mb_me = sg.Mailbox.by_name(f"s{me}")
-    mb_right = sg.Mailbox.by_name(f"s{right}")
-    sends = deque()
-    for c in order:
-        sent = chunks[c][0]
-        k = owner[c]
-        if k == me:
-            nd.ready_sem.acquire()
-            nd.ready.popleft()
-        elif sent > 0:
-            t0 = w.now()
-            rc, keep = mb_me.get_async()
-            w.mpi_wait([rc], t0)
-        if sent > 0 and right != k:
-            w.overhead()
-            sends.append(mb_right.put_async(c, int(sent)))
-            while len(sends) > window:
-                sends.popleft().wait()
-        if k == me:
-            nd.sendbufs.release()
-        nd.land.append(([(sent, k == me)], None))
-        nd.land_sem.release()
-    while sends:
-        sends.popleft().wait()
-
-
 def run_every_node_reads(w, chunks, opts):
     sg = w.sg
     n = w.n
@@ -665,7 +669,7 @@ def simulate(p, algo, n, nbytes, chunk, opts=None):
     chunks = chunk_list(nbytes, chunk, opts.get("zero_fraction", 0.0))
     if n == 1 and algo != "sbcast":
         run_local(w, chunks)
-    elif algo in ("ring", "bcast"):
+    elif algo in ("ring", "ring-round-buffers", "bcast"):
         run_engine(w, chunks, chunk, algo, opts)
     elif algo in ("binomial", "two-tree"):
         run_tree(w, chunks, algo, opts)
@@ -675,8 +679,6 @@ def simulate(p, algo, n, nbytes, chunk, opts=None):
         run_sbcast(w, nbytes, opts)
     elif algo == "every-node-reads":
         run_every_node_reads(w, chunks, opts)
-    elif algo == "stream-ring":
-        run_stream_ring(w, chunks, opts)
     else:
         raise ValueError(algo)
     w.e.run()
