@@ -14,7 +14,11 @@ from swpmodel import plan, run  # noqa: E402
 # figures at N = 2, 4 (measured on a busy machine; the model has no mechanism for the slower rounds)
 # and one MPI_Ibcast per reader at N = 8 (Open MPI's non-blocking broadcast over TCP is twice as slow as
 # the model's binomial trees). The test fails if this set changes, in either direction.
-KNOWN_OUT = {("ring 4 MiB", 2), ("ring 4 MiB", 4), ("bcast 1 MiB", 8)}
+# The ring with rounds capped at 1 or 2 chunks, 1 MiB chunks (bench/ring-slots.sh): the testbed's tbf lets
+# an idle link send a 1 MB burst at once, so with rounds that leave most links idle a 1 MiB hop is far
+# faster than the link rate; the model has no token bucket (with 4 MiB chunks it is within 5 %).
+KNOWN_OUT = {("ring 4 MiB", 2), ("ring 4 MiB", 4), ("bcast 1 MiB", 8),
+             ("ring 1 MiB, ≤ 1 per round", 8), ("ring 1 MiB, ≤ 2 per round", 8)}
 
 
 class Plan(unittest.TestCase):

@@ -4,15 +4,17 @@
 //! Three threads per leader, so that reading, moving and writing overlap all the time:
 //! - a **reader** thread reads this leader's chunks (in round order, sequentially on SRC) into a
 //!   small pool of send buffers, checks them for zeros, hashes them (BLAKE3; pools: checked against
-//!   the manifest) and hands them over; it runs up to [`SEND_BUFS`] chunks ahead of the network;
+//!   the manifest) and hands them over; it runs up to `plan::send_buffers` chunks ahead of the network;
 //! - the **main** thread alone calls MPI (`MPI_THREAD_FUNNELED`): for round `r` it takes its own
 //!   chunk, exchanges the small header block (status, length, zero flag and hash; `MPI_Iallgather`),
 //!   starts the round's data movement ([`Algorithm::Allgather`]: one `MPI_Iallgatherv` straight from
 //!   the reader's buffer; [`Algorithm::Bcast`]: one `MPI_Ibcast` per reader; [`Algorithm::Ring`]: a
-//!   pipelined ring of point-to-point messages), and keeps polling every round in flight — several
-//!   rounds move at once, bounded by the pool of round buffers;
+//!   pipelined ring of point-to-point messages, one chunk of every reader per round, see
+//!   [`ring`]), and keeps polling every round in flight — several rounds move at once, bounded by
+//!   the round buffers (allgather, bcast) or by the ring's rounds in flight and its block pool;
 //! - a **writer** thread verifies every received chunk against the manifest (pools) or the
-//!   reader's hash from the header (plain files) and writes it sparse, then returns the buffer.
+//!   reader's hash from the header (plain files) and writes it sparse, then returns the buffer
+//!   (a round buffer, or one block of the ring).
 //!
 //! So while round `r` moves, round `r + 1` and later are being read from storage, and round
 //! `r − 1` and earlier are being verified and written: a node's link carries its storage reads
