@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
 
-.PHONY: all setup build spank install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model test-model
+.PHONY: all setup build spank install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model model-1024 test-model
 
 all: build
 
@@ -107,12 +107,16 @@ fuzz: setup
 clean:
 	$(CARGO) clean
 
-# the SimGrid scale model of the broadcast (issue 19, model/README.md): calibration against the bench
+# the SimGrid scale model of the broadcast (model/README.md): calibration against the bench
 # results and the paper, predictions to 1,024 nodes, report + plots in bench/results/model-*.md
 # (< 10 min on 2 cores; MODEL_JOBS simulations at once, default 2)
 PYTHON3 ?= /usr/bin/python3
 model:
 	cd model && $(PYTHON3) -m swpmodel.run
+
+# the engine's ring simulated at 1,024 nodes, 1 GB, three platforms (~30 min; model/README.md)
+model-1024:
+	cd model && $(PYTHON3) -m swpmodel.run --at-1024
 
 # fast check that the model runs and stays calibrated (part of test-unit)
 test-model:

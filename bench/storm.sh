@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The loading-storm benchmark (issue 16; not a test). On the virtual cluster, a Pynamic-like Python
+# The loading-storm benchmark (not a test). On the virtual cluster, a Pynamic-like Python
 # package (bench/storm_gen.py: M extension modules, each linked to its own library of F functions)
 # plus numpy from PyPI (pip --target) is imported by N nodes x P ranks, three ways:
 #   (a) shared   straight from shared storage (PYTHONPATH on the sshfs mount)

@@ -47,7 +47,7 @@ for metric, label, fname, logy in [
     fig.savefig(os.path.join(out, fname), dpi=110)
     figs.append((label, fname))
 
-lines = [f"# Loading storm: shared storage vs bundled pool (issue 16)\n",
+lines = [f"# Loading storm: shared storage vs bundled pool\n",
          f"Command: `{params['command']}` (STORM_LATENCY={params['latency']}, STORM_MDS_DELAY_US={params.get('mds_delay_us', 0)}, STORM_PYPI=\"{params['pypi']}\"), "
          f"{params['duration_s']} s in all (machine load average {params.get('loadavg_start', '?')} at the start, "
          f"{params.get('loadavg_end', '?')} at the end: 2 cores shared with other work, single runs). Generated package: M = {params['M']} extension modules x F = {params['F']} "

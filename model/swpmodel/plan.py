@@ -5,6 +5,8 @@ Kept literal so that the model moves chunks in the same rounds as the Rust engin
 
 ROUND_MEMORY_BUDGET = 160 << 20
 MAX_ROUND_BUFS = 3
+# writer threads per leader (engine/mod.rs `WRITERS`)
+WRITERS = 2
 
 
 def owner_range(count, owners, k):

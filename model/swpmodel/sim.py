@@ -181,13 +181,35 @@ def writeback_actor(w, nd, total):
     nd.wb_done.release()
 
 
-def writer_actor(w, nd, nrounds, verify=True):
+def writer_actor(w, nd, nrounds, verify=True, writers=None):
     """Verify (BLAKE3) every chunk that came from another node, copy it into the page cache, queue
-    its writeback; then give the round buffer back (engine/mod.rs writer thread)."""
+    its writeback; then give the block or round buffer back (engine/mod.rs: `WRITERS` writer threads,
+    each taking the next landing). This actor and writers - 1 more run the same loop."""
+    writers = writers or plan.WRITERS
+    nd.taken = 0
+    host = w.sg.this_actor.get_host()
+    for k in range(1, writers):
+        w.sg.Actor.create(f"writer{nd.i}.{k}", host, _writer_loop, w, nd, nrounds, verify, writers)
+    _writer_loop(w, nd, nrounds, verify, writers)
+
+
+def _writer_loop(w, nd, nrounds, verify, writers):
     p = w.p
-    for _ in range(nrounds):
+    if nrounds == 0:
+        return
+    while True:
         nd.land_sem.acquire()
-        items, give_back = nd.land.popleft()
+        item = nd.land.popleft()
+        if item is None:
+            return
+        nd.taken += 1
+        last = nd.taken == nrounds
+        if last:
+            # the last landing: the other writers stop
+            for _ in range(writers - 1):
+                nd.land.append(None)
+                nd.land_sem.release()
+        items, give_back = item
         for b, own in items:
             if b <= 0:
                 continue
@@ -199,6 +221,8 @@ def writer_actor(w, nd, nrounds, verify=True):
             nd.wb_sem.release()
         if give_back:
             give_back()
+        if last:
+            return
 
 
 def reader_actor(w, nd, chunks, sendbuf_sem, hash_it=True):
@@ -602,7 +626,7 @@ def run_sbcast(w, nbytes, opts):
     nodes = [Node(w, i) for i in range(n)]
     acks = sg.Semaphore(0)
     for i in range(n):
-        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nodes[i], len(blocks), False)
+        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nodes[i], len(blocks), False, 1)
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nodes[i], nbytes)
         sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nodes[i], w.agreement())
 
@@ -643,7 +667,7 @@ def run_every_node_reads(w, chunks, opts):
         nd.sendbufs = sendbufs
         sg.Actor.create(f"reader{i}", w.cpu_hosts[i], reader_actor, w, nd, chunks, sendbufs)
         sg.Actor.create(f"pass{i}", w.cpu_hosts[i], passthrough, w, nd, chunks)
-        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, len(chunks))
+        sg.Actor.create(f"writer{i}", w.cpu_hosts[i], writer_actor, w, nd, len(chunks), True, 1)
         sg.Actor.create(f"wb{i}", w.cpu_hosts[i], writeback_actor, w, nd, total)
         sg.Actor.create(f"commit{i}", w.nodes[i], commit_actor, w, nd, w.agreement())
 

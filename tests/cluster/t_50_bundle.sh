@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sw-pool bundle on the virtual cluster (issue 16): a program installed on shared storage (RUNPATH
+# sw-pool bundle on the virtual cluster: a program installed on shared storage (RUNPATH
 # $ORIGIN libraries, Debian's libz, a dlopen()ed plugin) is bundled with --trace into a pool; the
 # original installation is then made unreadable, and a Slurm job of the unprivileged user loads the
 # pool on 4 nodes (sw-pool load), module-loads the package and runs it, plugin included, on every
