@@ -20,7 +20,7 @@ TESTBED=$REPO/testbed
 . "$TESTBED/env.sh"
 SIZE_MIB=${1:-1024}
 N=${2:-8}
-CAPS=${3:-"1 2"}
+CAPS=${3-"1 2"}
 REPS=${4:-2}
 CHUNK=${5:-4MiB}
 SW_BIN=$REPO/target/release/sw-pool
@@ -44,7 +44,8 @@ cd "$TB/scratch"
 clean() { for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done; }
 
 declare -A T
-configs=(none $CAPS)
+read -r -a caps <<< "$CAPS"
+configs=(none "${caps[@]}")
 {
   echo "# The ring's rounds: one chunk of every reader vs K chunks per round ($(date -Is))"
   echo
