@@ -114,7 +114,7 @@ PYTHON3 ?= /usr/bin/python3
 model:
 	cd model && $(PYTHON3) -m swpmodel.run
 
-# the engine's ring simulated at 1,024 nodes, 1 GB, three platforms (~30 min; model/README.md)
+# the engine's ring simulated at 1,024 nodes, 1 GB, three platforms (~40 min; model/README.md)
 model-1024:
 	cd model && $(PYTHON3) -m swpmodel.run --at-1024
 
