@@ -335,18 +335,42 @@ fn multicall_name_scalable_fs_cp() {
     assert_eq!(sha256_file(&src), sha256_file(&dest));
 }
 
+/// Open MPI's mpirun on this machine, if there is one.
+fn mpirun() -> Option<&'static str> {
+    ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
+        std::process::Command::new(m)
+            .arg("--version")
+            .output()
+            .is_ok()
+    })
+}
+
+/// `mpirun -np NP … sw-pool cp --json --chunk 64KiB` with every rank its own "node"
+/// (`SW_POOL_FAKE_NODES=1`) and `env` (`NAME=VALUE`) exported to the ranks; SRC and DEST follow.
+fn mpi_cp(mpirun: &str, np: usize, env: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(mpirun);
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(np.to_string())
+        .args([
+            "--mca",
+            "btl",
+            "self,vader,tcp",
+            "-x",
+            "SW_POOL_FAKE_NODES=1",
+        ]);
+    for e in env {
+        c.args(["-x", e]);
+    }
+    c.arg(bin()).args(["cp", "--json", "--chunk", "64KiB"]);
+    c
+}
+
 /// The ring with many rounds on 5 "nodes" (an odd ring): dense, all-zero and short chunks, one
 /// chunk of every reader per round and rounds capped at 2 and 1 chunks (`SW_POOL_BENCH_SLOTS`, where
 /// most steps move nothing); every node gets the same bytes and every byte is read once.
 #[test]
 fn mpi_ring_rounds_of_every_shape() {
-    let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
-        std::process::Command::new(m)
-            .arg("--version")
-            .output()
-            .is_ok()
-    });
-    let Some(mpirun) = mpirun else {
+    let Some(mpirun) = mpirun() else {
         skip("no mpirun on this machine");
         return;
     };
@@ -368,26 +392,16 @@ fn mpi_ring_rounds_of_every_shape() {
     std::fs::write(&src, &data).unwrap();
     for cap in ["", "2", "1"] {
         let dest = d.path().join(format!("ring{cap}-%n"));
-        let o = run(std::process::Command::new(mpirun)
-            .args([
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-np",
-                "5",
-                "--mca",
-                "btl",
-                "self,vader,tcp",
-                "-x",
-                "SW_POOL_FAKE_NODES=1",
-                "-x",
+        let o = run(mpi_cp(
+            mpirun,
+            5,
+            &[
                 "SW_POOL_CP_ALGORITHM=ring",
-                "-x",
                 &format!("SW_POOL_BENCH_SLOTS={cap}"),
-            ])
-            .arg(bin())
-            .args(["cp", "--json", "--chunk", "64KiB"])
-            .arg(&src)
-            .arg(&dest));
+            ],
+        )
+        .arg(&src)
+        .arg(&dest));
         assert_eq!(o.code, 0, "cap {cap:?}: {}", o.stderr);
         let j = json(&o);
         assert_eq!(j["nodes_received"], 5);
@@ -406,13 +420,7 @@ fn mpi_ring_rounds_of_every_shape() {
 /// DEST = node index), every distribution algorithm, and a repeat that reads nothing.
 #[test]
 fn mpi_four_fake_nodes() {
-    let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
-        std::process::Command::new(m)
-            .arg("--version")
-            .output()
-            .is_ok()
-    });
-    let Some(mpirun) = mpirun else {
+    let Some(mpirun) = mpirun() else {
         skip("no mpirun on this machine");
         return;
     };
@@ -421,24 +429,11 @@ fn mpi_four_fake_nodes() {
     random_file(&src, 5 * 65536 + 17, 11);
     for algo in ["bcast", "allgather", "ring"] {
         let dest = d.path().join(format!("{algo}-%n"));
-        let o = run(std::process::Command::new(mpirun)
-            .args([
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-np",
-                "4",
-                "--mca",
-                "btl",
-                "self,vader,tcp",
-                "-x",
-                "SW_POOL_FAKE_NODES=1",
-                "-x",
-                &format!("SW_POOL_CP_ALGORITHM={algo}"),
-            ])
-            .arg(bin())
-            .args(["cp", "--json", "--chunk", "64KiB"])
-            .arg(&src)
-            .arg(&dest));
+        let o = run(
+            mpi_cp(mpirun, 4, &[&format!("SW_POOL_CP_ALGORITHM={algo}")])
+                .arg(&src)
+                .arg(&dest),
+        );
         assert_eq!(o.code, 0, "{algo}: {}", o.stderr);
         let j = json(&o);
         assert_eq!(j["nodes"], 4);
