@@ -66,6 +66,14 @@ impl Backoff {
     pub(super) fn reset(&mut self) {
         self.0 = 0;
     }
+    /// After a poll: start over when something moved, else back off.
+    pub(super) fn after(&mut self, moved: bool) {
+        if moved {
+            self.reset();
+        } else {
+            self.snooze();
+        }
+    }
 }
 
 pub(super) fn check(rc: i32, what: &str) -> LocalResult<()> {

@@ -499,11 +499,7 @@ pub(crate) fn distribute(
                             break b;
                         }
                     }
-                    if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
-                        bo.snooze();
-                    } else {
-                        bo.reset();
-                    }
+                    bo.after(pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?);
                     if behind {
                         stats.wait_dest += tw.elapsed();
                     }
@@ -518,11 +514,13 @@ pub(crate) fn distribute(
                         match ready_rx.as_ref().map(|r| r.try_recv()) {
                             Some(Ok(x)) => break Some(x),
                             Some(Err(TryRecvError::Empty)) => {
-                                if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
-                                    bo.snooze();
-                                } else {
-                                    bo.reset();
-                                }
+                                bo.after(pump(
+                                    &mut flights,
+                                    &mut pool,
+                                    &land_tx,
+                                    &free_tx,
+                                    stopped,
+                                )?);
                             }
                             _ => break None,
                         }
@@ -536,24 +534,26 @@ pub(crate) fn distribute(
                             } else if ring {
                                 // the reader's buffer becomes the round's block; the reader gets
                                 // one of the pool's in exchange (no copy; memory stays bounded)
-                                let spare = loop {
-                                    if let Some(b) = pool.get() {
-                                        break b;
-                                    }
-                                    if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?
-                                    {
-                                        bo.snooze();
-                                    } else {
-                                        bo.reset();
-                                    }
+                                let back = if h.sent == 0 {
+                                    sbuf // all zeros: nothing to send
+                                } else {
+                                    let spare = loop {
+                                        if let Some(b) = pool.get() {
+                                            break b;
+                                        }
+                                        bo.after(pump(
+                                            &mut flights,
+                                            &mut pool,
+                                            &land_tx,
+                                            &free_tx,
+                                            stopped,
+                                        )?);
+                                    };
+                                    own = Some(sbuf);
+                                    spare
                                 };
                                 if let Some(tx) = &free_tx {
-                                    let _ = tx.send(spare);
-                                }
-                                if h.sent > 0 {
-                                    own = Some(sbuf);
-                                } else {
-                                    pool.put(sbuf);
+                                    let _ = tx.send(back);
                                 }
                             } else {
                                 let d = p * chunk;
@@ -617,11 +617,7 @@ pub(crate) fn distribute(
                 {
                     let _p = watchdog::phase("distribution");
                     while !f.reqs.poll() {
-                        if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
-                            bo.snooze();
-                        } else {
-                            bo.reset();
-                        }
+                        bo.after(pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?);
                     }
                 }
                 let mut failed = Vec::new();

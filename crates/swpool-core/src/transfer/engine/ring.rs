@@ -192,8 +192,9 @@ impl Ring {
                 return Ok(Advance::Done);
             }
             let s = self.step;
-            let send = (me + n - s % n) % n;
-            let recv = (me + 2 * n - s % n - 1) % n;
+            // s <= n - 2 here
+            let send = (me + n - s) % n;
+            let recv = (me + 2 * n - s - 1) % n;
             let (cs, cr) = (self.count(send), self.count(recv));
             if cs == 0 && cr == 0 {
                 self.step += 1;
