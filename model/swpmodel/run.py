@@ -170,6 +170,14 @@ def fit_emmy(p):
     return {"mpi_overhead": o, "paper_block_overhead": a, "startup_s": fixed, "startup_log2_s": 0.0}
 
 
+def apply_fits(vc_fit, emmy_fit):
+    """Make the fitted parameters part of the platforms (vc-links shares the virtual cluster's sbcast
+    overhead: the same sbcast on the same caps)."""
+    FITTED["vcluster"] = dict(vc_fit)
+    FITTED["vc-links"] = {"sbcast_block_overhead": vc_fit["sbcast_block_overhead"]}
+    FITTED["emmy"] = dict(emmy_fit)
+
+
 def calibrate(quick=False):
     vc = platform("vcluster")
     vc.update(fit_vc(vc, quick))
@@ -202,9 +210,7 @@ def calibrate(quick=False):
         rows.append({"platform": "emmy", "what": "paper tool 1 GB + sha256", "n": n,
                      "measured": m, "model": t, "err": (t - m) / m})
     vc_fit = {k: vc[k] for k in ("recv_cpu_ns_per_byte", "sbcast_block_overhead")}
-    FITTED["vcluster"] = dict(vc_fit)
-    FITTED["vc-links"] = {"sbcast_block_overhead": vc_fit["sbcast_block_overhead"]}
-    FITTED["emmy"] = dict(fit)
+    apply_fits(vc_fit, fit)
     parts = paper_tool_time(em, 2, parts=True)
     return {"vc_fit": {k: vc[k] for k in ("recv_cpu_ns_per_byte", "sbcast_block_overhead")},
             "emmy_fit": fit, "emmy_parts_n2": parts, "emmy_parts_n16": paper_tool_time(em, 16, parts=True),
@@ -546,12 +552,18 @@ def report(cal, table, out_md, wall, check=None, slow=None):
             t1, t2 = slow[(a, 1.0)], slow[(a, 0.5)]
             L.append(f"| {a} | {t1:.1f} | {t2:.1f} | {t2/t1:.2f} |")
         L.append("")
-    notes = base + ".notes.md"  # findings written by hand after a run; kept when the report is rewritten
+    return write_report(L, out_md)
+
+
+def write_report(lines, out_md):
+    """Write a report, with the findings written by hand after its run (`<report>.notes.md`, kept
+    when the report is rewritten) at its end."""
+    notes = os.path.splitext(out_md)[0] + ".notes.md"
     if os.path.exists(notes):
         with open(notes) as f:
-            L.append(f.read())
+            lines.append(f.read())
     with open(out_md, "w") as f:
-        f.write("\n".join(L))
+        f.write("\n".join(lines))
     return out_md
 
 
@@ -559,10 +571,7 @@ def from_json(path):
     """Rewrite a report from the .json beside it (after changing the report's text, not the model)."""
     with open(path) as f:
         d = json.load(f)
-    vc_fit = d["cal"]["vc_fit"]
-    FITTED["vcluster"] = dict(vc_fit)
-    FITTED["vc-links"] = {"sbcast_block_overhead": vc_fit["sbcast_block_overhead"]}
-    FITTED["emmy"] = dict(d["cal"]["emmy_fit"])
+    apply_fits(d["cal"]["vc_fit"], d["cal"]["emmy_fit"])
     table = {tuple(k): tuple(v) for k, v in d["table"]}
     check = {tuple(k): v for k, v in d["check"]}
     slow = {tuple(k): v for k, v in d["slow"]}
@@ -579,10 +588,7 @@ def load_fits():
         return None
     with open(runs[-1]) as f:
         d = json.load(f)
-    vc_fit = d["cal"]["vc_fit"]
-    FITTED["vcluster"] = dict(vc_fit)
-    FITTED["vc-links"] = {"sbcast_block_overhead": vc_fit["sbcast_block_overhead"]}
-    FITTED["emmy"] = dict(d["cal"]["emmy_fit"])
+    apply_fits(d["cal"]["vc_fit"], d["cal"]["emmy_fit"])
     return os.path.basename(runs[-1])
 
 
@@ -631,13 +637,7 @@ def at_1024_report(d, out_md):
         L.append(f"| {pn} | {t2:.2f} | {tk:.2f} | **{tk / t2:.2f}** | {s2:.2f} / {sk:.2f} | {ck / c2:.2f} | "
                  f"{b + sk:.2f} |")
     L.append("")
-    notes = os.path.splitext(out_md)[0] + ".notes.md"
-    if os.path.exists(notes):
-        with open(notes) as f:
-            L.append(f.read())
-    with open(out_md, "w") as f:
-        f.write("\n".join(L))
-    return out_md
+    return write_report(L, out_md)
 
 
 def main(argv):

@@ -329,7 +329,7 @@ def flight_actor(w, nodes, me, k, nb, rounds, chunks, hdr, mode):
                 if b <= 0:               # all zeros: nothing moves, the writer checks it at once
                     nd.land.append(([(0, o == me)], None))
                     nd.land_sem.release()
-            ring_round_blocks(w, nd, me, right, left, r % nb, active)
+            ring_round(w, me, right, left, r % nb, active, nd)
             continue
         if n > 1 and active:
             if mode == "ring-round-buffers":
@@ -342,41 +342,13 @@ def flight_actor(w, nodes, me, k, nb, rounds, chunks, hdr, mode):
         nd.land_sem.release()
 
 
-def ring_round(w, me, right, left, tag, active):
-    """engine/ring.rs (`Ring::step`) for Algorithm::Ring: in step s send block me-s to the right and
-    receive block me-s-1 from the left; a step starts when this node's previous one completed."""
-    sg = w.sg
-    n = w.n
-    steps = set()
-    for b in active:
-        s = (me - b) % n
-        if s <= n - 2:
-            steps.add(s)
-        s = (me - 1 - b) % n
-        if s <= n - 2:
-            steps.add(s)
-    mb_right = sg.Mailbox.by_name(f"ring{right}.{tag}")
-    mb_me = sg.Mailbox.by_name(f"ring{me}.{tag}")
-    for s in sorted(steps):
-        sb = (me - s) % n
-        rb = (me - s - 1) % n
-        comms = []
-        t0 = w.now()
-        w.overhead()
-        keep = None
-        if rb in active:
-            c, keep = mb_me.get_async()
-            comms.append(c)
-        if sb in active:
-            comms.append(mb_right.put_async(sb, int(active[sb])))
-        w.mpi_wait(comms, t0)
-
-
-def ring_round_blocks(w, nd, me, right, left, tag, active):
-    """engine/ring.rs (`Ring::advance`): in step s send block me-s to the right and receive block
-    me-s-1 from the left (into a pool block, waiting for the writer when it has them all); a step
-    starts when this node's previous one completed; a block goes to the writer once forwarded, the
-    right neighbour's own block once it arrived, this node's own after step 0."""
+def ring_round(w, me, right, left, tag, active, nd=None):
+    """engine/ring.rs for Algorithm::Ring: in step s send block me-s to the right and receive block
+    me-s-1 from the left; a step starts when this node's previous one completed; steps that move
+    nothing are skipped. With `nd` (the engine now, `Ring::advance`) a block is received into a pool
+    block (waiting for the writer when it has them all) and goes to the writer once forwarded, the
+    right neighbour's own block once it arrived, this node's own after step 0; without it (the ring
+    with round buffers) the round is landed as a whole by the caller."""
     sg = w.sg
     n = w.n
 
@@ -385,7 +357,7 @@ def ring_round_blocks(w, nd, me, right, left, tag, active):
         nd.land_sem.release()
 
     if n == 1:
-        if me in active:
+        if nd is not None and me in active:
             land(me)
         return
     steps = set()
@@ -403,19 +375,20 @@ def ring_round_blocks(w, nd, me, right, left, tag, active):
         rb = (me - s - 1) % n
         comms = []
         t0 = w.now()
-        if rb in active:
+        if nd is not None and rb in active:
             nd.blocks.acquire()
         w.overhead()
         if rb in active:
-            c, keep = mb_me.get_async()
+            c, _ = mb_me.get_async()
             comms.append(c)
         if sb in active:
             comms.append(mb_right.put_async(sb, int(active[sb])))
         w.mpi_wait(comms, t0)
-        if sb in active:
-            land(sb)
-        if rb in active and s == n - 2:
-            land(rb)
+        if nd is not None:
+            if sb in active:
+                land(sb)
+            if rb in active and s == n - 2:
+                land(rb)
 
 
 def binomial_children(rel, n):
