@@ -772,12 +772,16 @@ fn run_unmount(sys: &dyn Sys, mp: &Path, lazy: bool) -> Result<(), ExecError> {
 /// calling it busy; a real holder is still there afterwards and is named then.
 const BUSY_RETRIES: [u64; 4] = [10, 30, 80, 180];
 
+/// The unmount failed because the mount is in use (EBUSY, from umount2 or fusermount3).
+fn is_busy(e: &ExecError) -> bool {
+    e.stderr().is_some_and(|s| s.contains("busy"))
+}
+
 fn unmount_retrying_busy(sys: &dyn Sys, mp: &Path) -> Result<(), ExecError> {
-    let busy = |e: &ExecError| e.stderr().is_some_and(|s| s.contains("busy"));
     let mut result = run_unmount(sys, mp, false);
     for ms in BUSY_RETRIES {
         match &result {
-            Err(e) if busy(e) => {
+            Err(e) if is_busy(e) => {
                 tracing::debug!(mount_point = %mp.display(), "busy; trying again in {ms} ms");
                 std::thread::sleep(std::time::Duration::from_millis(ms));
                 result = run_unmount(sys, mp, false);
@@ -822,7 +826,7 @@ pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, Mount
             lazy: false,
             holders: Vec::new(),
         }),
-        Err(e) if e.stderr().is_some_and(|s| s.contains("busy")) => {
+        Err(e) if is_busy(&e) => {
             let (holders, hidden) = proc::holders(mp);
             if !force {
                 return Err(MountError::Busy {
