@@ -10,10 +10,12 @@
 #                `sw-pool mount` would copy a pool into the verified cache first)
 # For every run: the time from launch to the end of the imports and calls on the slowest rank, the
 # bytes the storage server sent (testbed/storage-bytes), and the storage server's work counted on
-# the server: the read + write system calls of its sftp sessions (/proc/PID/io syscr + syscw of
-# every process in the storage namespace; zero overhead, so the timings stay clean). A separate
-# pass (STORM_STRACE_CONFIGS) attaches `strace -c -f` to those processes for a per-syscall
-# breakdown (open/stat/getdents/read ...); its times are not used.
+# the server: the requests it served (open, lstat, readdir, read, close ...) from its own log
+# (testbed up --sftp-log: OpenSSH's sftp-server at DEBUG3, one line per request; testbed/storage-ops),
+# metadata requests and reads apart; also the read + write system calls of every process in the
+# storage namespace (/proc/PID/io syscr + syscw), which include the ssh transport's socket I/O and
+# so vary with packet timing. A separate pass (STORM_STRACE_CONFIGS) attaches `strace -c -f` to
+# those processes for a per-syscall breakdown (open/stat/getdents/read ...); its times are not used.
 # Also: both link modes of the bundle (DT_NEEDED $ORIGIN paths vs RUNPATH) compared on one node.
 #
 #   bench/storm.sh [M] [F] ["NODES"] ["RANKS"]      defaults: 200 200 "1 2 4 8" "1 2 4"
@@ -55,7 +57,7 @@ cleanup() { testbed/down --purge >/dev/null 2>&1 || testbed/down --purge || true
 trap cleanup EXIT
 t_begin=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-testbed/up -n 8
+testbed/up -n 8 --sftp-log
 . testbed/env.sh
 E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
 mkdir -p "$E" "$W/bin"
@@ -72,6 +74,8 @@ server_sys() {
   done
   echo "$s"
 }
+# --- requests the server served (its own log), in all and the reads among them: "TOTAL READS"
+server_ops() { testbed/storage-ops --by-op | awk '{t += $2} $1 == "read" {r = $2} END {print t + 0, r + 0}'; }
 # --- storage latency (metadata cost of a parallel file system): netem under the existing tbf cap
 if [[ $LAT != 0 ]]; then
   rate=$(tc -n "$TB_STOR" qdisc show dev eth0 | sed -n 's/.*rate \([0-9.]*[KMG]\{0,1\}bit\).*/\1/p' | head -1)
@@ -153,7 +157,7 @@ RES=$OUT/runs.jsonl
 MNT=$TB/local/stormmnt
 
 run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
-  local way=$1 n=$2 p=$3 tr=$4 pp t0 out rc=0 b0 s0 bytes sysc load_s="null" st_pid="" st_file=""
+  local way=$1 n=$2 p=$3 tr=$4 pp t0 out rc=0 b0 s0 o0 o1 bytes sysc load_s="null" st_pid="" st_file=""
   local np=$((n * p)) h1 hp
   h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
   testbed/exec all rm -rf "$TB/local/sw-pool-0" "$MNT" >/dev/null 2>&1 || true
@@ -165,7 +169,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     strace -c -f -o "$st_file" "${args[@]}" 2>/dev/null & st_pid=$!
     sleep 1
   fi
-  b0=$(testbed/storage-bytes); s0=$(server_sys)
+  b0=$(testbed/storage-bytes); s0=$(server_sys); o0=$(server_ops)
   t0=$(now)
   case $way in
     a) pp=$S/site:$S/pypi ;;
@@ -179,7 +183,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
         $PY -m stormpkg.driver 2>&1) || rc=$?
   local t_end; t_end=$(now)
-  bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 ))
+  bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 )); o1=$(server_ops)
   if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi
   case $way in
     b) testbed/mpirun -np "$n" -H "$h1" "$SW" unload -q "$MNT" >/dev/null 2>&1 || true ;;
@@ -191,9 +195,10 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
   imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
-  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_syscalls":%d,"strace":%s}\n' \
+  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d,"server_syscalls":%d,"strace":%s}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
-    "$(awk -v a="$t0" -v b="$t_end" 'BEGIN{printf "%.3f", b-a}')" "$bytes" "$sysc" \
+    "$(awk -v a="$t0" -v b="$t_end" 'BEGIN{printf "%.3f", b-a}')" "$bytes" \
+    $(( ${o1% *} - ${o0% *} )) $(( ${o1#* } - ${o0#* } )) "$sysc" \
     "$([[ -n $st_file ]] && echo "\"$(basename "$st_file")\"" || echo null)" | tee -a "$RES"
 }
 

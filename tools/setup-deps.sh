@@ -11,7 +11,7 @@ PACKAGES=(
   # MPI: Open MPI is the default implementation, MPICH must also work
   openmpi-bin libopenmpi-dev libpmix2 mpich libmpich-dev
   # the virtual cluster: Slurm, munge, sshd + sshfs for shared storage, iproute2 for namespaces
-  slurmctld slurmd slurm-client libslurm-dev munge openssh-server openssh-client sshfs iproute2 util-linux procps psmisc kmod strace shellcheck patchelf
+  slurmctld slurmd slurm-client libslurm-dev munge openssh-server openssh-sftp-server openssh-client sshfs iproute2 util-linux procps psmisc kmod strace shellcheck patchelf
   # Lmod (module avail / module load); tclsh for Environment Modules (see below)
   lmod csh fish zsh tcl8.6
   # benchmarks and reports

@@ -1,7 +1,6 @@
 //! The copy on a node leader: identity, preflight, transfer, commit, each step agreed among the
 //! leaders.
 
-use std::fs::File;
 use std::path::Path;
 use std::time::Instant;
 
@@ -12,7 +11,9 @@ use super::prepare::{preflight, Prepared};
 use super::source::{
     chunk_list, holds_identical, inspect_src, target_path, write_stamp, Kind, SrcInfo,
 };
-use super::{bad, dir, engine, watchdog, Algorithm, CopyOptions, CopyReport, Stats, TransferError};
+use super::{
+    bad, dir, engine, plan, watchdog, Algorithm, CopyOptions, CopyReport, Stats, TransferError,
+};
 use crate::collective::{Collective, Local};
 use crate::error::ExitStatus;
 
@@ -79,8 +80,12 @@ pub(super) fn leader_copy(
         report.phases.total = t0.elapsed();
         return Ok(report);
     }
-    // 2. preflight on the receivers
-    let reader = receivers.first() == Some(&job.node_index());
+    // 2. preflight on the receivers. Only the leaders that read part of SRC open it (and so touch
+    // shared storage at all): the first receiver, which also reads a directory whole, and, for a
+    // file, every receiver that owns chunks. With more nodes than chunks the others only receive,
+    // so a small pool's load makes the same storage requests on 8 nodes as on 1,000.
+    let chunks = chunk_list(&info);
+    let reader = reads_src(&receivers, job.node_index(), info.kind, chunks.len());
     let prepared = if need {
         preflight(&info, src, &target, reader, opts.authorized.is_some()).map(Some)
     } else {
@@ -121,23 +126,17 @@ pub(super) fn leader_copy(
     let mut algorithm = None;
     let transferred: Local<()> = match &prepared {
         None => Ok(()),
-        Some(Prepared::File { tmp, out }) => {
-            let src_f = File::open(src).map_err(|e| {
-                bad(
-                    crate::error::io_status(&e),
-                    format!("cannot open SRC {}: {e}", src.display()),
-                )
-            });
-            let src_f = src_f.and_then(|f| match &opts.authorized {
-                Some(a) => a.check_file(src, &f).map(|()| f),
-                None => Ok(f),
-            });
+        Some(Prepared::File { tmp, out, src: f }) => {
+            // a reader's SRC (opened in preflight) must end in the authorized trailer
+            let src_f = match (f, &opts.authorized) {
+                (Some(f), Some(a)) => a.check_file(src, f).map(|()| Some(f)),
+                (f, _) => Ok(f.as_ref()),
+            };
             match src_f {
                 Err(e) => Err(e),
                 Ok(src_f) => {
-                    let chunks = chunk_list(&info);
                     let fj = engine::FileJob {
-                        src: &src_f,
+                        src: src_f,
                         src_path: src,
                         out,
                         out_path: tmp.path(),
@@ -177,7 +176,7 @@ pub(super) fn leader_copy(
     // fsync before agreeing
     let tc = Instant::now();
     let ready: Local<()> = transferred.and_then(|()| match &prepared {
-        Some(Prepared::File { out, tmp }) => out.sync_all().map_err(|e| {
+        Some(Prepared::File { out, tmp, .. }) => out.sync_all().map_err(|e| {
             bad(
                 ExitStatus::System,
                 format!("cannot fsync {}: {e}", tmp.path().display()),
@@ -201,7 +200,7 @@ pub(super) fn leader_copy(
     job.leaders_agree(ready)?;
     let committed: Local<()> = match prepared {
         None => Ok(()),
-        Some(Prepared::File { tmp, out }) => {
+        Some(Prepared::File { tmp, out, src: _ }) => {
             let p = tmp.path().to_path_buf();
             let stamped = if info.kind == Kind::File {
                 // the stamp names DEST's final size and mtime (renaming keeps both)
@@ -242,4 +241,47 @@ pub(super) fn leader_copy(
     report.bytes_written = totals[2];
     report.phases.total = t0.elapsed();
     Ok(report)
+}
+
+/// Whether the leader of node `me` reads SRC (opens it on shared storage): the first of the
+/// `receivers` always does (it reads a directory whole, and checks that SRC is readable before any
+/// temporary is made); for a file, every receiver that owns at least one of the `chunks` (the
+/// transfer ranks follow the order of `receivers`, as [`plan::owner_range`] assigns chunks).
+fn reads_src(receivers: &[usize], me: usize, kind: Kind, chunks: usize) -> bool {
+    match receivers.iter().position(|&i| i == me) {
+        Some(0) => true,
+        Some(k) if kind != Kind::Directory => {
+            !plan::owner_range(chunks, receivers.len(), k).is_empty()
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_leaders_that_own_chunks_read_a_file() {
+        // 8 receivers, 3 chunks: the first three read, the other five never open SRC
+        let all: Vec<usize> = (0..8).collect();
+        let r: Vec<bool> = (0..8).map(|i| reads_src(&all, i, Kind::File, 3)).collect();
+        assert_eq!(r, [true, true, true, false, false, false, false, false]);
+        // as many chunks as receivers or more: everyone reads
+        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 8)));
+        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 100)));
+        // an empty file: the first receiver still opens it (readability, trailer)
+        let r: Vec<bool> = (0..8).map(|i| reads_src(&all, i, Kind::File, 0)).collect();
+        assert_eq!(r, [true, false, false, false, false, false, false, false]);
+        // the transfer ranks are the positions among the receivers, not node indices
+        let some = [1usize, 4, 6];
+        assert!(reads_src(&some, 1, Kind::File, 2));
+        assert!(reads_src(&some, 4, Kind::File, 2));
+        assert!(!reads_src(&some, 6, Kind::File, 2));
+        // a node that needs nothing never reads
+        assert!(!reads_src(&some, 0, Kind::File, 100));
+        // a directory: only the first receiver
+        assert!(reads_src(&some, 1, Kind::Directory, 100));
+        assert!(!reads_src(&some, 4, Kind::Directory, 100));
+    }
 }

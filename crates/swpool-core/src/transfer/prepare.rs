@@ -18,7 +18,12 @@ thread_local! {
 
 /// What a receiving leader prepared in preflight.
 pub(super) enum Prepared {
-    File { tmp: Box<TempOutput>, out: File },
+    /// `src`: SRC, open on a leader that reads it.
+    File {
+        tmp: Box<TempOutput>,
+        out: File,
+        src: Option<File>,
+    },
     Dir(dir::TempDir),
 }
 
@@ -29,17 +34,19 @@ pub(super) fn preflight(
     reader: bool,
     read_only: bool,
 ) -> Local<Prepared> {
-    if reader || info.kind != Kind::Directory {
+    // a reader opens SRC here, once: the transfer reads from this very file
+    let mut src_file = None;
+    if reader {
         let r = if info.kind == Kind::Directory {
             std::fs::read_dir(src).map(|_| ())
         } else {
-            File::open(src).map(|_| ())
+            File::open(src).map(|f| src_file = Some(f))
         };
         r.map_err(|e| {
             bad(
                 crate::error::io_status(&e),
                 format!(
-                    "cannot read SRC {}: {e}; every node's leader reads part of it: make it readable everywhere",
+                    "cannot read SRC {}: {e}; the leaders that read it are on several nodes: make it readable on every node",
                     src.display()
                 ),
             )
@@ -146,6 +153,7 @@ pub(super) fn preflight(
             Ok(Prepared::File {
                 tmp: Box::new(tmp),
                 out,
+                src: src_file,
             })
         }
     }

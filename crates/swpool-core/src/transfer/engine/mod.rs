@@ -78,7 +78,8 @@ fn io_err(what: &str, e: &std::io::Error) -> (ExitStatus, String) {
 
 /// What the pipeline needs to know.
 pub(crate) struct FileJob<'a> {
-    pub src: &'a File,
+    /// SRC, open on a leader that reads chunks of it (`None` on a leader that only receives).
+    pub src: Option<&'a File>,
     pub src_path: &'a std::path::Path,
     pub out: &'a File,
     pub out_path: &'a std::path::Path,
@@ -93,6 +94,22 @@ pub(crate) struct FileJob<'a> {
     pub progress: &'a (dyn Fn(u64) + Sync),
 }
 
+/// A reader reads its own chunks only: no read-ahead by the kernel, which past the end of the
+/// reader's range would fetch the next reader's chunks from shared storage a second time (requests
+/// and bytes that grow with the number of readers). [`fetch_ahead`] keeps reads overlapped instead.
+fn read_only_the_range(job: &FileJob) {
+    if let Some(f) = job.src {
+        let _ = rustix::fs::fadvise(f, 0, 0, rustix::fs::Advice::Random);
+    }
+}
+
+/// Start fetching the reader's next chunk `c` while it reads the current one.
+fn fetch_ahead(job: &FileJob, c: &Chunk) {
+    if let Some(f) = job.src.filter(|_| c.len > 0) {
+        let _ = rustix::fs::fadvise(f, c.offset, u64::from(c.len), rustix::fs::Advice::WillNeed);
+    }
+}
+
 /// Read chunk `c` into `buf`; returns its header (zero flag, hash).
 fn read_chunk(
     job: &FileJob,
@@ -102,12 +119,22 @@ fn read_chunk(
     buf: &mut [u8],
 ) -> LocalResult<SlotHeader> {
     let t = Instant::now();
+    let Some(src) = job.src else {
+        return Err((
+            ExitStatus::Internal,
+            format!(
+                "asked to read the chunk at offset {} of {} on a leader that did not open it",
+                c.offset,
+                job.src_path.display()
+            ),
+        ));
+    };
     let len = c.len as usize;
     let mut done = 0usize;
     while done < len {
         let n = (len - done).min(PIECE);
         let off = c.offset + done as u64;
-        match job.src.read_at(&mut buf[done..done + n], off) {
+        match src.read_at(&mut buf[done..done + n], off) {
             Ok(0) => {
                 return Err((
                     ExitStatus::BadInput,
@@ -371,10 +398,14 @@ pub(crate) fn distribute(
         let rstats = &mut reader_stats;
         scope.spawn(move || {
             let mut zero = ZeroHashes::default();
-            for &ci in mine_r {
+            read_only_the_range(job);
+            for (i, &ci) in mine_r.iter().enumerate() {
                 let Ok(mut buf) = free_rx.recv() else { return };
                 if stop_r.load(Ordering::Relaxed) {
                     return;
+                }
+                if let Some(&next) = mine_r.get(i + 1) {
+                    fetch_ahead(job, &job.chunks[next]);
                 }
                 let h = read_chunk(job, &mut zero, rstats, &job.chunks[ci], &mut buf);
                 let failed = h.is_err();
