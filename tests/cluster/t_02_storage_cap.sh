@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 require_testbed
 cd /
-want="nodes=4 storage_rate=400mbit node_rate=none"
+want="nodes=4 storage_rate=400mbit node_rate=none sftp_log=0"
 if [[ "$(<"$TB/run/config")" != "$want" ]]; then
   echo "t_02: testbed runs with '$(<"$TB/run/config")'; restarting it with the defaults"
   "$TESTBED/up" >/dev/null || { fail "testbed with default caps" "testbed/up failed"; finish; }

@@ -9,7 +9,7 @@ use mpi::traits::*;
 
 use super::prepare::{preflight, Prepared};
 use super::source::{
-    chunk_list, holds_identical, inspect_src, target_path, write_stamp, Kind, SrcInfo,
+    chunk_list, holds_identical, inspect_src, known_tail, target_path, write_stamp, Kind, SrcInfo,
 };
 use super::{
     bad, dir, engine, plan, watchdog, Algorithm, CopyOptions, CopyReport, Stats, TransferError,
@@ -84,8 +84,13 @@ pub(super) fn leader_copy(
     // shared storage at all): the first receiver, which also reads a directory whole, and, for a
     // file, every receiver that owns chunks. With more nodes than chunks the others only receive,
     // so a small pool's load makes the same storage requests on 8 nodes as on 1,000.
+    // (Without MPI among the leaders, e.g. the in-memory cluster of the unit tests, every receiver
+    // copies SRC itself.)
     let chunks = chunk_list(&info);
-    let reader = reads_src(&receivers, job.node_index(), info.kind, chunks.len());
+    let reader = match job.mpi_leaders() {
+        Some(_) => reads_src(&receivers, job.node_index(), info.kind, chunks.len()),
+        None => need,
+    };
     let prepared = if need {
         preflight(&info, src, &target, reader, opts.authorized.is_some()).map(Some)
     } else {
@@ -132,6 +137,21 @@ pub(super) fn leader_copy(
                 (Some(f), Some(a)) => a.check_file(src, f).map(|()| Some(f)),
                 (f, _) => Ok(f.as_ref()),
             };
+            // a pool's trailer: written from the bytes every leader already has
+            let src_f = src_f.and_then(|f| match known_tail(&info) {
+                Some((off, tail)) => {
+                    use std::os::unix::fs::FileExt;
+                    out.write_all_at(&tail, off).map_err(|e| {
+                        bad(
+                            crate::error::io_status(&e),
+                            format!("cannot write {}: {e}", tmp.path().display()),
+                        )
+                    })?;
+                    stats.bytes_written += tail.len() as u64;
+                    Ok(f)
+                }
+                None => Ok(f),
+            });
             match src_f {
                 Err(e) => Err(e),
                 Ok(src_f) => {

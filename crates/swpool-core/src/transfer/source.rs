@@ -194,8 +194,12 @@ pub(super) fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
                     });
                 }
             }
-            // the trailer: its bytes are known (node 0 read them, and checked them against the
-            // authorized pool when there is one), so its chunks are bound to them too
+            // the trailer: every leader has its bytes (node 0 read them, and checked them against
+            // the authorized pool when there is one) and writes it itself (`known_tail`); only a
+            // trailer that does not fit the file travels, its chunks bound to those bytes
+            if known_tail(info).is_some() {
+                return out;
+            }
             let tail = info
                 .tail_hex
                 .as_deref()
@@ -225,6 +229,15 @@ pub(super) fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
             })
             .collect(),
     }
+}
+
+/// A pool's trailer (manifest, signature block, footer) as node 0 read it: `(offset, bytes)` when
+/// they fill the file from the image's end to its end. Every leader has these bytes with SRC's
+/// description, so each writes the trailer itself and no leader reads it from shared storage.
+pub(super) fn known_tail(info: &SrcInfo) -> Option<(u64, Vec<u8>)> {
+    let m = info.manifest.as_ref()?;
+    let tail = hex::decode(info.tail_hex.as_deref()?).ok()?;
+    (m.image_size.checked_add(tail.len() as u64) == Some(info.len)).then_some((m.image_size, tail))
 }
 
 /// The path written on this node: DEST itself, or DEST/<name of SRC> when DEST is an existing
