@@ -95,6 +95,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
         job_id: job_id(a.job_id),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
         once_per_job: false,
+        source: None,
     };
     let r = state::acquire(&sys, &dir, &req)?;
     for n in &r.notes {

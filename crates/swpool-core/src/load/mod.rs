@@ -271,6 +271,7 @@ fn mount_here(
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: req.once_per_job,
+            source: Some(plan.src.clone()),
         },
     )?;
     Ok((r.record, r.reused))
@@ -553,10 +554,13 @@ pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Ver
 }
 
 /// The pools a task's environment asks for (`SW_POOL_JOB_POOLS` from a load in the job,
-/// `SW_POOL_LOAD` given at submission), each with whether it came from `SW_POOL_LOAD`.
+/// `SW_POOL_LOAD` given at submission), each with whether it came from `SW_POOL_LOAD`. A
+/// `SW_POOL_LOAD` pool this job already has mounted on the node is taken from the node's record
+/// ([`loaded_by_job`]): every task of every step starts without a request to shared storage.
 fn requested(
     node: &NodeContext,
     getenv: &dyn Fn(&str) -> Option<String>,
+    job_id: Option<&str>,
 ) -> Result<Vec<(JobPool, bool)>, Error> {
     let bad = |m: String| Error::other(ExitStatus::BadInput, m);
     let mut out: Vec<(JobPool, bool)> = Vec::new();
@@ -567,6 +571,12 @@ fn requested(
     }
     if let Some(v) = getenv(slurm::LOAD_VAR) {
         for spec in slurm::parse_load_var(&v) {
+            if let Some(p) = job_id.and_then(|j| loaded_by_job(node, &spec, j)) {
+                if !out.iter().any(|(q, _)| q.src == p.src) {
+                    out.push((p, true));
+                }
+                continue;
+            }
             let ctx = |e: Error| bad(format!("{}={spec}: {e}", slurm::LOAD_VAR));
             let src = resolve(Path::new(&spec), &node.cfg.pool_path.value).map_err(ctx)?;
             if out.iter().any(|(p, _)| p.src == src) {
@@ -591,6 +601,56 @@ fn requested(
     Ok(out)
 }
 
+/// The pool `spec` (NAME/VERSION at the default mount point, or the pool file a load copied) when
+/// the job `job_id`'s load mounted it on this node: a live mount of this user's with a reference of
+/// the job, recorded with the pool file it came from. Reads the node's records and mount table
+/// only, never the pool on shared storage.
+fn loaded_by_job(node: &NodeContext, spec: &str, job_id: &str) -> Option<JobPool> {
+    let by_name = crate::pool::spec::is_pool_spec(spec)
+        .then(|| spec.split_once('/'))
+        .flatten();
+    let at = match by_name {
+        Some((n, v)) => {
+            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            Some(mount::canonical_mountpoint(&root.join(n).join(v)).ok()?)
+        }
+        None => None,
+    };
+    let file = crate::exec::absolute(Path::new(spec));
+    let records = node.state.records().ok()?;
+    records.into_iter().flatten().find_map(|rec| {
+        let (Some(pool), Some(src)) = (&rec.pool, &rec.source) else {
+            return None;
+        };
+        let named = match (&by_name, &at) {
+            (Some((n, v)), Some(at)) => {
+                pool.name == *n && pool.version == *v && rec.mount_point == *at
+            }
+            _ => *src == file,
+        };
+        if !named {
+            return None;
+        }
+        let live = state::held_by_job(
+            node.sys,
+            &node.state,
+            &rec.mount_point,
+            Some(&pool.digest),
+            job_id,
+        )
+        .ok()
+        .flatten()?;
+        Some(JobPool {
+            name: pool.name.clone(),
+            version: pool.version.clone(),
+            digest: pool.digest.clone(),
+            src: src.clone(),
+            mount_point: live.mount_point,
+            cache: Some(live.image),
+        })
+    })
+}
+
 fn last_set(changes: &[Change], var: &str) -> Option<String> {
     changes.iter().rev().find_map(|c| match c {
         Change::Set(k, v) if *k == var => Some(v.clone()),
@@ -606,7 +666,7 @@ pub fn task_prolog(
     getenv: impl Fn(&str) -> Option<String>,
     job_id: Option<&str>,
 ) -> Result<Vec<Change>, Error> {
-    let want = requested(node, &getenv)?;
+    let want = requested(node, &getenv, job_id)?;
     let mut snap = Snapshot::from_env();
     let mut changes: Vec<Change> = Vec::new();
     for (p, from_load_var) in &want {

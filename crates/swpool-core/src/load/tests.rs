@@ -396,3 +396,72 @@ fn a_pool_from_its_trailer_bytes_is_the_pool_of_the_file() {
     let j = serde_json::to_vec(&a).unwrap();
     assert_eq!(serde_json::from_slice::<Authorized>(&j).unwrap(), a);
 }
+
+#[test]
+fn the_task_prolog_of_a_loaded_pool_reads_nothing_from_shared_storage() {
+    // a job's load mounts the pool on this node; then every task's TaskProlog finds it, by pool
+    // file or by NAME/VERSION, with the pool file gone from shared storage (it never opens it)
+    let s = site();
+    let mut cfg = Config::default();
+    cfg.mount_dir.value = Some(s.root.join("node0/pools"));
+    let sys = FakeSys::new(FakeScript {
+        euid: s.uid,
+        ..Default::default()
+    });
+    let keys = crate::trust::TrustedKeys {
+        keys: vec![trusted(&s.key, "site")],
+        ..Default::default()
+    };
+    let node = NodeContext {
+        cfg: &cfg,
+        policy: TrustPolicy::from_config(&cfg, keys),
+        uid: s.uid,
+        sys: &sys,
+        state: StateDir::open(&s.root.join("node0/state"), s.uid).unwrap(),
+    };
+    let req = LoadRequest {
+        pool: s.pool.clone(),
+        cache_dir: Some(s.root.join("node0/cache")),
+        job_id: Some("77".into()),
+        timeout: Duration::from_secs(5),
+        once_per_job: true,
+        ..LoadRequest::default()
+    };
+    let l = load(&crate::transfer::Job::single(), &node, &req, &Quiet).unwrap();
+    let rec = node.state.read(&l.mount_point).unwrap().unwrap();
+    assert_eq!(
+        rec.source.as_deref(),
+        Some(s.pool.as_path()),
+        "the record names the pool file"
+    );
+    std::fs::rename(&s.pool, s.root.join("moved.sqfs")).unwrap();
+    let pool_var = s.pool.to_string_lossy().into_owned();
+    for spec in [pool_var.as_str(), "demo/1.0"] {
+        let env = |k: &str| (k == slurm::LOAD_VAR).then(|| spec.to_string());
+        let changes = task_prolog(&node, env, Some("77"))
+            .unwrap_or_else(|e| panic!("SW_POOL_LOAD={spec}: {e}"));
+        let modulepath = last_set(&changes, "MODULEPATH").unwrap_or_default();
+        assert!(
+            modulepath.split(':').next()
+                == Some(&*l.mount_point.join("modulefiles").to_string_lossy()),
+            "{spec}: {changes:?}"
+        );
+        let pools = last_set(&changes, slurm::JOB_POOLS_VAR).unwrap();
+        let pools = slurm::decode_job_pools(&pools).unwrap();
+        assert_eq!(pools.len(), 1, "{spec}");
+        assert_eq!(
+            pools[0].src, s.pool,
+            "{spec}: the job's pool list keeps the pool file"
+        );
+        assert_eq!(pools[0].digest, l.plan.digest);
+    }
+    // another job holds no reference: its TaskProlog takes the full path, and the pool is gone
+    let env = |k: &str| (k == slurm::LOAD_VAR).then(|| pool_var.clone());
+    let e = task_prolog(&node, env, Some("78")).unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert_eq!(
+        node.state.read(&l.mount_point).unwrap().unwrap().refcount(),
+        1,
+        "no reference was added"
+    );
+}

@@ -14,6 +14,8 @@ pub struct AcquireRequest {
     /// One reference per job: when the pool is already mounted there with a reference of
     /// `job_id`, nothing changes (the Slurm task prolog runs once per task).
     pub once_per_job: bool,
+    /// The pool file on shared storage it came from (`load`), kept in the record.
+    pub source: Option<PathBuf>,
 }
 
 /// The result of [`acquire`].
@@ -176,6 +178,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
             pid: std::process::id(),
         }],
         pending: true,
+        source: req.source.clone(),
     };
     dir.write(&rec)?;
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {

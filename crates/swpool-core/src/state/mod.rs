@@ -114,6 +114,10 @@ pub struct Record {
     /// `sw-pool cleanup --stale` and the Slurm epilog (write-ahead, so no mount goes unrecorded).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+    /// The pool file on shared storage a `load` copied it from (the Slurm TaskProlog finds a job's
+    /// `SW_POOL_LOAD` pool here without reading shared storage); none for `sw-pool mount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<PathBuf>,
 }
 
 impl Record {
