@@ -349,6 +349,9 @@ mod fake {
         pub attach_errno: Option<i32>,
         /// The pinned directory was renamed before the mount was moved onto it.
         pub attach_elsewhere: bool,
+        /// The directory is renamed right after the mount was moved onto it (a rename that had
+        /// checked it before): the first look at the mount table still shows it at the path.
+        pub moved_after_attach: bool,
     }
 
     /// A recording fake: file metadata comes from the real file system (tests use temporary
@@ -362,6 +365,8 @@ mod fake {
 
     #[derive(Debug, Default)]
     struct FakeState {
+        /// Reads of the mount table since the attach (for `moved_after_attach`).
+        reads_after_attach: Option<u32>,
         polls: u32,
         running: Option<(u32, PathBuf, String)>,
         next_pid: u32,
@@ -443,6 +448,18 @@ mod fake {
         }
         fn mounts(&self) -> io::Result<Vec<MountEntry>> {
             self.tick();
+            let mut st = self.state.lock().unwrap();
+            if let Some(n) = st.reads_after_attach.as_mut() {
+                *n += 1;
+                if *n == 2 {
+                    // the rename completes: the attached mount now sits under another name
+                    let mut sc = self.script.lock().unwrap();
+                    if let Some(e) = sc.mounts.iter_mut().rev().find(|m| m.mount_id == 901) {
+                        e.mount_point = e.mount_point.with_extension("renamed");
+                    }
+                }
+            }
+            drop(st);
             Ok(self.mount_table())
         }
         fn open_fuse_device(&self) -> io::Result<()> {
@@ -571,12 +588,16 @@ mod fake {
                 return Err(io::Error::from_raw_os_error(libc::EINVAL));
             };
             let mut e = sc.mounts[i].clone();
+            e.mount_id = 901; // the moved clone is a mount of its own
             e.mount_point = if sc.attach_elsewhere {
                 to.path.with_extension("renamed")
             } else {
                 to.path.clone()
             };
             sc.mounts.push(e);
+            if sc.moved_after_attach {
+                self.state.lock().unwrap().reads_after_attach = Some(0);
+            }
             Ok(())
         }
         fn detach(&self, to: &PinnedDir) {

@@ -473,6 +473,10 @@ fn root_mount_that_cannot_land_on_the_checked_directory_is_undone() {
             attach_elsewhere: true,
             ..Default::default()
         },
+        FakeScript {
+            moved_after_attach: true,
+            ..Default::default()
+        },
     ] {
         let (_d, mp, sys) = root(script);
         let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
