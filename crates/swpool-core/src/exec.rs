@@ -334,9 +334,6 @@ impl ToolCommand {
         };
         let mut c = Command::new(program);
         c.args(&self.args).stdin(Stdio::null());
-        for k in crate::transfer::job::own_env() {
-            c.env_remove(k);
-        }
         for k in &self.env_remove {
             c.env_remove(k);
         }

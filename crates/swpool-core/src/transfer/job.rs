@@ -75,22 +75,6 @@ pub fn launched_by_launcher(get: impl Fn(&str) -> Option<String>) -> Result<bool
 
 pub use crate::users::hostname;
 
-/// Open MPI's MCA parameter (from the environment at `MPI_Init`): waiting ranks call
-/// `sched_yield` instead of spinning. On a node whose cores are busy (several ranks or jobs, a
-/// virtual cluster) a spinning rank takes the CPU its own I/O threads need; measured on the
-/// testbed's 8 nodes on 2 cores, a 14 MB load took 1.4 s in sw-pool instead of 0.43 s.
-pub(crate) const OMPI_YIELD: &str = "OMPI_MCA_mpi_yield_when_idle";
-
-/// sw-pool (not the user) set [`OMPI_YIELD`] in its environment.
-static YIELD_SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The environment variables sw-pool set for itself, which the programs it starts must not inherit.
-pub(crate) fn own_env() -> impl Iterator<Item = &'static str> {
-    YIELD_SET
-        .load(std::sync::atomic::Ordering::Relaxed)
-        .then_some(OMPI_YIELD)
-        .into_iter()
-}
 
 impl Job {
     /// Initialise MPI only when launched by a launcher (`OMPI_COMM_WORLD_SIZE`, `PMIX_RANK`,
@@ -123,17 +107,6 @@ impl Job {
     }
 
     fn init_mpi() -> Result<Job, TransferError> {
-        // Open MPI's ranks spin in a blocking collective while they wait; sw-pool's waits are for
-        // storage and for other nodes, while its own reader and writer threads need the CPU (as do
-        // the node's other processes, e.g. a job's ranks starting beside a prolog's load). Ask it
-        // to yield when idle, unless the user chose otherwise. Set before MPI_Init, while no other
-        // thread reads the environment; never unset (MPI's own threads run from MPI_Init on, and
-        // unsetenv beside a getenv is not safe): the tools sw-pool starts do not inherit it
-        // ([`crate::exec::ToolCommand`]).
-        if std::env::var_os(OMPI_YIELD).is_none() {
-            std::env::set_var(OMPI_YIELD, "1");
-            YIELD_SET.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         // MPI is only ever called from the main thread; helper threads do file I/O.
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or_else(|| {
