@@ -75,7 +75,6 @@ pub fn launched_by_launcher(get: impl Fn(&str) -> Option<String>) -> Result<bool
 
 pub use crate::users::hostname;
 
-
 impl Job {
     /// Initialise MPI only when launched by a launcher (`OMPI_COMM_WORLD_SIZE`, `PMIX_RANK`,
     /// `PMI_RANK`, `PMI_SIZE`, or `SLURM_STEP_ID` with `SLURM_NTASKS` > 1, which is refused without a PMI
