@@ -138,7 +138,7 @@ pub(super) fn leader_copy(
                 (f, _) => Ok(f.as_ref()),
             };
             // a pool's trailer: written from the bytes every leader already has
-            let src_f = src_f.and_then(|f| match known_tail(&info) {
+            let src_f = src_f.and_then(|f| match known_tail(&info)? {
                 Some((off, tail)) => {
                     use std::os::unix::fs::FileExt;
                     out.write_all_at(&tail, off).map_err(|e| {

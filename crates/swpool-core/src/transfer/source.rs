@@ -194,26 +194,9 @@ pub(super) fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
                     });
                 }
             }
-            // the trailer: every leader has its bytes (node 0 read them, and checked them against
-            // the authorized pool when there is one) and writes it itself (`known_tail`); only a
-            // trailer that does not fit the file travels, its chunks bound to those bytes
-            if known_tail(info).is_some() {
-                return out;
-            }
-            let tail = info
-                .tail_hex
-                .as_deref()
-                .and_then(|h| hex::decode(h).ok())
-                .unwrap_or_default();
-            out.extend(
-                plan::grid(m.image_size..info.len, info.chunk_size).map(|mut c| {
-                    let s = (c.offset - m.image_size) as usize;
-                    if let Some(b) = tail.get(s..s + c.len as usize) {
-                        c.expect = Some(*blake3::hash(b).as_bytes());
-                    }
-                    c
-                }),
-            );
+            // the trailer is not among them: every leader has its bytes (node 0 read them, and
+            // checked them against the authorized pool when there is one) and writes it itself
+            // ([`known_tail`])
             out
         }
         None => info
@@ -231,13 +214,25 @@ pub(super) fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
     }
 }
 
-/// A pool's trailer (manifest, signature block, footer) as node 0 read it: `(offset, bytes)` when
-/// they fill the file from the image's end to its end. Every leader has these bytes with SRC's
-/// description, so each writes the trailer itself and no leader reads it from shared storage.
-pub(super) fn known_tail(info: &SrcInfo) -> Option<(u64, Vec<u8>)> {
-    let m = info.manifest.as_ref()?;
-    let tail = hex::decode(info.tail_hex.as_deref()?).ok()?;
-    (m.image_size.checked_add(tail.len() as u64) == Some(info.len)).then_some((m.image_size, tail))
+/// A pool's trailer (manifest, signature block, footer) as node 0 read it, `(offset, bytes)`, from
+/// the image's end to the file's end ([`inspect_src`] reads it whole); `None` for a plain file.
+/// Every leader has these bytes with SRC's description, so each writes the trailer itself and no
+/// leader reads it from shared storage.
+pub(super) fn known_tail(info: &SrcInfo) -> Local<Option<(u64, Vec<u8>)>> {
+    let Some(m) = &info.manifest else {
+        return Ok(None);
+    };
+    info.tail_hex
+        .as_deref()
+        .and_then(|h| hex::decode(h).ok())
+        .filter(|t| m.image_size.checked_add(t.len() as u64) == Some(info.len))
+        .map(|t| Some((m.image_size, t)))
+        .ok_or_else(|| {
+            bad(
+                ExitStatus::Internal,
+                "SRC's description lacks the pool's trailer bytes".to_string(),
+            )
+        })
 }
 
 /// The path written on this node: DEST itself, or DEST/<name of SRC> when DEST is an existing
