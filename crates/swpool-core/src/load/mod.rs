@@ -609,28 +609,26 @@ fn loaded_by_job(node: &NodeContext, spec: &str, job_id: &str) -> Option<JobPool
     let by_name = crate::pool::spec::is_pool_spec(spec)
         .then(|| spec.split_once('/'))
         .flatten();
-    let at = match by_name {
+    let candidates: Vec<state::Record> = match by_name {
         Some((n, v)) => {
             let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
-            Some(mount::canonical_mountpoint(&root.join(n).join(v)).ok()?)
+            let at = mount::canonical_mountpoint(&root.join(n).join(v)).ok()?;
+            let mut r = node.state.find_pool(n, v).ok()?;
+            r.retain(|r| r.mount_point == at);
+            r
         }
-        None => None,
+        None => {
+            let file = crate::exec::absolute(Path::new(spec));
+            let mut r: Vec<state::Record> =
+                node.state.records().ok()?.into_iter().flatten().collect();
+            r.retain(|r| r.source.as_deref() == Some(file.as_path()));
+            r
+        }
     };
-    let file = crate::exec::absolute(Path::new(spec));
-    let records = node.state.records().ok()?;
-    records.into_iter().flatten().find_map(|rec| {
+    candidates.into_iter().find_map(|rec| {
         let (Some(pool), Some(src)) = (&rec.pool, &rec.source) else {
             return None;
         };
-        let named = match (&by_name, &at) {
-            (Some((n, v)), Some(at)) => {
-                pool.name == *n && pool.version == *v && rec.mount_point == *at
-            }
-            _ => *src == file,
-        };
-        if !named {
-            return None;
-        }
         let live = state::held_by_job(
             node.sys,
             &node.state,

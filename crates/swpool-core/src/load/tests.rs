@@ -78,6 +78,27 @@ fn trusted(key: &openssl::pkey::PKey<openssl::pkey::Private>, name: &str) -> Tru
     }
 }
 
+/// Node `n` of the site: its record store, trusting `key` only.
+fn node_context<'a>(
+    s: &Site,
+    cfg: &'a Config,
+    sys: &'a FakeSys,
+    n: usize,
+    key: TrustedKey,
+) -> NodeContext<'a> {
+    let keys = crate::trust::TrustedKeys {
+        keys: vec![key],
+        ..Default::default()
+    };
+    NodeContext {
+        cfg,
+        policy: TrustPolicy::from_config(cfg, keys),
+        uid: s.uid,
+        sys,
+        state: StateDir::open(&s.root.join(format!("node{n}/state")), s.uid).unwrap(),
+    }
+}
+
 /// What each node looks like, and how to break one.
 #[derive(Default, Clone, Copy)]
 struct Faults {
@@ -124,17 +145,7 @@ fn run(
         if faults.bad_signature_on == Some(n) {
             key.key = trusted(&keys::generate(keys::Algorithm::Ed25519).unwrap(), "x").key;
         }
-        let keys = crate::trust::TrustedKeys {
-            keys: vec![key],
-            ..Default::default()
-        };
-        let node = NodeContext {
-            cfg: &cfg,
-            policy: TrustPolicy::from_config(&cfg, keys),
-            uid: s.uid,
-            sys: &sys,
-            state: StateDir::open(&s.root.join(format!("node{n}/state")), s.uid).unwrap(),
-        };
+        let node = node_context(s, &cfg, &sys, n, key);
         if faults.full_disk_on == Some(n) {
             crate::transfer::TEST_FREE_BYTES.with(|c| c.set(Some(4096)));
         }
@@ -408,17 +419,7 @@ fn the_task_prolog_of_a_loaded_pool_reads_nothing_from_shared_storage() {
         euid: s.uid,
         ..Default::default()
     });
-    let keys = crate::trust::TrustedKeys {
-        keys: vec![trusted(&s.key, "site")],
-        ..Default::default()
-    };
-    let node = NodeContext {
-        cfg: &cfg,
-        policy: TrustPolicy::from_config(&cfg, keys),
-        uid: s.uid,
-        sys: &sys,
-        state: StateDir::open(&s.root.join("node0/state"), s.uid).unwrap(),
-    };
+    let node = node_context(&s, &cfg, &sys, 0, trusted(&s.key, "site"));
     let req = LoadRequest {
         pool: s.pool.clone(),
         cache_dir: Some(s.root.join("node0/cache")),

@@ -363,6 +363,9 @@ mod fake {
         state: Mutex<FakeState>,
     }
 
+    /// The mount ID of the clone `attach` moves onto the pinned directory (a mount of its own).
+    const MOVED_ID: u32 = 901;
+
     #[derive(Debug, Default)]
     struct FakeState {
         /// Reads of the mount table since the attach (for `moved_after_attach`).
@@ -454,7 +457,7 @@ mod fake {
                 if *n == 2 {
                     // the rename completes: the attached mount now sits under another name
                     let mut sc = self.script.lock().unwrap();
-                    if let Some(e) = sc.mounts.iter_mut().rev().find(|m| m.mount_id == 901) {
+                    if let Some(e) = sc.mounts.iter_mut().rev().find(|m| m.mount_id == MOVED_ID) {
                         e.mount_point = e.mount_point.with_extension("renamed");
                     }
                 }
@@ -588,7 +591,7 @@ mod fake {
                 return Err(io::Error::from_raw_os_error(libc::EINVAL));
             };
             let mut e = sc.mounts[i].clone();
-            e.mount_id = 901; // the moved clone is a mount of its own
+            e.mount_id = MOVED_ID;
             e.mount_point = if sc.attach_elsewhere {
                 to.path.with_extension("renamed")
             } else {
