@@ -82,27 +82,13 @@ pub(super) fn leader_copy(
     }
     // 2. preflight on the receivers. Only the leaders that read part of SRC open it (and so touch
     // shared storage at all): the first receiver, which also reads a directory whole, and, for a
-    // file, every receiver that owns chunks — the first `plan::readers` of them, as many as keep
-    // the ring busy and one per `READER_SHARE` of data. The others only receive, so a small pool's
-    // load makes about the same storage requests on 8 nodes as on 1, and on 1,000 as on 64.
+    // file, every receiver that owns chunks. With more nodes than chunks the others only receive,
+    // so a small pool's load makes the same storage requests on 8 nodes as on 1,000.
     // (Without MPI among the leaders, e.g. the in-memory cluster of the unit tests, every receiver
     // copies SRC itself.)
     let chunks = chunk_list(&info);
-    let readers = plan::readers(
-        receivers.len(),
-        chunks.len(),
-        chunks.iter().map(|c| u64::from(c.len)).sum(),
-        info.chunk_size,
-        opts.algorithm == Algorithm::Ring,
-    );
     let reader = match job.mpi_leaders() {
-        Some(_) => reads_src(
-            &receivers,
-            job.node_index(),
-            info.kind,
-            chunks.len(),
-            readers,
-        ),
+        Some(_) => reads_src(&receivers, job.node_index(), info.kind, chunks.len()),
         None => need,
     };
     let prepared = if need {
@@ -279,14 +265,13 @@ pub(super) fn leader_copy(
 
 /// Whether the leader of node `me` reads SRC (opens it on shared storage): the first of the
 /// `receivers` always does (it reads a directory whole, and checks that SRC is readable before any
-/// temporary is made); for a file, every one of the first `readers` receivers that owns at least
-/// one of the `chunks` (the transfer ranks follow the order of `receivers`, as
-/// [`plan::owner_range`] assigns chunks to [`plan::readers`] of them).
-fn reads_src(receivers: &[usize], me: usize, kind: Kind, chunks: usize, readers: usize) -> bool {
+/// temporary is made); for a file, every receiver that owns at least one of the `chunks` (the
+/// transfer ranks follow the order of `receivers`, as [`plan::owner_range`] assigns chunks).
+fn reads_src(receivers: &[usize], me: usize, kind: Kind, chunks: usize) -> bool {
     match receivers.iter().position(|&i| i == me) {
         Some(0) => true,
-        Some(k) if kind != Kind::Directory && k < readers => {
-            !plan::owner_range(chunks, readers, k).is_empty()
+        Some(k) if kind != Kind::Directory => {
+            !plan::owner_range(chunks, receivers.len(), k).is_empty()
         }
         _ => false,
     }
@@ -298,38 +283,25 @@ mod tests {
 
     #[test]
     fn only_the_leaders_that_own_chunks_read_a_file() {
-        let mib = 1u64 << 20;
-        let rd = |n: usize, count: usize| plan::readers(n, count, count as u64 * mib, mib, true);
         // 8 receivers, 3 chunks: the first three read, the other five never open SRC
         let all: Vec<usize> = (0..8).collect();
-        let r: Vec<bool> = (0..8)
-            .map(|i| reads_src(&all, i, Kind::File, 3, rd(8, 3)))
-            .collect();
+        let r: Vec<bool> = (0..8).map(|i| reads_src(&all, i, Kind::File, 3)).collect();
         assert_eq!(r, [true, true, true, false, false, false, false, false]);
-        // 8 receivers, a 14-chunk pool: three readers keep the ring's links busy
-        let r: Vec<bool> = (0..8)
-            .map(|i| reads_src(&all, i, Kind::File, 14, rd(8, 14)))
-            .collect();
-        assert_eq!(r, [true, true, true, false, false, false, false, false]);
-        // every leader a reader when told so (a large pool, or another algorithm)
-        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 8, 8)));
-        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 100, 8)));
-        assert_eq!(plan::readers(8, 100, 100 << 30, mib, true), 8);
+        // as many chunks as receivers or more: everyone reads
+        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 8)));
+        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 100)));
         // an empty file: the first receiver still opens it (readability, trailer)
-        let r: Vec<bool> = (0..8)
-            .map(|i| reads_src(&all, i, Kind::File, 0, rd(8, 0)))
-            .collect();
+        let r: Vec<bool> = (0..8).map(|i| reads_src(&all, i, Kind::File, 0)).collect();
         assert_eq!(r, [true, false, false, false, false, false, false, false]);
         // the transfer ranks are the positions among the receivers, not node indices
         let some = [1usize, 4, 6];
-        assert!(reads_src(&some, 1, Kind::File, 2, 3));
-        assert!(reads_src(&some, 4, Kind::File, 2, 3));
-        assert!(!reads_src(&some, 6, Kind::File, 2, 3));
-        assert!(!reads_src(&some, 4, Kind::File, 100, 1));
+        assert!(reads_src(&some, 1, Kind::File, 2));
+        assert!(reads_src(&some, 4, Kind::File, 2));
+        assert!(!reads_src(&some, 6, Kind::File, 2));
         // a node that needs nothing never reads
-        assert!(!reads_src(&some, 0, Kind::File, 100, 3));
+        assert!(!reads_src(&some, 0, Kind::File, 100));
         // a directory: only the first receiver
-        assert!(reads_src(&some, 1, Kind::Directory, 100, 3));
-        assert!(!reads_src(&some, 4, Kind::Directory, 100, 3));
+        assert!(reads_src(&some, 1, Kind::Directory, 100));
+        assert!(!reads_src(&some, 4, Kind::Directory, 100));
     }
 }

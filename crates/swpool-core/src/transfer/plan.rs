@@ -66,36 +66,6 @@ pub fn owner_range(count: usize, owners: usize, k: usize) -> Range<usize> {
     start..start + len
 }
 
-/// Bytes of SRC that justify one more reader beyond what the ring needs (see [`readers`]).
-pub const READER_SHARE: u64 = 64 << 20;
-
-/// How many leaders read SRC from shared storage: transfer ranks `0 .. readers` (each reads
-/// [`owner_range`]`(count, readers, k)`), the others only receive.
-///
-/// Every reader costs shared storage requests that do not move data: the path lookup, an open, a
-/// getattr and a close (about 7 requests per reader on the testbed's sftp server, against ~450 reads
-/// for a 14 MB pool), so readers are added only where they buy speed:
-/// - the ring moves a chunk per link per step only while its rounds in flight carry a block for
-///   every link: `ring_rounds_in_flight · readers ≥ n − 1` (fewer readers and most links idle,
-///   `bench/ring-slots.sh`: 27.2 s → 60.9 s at 8 nodes with one chunk per round);
-/// - one reader per [`READER_SHARE`] of data, so that a large pool is read by many clients at once
-///   (one client of a parallel file system reads far slower than the file system serves);
-/// - never more readers than leaders or chunks (at least one: the first leader always opens SRC).
-///
-/// The other algorithms (one collective per round of every leader's chunk) keep every leader
-/// reading. Computed from the same inputs on every leader, so all plan the same readers.
-pub fn readers(n: usize, count: usize, bytes: u64, chunk_size: u64, ring: bool) -> usize {
-    let n = n.max(1);
-    let wanted = if ring {
-        let links = (n - 1).div_ceil(ring_rounds_in_flight(chunk_size));
-        let share = usize::try_from(bytes.div_ceil(READER_SHARE)).unwrap_or(usize::MAX);
-        links.max(share)
-    } else {
-        n
-    };
-    wanted.min(n).min(count).max(1)
-}
-
 /// How many chunk slots one round may carry for `owners` readers with chunks of `chunk_size`, within
 /// [`ROUND_MEMORY_BUDGET`]: two round buffers of `slots` chunks plus three send buffers. At least 1;
 /// at most `owners` (one chunk per reader per round).
@@ -350,52 +320,6 @@ mod tests {
         assert_eq!(ring_block_buffers(1 << 20), 156);
         assert_eq!(ring_rounds_in_flight(MAX_TRANSFER_CHUNK), 1);
         assert_eq!(ring_block_buffers(MAX_TRANSFER_CHUNK), 3);
-    }
-
-    #[test]
-    fn readers_keep_the_ring_busy_and_no_more_for_a_small_pool() {
-        let mib = 1u64 << 20;
-        let r = ring_rounds_in_flight(mib);
-        assert_eq!(r, 3);
-        // a 14 MB pool (14 chunks): one reader up to 4 nodes, then enough for every link
-        for (n, want) in [
-            (1, 1),
-            (2, 1),
-            (4, 1),
-            (5, 2),
-            (7, 2),
-            (8, 3),
-            (64, 14),
-            (1024, 14),
-        ] {
-            assert_eq!(readers(n, 14, 14 * mib, mib, true), want, "n = {n}");
-        }
-        // a ring's rounds in flight always carry a block for every link (or every chunk is read)
-        for n in 1..300usize {
-            for count in [1usize, 3, 14, 100, 1000] {
-                let k = readers(n, count, count as u64 * mib, mib, true);
-                assert!(
-                    k >= 1 && k <= n.max(1) && k <= count,
-                    "n {n} count {count}: {k}"
-                );
-                assert!(k * r >= n - 1 || k == count, "n {n} count {count}: {k}");
-            }
-        }
-        // a large pool: one reader per READER_SHARE, up to the number of leaders
-        assert_eq!(readers(8, 1024, 1 << 30, mib, true), 8);
-        assert_eq!(readers(64, 1024, 1 << 30, mib, true), 21);
-        assert_eq!(readers(1024, 1024, 1 << 30, mib, true), 341);
-        assert_eq!(readers(1024, 10240, 10 << 30, mib, true), 341);
-        assert_eq!(readers(2048, 40960, 40 << 30, mib, true), 683);
-        // larger chunks: fewer rounds in flight, so more readers for the same links
-        let big = 32 * mib;
-        assert_eq!(ring_rounds_in_flight(big), 1);
-        assert_eq!(readers(16, 16, 512 * mib, big, true), 15);
-        assert_eq!(readers(16, 16, 512 * mib, mib, true), 8);
-        // the collectives keep every leader reading; an empty file is opened by the first one
-        assert_eq!(readers(8, 14, 14 * mib, mib, false), 8);
-        assert_eq!(readers(8, 0, 0, mib, true), 1);
-        assert_eq!(readers(0, 5, 5 * mib, mib, true), 1);
     }
 
     #[test]

@@ -347,16 +347,13 @@ pub(crate) fn distribute(
     let n = comm.size() as usize;
     let me = comm.rank() as usize;
     let ring = algo == Algorithm::Ring;
-    // transfer ranks 0 .. readers read SRC (the leader's `reads_src` opened it on the same rule)
-    let bytes: u64 = job.chunks.iter().map(|c| u64::from(c.len)).sum();
-    let readers = plan::readers(n, job.chunks.len(), bytes, job.chunk_size, ring);
     let slots = if ring {
-        plan::ring_slots(readers)
+        plan::ring_slots(n)
     } else {
-        plan::slots_per_round(readers, job.chunk_size)
+        plan::slots_per_round(n, job.chunk_size)
     };
     let slots = bench_slots_cap(comm, slots);
-    let rounds = plan::plan_rounds(job.chunks.len(), readers, slots);
+    let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
     // rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks)
     let recv_bufs = if ring {
         plan::ring_rounds_in_flight(job.chunk_size)
@@ -368,7 +365,6 @@ pub(crate) fn distribute(
     let t_all = Instant::now();
     tracing::debug!(
         nodes = n,
-        readers,
         slots,
         rounds = rounds.len(),
         recv_bufs,
