@@ -87,12 +87,29 @@ hashes_equal "3 ranks spread unevenly" dense "${NODES[0]}" "${NODES[1]}"
 clean_local
 out=$(srun --mpi=pmix -N"$NN" --ntasks-per-node=2 "$SW" cp "$SH/sparse" "$TB/local/cp-sparse" 2>&1) || fail "srun --mpi=pmix" "$out"
 hashes_equal "srun --mpi=pmix, 2 tasks per node" sparse
-for algo in allgather bcast; do
+# chosen per copy: at most 4 chunks per node take the two trees from one reader, more the ring
+clean_local
+out=$("$TESTBED/mpirun" "$SW" cp --json "$SH/dense" "$TB/local/cp-dense" 2>&1) || fail "default algorithm" "$out"
+assert_match "24 chunks of 1 MiB on $NN nodes: ring chosen" '"algorithm": "ring"' "$out"
+clean_local
+out=$("$TESTBED/mpirun" "$SW" cp --json --chunk 4MiB "$SH/dense" "$TB/local/cp-dense" 2>&1) || fail "default algorithm, 4 MiB chunks" "$out"
+assert_match "6 chunks of 4 MiB on $NN nodes: two-tree chosen" '"algorithm": "two-tree"' "$out"
+hashes_equal "two-tree chosen" dense
+for algo in allgather bcast ring two-tree; do
   clean_local
   out=$("$TESTBED/mpirun" -x SW_POOL_CP_ALGORITHM=$algo "$SW" cp --json "$SH/dense" "$TB/local/cp-dense" 2>&1) || fail "algorithm $algo" "$out"
   assert_match "algorithm $algo used" "\"algorithm\": \"$algo\"" "$out"
   hashes_equal "algorithm $algo" dense
 done
+# the two trees on odd shapes and on 3 nodes (one rank below the root forwards in neither tree)
+for f in sparse cm1 cp1; do
+  clean_local
+  out=$("$TESTBED/mpirun" -x SW_POOL_CP_ALGORITHM=two-tree "$SW" cp "$SH/$f" "$TB/local/cp-$f" 2>&1) || fail "two-tree $f" "$out"
+  hashes_equal "two-tree, $f" "$f"
+done
+clean_local
+out=$("$TESTBED/mpirun" -np 3 -H "${NODES[0]},${NODES[1]},${NODES[2]}" -x SW_POOL_CP_ALGORITHM=two-tree "$SW" cp "$SH/dense" "$TB/local/cp-dense" 2>&1) || fail "two-tree on 3 nodes" "$out"
+hashes_equal "two-tree on 3 nodes" dense "${NODES[0]}" "${NODES[1]}" "${NODES[2]}"
 
 # a directory tree: modes, symlinks, hard links, mtimes. It lives on the plain shared directory
 # ($TB/scratch): the testbed's sshfs refuses readlink (EPERM), so a tree with symlinks cannot be
@@ -168,19 +185,23 @@ assert_le "DEST dir missing: bounded time" "$(elapsed "$t0")" 30 s
 victim=${NODES[1]}
 for n in "${NODES[@]}"; do mkdir -p "$(local_of "$n")/cp-small"; done
 "$TESTBED/exec" "$victim" mount -t tmpfs -o size=4m swp-cp-test "$TB/local/cp-small"
-rc=0; out=$("$TESTBED/mpirun" "$SW" cp "$SH/dense" "$TB/local/cp-small/f" 2>&1) || rc=$?
-if [[ $rc != 0 ]]; then pass "disk full on $victim: non-zero exit"; else fail "disk full" "exit 0"; fi
-assert_match "disk full: names $victim and the space" "$victim.*(space|No space)" "$out"
-left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-small" 2>/dev/null || true; done; "$TESTBED/exec" "$victim" ls -A "$TB/local/cp-small" || true)
-assert_eq "disk full: no temporary or partial file on any node" "" "$left"
+for algo in two-tree ring; do
+  rc=0; out=$("$TESTBED/mpirun" -x SW_POOL_CP_ALGORITHM=$algo "$SW" cp "$SH/dense" "$TB/local/cp-small/f" 2>&1) || rc=$?
+  if [[ $rc != 0 ]]; then pass "disk full on $victim ($algo): non-zero exit"; else fail "disk full ($algo)" "exit 0"; fi
+  assert_match "disk full ($algo): names $victim and the space" "$victim.*(space|No space)" "$out"
+  left=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")/cp-small" 2>/dev/null || true; done; "$TESTBED/exec" "$victim" ls -A "$TB/local/cp-small" || true)
+  assert_eq "disk full ($algo): no temporary or partial file on any node" "" "$left"
+done
 "$TESTBED/exec" "$victim" umount "$TB/local/cp-small"
 
-# one rank killed mid-transfer (a 200 MiB file through the 50 MB/s storage link takes seconds)
+# one rank killed mid-transfer (a 200 MiB file through the 50 MB/s storage link takes seconds): on
+# the ring, and on the two trees a rank that forwards to two others (node2 is tree 0's top)
 gen big $((200 * MIB)); chmod 644 "$EXP/big"
+for algo in ring two-tree; do
 clean_local
-victim=${NODES[2]}
+victim=${NODES[2]}; [[ $algo == two-tree ]] && victim=${NODES[1]}
 t0=$(now)
-"$TESTBED/mpirun" -x SW_POOL_STALL_TIMEOUT "$SW" cp "$SH/big" "$TB/local/cp-big" > /var/tmp/swp-t10-kill.log 2>&1 &
+"$TESTBED/mpirun" -x SW_POOL_STALL_TIMEOUT -x SW_POOL_CP_ALGORITHM=$algo "$SW" cp "$SH/big" "$TB/local/cp-big" > /var/tmp/swp-t10-kill.log 2>&1 &
 mpid=$!
 pid=""
 for _ in $(seq 100); do
@@ -190,28 +211,29 @@ done
 sleep 1.5
 if [[ -n $pid ]]; then
   "$TESTBED/exec" "$victim" kill -9 "$pid"
-  pass "killed rank pid $pid on $victim"
+  pass "$algo: killed rank pid $pid on $victim"
 else
-  fail "kill a rank" "sw-pool not found on $victim"
+  fail "$algo: kill a rank" "sw-pool not found on $victim"
 fi
 rc=0
 for _ in $(seq 600); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$mpid" 2>/dev/null; then
-  fail "rank killed: job ends in bounded time" "still running after 60 s"; kill "$mpid" 2>/dev/null || true
+  fail "$algo: rank killed: job ends in bounded time" "still running after 60 s"; kill "$mpid" 2>/dev/null || true
 fi
 wait "$mpid" || rc=$?
 out=$(cat /var/tmp/swp-t10-kill.log)
-if [[ $rc != 0 ]]; then pass "rank killed: non-zero exit ($rc)"; else fail "rank killed" "exit 0"; fi
-assert_match "rank killed: the node is named" "$victim" "$out"
-assert_le "rank killed: bounded time" "$(elapsed "$t0")" 60 s
+if [[ $rc != 0 ]]; then pass "$algo: rank killed: non-zero exit ($rc)"; else fail "$algo: rank killed" "exit 0"; fi
+assert_match "$algo: rank killed: the node is named" "$victim" "$out"
+assert_le "$algo: rank killed: bounded time" "$(elapsed "$t0")" 60 s
 sleep 1
 # the killed rank cannot clean up after SIGKILL: its temporary stays until the next copy to that
 # DEST on that node removes it (stale temporaries of dead pids are removed in preflight)
 # shellcheck disable=SC2010  # the names are the test's and sw-pool's own: no spaces or newlines
 leftover=$(for n in "${NODES[@]}"; do ls -A "$(local_of "$n")" | grep -E 'cp-big' | grep -v "swpool-tmp-$pid\$" || true; done)
-assert_eq "rank killed: no temporary or partial file on any surviving node" "" "$leftover"
+assert_eq "$algo: rank killed: no temporary or partial file on any surviving node" "" "$leftover"
 left_procs=$("$TESTBED/exec" all "pgrep -f '^$SW cp' || true" 2>/dev/null | grep -c '[0-9]$' || true)
-assert_eq "rank killed: no sw-pool process left" 0 "$left_procs"
+assert_eq "$algo: rank killed: no sw-pool process left" 0 "$left_procs"
+done
 
 # a second MPI implementation (MPICH) on the host
 if [[ -x $REPO/tools/mpich-smoke.sh ]]; then

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # What a load asks of shared storage, from the storage server's own request log (testbed up
-# --sftp-log): only the leaders that own chunks of a pool open it (a pool of one chunk: one node of
-# four; of three chunks: three), no chunk is read twice (no read-ahead into the next reader's
-# chunks: the bytes the server read for the pool stay within one page per reader of its size), and
-# a small pool's load on 4 nodes costs about the requests of a load on 1 node. Brings the default
-# testbed back up at the end.
+# --sftp-log): a small pool (at most 4 chunks per node) goes down two trees from one reader, so
+# one node opens it whatever the job's size; a larger one goes round the ring, where each node
+# that reads chunks opens it once and no other node does. No chunk is read twice (no read-ahead
+# into the next reader's chunks: the bytes the server read for the pool stay within one page per
+# reader of its size), and a small pool's load on 4 nodes costs about the requests of a load on
+# 1 node. Brings the default testbed back up at the end.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed
@@ -41,8 +42,10 @@ load() {  # load NP POOL: load on NP nodes from a cold cache, then unload
   "$TESTBED/mpirun" -np "$1" "$SW" -q unload "$TB/local/t32mnt" >/dev/null 2>&1 || true
 }
 
-if ! mkpool one 300000 || ! mkpool three 2800000; then fail "built the test pools" "sw-pool build failed"; finish; fi
-for p in one three; do
+if ! mkpool one 300000 || ! mkpool three 2800000 || ! mkpool ring 20000000; then
+  fail "built the test pools" "sw-pool build failed"; finish
+fi
+for p in one three ring; do
   c=$("$SW" inspect "$E/$p.sqfs" 2>/dev/null | sed -n 's/^data .* in \([0-9]*\) of .*/\1/p')
   echo "  $p.sqfs: $(stat -c %s "$E/$p.sqfs") bytes, $c data chunk(s)"
 done
@@ -51,17 +54,20 @@ assert_eq "a one-chunk pool on 4 nodes: load exits 0" 0 "$rc"
 assert_eq "a one-chunk pool on 4 nodes: one node opened it on shared storage" 1 "$(openers one.sqfs)"
 load 4 three.sqfs
 assert_eq "a three-chunk pool on 4 nodes: load exits 0" 0 "$rc"
-assert_eq "a three-chunk pool on 4 nodes: the three readers opened it, the fourth node never" 3 "$(openers three.sqfs)"
-size=$(stat -c %s "$E/three.sqfs")
-got=$(read_bytes three.sqfs)
+assert_eq "a three-chunk pool on 4 nodes (two trees): one node opened it" 1 "$(openers three.sqfs)"
+load 4 ring.sqfs
+assert_eq "a 20 MB pool on 4 nodes: load exits 0" 0 "$rc"
+assert_eq "a 20 MB pool on 4 nodes (ring): the four readers opened it" 4 "$(openers ring.sqfs)"
+size=$(stat -c %s "$E/ring.sqfs")
+got=$(read_bytes ring.sqfs)
 # over the size: node 0's reads of the trailer and manifest (< 64 KiB) and each reader's 4 KiB page
 # of the trailer; read-ahead into the next reader's chunks would add ~128 KiB per boundary
-assert_within "three readers read the pool once (bytes read by the server / file size)" \
-  "$(calc "$got / $size")" 0.99 "$(calc "($size + 65536 + 3 * 4096) / $size")"
+assert_within "four readers read the pool once (bytes read by the server / file size)" \
+  "$(calc "$got / $size")" 0.99 "$(calc "($size + 65536 + 4 * 4096) / $size")"
 load 1 three.sqfs; one_node=$(requests)
 load 4 three.sqfs; four_nodes=$(requests)
 echo "  requests for the three-chunk pool: $one_node on 1 node, $four_nodes on 4 nodes"
-assert_le "4 nodes cost at most 8 requests per extra reader over 1 node" "$four_nodes" "$(( one_node + 2 * 8 ))"
+assert_le "a small pool on 4 nodes costs at most 4 requests more than on 1 node" "$four_nodes" "$(( one_node + 4 ))"
 if "$TESTBED/exec" all sh -c "! grep -q ' $TB/local/t32mnt ' /proc/self/mounts" >/dev/null 2>&1; then
   pass "no mount left"
 else

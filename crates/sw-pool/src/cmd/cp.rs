@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use swpool_core::config::parse_chunk_size;
 use swpool_core::size::Bytes;
-use swpool_core::transfer::{copy, CopyOptions, CopyReport, Job};
+use swpool_core::transfer::{copy, Algorithm, CopyOptions, CopyReport, Job};
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
 use crate::cli::{CpArgs, GlobalArgs};
@@ -156,8 +156,6 @@ fn print_report(p: &Printer, job: &Job, r: &CopyReport) {
         r.bytes_sent,
         r.bytes_written,
         Bytes(r.chunk_size),
-        r.algorithm
-            .map(|a| format!("{a:?}").to_lowercase())
-            .unwrap_or_else(|| "local".into())
+        r.algorithm.map(Algorithm::name).unwrap_or("local")
     ));
 }

@@ -87,8 +87,22 @@ pub(super) fn leader_copy(
     // (Without MPI among the leaders, e.g. the in-memory cluster of the unit tests, every receiver
     // copies SRC itself.)
     let chunks = chunk_list(&info);
+    let algo = opts
+        .algorithm
+        .unwrap_or_else(|| Algorithm::choose(receivers.len(), chunks.len()));
+    // the two trees have one reader; the other algorithms one per chunk, up to one per leader
+    let readers = match algo {
+        Algorithm::TwoTree => 1,
+        _ => receivers.len(),
+    };
     let reader = match job.mpi_leaders() {
-        Some(_) => reads_src(&receivers, job.node_index(), info.kind, chunks.len()),
+        Some(_) => reads_src(
+            &receivers,
+            job.node_index(),
+            info.kind,
+            chunks.len(),
+            readers,
+        ),
         None => need,
     };
     let prepared = if need {
@@ -169,8 +183,8 @@ pub(super) fn leader_copy(
                     };
                     match tcomm.as_ref().filter(|c| c.size() > 1) {
                         Some(c) => {
-                            algorithm = Some(opts.algorithm);
-                            engine::distribute(c, &fj, opts.algorithm, &mut stats)
+                            algorithm = Some(algo);
+                            engine::distribute(c, &fj, algo, &mut stats)
                         }
                         None => engine::local(&fj, &mut stats),
                     }
@@ -265,13 +279,14 @@ pub(super) fn leader_copy(
 
 /// Whether the leader of node `me` reads SRC (opens it on shared storage): the first of the
 /// `receivers` always does (it reads a directory whole, and checks that SRC is readable before any
-/// temporary is made); for a file, every receiver that owns at least one of the `chunks` (the
-/// transfer ranks follow the order of `receivers`, as [`plan::owner_range`] assigns chunks).
-fn reads_src(receivers: &[usize], me: usize, kind: Kind, chunks: usize) -> bool {
+/// temporary is made); for a file, every one of the first `readers` receivers that owns at least
+/// one of the `chunks` (the transfer ranks follow the order of `receivers`, as
+/// [`plan::owner_range`] assigns chunks).
+fn reads_src(receivers: &[usize], me: usize, kind: Kind, chunks: usize, readers: usize) -> bool {
     match receivers.iter().position(|&i| i == me) {
         Some(0) => true,
-        Some(k) if kind != Kind::Directory => {
-            !plan::owner_range(chunks, receivers.len(), k).is_empty()
+        Some(k) if kind != Kind::Directory && k < readers => {
+            !plan::owner_range(chunks, readers, k).is_empty()
         }
         _ => false,
     }
@@ -283,25 +298,51 @@ mod tests {
 
     #[test]
     fn only_the_leaders_that_own_chunks_read_a_file() {
-        // 8 receivers, 3 chunks: the first three read, the other five never open SRC
+        // 8 receivers, 3 chunks, every leader a possible reader (the ring): the first three read,
+        // the other five never open SRC
         let all: Vec<usize> = (0..8).collect();
-        let r: Vec<bool> = (0..8).map(|i| reads_src(&all, i, Kind::File, 3)).collect();
+        let r: Vec<bool> = (0..8)
+            .map(|i| reads_src(&all, i, Kind::File, 3, 8))
+            .collect();
         assert_eq!(r, [true, true, true, false, false, false, false, false]);
         // as many chunks as receivers or more: everyone reads
-        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 8)));
-        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 100)));
+        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 8, 8)));
+        assert!((0..8).all(|i| reads_src(&all, i, Kind::File, 100, 8)));
+        // one reader (the two trees): the first receiver only
+        let r: Vec<bool> = (0..8)
+            .map(|i| reads_src(&all, i, Kind::File, 14, 1))
+            .collect();
+        assert_eq!(r, [true, false, false, false, false, false, false, false]);
         // an empty file: the first receiver still opens it (readability, trailer)
-        let r: Vec<bool> = (0..8).map(|i| reads_src(&all, i, Kind::File, 0)).collect();
+        let r: Vec<bool> = (0..8)
+            .map(|i| reads_src(&all, i, Kind::File, 0, 8))
+            .collect();
         assert_eq!(r, [true, false, false, false, false, false, false, false]);
         // the transfer ranks are the positions among the receivers, not node indices
         let some = [1usize, 4, 6];
-        assert!(reads_src(&some, 1, Kind::File, 2));
-        assert!(reads_src(&some, 4, Kind::File, 2));
-        assert!(!reads_src(&some, 6, Kind::File, 2));
+        assert!(reads_src(&some, 1, Kind::File, 2, 3));
+        assert!(reads_src(&some, 4, Kind::File, 2, 3));
+        assert!(!reads_src(&some, 6, Kind::File, 2, 3));
+        assert!(!reads_src(&some, 4, Kind::File, 100, 1));
         // a node that needs nothing never reads
-        assert!(!reads_src(&some, 0, Kind::File, 100));
+        assert!(!reads_src(&some, 0, Kind::File, 100, 3));
         // a directory: only the first receiver
-        assert!(reads_src(&some, 1, Kind::Directory, 100));
-        assert!(!reads_src(&some, 4, Kind::Directory, 100));
+        assert!(reads_src(&some, 1, Kind::Directory, 100, 3));
+        assert!(!reads_src(&some, 4, Kind::Directory, 100, 3));
+    }
+
+    #[test]
+    fn small_files_on_many_leaders_take_the_two_trees() {
+        // the storm's 14-chunk pool: the ring on 2 leaders, the trees from 3 on
+        assert_eq!(Algorithm::choose(2, 14), Algorithm::Ring);
+        assert_eq!(Algorithm::choose(4, 14), Algorithm::TwoTree);
+        assert_eq!(Algorithm::choose(8, 14), Algorithm::TwoTree);
+        // 1 GiB of 1 MiB chunks: the ring up to 255 leaders, the trees from 256
+        assert_eq!(Algorithm::choose(8, 1024), Algorithm::Ring);
+        assert_eq!(Algorithm::choose(255, 1024), Algorithm::Ring);
+        assert_eq!(Algorithm::choose(256, 1024), Algorithm::TwoTree);
+        assert_eq!(Algorithm::choose(1024, 10240), Algorithm::Ring);
+        // two leaders: the trees would be one chain, the ring has two readers
+        assert_eq!(Algorithm::choose(2, 1), Algorithm::Ring);
     }
 }

@@ -95,23 +95,49 @@ pub enum Algorithm {
     /// A pipelined ring of `MPI_Isend`/`MPI_Irecv` per round: every chunk travels the ring of
     /// leaders, each forwarding what it received from its left neighbour to its right one.
     Ring,
+    /// One reader; chunks alternate between two complementary binary trees of `MPI_Isend`/
+    /// `MPI_Irecv` (`engine/tree.rs`): log-depth, one open of SRC per copy.
+    #[serde(rename = "two-tree")]
+    TwoTree,
 }
 
 impl Algorithm {
-    /// `SW_POOL_CP_ALGORITHM` (`ring`, `allgather` or `bcast`), else the default.
-    pub fn from_env() -> Algorithm {
+    /// `SW_POOL_CP_ALGORITHM` (`ring`, `two-tree`, `allgather` or `bcast`; benchmarks), else
+    /// `None`: [`Algorithm::choose`] decides per copy.
+    pub fn from_env() -> Option<Algorithm> {
         match crate::config::EnvVar::CpAlgorithm.get().as_deref() {
-            Some("bcast") => Algorithm::Bcast,
-            Some("allgather") => Algorithm::Allgather,
-            Some("ring") => Algorithm::Ring,
-            _ => Algorithm::DEFAULT,
+            Some("bcast") => Some(Algorithm::Bcast),
+            Some("allgather") => Some(Algorithm::Allgather),
+            Some("ring") => Some(Algorithm::Ring),
+            Some("two-tree") => Some(Algorithm::TwoTree),
+            _ => None,
         }
     }
-    /// Measured on the testbed (1 GiB, caps 400/800 Mbit, bench/cp-probe.sh and bench/results/):
-    /// the pipelined ring is a little faster than the `MPI_Iallgatherv` (N = 8: 29.8 s vs 31.5 s;
-    /// N = 2: 27.0 s vs 27.9 s) and far faster than one `MPI_Ibcast` per reader (N = 8: 57 s); it
-    /// also keeps one TCP stream per neighbour instead of one per peer.
-    pub const DEFAULT: Algorithm = Algorithm::Ring;
+    /// The algorithm for a file of `chunks` data chunks on `nodes` receiving leaders (the same on
+    /// every leader). Large files take the ring, whose many readers read shared storage in
+    /// parallel: measured on the testbed a little faster than the `MPI_Iallgatherv` (1 GiB, N = 8:
+    /// 29.8 s vs 31.5 s) and far faster than one `MPI_Ibcast` per reader (57 s). A file of at most
+    /// [`plan::TREE_CHUNKS_PER_LEADER`] chunks per leader takes the two trees from one reader:
+    /// there the ring's fill (a chunk crossing N − 1 hops) dominates, and its one open per reader
+    /// makes a small pool's storage requests grow with the job. The scale model
+    /// (`bench/results/model-*`) puts the two trees at 1.0–1.05× the ring up to 16 nodes and ahead
+    /// beyond (16 MB on 1,024 nodes: 2.8× the 2-node time instead of 28.5×).
+    pub fn choose(nodes: usize, chunks: usize) -> Algorithm {
+        if nodes > 2 && chunks <= plan::TREE_CHUNKS_PER_LEADER * nodes {
+            Algorithm::TwoTree
+        } else {
+            Algorithm::Ring
+        }
+    }
+    /// Name as in `SW_POOL_CP_ALGORITHM` and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Allgather => "allgather",
+            Algorithm::Bcast => "bcast",
+            Algorithm::Ring => "ring",
+            Algorithm::TwoTree => "two-tree",
+        }
+    }
 }
 
 /// `SW_POOL_BENCH_NO_VERIFY=1`: a **benchmark switch, not a user option** (no flag, no config key,
@@ -140,8 +166,8 @@ pub struct CopyOptions {
     /// Hash and check every chunk (reader and receivers). Always on, except that `sw-pool cp`
     /// turns it off under the benchmark switch [`bench_no_verify`].
     pub verify_chunks: bool,
-    /// Distribution algorithm.
-    pub algorithm: Algorithm,
+    /// Distribution algorithm (`None`: [`Algorithm::choose`] per copy).
+    pub algorithm: Option<Algorithm>,
     /// A rank that sees no progress for this long gives up (exit 8) and removes its temporaries.
     pub stall_timeout: Duration,
     /// The pool the trust policy authorized (`load`): the copy moves exactly its bytes or fails on

@@ -127,6 +127,62 @@ pub fn ring_buffer_bytes(chunk_size: u64) -> u64 {
     (send_buffers(r) + ring_block_buffers(chunk_size)) as u64 * chunk_size
 }
 
+/// The two binary trees of [`super::Algorithm::TwoTree`] over transfer ranks `0..n`: rank 0 (the
+/// only reader) feeds both; chunk `c` goes down tree `c % 2`. Tree 0 is a binary heap over ranks
+/// `1, 2, …, n − 1` in that order, tree 1 over the same ranks in reverse order, so a rank that
+/// forwards in one tree is (with an even count of ranks below the root) a leaf in the other: every
+/// rank sends about as many bytes as it receives, and every chunk reaches every rank in
+/// ⌈log2 n⌉ + 1 hops.
+fn tree_order_index(n: usize, tree: usize, rank: usize) -> usize {
+    // position of `rank` (1..n) in the tree's heap order
+    if tree == 0 {
+        rank - 1
+    } else {
+        n - 1 - rank
+    }
+}
+
+fn tree_order_rank(n: usize, tree: usize, idx: usize) -> usize {
+    if tree == 0 {
+        idx + 1
+    } else {
+        n - 1 - idx
+    }
+}
+
+/// The rank `me` receives tree `tree`'s chunks from (`None` for rank 0, the reader).
+pub fn tree_parent(n: usize, tree: usize, me: usize) -> Option<usize> {
+    if me == 0 || me >= n {
+        return None;
+    }
+    let idx = tree_order_index(n, tree, me);
+    Some(if idx == 0 {
+        0
+    } else {
+        tree_order_rank(n, tree, (idx - 1) / 2)
+    })
+}
+
+/// The ranks `me` forwards tree `tree`'s chunks to (at most two; rank 0: the tree's top).
+pub fn tree_children(n: usize, tree: usize, me: usize) -> Vec<usize> {
+    if n < 2 || me >= n {
+        return Vec::new();
+    }
+    if me == 0 {
+        return vec![tree_order_rank(n, tree, 0)];
+    }
+    let idx = tree_order_index(n, tree, me);
+    [2 * idx + 1, 2 * idx + 2]
+        .into_iter()
+        .filter(|&j| j < n - 1)
+        .map(|j| tree_order_rank(n, tree, j))
+        .collect()
+}
+
+/// Chunks of at most this many per leader go down [`super::Algorithm::TwoTree`] from one reader
+/// instead of the ring (see [`super::Algorithm::choose`]).
+pub const TREE_CHUNKS_PER_LEADER: usize = 4;
+
 /// One entry of a round: chunk `chunk` (index into the chunk list), read and sent by `owner`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
@@ -320,6 +376,60 @@ mod tests {
         assert_eq!(ring_block_buffers(1 << 20), 156);
         assert_eq!(ring_rounds_in_flight(MAX_TRANSFER_CHUNK), 1);
         assert_eq!(ring_block_buffers(MAX_TRANSFER_CHUNK), 3);
+    }
+
+    #[test]
+    fn two_trees_span_every_rank_and_share_the_forwarding() {
+        for n in 1..70usize {
+            let mut sends = vec![0usize; n];
+            for tree in 0..2 {
+                // every rank but 0 has one parent; following parents reaches 0 within log2 hops
+                let depth_max = (usize::BITS - n.leading_zeros()) as usize + 1;
+                for me in 1..n {
+                    let mut r = me;
+                    let mut hops = 0;
+                    while let Some(p) = tree_parent(n, tree, r) {
+                        assert!(
+                            tree_children(n, tree, p).contains(&r),
+                            "n {n} tree {tree} {p}->{r}"
+                        );
+                        r = p;
+                        hops += 1;
+                        assert!(
+                            hops <= depth_max,
+                            "n {n} tree {tree} rank {me}: {hops} hops"
+                        );
+                    }
+                    assert_eq!(r, 0);
+                }
+                assert_eq!(tree_parent(n, tree, 0), None);
+                // the children lists cover every rank but 0 exactly once
+                let mut all: Vec<usize> = (0..n).flat_map(|m| tree_children(n, tree, m)).collect();
+                all.sort();
+                assert_eq!(all, (1..n).collect::<Vec<_>>(), "n {n} tree {tree}");
+                for (m, s) in sends.iter_mut().enumerate() {
+                    let k = tree_children(n, tree, m).len();
+                    assert!(k <= 2);
+                    *s += k;
+                }
+            }
+            // over both trees (one chunk each) a rank other than 0 sends at most 2 chunks, and
+            // with an even count of ranks below the root it forwards in one tree only
+            for (m, &s) in sends.iter().enumerate().skip(1) {
+                assert!(s <= 2, "n {n} rank {m} sends {s}");
+                if (n - 1) % 2 == 0 {
+                    let a = tree_children(n, 0, m).is_empty();
+                    let b = tree_children(n, 1, m).is_empty();
+                    assert!(a || b, "n {n}: rank {m} forwards in both trees");
+                }
+            }
+        }
+        assert_eq!(tree_children(8, 0, 0), vec![1]);
+        assert_eq!(tree_children(8, 1, 0), vec![7]);
+        assert_eq!(tree_children(8, 0, 1), vec![2, 3]);
+        assert_eq!(tree_children(8, 1, 7), vec![6, 5]);
+        assert_eq!(tree_parent(2, 0, 1), Some(0));
+        assert_eq!(tree_parent(2, 1, 1), Some(0));
     }
 
     #[test]

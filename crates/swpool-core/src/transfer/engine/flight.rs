@@ -24,6 +24,17 @@ impl Reqs {
         self.0.push(unsafe { ffi::RSMPI_REQUEST_NULL });
         self.0.last_mut().unwrap() as *mut _
     }
+    /// Cancel every pending request (receives that will never match); [`Reqs::poll`] then
+    /// completes them.
+    pub(super) fn cancel(&mut self) {
+        // SAFETY: reading an MPI constant (MPI is initialised while a Job exists).
+        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
+        for r in self.0.iter_mut().filter(|r| **r != null) {
+            // SAFETY: `r` is a live request handle owned by this vector; MPI_Cancel only marks it
+            // (it still has to be completed, by MPI_Test in `poll`). MPI thread only.
+            unsafe { ffi::MPI_Cancel(r) };
+        }
+    }
     /// Test every request once; true when none is pending.
     pub(super) fn poll(&mut self) -> bool {
         // SAFETY: reading an MPI constant (MPI is initialised while a Job exists).

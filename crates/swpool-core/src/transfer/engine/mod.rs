@@ -44,6 +44,7 @@ mod allgather;
 mod bcast;
 mod flight;
 mod ring;
+mod tree;
 
 use flight::{check, Backoff, Flight, Landed, Reqs};
 use ring::{BlockPool, Ctx, Ring};
@@ -344,6 +345,9 @@ pub(crate) fn distribute(
     algo: Algorithm,
     stats: &mut Stats,
 ) -> LocalResult<()> {
+    if algo == Algorithm::TwoTree {
+        return tree::distribute(comm, job, stats);
+    }
     let n = comm.size() as usize;
     let me = comm.rank() as usize;
     let ring = algo == Algorithm::Ring;
@@ -678,6 +682,7 @@ pub(crate) fn distribute(
                 match algo {
                     Algorithm::Allgather => allgather::start(&mut f, comm, me, u8t)?,
                     Algorithm::Bcast => bcast::start(&mut f, comm, n, u8t)?,
+                    Algorithm::TwoTree => unreachable!("the two trees have their own loop"),
                     Algorithm::Ring => {
                         let mut blocks = vec![None; n];
                         for s in round {

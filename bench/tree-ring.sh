@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The two trees from one reader against the ring of readers, on the virtual cluster: what
+# `Algorithm::choose` (crates/swpool-core/src/transfer/mod.rs) trades. NOT a test. The scale model
+# (model/, `make model`) simulates both to 1,024 nodes.
+#
+#   flock /var/tmp/swp-cluster-session.lock bench/tree-ring.sh ["SIZES_MIB"] ["NODES"] [REPS] [CHUNK]
+#   defaults: "4 16 64 256" "4 8" 3 1MiB
+#
+# Caps as bench/cp.sh (node links 400mbit, storage egress 800mbit); `sw-pool cp --chunk CHUNK` of a
+# random file from the shared storage to every node's local disk, page cache dropped before every
+# run, wall time incl. mpirun's start-up and the fsync; the two algorithms interleaved, REPS times
+# (SW_POOL_CP_ALGORITHM=two-tree / ring); also the files the storage server opened (its sftp log,
+# testbed up --sftp-log): the ring opens the file once per reading node, the trees once.
+# Writes bench/results/tree-ring-<date>.md.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TESTBED=$REPO/testbed
+# shellcheck source=../testbed/env.sh
+. "$TESTBED/env.sh"
+SIZES=${1:-"4 16 64 256"}
+NS=${2:-"4 8"}
+REPS=${3:-3}
+CHUNK=${4:-1MiB}
+SW_BIN=$REPO/target/release/sw-pool
+[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
+mkdir -p "$REPO/bench/results"
+OUT=$REPO/bench/results/tree-ring-$(date +%Y%m%d-%H%M).md
+now() { date +%s.%N; }
+el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+trap '"$TESTBED/down" -q || true' EXIT
+
+max_n=0; for n in $NS; do (( n > max_n )) && max_n=$n; done
+"$TESTBED/up" -n "$max_n" --node-rate 400mbit --storage-rate 800mbit --sftp-log >/dev/null
+read -r -a NODES <<< "$(<"$TB/run/nodes")"
+install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
+SW=$TB/scratch/sw-pool
+mkdir -p "$TB/export/bench"
+cd "$TB/scratch"
+clean() { for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done; }
+opens() { cat "$TB"/log/sftp.*.log 2>/dev/null | grep -c "open \"$TB/export/bench/f\"" || true; }
+
+{
+  echo "# Two trees from one reader vs the ring of readers ($(date -Is))"
+  echo
+  echo "Testbed: node links 400 Mbit/s, storage egress 800 Mbit/s; \`sw-pool cp --chunk $CHUNK\` of a random file"
+  echo "from the shared storage to every node's local disk, page cache dropped before every run; wall time"
+  echo "incl. mpirun's start-up and the fsync; the two algorithms interleaved, $REPS runs each, medians."
+  echo "Opens: the times the storage server opened the file in one copy (its own request log)."
+  echo
+  echo "Machine load (\`uptime\`) at the start: $(uptime)"
+  echo
+  echo "| nodes | size (MiB) | chunks per node | ring (s) | two-tree (s) | two-tree ÷ ring | ring opens | two-tree opens | chosen by default |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+} > "$OUT"
+for size in $SIZES; do
+  head -c $((size << 20)) /dev/urandom > "$TB/export/bench/f"; chmod 644 "$TB/export/bench/f"
+  want=$(sha256sum < "$TB/export/bench/f" | cut -c1-16)
+  for n in $NS; do
+    hosts=$(IFS=,; echo "${NODES[*]:0:$n}")
+    declare -A T=() O=()
+    for rep in $(seq 1 "$REPS"); do
+      for algo in ring two-tree; do
+        clean; drop
+        o0=$(opens); t=$(now)
+        "$TESTBED/mpirun" -np "$n" -H "$hosts" -x SW_POOL_CP_ALGORITHM=$algo "$SW" cp --chunk "$CHUNK" \
+          "$TB/shared/bench/f" "$TB/local/f" >/dev/null 2>&1
+        T[$algo]="${T[$algo]:-} $(el "$t")"; O[$algo]=$(( $(opens) - o0 ))
+        echo "N=$n ${size} MiB $algo rep $rep: ${T[$algo]##* } s, ${O[$algo]} opens"
+        got=$(sha256sum < "$TB/nodes/${NODES[$((n - 1))]}/local/f" | cut -c1-16)
+        [[ $got == "$want" ]] || { echo "$algo: the copy on ${NODES[$((n - 1))]} differs"; exit 1; }
+      done
+    done
+    clean
+    chosen=$("$TESTBED/mpirun" -np "$n" -H "$hosts" "$SW" cp --json --chunk "$CHUNK" "$TB/shared/bench/f" "$TB/local/f" 2>/dev/null \
+      | sed -n 's/.*"algorithm": "\([a-z-]*\)".*/\1/p' | head -1)
+    clean
+    r=$(median <<< "${T[ring]}"); t2=$(median <<< "${T[two-tree]}")
+    chunks=$(awk -v s="$size" -v c="${CHUNK%MiB}" -v n="$n" 'BEGIN { printf "%.1f", s / c / n }')
+    echo "| $n | $size | $chunks | $r (${T[ring]# }) | $t2 (${T[two-tree]# }) | $(awk -v a="$t2" -v b="$r" 'BEGIN { printf "%.2f", a / b }') | ${O[ring]} | ${O[two-tree]} | $chosen |" >> "$OUT"
+    unset T O
+  done
+done
+echo >> "$OUT"
+echo "Command: \`bench/tree-ring.sh \"$SIZES\" \"$NS\" $REPS $CHUNK\`" >> "$OUT"
+cat "$OUT"
