@@ -31,15 +31,16 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 trap '"$TESTBED/down" -q || true' EXIT
 
-max_n=0; for n in $NS; do (( n > max_n )) && max_n=$n; done
+max_n=0; for n in $NS; do if (( n > max_n )); then max_n=$n; fi; done
 "$TESTBED/up" -n "$max_n" --node-rate 400mbit --storage-rate 800mbit --sftp-log >/dev/null
 read -r -a NODES <<< "$(<"$TB/run/nodes")"
 install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
 SW=$TB/scratch/sw-pool
 mkdir -p "$TB/export/bench"
 cd "$TB/scratch"
-clean() { for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done; }
-opens() { cat "$TB"/log/sftp.*.log 2>/dev/null | grep -c "open \"$TB/export/bench/f\"" || true; }
+clean() { local x; for x in "${NODES[@]}"; do rm -f "$TB/nodes/$x/local/f"; done; }
+# one file per size: the nodes' sshfs caches what it saw of a path for a while
+opens() { cat "$TB"/log/sftp.*.log 2>/dev/null | grep -c "open \"$TB/export/bench/$F\"" || true; }
 
 {
   echo "# Two trees from one reader vs the ring of readers ($(date -Is))"
@@ -55,8 +56,9 @@ opens() { cat "$TB"/log/sftp.*.log 2>/dev/null | grep -c "open \"$TB/export/benc
   echo "|---|---|---|---|---|---|---|---|---|"
 } > "$OUT"
 for size in $SIZES; do
-  head -c $((size << 20)) /dev/urandom > "$TB/export/bench/f"; chmod 644 "$TB/export/bench/f"
-  want=$(sha256sum < "$TB/export/bench/f" | cut -c1-16)
+  F=f-$size-$$
+  head -c $((size << 20)) /dev/urandom > "$TB/export/bench/$F"; chmod 644 "$TB/export/bench/$F"
+  want=$(sha256sum < "$TB/export/bench/$F" | cut -c1-16)
   for n in $NS; do
     hosts=$(IFS=,; echo "${NODES[*]:0:$n}")
     declare -A T=() O=()
@@ -65,7 +67,7 @@ for size in $SIZES; do
         clean; drop
         o0=$(opens); t=$(now)
         "$TESTBED/mpirun" -np "$n" -H "$hosts" -x SW_POOL_CP_ALGORITHM=$algo "$SW" cp --chunk "$CHUNK" \
-          "$TB/shared/bench/f" "$TB/local/f" >/dev/null 2>&1
+          "$TB/shared/bench/$F" "$TB/local/f" >/dev/null 2>&1
         T[$algo]="${T[$algo]:-} $(el "$t")"; O[$algo]=$(( $(opens) - o0 ))
         echo "N=$n ${size} MiB $algo rep $rep: ${T[$algo]##* } s, ${O[$algo]} opens"
         got=$(sha256sum < "$TB/nodes/${NODES[$((n - 1))]}/local/f" | cut -c1-16)
@@ -73,7 +75,7 @@ for size in $SIZES; do
       done
     done
     clean
-    chosen=$("$TESTBED/mpirun" -np "$n" -H "$hosts" "$SW" cp --json --chunk "$CHUNK" "$TB/shared/bench/f" "$TB/local/f" 2>/dev/null \
+    chosen=$("$TESTBED/mpirun" -np "$n" -H "$hosts" "$SW" cp --json --chunk "$CHUNK" "$TB/shared/bench/$F" "$TB/local/f" 2>/dev/null \
       | sed -n 's/.*"algorithm": "\([a-z-]*\)".*/\1/p' | head -1)
     clean
     r=$(median <<< "${T[ring]}"); t2=$(median <<< "${T[two-tree]}")
@@ -81,6 +83,7 @@ for size in $SIZES; do
     echo "| $n | $size | $chunks | $r (${T[ring]# }) | $t2 (${T[two-tree]# }) | $(awk -v a="$t2" -v b="$r" 'BEGIN { printf "%.2f", a / b }') | ${O[ring]} | ${O[two-tree]} | $chosen |" >> "$OUT"
     unset T O
   done
+  rm -f "$TB/export/bench/$F"
 done
 echo >> "$OUT"
 echo "Command: \`bench/tree-ring.sh \"$SIZES\" \"$NS\" $REPS $CHUNK\`" >> "$OUT"

@@ -65,3 +65,13 @@ def plan_rounds(count, owners, slots):
     for r in rounds:
         r.sort()
     return rounds
+
+
+TREE_CHUNKS_PER_LEADER = 4
+
+
+def choose(n, count):
+    """The engine's algorithm for `count` chunks on `n` leaders (transfer/mod.rs `Algorithm::choose`):
+    the two trees from one reader for at most TREE_CHUNKS_PER_LEADER chunks per leader (from 3
+    leaders on), else the ring."""
+    return "two-tree" if n > 2 and count <= TREE_CHUNKS_PER_LEADER * n else "ring"
