@@ -5,6 +5,7 @@
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/tree-ring.sh ["SIZES_MIB"] ["NODES"] [REPS] [CHUNK]
 #   defaults: "4 16 64 256" "4 8" 3 1MiB
+#   env: TREE_RING_NODE_RATE=400mbit (the nodes' link cap; "none": uncapped, as bench/storm.sh)
 #
 # Caps as bench/cp.sh (node links 400mbit, storage egress 800mbit); `sw-pool cp --chunk CHUNK` of a
 # random file from the shared storage to every node's local disk, page cache dropped before every
@@ -21,6 +22,7 @@ SIZES=${1:-"4 16 64 256"}
 NS=${2:-"4 8"}
 REPS=${3:-3}
 CHUNK=${4:-1MiB}
+NODE_RATE=${TREE_RING_NODE_RATE:-400mbit}
 SW_BIN=$REPO/target/release/sw-pool
 [[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
 mkdir -p "$REPO/bench/results"
@@ -32,7 +34,7 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.
 trap '"$TESTBED/down" -q || true' EXIT
 
 max_n=0; for n in $NS; do if (( n > max_n )); then max_n=$n; fi; done
-"$TESTBED/up" -n "$max_n" --node-rate 400mbit --storage-rate 800mbit --sftp-log >/dev/null
+"$TESTBED/up" -n "$max_n" --node-rate "$NODE_RATE" --storage-rate 800mbit --sftp-log >/dev/null
 read -r -a NODES <<< "$(<"$TB/run/nodes")"
 install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
 SW=$TB/scratch/sw-pool
@@ -45,7 +47,7 @@ opens() { cat "$TB"/log/sftp.*.log 2>/dev/null | grep -c "open \"$TB/export/benc
 {
   echo "# Two trees from one reader vs the ring of readers ($(date -Is))"
   echo
-  echo "Testbed: node links 400 Mbit/s, storage egress 800 Mbit/s; \`sw-pool cp --chunk $CHUNK\` of a random file"
+  echo "Testbed: node links $NODE_RATE, storage egress 800 Mbit/s; \`sw-pool cp --chunk $CHUNK\` of a random file"
   echo "from the shared storage to every node's local disk, page cache dropped before every run; wall time"
   echo "incl. mpirun's start-up and the fsync; the two algorithms interleaved, $REPS runs each, medians."
   echo "Opens: the times the storage server opened the file in one copy (its own request log)."
@@ -86,5 +88,5 @@ for size in $SIZES; do
   rm -f "$TB/export/bench/$F"
 done
 echo >> "$OUT"
-echo "Command: \`bench/tree-ring.sh \"$SIZES\" \"$NS\" $REPS $CHUNK\`" >> "$OUT"
+echo "Command: \`TREE_RING_NODE_RATE=$NODE_RATE bench/tree-ring.sh \"$SIZES\" \"$NS\" $REPS $CHUNK\`" >> "$OUT"
 cat "$OUT"

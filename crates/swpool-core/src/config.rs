@@ -472,7 +472,7 @@ env_vars! {
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
     SetGwdg "_SW_POOL_SET_GWDG" State "none" "`GWDG_SW_MOUNT` was set by sw-pool (unload unsets it)";
     FakeNodes "SW_POOL_FAKE_NODES" Test "0" "`1`: every MPI rank is its own node (tests on one machine)";
-    CpAlgorithm "SW_POOL_CP_ALGORITHM" Test "the engine's default" "broadcast algorithm: `ring`, `allgather` or `bcast` (benchmarks)";
+    CpAlgorithm "SW_POOL_CP_ALGORITHM" Test "chosen per copy" "broadcast algorithm: `ring`, `two-tree`, `allgather` or `bcast` (benchmarks)";
     BenchNoVerify "SW_POOL_BENCH_NO_VERIFY" Test "0" "`1`: chunks are NOT verified (benchmarks only)";
     BenchSlots "SW_POOL_BENCH_SLOTS" Test "no cap" "at most this many chunks per round (benchmarks: the round-latency bound on few nodes)";
 }
