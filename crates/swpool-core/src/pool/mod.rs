@@ -64,11 +64,20 @@ pub struct Pool {
 
 impl Pool {
     pub fn open(path: &Path) -> Result<Pool, ManifestError> {
+        let f = File::open(path).map_err(|source| ManifestError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::open_file(path, f)
+    }
+
+    /// [`Pool::open`] on a file already open (`path` names it in messages): no second open of a
+    /// pool on shared storage, and what is checked is what the caller reads.
+    pub fn open_file(path: &Path, mut f: File) -> Result<Pool, ManifestError> {
         let io = |source| ManifestError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let mut f = File::open(path).map_err(io)?;
         let meta = f.metadata().map_err(io)?;
         if !meta.is_file() {
             return Err(ManifestError::NotAPool {

@@ -25,12 +25,16 @@ pub(super) fn leader_copy(
 ) -> Result<CopyReport, TransferError> {
     let t0 = Instant::now();
     let pf = watchdog::phase("preflight");
-    // 1. leader 0 inspects SRC and tells the others
+    // 1. leader 0 inspects SRC and tells the others (and keeps the file open: its transfer reads
+    // from it)
+    let mut src0: Option<std::fs::File> = None;
     let info: Option<Local<SrcInfo>> = (job.node_index() == 0).then(|| {
-        inspect_src(src, opts.chunk_size).and_then(|i| match &opts.authorized {
+        let (i, f) = inspect_src(src, opts.chunk_size)?;
+        src0 = f;
+        match &opts.authorized {
             Some(a) => a.check(src, &i).map(|()| i),
             None => Ok(i),
-        })
+        }
     });
     let mine = info.as_ref().map(|i| {
         let v: Result<&SrcInfo, (u8, &str)> = i.as_ref().map_err(|(s, m)| (*s as u8, m.as_str()));
@@ -106,7 +110,16 @@ pub(super) fn leader_copy(
         None => need,
     };
     let prepared = if need {
-        preflight(&info, src, &target, reader, opts.authorized.is_some()).map(Some)
+        let opened = if reader { src0.take() } else { None };
+        preflight(
+            &info,
+            src,
+            opened,
+            &target,
+            reader,
+            opts.authorized.is_some(),
+        )
+        .map(Some)
     } else {
         Ok(None)
     };

@@ -30,15 +30,20 @@ pub(super) enum Prepared {
 pub(super) fn preflight(
     info: &SrcInfo,
     src: &Path,
+    opened: Option<File>,
     target: &Path,
     reader: bool,
     read_only: bool,
 ) -> Local<Prepared> {
-    // a reader opens SRC here, once: the transfer reads from this very file
+    // a reader opens SRC here, once (leader 0 kept the file it inspected: `opened`); the transfer
+    // reads from this very file
     let mut src_file = None;
     if reader {
         let r = if info.kind == Kind::Directory {
             std::fs::read_dir(src).map(|_| ())
+        } else if let Some(f) = opened {
+            src_file = Some(f);
+            Ok(())
         } else {
             File::open(src).map(|f| src_file = Some(f))
         };

@@ -59,8 +59,9 @@ pub(super) fn mtime_ns(m: &std::fs::Metadata) -> i128 {
     m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128
 }
 
-/// Leader 0: what is SRC?
-pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<SrcInfo> {
+/// Leader 0: what is SRC? With a file, also the open file itself: leader 0's transfer reads from
+/// it (one open of SRC on shared storage, and the bytes read are those of the file inspected).
+pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<(SrcInfo, Option<File>)> {
     let meta = std::fs::metadata(src).map_err(|e| {
         bad(
             crate::error::io_status(&e),
@@ -97,7 +98,7 @@ pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<SrcInfo> 
         let (sig, bytes) = dir::signature(src)?;
         info.signature = sig;
         info.data_bytes = bytes;
-        return Ok(info);
+        return Ok((info, None));
     }
     if !meta.is_file() {
         return Err(bad(
@@ -126,7 +127,12 @@ pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<SrcInfo> 
             && &fb[72..80] == END_MAGIC
     };
     let opened = if has_footer {
-        Pool::open(src)
+        f.try_clone()
+            .map_err(|e| ManifestError::Io {
+                path: src.to_path_buf(),
+                source: e,
+            })
+            .and_then(|dup| Pool::open_file(src, dup))
     } else {
         Err(ManifestError::NotAPool {
             path: src.to_path_buf(),
@@ -175,7 +181,7 @@ pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<SrcInfo> 
         }
         Err(e) => return Err(bad(e.exit_status(), e.to_string())),
     }
-    Ok(info)
+    Ok((info, Some(f)))
 }
 
 /// The chunks that move, identical on every leader.
