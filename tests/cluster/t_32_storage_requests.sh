@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a load asks of shared storage, from the storage server's own request log (testbed up
 # --sftp-log): a small pool (at most 4 chunks per node) goes down two trees from one reader, so
-# one node opens it whatever the job's size; a larger one goes round the ring, where each node
+# one node opens it, once, whatever the job's size; a larger one goes round the ring, where each node
 # that reads chunks opens it once and no other node does. No chunk is read twice (no read-ahead
 # into the next reader's chunks: the bytes the server read for the pool stay within one page per
 # reader of its size), and a small pool's load on 4 nodes costs about the requests of a load on
@@ -32,6 +32,7 @@ declare -A base
 mark() { local f; base=(); for f in "$TB"/log/sftp.*.log; do base[$f]=$(wc -l < "$f"); done; }
 since() { local f; for f in "$TB"/log/sftp.*.log; do tail -n +"$(( ${base[$f]:-0} + 1 ))" "$f" | sed "s|^|$(basename "$f") |"; done; }
 openers() { since | grep -F "open \"$TB/export/t32-$$/$1\"" | cut -d' ' -f1 | sort -u | wc -l; }
+opens() { since | grep -cF "open \"$TB/export/t32-$$/$1\"" || true; }
 read_bytes() { since | grep -F "close \"$TB/export/t32-$$/$1\"" | sed -n 's/.* bytes read \([0-9]*\) .*/\1/p' | awk '{s += $1} END {print s + 0}'; }
 requests() { since | grep -E ' debug[0-9]: request [0-9]+: ' | grep -vc ': request [0-9]*: sent ' || true; }
 load() {  # load NP POOL: load on NP nodes from a cold cache, then unload
@@ -55,6 +56,8 @@ assert_eq "a one-chunk pool on 4 nodes: one node opened it on shared storage" 1 
 load 4 three.sqfs
 assert_eq "a three-chunk pool on 4 nodes: load exits 0" 0 "$rc"
 assert_eq "a three-chunk pool on 4 nodes (two trees): one node opened it" 1 "$(openers three.sqfs)"
+# node 0 checks the pool's trailer, inspects it and reads its chunks through one open file
+assert_eq "a three-chunk pool on 4 nodes: opened once in all (trust check, plan and read)" 1 "$(opens three.sqfs)"
 load 4 ring.sqfs
 assert_eq "a 20 MB pool on 4 nodes: load exits 0" 0 "$rc"
 assert_eq "a 20 MB pool on 4 nodes (ring): the four readers opened it" 4 "$(openers ring.sqfs)"

@@ -9,6 +9,7 @@
 //! fails every rank with the same error naming the node, and leaves no temporary file and no mount
 //! anywhere (the nodes that mounted take their mount back). See `docs/architecture.md`.
 
+use std::fs::File;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -170,9 +171,11 @@ pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
 }
 
 /// Step 1 on a node leader: resolve, open once, authorize, choose the cache entry.
-fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Error> {
+/// Also returns the pool's open file: node 0's copy reads the very file the trust policy checked
+/// (and shared storage sees one open of the pool on node 0).
+fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Option<File>), Error> {
     let src = resolve(&req.pool, &node.cfg.pool_path.value)?;
-    let pool = Pool::open(&src)?;
+    let mut pool = Pool::open(&src)?;
     crate::pool::fs_size::check_fits(&pool)?;
     let verdict = authorize(&pool, &node.policy)?;
     let m = &pool.manifest;
@@ -190,17 +193,15 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized), Err
     }
     let dest = cache_entry(node, req, m)?;
     let authorized = Authorized::of(&pool);
-    Ok((
-        Plan {
-            src,
-            dest,
-            name: m.name.clone(),
-            version: m.version.clone(),
-            digest: m.digest.clone(),
-            verdict,
-        },
-        authorized,
-    ))
+    let plan = Plan {
+        src,
+        dest,
+        name: m.name.clone(),
+        version: m.version.clone(),
+        digest: m.digest.clone(),
+        verdict,
+    };
+    Ok((plan, authorized, pool.file.take()))
 }
 
 /// This node's cache entry for the pool with manifest `m` (the request's cache directory first).
@@ -300,7 +301,13 @@ pub fn load(
     // node. (Every reader's open file must still end in these bytes, and every chunk is hashed
     // against this manifest as it lands.)
     let first = leader && job.node_index() == 0;
-    let planned = first.then(|| plan(node, req));
+    let mut src_file = None;
+    let planned = first.then(|| {
+        plan(node, req).map(|(p, a, f)| {
+            src_file = f;
+            (p, a)
+        })
+    });
     job.agree(outcome(&planned))?;
     let planned = if leader {
         let mine = planned.map(|r| {
@@ -342,6 +349,7 @@ pub fn load(
         progress: req.progress.is_some(),
         progress_sink: req.progress.clone(),
         authorized,
+        src_file: src_file.map(std::sync::Arc::new),
         ..CopyOptions::default()
     };
     let report: CopyReport = copy(job, &plan.src, &plan.dest, &opts)?;

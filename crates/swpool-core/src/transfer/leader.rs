@@ -29,7 +29,7 @@ pub(super) fn leader_copy(
     // from it)
     let mut src0: Option<std::fs::File> = None;
     let info: Option<Local<SrcInfo>> = (job.node_index() == 0).then(|| {
-        let (i, f) = inspect_src(src, opts.chunk_size)?;
+        let (i, f) = inspect_src(src, opts.chunk_size, opts.src_file.as_deref())?;
         src0 = f;
         match &opts.authorized {
             Some(a) => a.check(src, &i).map(|()| i),

@@ -173,6 +173,9 @@ pub struct CopyOptions {
     /// The pool the trust policy authorized (`load`): the copy moves exactly its bytes or fails on
     /// every node with "changed on shared storage since it was checked".
     pub authorized: Option<Authorized>,
+    /// SRC already open on the first node's leader (`load`: the file the trust policy checked);
+    /// that leader inspects and reads it instead of opening SRC again.
+    pub src_file: Option<Arc<std::fs::File>>,
 }
 
 /// A pool as it was when the trust policy checked it: its length and its trailer bytes (manifest
@@ -255,6 +258,7 @@ impl Default for CopyOptions {
             algorithm: Algorithm::from_env(),
             stall_timeout: watchdog::default_timeout(),
             authorized: None,
+            src_file: None,
         }
     }
 }

@@ -61,8 +61,26 @@ pub(super) fn mtime_ns(m: &std::fs::Metadata) -> i128 {
 
 /// Leader 0: what is SRC? With a file, also the open file itself: leader 0's transfer reads from
 /// it (one open of SRC on shared storage, and the bytes read are those of the file inspected).
-pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<(SrcInfo, Option<File>)> {
-    let meta = std::fs::metadata(src).map_err(|e| {
+pub(super) fn inspect_src(
+    src: &Path,
+    chunk_opt: Option<u64>,
+    opened: Option<&File>,
+) -> Local<(SrcInfo, Option<File>)> {
+    // SRC already open (`load`: the file the trust policy checked): no second open
+    let opened = match opened.map(File::try_clone).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            return Err(bad(
+                ExitStatus::System,
+                format!("cannot use the open SRC {}: {e}", src.display()),
+            ))
+        }
+    };
+    let meta = match &opened {
+        Some(f) => f.metadata(),
+        None => std::fs::metadata(src),
+    };
+    let meta = meta.map_err(|e| {
         bad(
             crate::error::io_status(&e),
             format!(
@@ -109,12 +127,15 @@ pub(super) fn inspect_src(src: &Path, chunk_opt: Option<u64>) -> Local<(SrcInfo,
             ),
         ));
     }
-    let f = File::open(src).map_err(|e| {
-        bad(
-            crate::error::io_status(&e),
-            format!("cannot open SRC {}: {e}", src.display()),
-        )
-    })?;
+    let f = match opened {
+        Some(f) => f,
+        None => File::open(src).map_err(|e| {
+            bad(
+                crate::error::io_status(&e),
+                format!("cannot open SRC {}: {e}", src.display()),
+            )
+        })?,
+    };
     // only a file ending in a pool footer is opened as a pool (Pool::open would scan the last MiB
     // of a plain file for a misplaced trailer: a MiB read from shared storage for nothing)
     let has_footer = {
