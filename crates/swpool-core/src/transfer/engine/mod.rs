@@ -31,7 +31,7 @@ use std::os::fd::AsRawFd;
 use std::os::raw::c_void;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Sender, TryRecvError};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -336,6 +336,119 @@ fn bench_slots_cap(comm: &SimpleCommunicator, slots: usize) -> usize {
 /// A chunk read by the reader thread, with its send buffer.
 type Read = (Vec<u8>, LocalResult<SlotHeader>);
 
+/// What the writer threads share with the MPI thread.
+#[derive(Default)]
+struct Written {
+    /// Bytes verified and written so far.
+    done: AtomicU64,
+    /// The first write or verification failure.
+    err: Mutex<Option<(ExitStatus, String)>>,
+    failed: AtomicBool,
+}
+
+/// The reader thread: reads the chunks `mine` (indices into `job.chunks`, in that order), each into
+/// a buffer from `free` at `at` bytes in, and hands them over with their headers; stops after a
+/// failure, or when `stop` is set.
+#[allow(clippy::too_many_arguments)]
+fn spawn_reader<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    job: &'scope FileJob<'scope>,
+    mine: &'scope [usize],
+    at: usize,
+    free: Receiver<Vec<u8>>,
+    ready: SyncSender<Read>,
+    stop: &'scope AtomicBool,
+    stats: &'scope mut Stats,
+) {
+    scope.spawn(move || {
+        let mut zero = ZeroHashes::default();
+        read_only_the_range(job);
+        for (i, &ci) in mine.iter().enumerate() {
+            let Ok(mut buf) = free.recv() else { return };
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Some(&next) = mine.get(i + 1) {
+                fetch_ahead(job, &job.chunks[next]);
+            }
+            let h = read_chunk(job, &mut zero, stats, &job.chunks[ci], &mut buf[at..]);
+            let failed = h.is_err();
+            if ready.send((buf, h)).is_err() || failed {
+                return;
+            }
+        }
+    });
+}
+
+/// The writer threads (one per `stats`): verify (unless the chunk is this leader's own) and write
+/// every chunk landed on `landed`, then give its buffer back on `back`. After a failure they only
+/// give buffers back.
+fn spawn_writers<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    job: &'scope FileJob<'scope>,
+    me: usize,
+    landed: Receiver<Landed>,
+    back: &Sender<Vec<u8>>,
+    stats: &'scope mut [Stats],
+    w: &'scope Written,
+) {
+    let landed = std::sync::Arc::new(Mutex::new(landed));
+    for wstats in stats.iter_mut() {
+        let landed = landed.clone();
+        let back = back.clone();
+        scope.spawn(move || {
+            let mut zero = ZeroHashes::default();
+            loop {
+                // one writer at a time waits for the next landing; verifying and writing it
+                // happens outside the lock (pwrite at the chunk's offset)
+                let Ok(l) = landed.lock().unwrap().recv() else {
+                    return;
+                };
+                if !w.failed.load(Ordering::Relaxed) {
+                    for &(ci, h, off, owner) in &l.slots {
+                        let c = &job.chunks[ci];
+                        let from = job.hosts.get(owner).map(String::as_str).unwrap_or("");
+                        let data = &l.buf[off..off + h.sent as usize];
+                        if let Err(e) = land(job, &mut zero, wstats, c, &h, data, owner == me, from)
+                        {
+                            w.err.lock().unwrap().get_or_insert(e);
+                            w.failed.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                        w.done.fetch_add(c.len as u64, Ordering::Relaxed);
+                    }
+                }
+                if back.send(l.buf).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// After the threads: the first failure (this leader's, else its writers'), the last progress
+/// report, and the threads' figures added to `stats`.
+fn finish<'a>(
+    job: &FileJob,
+    stats: &mut Stats,
+    err: Option<(ExitStatus, String)>,
+    w: Written,
+    threads: impl IntoIterator<Item = &'a Stats>,
+    t_all: Instant,
+) -> LocalResult<()> {
+    let err = err.or_else(|| w.err.into_inner().unwrap());
+    (job.progress)(w.done.load(Ordering::Relaxed));
+    for s in threads {
+        stats.bytes_read += s.bytes_read;
+        stats.bytes_written += s.bytes_written;
+        stats.read += s.read;
+        stats.write += s.write;
+        stats.verify += s.verify;
+    }
+    stats.pipeline = Some(t_all.elapsed());
+    err.map_or(Ok(()), Err)
+}
+
 /// One round handed to the writer: its buffer and, per slot, (chunk, header, offset in the buffer,
 /// owner).
 /// Distribute among the leaders of `comm` (every one of them needs the file).
@@ -383,9 +496,7 @@ pub(crate) fn distribute(
         .collect();
 
     let stop = AtomicBool::new(false);
-    let written = AtomicU64::new(0);
-    let writer_err: Mutex<Option<(ExitStatus, String)>> = Mutex::new(None);
-    let writer_failed = AtomicBool::new(false);
+    let w = Written::default();
     let mut reader_stats = Stats::default();
     let mut writer_stats: Vec<Stats> = (0..WRITERS).map(|_| Stats::default()).collect();
     let mut err: Option<(ExitStatus, String)> = None;
@@ -397,27 +508,16 @@ pub(crate) fn distribute(
         for _ in 0..send_bufs.min(mine.len()) {
             let _ = free_tx.send(vec![0u8; chunk]);
         }
-        let stop_r = &stop;
-        let mine_r = &mine;
-        let rstats = &mut reader_stats;
-        scope.spawn(move || {
-            let mut zero = ZeroHashes::default();
-            read_only_the_range(job);
-            for (i, &ci) in mine_r.iter().enumerate() {
-                let Ok(mut buf) = free_rx.recv() else { return };
-                if stop_r.load(Ordering::Relaxed) {
-                    return;
-                }
-                if let Some(&next) = mine_r.get(i + 1) {
-                    fetch_ahead(job, &job.chunks[next]);
-                }
-                let h = read_chunk(job, &mut zero, rstats, &job.chunks[ci], &mut buf);
-                let failed = h.is_err();
-                if ready_tx.send((buf, h)).is_err() || failed {
-                    return;
-                }
-            }
-        });
+        spawn_reader(
+            scope,
+            job,
+            &mine,
+            0,
+            free_rx,
+            ready_tx,
+            &stop,
+            &mut reader_stats,
+        );
         // writer thread
         let (land_tx, land_rx) = channel::<Landed>();
         let (back_tx, back_rx) = channel::<Vec<u8>>();
@@ -426,40 +526,7 @@ pub(crate) fn distribute(
         } else {
             BlockPool::new(slots * chunk, recv_bufs, back_rx)
         };
-        let land_rx = std::sync::Arc::new(Mutex::new(land_rx));
-        for wstats in writer_stats.iter_mut() {
-            let (werr, wfailed, wdone) = (&writer_err, &writer_failed, &written);
-            let land_rx = land_rx.clone();
-            let back_tx: Sender<Vec<u8>> = back_tx.clone();
-            scope.spawn(move || {
-                let mut zero = ZeroHashes::default();
-                loop {
-                    // one writer at a time waits for the next landing; verifying and writing it
-                    // happens outside the lock (pwrite at the chunk's offset)
-                    let Ok(l) = land_rx.lock().unwrap().recv() else {
-                        return;
-                    };
-                    if !wfailed.load(Ordering::Relaxed) {
-                        for &(ci, h, off, owner) in &l.slots {
-                            let c = &job.chunks[ci];
-                            let from = job.hosts.get(owner).map(String::as_str).unwrap_or("");
-                            let data = &l.buf[off..off + h.sent as usize];
-                            if let Err(e) =
-                                land(job, &mut zero, wstats, c, &h, data, owner == me, from)
-                            {
-                                werr.lock().unwrap().get_or_insert(e);
-                                wfailed.store(true, Ordering::Relaxed);
-                                break;
-                            }
-                            wdone.fetch_add(c.len as u64, Ordering::Relaxed);
-                        }
-                    }
-                    if back_tx.send(l.buf).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+        spawn_writers(scope, job, me, land_rx, &back_tx, &mut writer_stats, &w);
         drop(back_tx);
 
         // the main thread: MPI only
@@ -616,8 +683,8 @@ pub(crate) fn distribute(
                         }
                     }
                 }
-                if writer_failed.load(Ordering::Relaxed) && err.is_none() {
-                    err = writer_err.lock().unwrap().take();
+                if w.failed.load(Ordering::Relaxed) && err.is_none() {
+                    err = w.err.lock().unwrap().take();
                 }
                 // the header exchange
                 let block = plan::encode_block(u64::from(err.is_some()), &hdr);
@@ -704,7 +771,7 @@ pub(crate) fn distribute(
                 }
                 flights.push_back(f);
                 pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?;
-                let done = written.load(Ordering::Relaxed);
+                let done = w.done.load(Ordering::Relaxed);
                 if done != reported {
                     reported = done;
                     (job.progress)(done);
@@ -719,7 +786,7 @@ pub(crate) fn distribute(
                 if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
                     bo.snooze();
                 }
-                let done = written.load(Ordering::Relaxed);
+                let done = w.done.load(Ordering::Relaxed);
                 if done != reported {
                     reported = done;
                     (job.progress)(done);
@@ -741,24 +808,16 @@ pub(crate) fn distribute(
             }
         }
     });
-    if err.is_none() {
-        err = writer_err.into_inner().unwrap();
-    }
-    (job.progress)(written.load(Ordering::Relaxed));
-    for s in std::iter::once(&reader_stats).chain(writer_stats.iter()) {
-        stats.bytes_read += s.bytes_read;
-        stats.bytes_written += s.bytes_written;
-        stats.read += s.read;
-        stats.write += s.write;
-        stats.verify += s.verify;
-    }
-    stats.pipeline = Some(t_all.elapsed());
     tracing::debug!(
         host = job.hosts.get(me).map(String::as_str),
         "distribution done"
     );
-    match err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    finish(
+        job,
+        stats,
+        err,
+        w,
+        std::iter::once(&reader_stats).chain(&writer_stats),
+        t_all,
+    )
 }

@@ -21,7 +21,6 @@ use std::collections::VecDeque;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mpi::ffi;
@@ -29,11 +28,10 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::flight::{check, Backoff, Reqs};
+use super::flight::{check, Backoff, Landed, Reqs};
 use super::ring::BlockPool;
-use super::{fetch_ahead, land, read_chunk, read_only_the_range, FileJob, LocalResult, WRITERS};
+use super::{finish, spawn_reader, spawn_writers, FileJob, LocalResult, Read, Written, WRITERS};
 use crate::error::ExitStatus;
-use crate::pool::manifest::ZeroHashes;
 use crate::transfer::plan::{self, SlotHeader, BLOCK_LEN};
 use crate::transfer::{watchdog, Stats};
 
@@ -53,9 +51,6 @@ struct Entry {
     cancelled: bool,
     header: Option<(u64, SlotHeader)>,
 }
-
-/// A chunk for the writers: (chunk index, header, buffer of header block + bytes).
-type ToWrite = (usize, SlotHeader, Vec<u8>);
 
 /// Distribute the file among the leaders of `comm` down two trees from rank 0.
 pub(crate) fn distribute(
@@ -82,75 +77,36 @@ pub(crate) fn distribute(
     );
     let t_all = Instant::now();
 
-    let written = AtomicU64::new(0);
-    let writer_err: Mutex<Option<(ExitStatus, String)>> = Mutex::new(None);
-    let writer_failed = AtomicBool::new(false);
+    let w = Written::default();
     let stop = AtomicBool::new(false);
     let mut reader_stats = Stats::default();
     let mut writer_stats: Vec<Stats> = (0..WRITERS).map(|_| Stats::default()).collect();
     let mut err: Option<(ExitStatus, String)> = None;
+    // rank 0 reads every chunk, in order
+    let all: Vec<usize> = if me == 0 {
+        (0..count).collect()
+    } else {
+        Vec::new()
+    };
 
     std::thread::scope(|scope| {
         // rank 0: the reader thread reads every chunk in order, behind the header block
         let (free_tx, free_rx) = channel::<Vec<u8>>();
-        let (ready_tx, ready_rx) = sync_channel::<(Vec<u8>, LocalResult<SlotHeader>)>(send_bufs);
-        if me == 0 {
-            let stop_r = &stop;
-            let rstats = &mut reader_stats;
-            scope.spawn(move || {
-                let mut zero = ZeroHashes::default();
-                read_only_the_range(job);
-                for (i, c) in job.chunks.iter().enumerate() {
-                    let Ok(mut buf) = free_rx.recv() else { return };
-                    if stop_r.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    if let Some(next) = job.chunks.get(i + 1) {
-                        fetch_ahead(job, next);
-                    }
-                    let h = read_chunk(job, &mut zero, rstats, c, &mut buf[BLOCK_LEN..]);
-                    let failed = h.is_err();
-                    if ready_tx.send((buf, h)).is_err() || failed {
-                        return;
-                    }
-                }
-            });
-        } else {
-            drop((free_rx, ready_tx));
-        }
+        let (ready_tx, ready_rx) = sync_channel::<Read>(send_bufs);
+        spawn_reader(
+            scope,
+            job,
+            &all,
+            BLOCK_LEN,
+            free_rx,
+            ready_tx,
+            &stop,
+            &mut reader_stats,
+        );
         // the writers
-        let (land_tx, land_rx) = channel::<ToWrite>();
+        let (land_tx, land_rx) = channel::<Landed>();
         let (back_tx, back_rx) = channel::<Vec<u8>>();
-        let land_rx = Arc::new(Mutex::new(land_rx));
-        for wstats in writer_stats.iter_mut() {
-            let (werr, wfailed, wdone) = (&writer_err, &writer_failed, &written);
-            let land_rx = land_rx.clone();
-            let back_tx = back_tx.clone();
-            scope.spawn(move || {
-                let mut zero = ZeroHashes::default();
-                loop {
-                    let Ok((ci, h, buf)) = land_rx.lock().unwrap().recv() else {
-                        return;
-                    };
-                    if !wfailed.load(Ordering::Relaxed) {
-                        let c = &job.chunks[ci];
-                        let data = &buf[BLOCK_LEN..BLOCK_LEN + h.sent as usize];
-                        match land(job, &mut zero, wstats, c, &h, data, me == 0, reader_host) {
-                            Ok(()) => {
-                                wdone.fetch_add(u64::from(c.len), Ordering::Relaxed);
-                            }
-                            Err(e) => {
-                                werr.lock().unwrap().get_or_insert(e);
-                                wfailed.store(true, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    if back_tx.send(buf).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+        spawn_writers(scope, job, me, land_rx, &back_tx, &mut writer_stats, &w);
         drop(back_tx);
         let mut pool = BlockPool::new(size, cap, back_rx);
         let mut m = Mover {
@@ -165,7 +121,7 @@ pub(crate) fn distribute(
             end: count,
             bo: Backoff(0),
             reported: 0,
-            written: &written,
+            written: &w.done,
             land_tx: Some(land_tx),
             err: None,
             reader_host,
@@ -189,22 +145,14 @@ pub(crate) fn distribute(
             err.get_or_insert(e);
         }
     });
-    if err.is_none() {
-        err = writer_err.into_inner().unwrap();
-    }
-    (job.progress)(written.load(Ordering::Relaxed));
-    for s in std::iter::once(&reader_stats).chain(writer_stats.iter()) {
-        stats.bytes_read += s.bytes_read;
-        stats.bytes_written += s.bytes_written;
-        stats.read += s.read;
-        stats.write += s.write;
-        stats.verify += s.verify;
-    }
-    stats.pipeline = Some(t_all.elapsed());
-    match err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    finish(
+        job,
+        stats,
+        err,
+        w,
+        std::iter::once(&reader_stats).chain(&writer_stats),
+        t_all,
+    )
 }
 
 /// The MPI thread's state.
@@ -225,7 +173,7 @@ struct Mover<'a, 'j> {
     bo: Backoff,
     reported: u64,
     written: &'a AtomicU64,
-    land_tx: Option<Sender<ToWrite>>,
+    land_tx: Option<Sender<Landed>>,
     /// This rank's failure (the first).
     err: Option<(ExitStatus, String)>,
     reader_host: &'a str,
@@ -310,7 +258,11 @@ impl Mover<'_, '_> {
                 let e = self.queues[tree].remove(i).unwrap();
                 match (e.header, &self.land_tx) {
                     (Some((0, h)), Some(tx)) if e.chunk < self.end => {
-                        let _ = tx.send((e.chunk, h, e.buf));
+                        // read by rank 0 (the writers verify it unless they are rank 0's)
+                        let _ = tx.send(Landed {
+                            buf: e.buf,
+                            slots: vec![(e.chunk, h, BLOCK_LEN, 0)],
+                        });
                     }
                     _ => pool.put(e.buf),
                 }
@@ -350,7 +302,7 @@ impl Mover<'_, '_> {
         &mut self,
         pool: &mut BlockPool,
         free_tx: &Sender<Vec<u8>>,
-        ready_rx: &Receiver<(Vec<u8>, LocalResult<SlotHeader>)>,
+        ready_rx: &Receiver<Read>,
         stats: &mut Stats,
     ) -> LocalResult<()> {
         let _p = watchdog::phase("distribution");
