@@ -65,10 +65,16 @@ pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
         return Ok(());
     }
     let image = a.image.clone();
-    if let Some(w) =
-        swpool_core::load::authorize_in_place(&node, &image)?.and_then(|v| v.warning(&image))
-    {
-        p.warn(w);
+    match swpool_core::load::authorize_in_place(&node, &image)? {
+        Some(v) => {
+            if let Some(w) = v.warning(&image) {
+                p.warn(w);
+            }
+        }
+        None => p.warn(format!(
+            "{} is a bare image without a sw-pool manifest: it is mounted where it lies and nothing verifies or vouches for its content (build it as a pool with `sw-pool build` and sign it; to refuse bare images, set require_signature = true)",
+            swpool_core::exec::show(&image)
+        )),
     }
     let mountpoint = match a.mountpoint {
         Some(m) => m,

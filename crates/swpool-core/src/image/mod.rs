@@ -76,12 +76,12 @@ impl FromStr for ImageFormat {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", crate::exec::show(&path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a squashfs or ext2/3/4 image (no file-system magic found)", path.display())]
+    #[error("{} is not a squashfs or ext2/3/4 image (no file-system magic found)", crate::exec::show(&path))]
     Unknown { path: PathBuf },
 }
 
@@ -128,7 +128,7 @@ pub fn detect_bytes(head: &[u8]) -> Option<ImageFormat> {
 
 /// Detect the format of the image at `path`.
 pub fn detect(path: &Path) -> Result<ImageFormat, DetectError> {
-    let mut f = std::fs::File::open(path).map_err(|source| DetectError::Io {
+    let mut f = crate::pool::open_regular(path).map_err(|source| DetectError::Io {
         path: path.into(),
         source,
     })?;

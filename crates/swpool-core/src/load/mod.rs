@@ -10,7 +10,6 @@
 //! anywhere (the nodes that mounted take their mount back). See `docs/architecture.md`.
 
 use std::fs::File;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -144,30 +143,19 @@ pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
             ),
         )),
         // the same message and status as `inspect` and `verify` (Pool::open) give
-        Ok(m) if !m.is_file() => Err(crate::pool::ManifestError::NotAPool {
+        Ok(m) if !m.is_file() => Err(crate::pool::ManifestError::NotRegular {
             path: spec.to_path_buf(),
-            reason: crate::pool::trailer::TrailerError::Corrupt("not a regular file".into()),
         }
         .into()),
         Ok(_) => Ok(crate::exec::absolute(spec)),
     }
 }
 
-/// Create `-m DIR` if it is missing (its parent must exist), like `sw-pool load -m $LOCAL_TMPDIR/mnt` in the paper.
+/// Create `-m DIR` if it is missing (its parent must exist), like `sw-pool load -m $LOCAL_TMPDIR/mnt`
+/// in the paper; as root on the walked parent's descriptor ([`mount::create_leaf`]). A stale FUSE
+/// mount there (ENOTCONN) is reported by the mount-point check.
 pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
-    // only a missing one: a stale FUSE mount (ENOTCONN) is reported by the mount-point check
-    if std::fs::symlink_metadata(mp).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
-        std::fs::DirBuilder::new()
-            .mode(0o755)
-            .create(mp)
-            .map_err(|e| {
-                Error::other(
-                    ExitStatus::BadInput,
-                    format!("cannot create mount point {}: {e}", mp.display()),
-                )
-            })?;
-    }
-    Ok(mount::canonical_mountpoint(mp)?)
+    Ok(mount::create_leaf(mp, 0o755)?)
 }
 
 /// Step 1 on a node leader: resolve, open once, authorize, choose the cache entry.

@@ -20,6 +20,7 @@ pub mod paths;
 pub mod pinned;
 pub mod proc;
 pub mod sys;
+pub mod walk;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -177,10 +178,13 @@ impl ImageInfo {
             });
         }
         if !meta.is_file() {
+            // the same status as `inspect`, `verify` and `load` give (not a pool)
             return Err(MountError::Image {
                 path,
-                reason: "is not a regular file".into(),
-                status: ExitStatus::BadInput,
+                reason:
+                    "is not a regular file (a FIFO, a device or a directory); give an image file"
+                        .into(),
+                status: ExitStatus::InvalidPool,
             });
         }
         // the directory part may contain symlinks ($SCRATCH often does): resolve it
@@ -232,27 +236,27 @@ impl ImageInfo {
 pub enum MountError {
     #[error("{0}")]
     Options(String),
-    #[error("image {}: {reason}", path.display())]
+    #[error("image {}: {reason}", crate::exec::show(&path))]
     Image {
         path: PathBuf,
         reason: String,
         status: ExitStatus,
     },
-    #[error("mount point {} on {}: {reason}", path.display(), node())]
+    #[error("mount point {} on {}: {reason}", crate::exec::show(&path), node())]
     MountPoint { path: PathBuf, reason: String },
     /// The caller may not mount there (a permission problem, not a damaged image).
-    #[error("mount point {} on {}: {reason}", path.display(), node())]
+    #[error("mount point {} on {}: {reason}", crate::exec::show(&path), node())]
     MountPointDenied { path: PathBuf, reason: String },
     #[error("FUSE is not usable on {}: {reason}", node())]
     Fuse { reason: String },
-    #[error("cannot mount {}: {source}", image.display())]
+    #[error("cannot mount {}: {source}", crate::exec::show(&image))]
     Tool { image: PathBuf, source: ExecError },
     /// The helper exited without mounting, or did not mount in time.
     #[error("{0}")]
     Helper(Box<HelperFailure>),
-    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", path.display(), node())]
+    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", crate::exec::show(&path), node())]
     NotMounted { path: PathBuf },
-    #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", path.display())]
+    #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", crate::exec::show(&path))]
     NotOurs { path: PathBuf, fstype: String },
     #[error("{} is busy on {}: {}\n  hint: end these processes or leave the directory, or use `sw-pool umount --force` for a lazy unmount (it disappears when the last user lets go)",
         path.display(), node(), describe_holders(holders, *hidden))]
@@ -261,15 +265,15 @@ pub enum MountError {
         holders: Vec<Holder>,
         hidden: usize,
     },
-    #[error("could not unmount {}: {source}", path.display())]
+    #[error("could not unmount {}: {source}", crate::exec::show(&path))]
     Unmount { path: PathBuf, source: ExecError },
     #[error("cannot read the mount table: {0}")]
     MountTable(std::io::Error),
-    #[error("mounting at {} was interrupted; nothing was mounted", path.display())]
+    #[error("mounting at {} was interrupted; nothing was mounted", crate::exec::show(&path))]
     Interrupted { path: PathBuf },
     /// Root's mount point was replaced between its check and the mount (a symlink swapped in by
     /// someone who can write a parent directory): nothing was mounted.
-    #[error("mount point {} on {}: the mount point changed while it was being mounted ({reason}); nothing was mounted. Someone who can write one of its parent directories replaced or moved it: mount as root only on directories whose parents only root can change", path.display(), node())]
+    #[error("mount point {} on {}: the mount point changed while it was being mounted ({reason}); nothing was mounted. Someone who can write one of its parent directories replaced or moved it: mount as root only on directories whose parents only root can change", crate::exec::show(&path), node())]
     Raced { path: PathBuf, reason: String },
     /// Root's private staging directory is not usable.
     #[error("cannot prepare a mount on {}: {reason}", node())]
@@ -434,9 +438,11 @@ pub fn state(sys: &dyn Sys, mounts: &[MountEntry], mountpoint: &Path) -> MountSt
     }
 }
 
-/// The canonical form of a mount point path: its parent resolved (symlinks in the parent are
-/// allowed, the way the kernel shows them), its last component kept as given (checked not to be a
-/// symlink).
+/// The canonical form of a mount point path: its parent resolved, its last component kept as
+/// given (checked not to be a symlink by [`check_mountpoint`]). As a user, symlinks in the parent
+/// are resolved the way the kernel shows them (`fusermount3` makes its own checks). As root, the
+/// parent is walked from `/` by descriptor ([`walk`]): a symlink in a directory a user can write is
+/// refused, never followed, so a user cannot send root's mount (or `mkdir`) elsewhere.
 pub fn canonical_mountpoint(p: &Path) -> Result<PathBuf, MountError> {
     let abs = crate::exec::absolute(p);
     let err = |reason: String| MountError::MountPoint {
@@ -444,17 +450,70 @@ pub fn canonical_mountpoint(p: &Path) -> Result<PathBuf, MountError> {
         reason,
     };
     let name = match abs.file_name() {
-        Some(n) if n != ".." => n.to_os_string(),
+        Some(n) if n != ".." && n != "." => n.to_os_string(),
         _ => return Err(err("give a directory path that ends in a name".into())),
     };
     let parent = abs.parent().unwrap_or(Path::new("/"));
+    if rustix::process::geteuid().is_root() {
+        let w = walk::walk_dir(parent, None).map_err(|e| {
+            err(format!(
+                "its parent directory {} is not usable: {e}",
+                crate::exec::show(parent)
+            ))
+        })?;
+        return Ok(w.path.join(name));
+    }
     let parent = std::fs::canonicalize(parent).map_err(|e| {
         err(format!(
             "its parent directory {} is not usable: {e}",
-            parent.display()
+            crate::exec::show(parent)
         ))
     })?;
     Ok(parent.join(name))
+}
+
+/// Create the directory `mp` if it is missing (its parent must exist), as `mkdir` would but, as
+/// root, with `mkdirat` on the descriptor of its parent reached by [`walk::walk_dir`]; then its
+/// canonical form ([`canonical_mountpoint`]).
+pub fn create_leaf(mp: &Path, mode: u32) -> Result<PathBuf, MountError> {
+    let abs = crate::exec::absolute(mp);
+    let err = |reason: String| MountError::MountPoint {
+        path: abs.clone(),
+        reason,
+    };
+    if !rustix::process::geteuid().is_root() {
+        use std::os::unix::fs::DirBuilderExt;
+        if std::fs::symlink_metadata(&abs).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            std::fs::DirBuilder::new()
+                .mode(mode)
+                .create(&abs)
+                .map_err(|e| err(format!("cannot create it: {e}")))?;
+        }
+        return canonical_mountpoint(&abs);
+    }
+    let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+        return Err(err("give a directory path that ends in a name".into()));
+    };
+    let w = walk::walk_dir(parent, None).map_err(|e| {
+        err(format!(
+            "its parent directory {} is not usable: {e}",
+            crate::exec::show(parent)
+        ))
+    })?;
+    match rustix::fs::mkdirat(&w.fd, name, rustix::fs::Mode::from_raw_mode(mode)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(err(format!("cannot create it: {e}"))),
+    }
+    Ok(w.path.join(name))
+}
+
+/// Why `mp`'s parent no longer walks as root ([`walk::walk_dir`]), if it does not.
+fn parent_changed(mp: &Path) -> Option<String> {
+    let parent = mp.parent()?;
+    walk::walk_dir(parent, None)
+        .err()
+        .map(|e| format!("its parent changed while it was being checked: {e}"))
 }
 
 /// Check a (canonical) mount point before mounting on it; what `lstat` said of it.
@@ -468,6 +527,13 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, Mount
             "is a stale FUSE mount (its FUSE process died); clean it with `sw-pool umount --force`"
                 .into(),
         ),
+        // as root: a parent that no longer walks (a user swapped in a symlink since) is a race
+        std::io::ErrorKind::NotFound if sys.euid() == 0 && parent_changed(mp).is_some() => {
+            MountError::Raced {
+                path: mp.to_path_buf(),
+                reason: parent_changed(mp).unwrap_or_default(),
+            }
+        }
         std::io::ErrorKind::NotFound => {
             err("does not exist; create an empty directory first (`mkdir -p`)".into())
         }
@@ -567,6 +633,8 @@ pub struct Mounted {
     pub mount_point: PathBuf,
     pub backend: Backend,
     pub helper_pid: u32,
+    /// Its ID in the mount table (`None` from the unit tests' fake).
+    pub mount_id: Option<u32>,
     pub elapsed: Duration,
 }
 
@@ -672,6 +740,7 @@ fn mount_pinned(
     tracing::debug!(mountpoint = %mp.display(), "root mount attached to the checked directory");
     Ok(Mounted {
         mount_point: mp.to_path_buf(),
+        mount_id: Some(id),
         ..m
     })
 }
@@ -720,6 +789,7 @@ fn supervise(
                     mount_point: mp.to_path_buf(),
                     backend: image.backend,
                     helper_pid: pid,
+                    mount_id: Some(e.mount_id),
                     elapsed: start.elapsed(),
                 });
             }

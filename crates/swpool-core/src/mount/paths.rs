@@ -47,6 +47,9 @@ pub fn create_mountpoint(
         path: p.to_path_buf(),
         reason,
     };
+    if uid == 0 && rustix::process::geteuid().is_root() {
+        return create_as_root(root, name, version);
+    }
     // the mount root itself: create its parents as needed (like mkdir -p), then check it
     if std::fs::symlink_metadata(root).is_err() {
         std::fs::DirBuilder::new()
@@ -86,6 +89,57 @@ pub fn create_mountpoint(
                 format!("belongs to uid {}, not to you (uid {uid})", m.uid()),
             ));
         }
+    }
+    Ok(cur)
+}
+
+/// Root's [`create_mountpoint`]: the mount root walked (and made) from `/` by descriptor, then
+/// `<name>` and `<version>` made with `mkdirat` and opened without following a symlink; each must
+/// be a directory of root's.
+fn create_as_root(root: &Path, name: &str, version: &str) -> Result<PathBuf, MountError> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let w = super::walk::walk_dir(root, Some(0o755)).map_err(|e| MountError::MountPoint {
+        path: root.to_path_buf(),
+        reason: format!("cannot be reached or created: {e}"),
+    })?;
+    let mut fd = w.fd;
+    let mut cur = w.path;
+    for (i, part) in [name, version].into_iter().enumerate() {
+        cur = cur.join(part);
+        let err = |reason: String| MountError::MountPoint {
+            path: cur.clone(),
+            reason,
+        };
+        match rustix::fs::mkdirat(&fd, part, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(err(format!("cannot create it: {e}"))),
+        }
+        let next = rustix::fs::openat(
+            &fd,
+            part,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| err(format!("cannot open it: {e}")))?;
+        let st = match rustix::fs::fstat(&next) {
+            Ok(st) => st,
+            // a stale FUSE mount at the mount point itself: the caller reports it (with its record)
+            Err(rustix::io::Errno::NOTCONN) if i == 1 => return Ok(cur),
+            Err(e) => return Err(err(e.to_string())),
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {}
+            FileType::Symlink => {
+                return Err(err(
+                    "is a symbolic link; refusing to mount through it".into()
+                ))
+            }
+            _ => return Err(err("is not a directory".into())),
+        }
+        if st.st_uid != 0 {
+            return Err(err(format!("belongs to uid {}, not to root", st.st_uid)));
+        }
+        fd = next;
     }
     Ok(cur)
 }

@@ -288,15 +288,34 @@ impl Sys for RealSys {
         } else {
             UnmountFlags::NOFOLLOW
         };
-        rustix::mount::unmount(mp, flags).map_err(|e| ExecError::Failed {
+        // the parent walked by descriptor (no user's symlink followed), the mount point looked up
+        // in it without following a symlink: a parent swapped for a symlink after the mount table
+        // was read cannot send root's unmount to another mount
+        let fail = |status: String, stderr: String| ExecError::Failed {
             tool: crate::exec::Tool::Umount,
             cmdline: format!(
                 "umount2({}, UMOUNT_NOFOLLOW{})",
-                mp.display(),
+                crate::exec::show(mp),
                 if lazy { "|MNT_DETACH" } else { "" }
             ),
-            status: format!("errno {}", e.raw_os_error()),
-            stderr: io::Error::from(e).to_string(),
+            status,
+            stderr,
+        };
+        let (Some(parent), Some(name)) = (mp.parent(), mp.file_name()) else {
+            return Err(fail("EINVAL".into(), "not a mount point path".into()));
+        };
+        let dir =
+            super::walk::walk_dir(parent, None).map_err(|e| fail("walk".into(), e.to_string()))?;
+        let mut at = std::ffi::OsString::from(format!("/proc/self/fd/{}/", {
+            use std::os::fd::AsRawFd;
+            dir.fd.as_raw_fd()
+        }));
+        at.push(name);
+        rustix::mount::unmount(Path::new(&at), flags).map_err(|e| {
+            fail(
+                format!("errno {}", e.raw_os_error()),
+                io::Error::from(e).to_string(),
+            )
         })
     }
 }

@@ -55,6 +55,27 @@ pub fn parse(head: &[u8]) -> Result<FsSize, String> {
     Ok(FsSize::Unknown)
 }
 
+/// A file without a pool footer: do bytes follow the end of its file system (squashfs:
+/// `bytes_used` rounded up to the 4 KiB mksquashfs pads to; ext: its block count)? Then it is
+/// not a bare image but a damaged pool (its trailer cut off) or an image with bytes appended: the
+/// reason, to be reported as damage. `None` for a file that ends where its file system does (or
+/// earlier), or that holds no known file system.
+pub fn bytes_past_fs(file: &std::fs::File, len: u64) -> std::io::Result<Option<String>> {
+    let mut head = vec![0u8; HEAD.min(len as usize)];
+    file.read_exact_at(&mut head, 0)?;
+    let (what, end) = match parse(&head) {
+        Ok(FsSize::Squashfs(used)) => ("squashfs", used.div_ceil(4096).saturating_mul(4096)),
+        Ok(FsSize::Ext(size)) => ("ext", size),
+        Ok(FsSize::Unknown) | Err(_) => return Ok(None),
+    };
+    Ok((len > end).then(|| {
+        format!(
+            "it has no pool footer, but {} bytes follow the end of its {what} file system (at byte {end}): a pool whose trailer was cut off, or an image with bytes appended. It is neither a pool that can be verified nor a bare image",
+            len - end
+        )
+    }))
+}
+
 /// The pool's file system fits inside its (hashed, possibly signed) image.
 pub fn check_fits(pool: &Pool) -> Result<FsSize, ManifestError> {
     let image = pool.manifest.image_size;

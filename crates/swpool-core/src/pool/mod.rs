@@ -18,19 +18,21 @@ use crate::error::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", crate::exec::show(&path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`", path.display())]
+    #[error("{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`", crate::exec::show(&path))]
     NotAPool {
         path: PathBuf,
         reason: trailer::TrailerError,
     },
-    #[error("{} is a damaged pool: {reason}; rebuild it or copy it again from its source", path.display())]
+    #[error("{} is not a regular file (a FIFO, a device or a directory); give a pool file", crate::exec::show(&path))]
+    NotRegular { path: PathBuf },
+    #[error("{} is a damaged pool: {reason}; rebuild it or copy it again from its source", crate::exec::show(&path))]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", path.display())]
+    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", crate::exec::show(&path))]
     NoTrailer {
         path: PathBuf,
         format: crate::image::ImageFormat,
@@ -44,6 +46,28 @@ impl ManifestError {
             _ => ExitStatus::InvalidPool,
         }
     }
+}
+
+/// Open `path` for reading only if it is a regular file, without blocking on the way: the open is
+/// non-blocking (a FIFO with no writer, a device, would otherwise hang it), then the opened file's
+/// type is checked (`fstat`, so a path swapped in between cannot slip past), then reads block
+/// again. Anything else is `InvalidInput` "not a regular file".
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    rustix::fs::fcntl_setfl(&fd, OFlags::RDONLY)?;
+    Ok(File::from(fd))
 }
 
 /// An opened pool file: its manifest, read and validated from the trailer.
@@ -64,9 +88,14 @@ pub struct Pool {
 
 impl Pool {
     pub fn open(path: &Path) -> Result<Pool, ManifestError> {
-        let f = File::open(path).map_err(|source| ManifestError::Io {
-            path: path.to_path_buf(),
-            source,
+        let f = open_regular(path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::InvalidInput => ManifestError::NotRegular {
+                path: path.to_path_buf(),
+            },
+            _ => ManifestError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
         })?;
         Self::open_file(path, f)
     }
@@ -80,9 +109,8 @@ impl Pool {
         };
         let meta = f.metadata().map_err(io)?;
         if !meta.is_file() {
-            return Err(ManifestError::NotAPool {
+            return Err(ManifestError::NotRegular {
                 path: path.to_path_buf(),
-                reason: trailer::TrailerError::Corrupt("not a regular file".into()),
             });
         }
         let raw = trailer::read_trailer(&mut f);
@@ -117,7 +145,15 @@ impl Pool {
             Ok(r) => r,
             Err(trailer::ReadError::Io(e)) => return Err(io(e)),
             Err(trailer::ReadError::Trailer(trailer::TrailerError::NoMagic)) => {
-                if file.is_some() {
+                if let Some(f) = &file {
+                    // bytes past the end of its file system: a pool that lost its footer (cut
+                    // off, or a copy that stopped short), never a bare image to mount unverified
+                    if let Some(reason) = fs_size::bytes_past_fs(f, len).map_err(io)? {
+                        return Err(ManifestError::Corrupt {
+                            path: path.to_path_buf(),
+                            reason,
+                        });
+                    }
                     if let Ok(format) = crate::image::detect(path) {
                         return Err(ManifestError::NoTrailer {
                             path: path.to_path_buf(),

@@ -179,6 +179,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
         }],
         pending: true,
         source: req.source.clone(),
+        mount_id: None,
     };
     dir.write(&rec)?;
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
@@ -191,6 +192,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
     };
     rec.pending = false;
     rec.helper_pid = m.helper_pid;
+    rec.mount_id = m.mount_id;
     if let Err(e) = dir.write(&rec) {
         // no record, no mount: undo it
         let _ = mount::unmount(sys, &mp, true);

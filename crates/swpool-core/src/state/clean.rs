@@ -195,7 +195,9 @@ fn clean_record(
     mut rec: Record,
     out: &mut Vec<Action>,
 ) -> Result<(), Error> {
-    let mp = rec.mount_point.clone();
+    // the record's key, and where its mount is now (a parent may have been renamed since)
+    let key = rec.mount_point.clone();
+    let mp = rec.located(mounts);
     let label = rec.label();
     let st = mount::state(sys, mounts, &mp);
     let writer_dead = rec.pending && rec.refs.iter().all(|r| !alive(r.pid));
@@ -246,7 +248,7 @@ fn clean_record(
         reap_helper(sel, &mp, &label, jobs.clone(), rec.helper_pid, out);
     }
     if !sel.dry_run {
-        dir.remove(&mp)?;
+        dir.remove(&key)?;
     }
     act(
         out,

@@ -53,16 +53,16 @@ const MAX_RECORD: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("state directory {}: {reason}", path.display())]
+    #[error("state directory {}: {reason}", crate::exec::show(&path))]
     Dir { path: PathBuf, reason: String },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {source}", crate::exec::show(&path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("mount record {} is unreadable: {reason}; check that nothing is mounted at the path it names, then remove it", path.display())]
+    #[error("mount record {} is unreadable: {reason}; check that nothing is mounted at the path it names, then remove it", crate::exec::show(&path))]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{}: {reason}", mount_point.display())]
+    #[error("{}: {reason}", crate::exec::show(&mount_point))]
     Conflict {
         mount_point: PathBuf,
         reason: String,
@@ -92,8 +92,10 @@ pub struct Ref {
 }
 
 /// A mount record.
+///
+/// Fields a newer sw-pool adds are ignored when read (serde's default), so that records written by
+/// one version stay readable by another on the same node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Record {
     pub schema: u32,
     pub mount_point: PathBuf,
@@ -118,6 +120,10 @@ pub struct Record {
     /// `SW_POOL_LOAD` pool here without reading shared storage); none for `sw-pool mount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<PathBuf>,
+    /// The mount's ID in the mount table when it was made: a mount whose directory was renamed
+    /// since (a user owns a parent) is still found, and unmounted, by it ([`Record::located`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_id: Option<u32>,
 }
 
 impl Record {
@@ -139,6 +145,25 @@ impl Record {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         }
+    }
+    /// Where the recorded mount is now: at its mount point, or, when a parent directory was renamed
+    /// since, wherever the mount table shows the same mount (its ID, a FUSE mount of sw-pool's
+    /// helpers made by the record's user); else the recorded mount point.
+    pub fn located(&self, mounts: &[mount::proc::MountEntry]) -> PathBuf {
+        if mount::proc::mount_at(mounts, &self.mount_point).is_some() {
+            return self.mount_point.clone();
+        }
+        self.mount_id
+            .and_then(|id| {
+                mounts.iter().find(|e| {
+                    e.mount_id == id
+                        && e.is_fuse()
+                        && e.is_swpool_helper()
+                        && e.fuse_user_id() == Some(self.uid)
+                })
+            })
+            .map(|e| e.mount_point.clone())
+            .unwrap_or_else(|| self.mount_point.clone())
     }
     fn same_image(&self, img: &ImageInfo) -> bool {
         match (&self.pool, &img.pool) {

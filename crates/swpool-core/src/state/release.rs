@@ -24,8 +24,19 @@ pub fn release(
     force: bool,
     job_id: Option<&str>,
 ) -> Result<Released, Error> {
-    let mp = mount::canonical_mountpoint(mountpoint)?;
     let _lock = dir.lock()?;
+    // a mount point whose directories are gone or were swapped for a symlink since (a user owns a
+    // parent) is still found by its record, under the path it was recorded with
+    let mp = match mount::canonical_mountpoint(mountpoint) {
+        Ok(mp) => mp,
+        Err(e) => {
+            let lex = mount::walk::lexical(mountpoint);
+            match dir.read(&lex) {
+                Ok(Some(_)) => lex,
+                _ => return Err(e.into()),
+            }
+        }
+    };
     let rec = match dir.read(&mp) {
         Ok(r) => r,
         Err(e @ StateError::Corrupt { .. }) if force => {
@@ -36,7 +47,11 @@ pub fn release(
         Err(e) => return Err(e.into()),
     };
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
-    let st = mount::state(sys, &mounts, &mp);
+    // where the mount is now (its parent may have been renamed since it was made)
+    let at = rec
+        .as_ref()
+        .map_or_else(|| mp.clone(), |r| r.located(&mounts));
+    let st = mount::state(sys, &mounts, &at);
     let Some(mut rec) = rec else {
         if st == MountState::Absent {
             return Err(MountError::NotMounted { path: mp }.into());
@@ -69,7 +84,7 @@ pub fn release(
     }
     let unmounted = match st {
         MountState::Absent => None,
-        _ => Some(mount::unmount(sys, &mp, force)?),
+        _ => Some(mount::unmount(sys, &at, force)?),
     };
     dir.remove(&mp)?;
     Ok(Released {

@@ -35,7 +35,8 @@ pub(super) struct SrcInfo {
     /// Pool: its manifest and the hex of its trailer `[image_size, len)`.
     pub(super) manifest: Option<Manifest>,
     pub(super) tail_hex: Option<String>,
-    /// Plain file: indices of chunks that overlap data (SEEK_DATA).
+    /// Plain file: indices of chunks that overlap data (SEEK_DATA). Pool: indices of chunks its
+    /// manifest calls `null` (all zeros) that hold data in SRC: they are read and checked too.
     pub(super) candidates: Vec<u64>,
     /// Directory: signature of the tree's metadata.
     pub(super) signature: String,
@@ -182,6 +183,7 @@ pub(super) fn inspect_src(
                     format!("cannot read the trailer of {}: {e}", src.display()),
                 )
             })?;
+            info.candidates = null_chunks_with_data(&f, &m);
             info.kind = Kind::Pool;
             info.chunk_size = m.chunk_size;
             info.data_bytes = m.data_size + tail.len() as u64;
@@ -205,14 +207,53 @@ pub(super) fn inspect_src(
     Ok((info, Some(f)))
 }
 
+/// The chunks a pool's manifest calls `null` (a hole, or all zeros) that SRC stores data for, in
+/// order: the copy reads them and checks that they are all zeros, as `verify` does, so that bytes
+/// written into a hole after signing make the load fail instead of being served as zeros
+/// unnoticed. Only where the file system reports holes (SEEK_DATA): one that does not (sshfs, NFSv3)
+/// shows the whole file as data, and reading every hole of a sparse ext image from shared storage
+/// would cost more than the pool's data; when the `null` chunks reported as data exceed an eighth
+/// of the pool's data (at least four chunks), none are read. The mounted copy then holds zeros
+/// there, which is what the signed manifest says (SECURITY.md, known gaps).
+fn null_chunks_with_data(f: &File, m: &Manifest) -> Vec<u64> {
+    if m.chunks.iter().all(|c| c.is_some()) {
+        return Vec::new();
+    }
+    let Ok(data) = crate::sparse::data_ranges(f, m.image_size) else {
+        return Vec::new();
+    };
+    let mut hint = 0usize;
+    let mut out = Vec::new();
+    let mut bytes = 0u64;
+    for (i, c) in m.chunks.iter().enumerate() {
+        let r = m.chunk_range(i as u64);
+        if c.is_none() && crate::sparse::overlaps_data(&data, &r, &mut hint) {
+            out.push(i as u64);
+            bytes += r.end - r.start;
+        }
+    }
+    let limit = (m.data_size / 8).max(4 * m.chunk_size);
+    if bytes > limit {
+        tracing::debug!(
+            bytes,
+            limit,
+            "the file system reports the pool's holes as data; null chunks are not read"
+        );
+        return Vec::new();
+    }
+    out
+}
+
 /// The chunks that move, identical on every leader.
 pub(super) fn chunk_list(info: &SrcInfo) -> Vec<Chunk> {
     match &info.manifest {
         Some(m) => {
             let mut zero = crate::pool::manifest::ZeroHashes::default();
             let mut out = Vec::new();
+            let mut null_data = info.candidates.iter().peekable();
             for (i, h) in m.chunks.iter().enumerate() {
-                if h.is_some() {
+                let checked_null = null_data.next_if(|&&c| c == i as u64).is_some();
+                if h.is_some() || checked_null {
                     let r = m.chunk_range(i as u64);
                     out.push(Chunk {
                         offset: r.start,

@@ -2,7 +2,6 @@
 //! signature over the whole file. The pool is rewritten at a temporary name (image copied with its
 //! holes kept, hashed on the way) and renamed over the old one only when complete.
 
-use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -110,7 +109,7 @@ pub fn sign_pool(path: &Path, key: &PKey<Private>) -> Result<SignReport, TrustEr
     );
 
     // copy the image (holes kept) to a temporary file, feeding every byte to the detached signer
-    let src = File::open(path).map_err(io("cannot open"))?;
+    let src = crate::pool::open_regular(path).map_err(io("cannot open"))?;
     let mode = src
         .metadata()
         .map_err(io("cannot stat"))?
@@ -125,27 +124,56 @@ pub fn sign_pool(path: &Path, key: &PKey<Private>) -> Result<SignReport, TrustEr
         .map_err(io("cannot size a temporary file beside"))?;
     let data =
         crate::sparse::data_ranges(&src, image_size).map_err(io("cannot map the data of"))?;
+    // One pass, chunk by chunk: every byte is hashed against the manifest (a `null` chunk must be
+    // all zeros), fed to the detached signer and copied. The signature vouches only for bytes
+    // that were checked; a mismatch anywhere and nothing is signed. Memory: one 4 MiB buffer.
+    let m = &pool.manifest;
     let mut detached = Detached::new(key, alg)?;
     let mut buf = vec![0u8; 4 << 20];
     let zeros = vec![0u8; 4 << 20];
-    let mut pos = 0u64;
-    for r in &data {
-        feed_zeros(&mut detached, r.start - pos, &zeros)?; // a hole reads as zeros
-        let mut off = r.start;
-        while off < r.end {
-            let n = ((r.end - off) as usize).min(buf.len());
-            src.read_exact_at(&mut buf[..n], off)
-                .map_err(io("cannot read"))?;
-            detached.update(&buf[..n])?;
-            if !crate::sparse::is_all_zero(&buf[..n]) {
-                out.write_all_at(&buf[..n], off)
-                    .map_err(io("cannot write a temporary copy of"))?;
+    let mut hint = 0usize;
+    let (mut bad, mut first_bad) = (0u64, None);
+    for (i, want) in m.chunks.iter().enumerate() {
+        let r = m.chunk_range(i as u64);
+        let mut all_zero = true;
+        let mut h = blake3::Hasher::new();
+        if crate::sparse::overlaps_data(&data, &r, &mut hint) {
+            let mut off = r.start;
+            while off < r.end {
+                let n = ((r.end - off) as usize).min(buf.len());
+                src.read_exact_at(&mut buf[..n], off)
+                    .map_err(io("cannot read"))?;
+                detached.update(&buf[..n])?;
+                h.update(&buf[..n]);
+                if !crate::sparse::is_all_zero(&buf[..n]) {
+                    all_zero = false;
+                    out.write_all_at(&buf[..n], off)
+                        .map_err(io("cannot write a temporary copy of"))?;
+                }
+                off += n as u64;
             }
-            off += n as u64;
+        } else {
+            feed_zeros(&mut detached, r.end - r.start, &zeros)?; // a hole reads as zeros
         }
-        pos = r.end;
+        let same = match want {
+            None => all_zero,
+            Some(w) => !all_zero && hex::encode(h.finalize().as_bytes()) == *w,
+        };
+        if !same {
+            bad += 1;
+            first_bad.get_or_insert(r.start);
+        }
     }
-    feed_zeros(&mut detached, image_size - pos, &zeros)?;
+    if bad > 0 {
+        drop(out);
+        drop(tmp); // removes the temporary copy
+        return Err(TrustError::SignMismatch {
+            path: path.to_path_buf(),
+            count: bad,
+            total: m.chunks.len() as u64,
+            first_offset: first_bad.unwrap_or(0),
+        });
+    }
     detached.update(&trailer)?;
     out.write_all_at(&trailer, image_size)
         .map_err(io("cannot write a temporary copy of"))?;

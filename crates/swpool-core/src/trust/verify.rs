@@ -1,6 +1,5 @@
 //! `sw-pool verify` and the trust policy `load` applies before any byte is broadcast.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -287,7 +286,7 @@ pub fn verify_pool(
         }
     };
     let m = &pool.manifest;
-    let file = File::open(path).map_err(|source| TrustError::Io {
+    let file = crate::pool::open_regular(path).map_err(|source| TrustError::Io {
         path: path.into(),
         what: "cannot open",
         source,
@@ -352,7 +351,7 @@ fn verify_detached(
         what: "cannot read",
         source,
     };
-    let mut f = File::open(path).map_err(io)?;
+    let mut f = crate::pool::open_regular(path).map_err(io)?;
     let mut buf = vec![0u8; 4 << 20];
     match alg {
         Algorithm::Ed25519 => {
