@@ -49,7 +49,9 @@ impl T {
             if let Ok(rd) = std::fs::read_dir(e.path().join("cache")) {
                 v.extend(
                     rd.flatten()
-                        .map(|f| f.file_name().to_string_lossy().into_owned()),
+                        .map(|f| f.file_name().to_string_lossy().into_owned())
+                        // an entry's verification stamp is bookkeeping, not a file of the cache
+                        .filter(|n| !n.ends_with(".verified")),
                 );
             }
         }

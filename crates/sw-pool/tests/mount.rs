@@ -452,7 +452,7 @@ fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
     let o = t.run(&["mount", &img, &t.s("missing/deeper")]);
     assert_eq!(o.code, 3);
     assert!(
-        o.stderr.contains("cannot create mount point") && o.stderr.contains("missing/deeper"),
+        o.stderr.contains("cannot create it") && o.stderr.contains("missing/deeper"),
         "{}",
         o.stderr
     );

@@ -13,9 +13,9 @@ use crate::pool::Pool;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("node-local cache {}: {reason}; choose another with --cache-dir", crate::exec::show(&path))]
+    #[error("node-local cache {}: {reason}; choose another with --cache-dir", crate::exec::show(path))]
     Dir { path: PathBuf, reason: String },
-    #[error("cannot {what} {}: {source}", crate::exec::show(&path))]
+    #[error("cannot {what} {}: {source}", crate::exec::show(path))]
     Io {
         what: &'static str,
         path: PathBuf,
@@ -121,8 +121,116 @@ pub fn is_entry_of(path: &Path, uid: u32, name: &str, version: &str, digest: &st
             })
 }
 
-/// Mark an entry used now (its access time), for least-recently-used eviction.
+/// What an entry's file was when it was last verified: a file changed since (its size, mtime,
+/// ctime or inode differ; `chmod u+w` and a write change the ctime, which no user can set back) is
+/// checked against its manifest again before it is used ([`revalidate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Verified {
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+    dev: u64,
+}
+
+impl Verified {
+    fn of(m: &std::fs::Metadata) -> Verified {
+        Verified {
+            len: m.len(),
+            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+            ino: m.ino(),
+            dev: m.dev(),
+        }
+    }
+}
+
+/// Where an entry's [`Verified`] stamp is kept: `.<entry>.verified` beside it (a dot name, so not
+/// an entry itself).
+fn stamp_path(entry: &Path) -> Option<PathBuf> {
+    let name = entry.file_name()?.to_str()?;
+    Some(entry.with_file_name(format!(".{name}.verified")))
+}
+
+fn read_stamp(entry: &Path) -> Option<Verified> {
+    let p = stamp_path(entry)?;
+    let f = crate::pool::open_regular(&p).ok()?;
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut b).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// Is `entry` exactly the file that was verified last (its stamp matches)?
+pub fn unchanged_since_verified(entry: &Path) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(entry) else {
+        return false;
+    };
+    m.is_file() && read_stamp(entry).is_some_and(|s| s == Verified::of(&m))
+}
+
+/// Record that `entry`, as it is now, was verified against its manifest (called after a copy that
+/// verified every chunk committed it, or after [`revalidate`] checked it).
+pub fn record_verified(entry: &Path) -> std::io::Result<()> {
+    let m = std::fs::symlink_metadata(entry)?;
+    let Some(p) = stamp_path(entry) else {
+        return Ok(());
+    };
+    let (tmp, mut f) = crate::atomic::TempOutput::create(&p)?;
+    std::io::Write::write_all(
+        &mut f,
+        &serde_json::to_vec(&Verified::of(&m)).expect("json"),
+    )?;
+    tmp.commit(f)
+}
+
+/// Before an existing entry is reused: if its file changed since it was verified (or it was never
+/// stamped), check it against its own manifest again (one pass, holes not read, `null` chunks must
+/// be all zeros); a mismatch, a damaged trailer or a manifest of another pool drops it, and the
+/// copy that follows makes it anew. Returns whether it was dropped.
+pub fn revalidate(entry: &Path, digest: &str) -> bool {
+    if std::fs::symlink_metadata(entry).is_err() || unchanged_since_verified(entry) {
+        return false;
+    }
+    let good = Pool::open(entry).ok().is_some_and(|p| {
+        p.manifest.digest == digest
+            && p.file.as_ref().is_some_and(|f| {
+                matches!(crate::pool::chunks::verify_image(f, &p.manifest), Ok(None))
+            })
+    });
+    if good {
+        let _ = record_verified(entry);
+        tracing::info!(path = %entry.display(), "cache entry changed since it was verified; checked again: intact");
+        return false;
+    }
+    crate::userdir::warn_once(&format!(
+        "cache entry {} changed since it was verified and no longer matches its manifest; dropped, copying it again",
+        crate::exec::show(entry)
+    ));
+    let _ = remove_entry(entry);
+    true
+}
+
+/// Remove a cache entry and its [`Verified`] stamp.
+pub fn remove_entry(entry: &Path) -> std::io::Result<()> {
+    std::fs::remove_file(entry)?;
+    if let Some(p) = stamp_path(entry) {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+/// Mark an entry used now (its access time), for least-recently-used eviction. Setting the access
+/// time changes the ctime: an entry that was unchanged since verified stays stamped as verified.
 pub fn touch(path: &Path) -> std::io::Result<()> {
+    let was_verified = unchanged_since_verified(path);
+    touch_atime(path)?;
+    if was_verified {
+        record_verified(path)?;
+    }
+    Ok(())
+}
+
+fn touch_atime(path: &Path) -> std::io::Result<()> {
     use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD, UTIME_NOW, UTIME_OMIT};
     let t = Timestamps {
         last_access: Timespec {
@@ -222,7 +330,7 @@ pub fn prune_to_watermarks(cfg: &crate::config::Config, keep: &Path, uid: u32, i
     if let Some(target) = cfg.cache_prune_target(total) {
         let (victims, _) = plan_prune(&entries, target);
         for v in victims {
-            match std::fs::remove_file(&v.path) {
+            match remove_entry(&v.path) {
                 Ok(()) => {
                     tracing::info!(uid, path = %v.path.display(), "evicted from the node-local cache")
                 }

@@ -32,12 +32,12 @@ pub const SYSTEM_CONFIG: &str = "/etc/sw-pool/config.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", crate::exec::show(&path))]
+    #[error("cannot read config file {}: {source}", crate::exec::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("config file {}: {reason}", crate::exec::show(&path))]
+    #[error("config file {}: {reason}", crate::exec::show(path))]
     Parse { path: PathBuf, reason: String },
     #[error("environment variable {var}={value:?}: {reason}")]
     Env {

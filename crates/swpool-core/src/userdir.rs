@@ -19,10 +19,13 @@ pub fn predictable(parent: &Path, uid: u32) -> PathBuf {
 
 /// Why a directory is not the user's own private one (`None`: it is, or it does not exist).
 fn unusable(p: &Path, uid: u32) -> Option<String> {
-    let m = match std::fs::symlink_metadata(p) {
-        Err(_) => return None,
-        Ok(m) => m,
-    };
+    not_private(&std::fs::symlink_metadata(p).ok()?, uid)
+}
+
+/// The one rule for every place sw-pool keeps a user's state (the record store, the mount root,
+/// the cache, `$XDG_RUNTIME_DIR`): a real directory (not a symlink), owned by `uid`, that no one
+/// else can write. `None` when `m` is such a directory, else why not.
+pub fn not_private(m: &std::fs::Metadata, uid: u32) -> Option<String> {
     if m.file_type().is_symlink() {
         Some("is a symbolic link".into())
     } else if !m.is_dir() {
@@ -37,6 +40,40 @@ fn unusable(p: &Path, uid: u32) -> Option<String> {
     } else {
         None
     }
+}
+
+/// `$XDG_RUNTIME_DIR` when it is set and passes [`not_private`]'s rule; otherwise (unset, another
+/// user's, world-writable, a symlink) `None`, and the caller falls back to `/tmp/sw-pool-<uid>`
+/// (a warning names why, once).
+pub fn runtime_dir(uid: u32) -> Option<PathBuf> {
+    let x = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty())?);
+    match std::fs::symlink_metadata(&x) {
+        Ok(m) => match not_private(&m, uid) {
+            None => Some(x),
+            Some(why) => {
+                warn_once(&format!(
+                    "$XDG_RUNTIME_DIR {} {why}; not using it (sw-pool keeps its state in /tmp/sw-pool-{uid} instead)",
+                    crate::exec::show(&x)
+                ));
+                None
+            }
+        },
+        Err(_) => None,
+    }
+}
+
+/// Print `msg` as a warning (`sw-pool: warning: …`, one write) the first time this process sees
+/// it: a squatted name is met by every step that looks for the user's directories.
+pub fn warn_once(msg: &str) {
+    use std::io::Write;
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.iter().any(|s| s == msg) {
+        return;
+    }
+    seen.push(msg.to_string());
+    let line = format!("sw-pool: warning: {msg}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// The user's fallback directories in `parent` (`sw-pool-<uid>.<suffix>`, owned by `uid`, private,
@@ -103,11 +140,10 @@ pub fn resolve(parent: &Path, uid: u32, create: bool) -> io::Result<PathBuf> {
     if let Some(f) = fallbacks(parent, uid).into_iter().next() {
         return Ok(f);
     }
-    tracing::warn!(
-        path = %p.display(),
+    warn_once(&format!(
         "{} {why}: someone else took the name; using a private directory beside it",
-        p.display()
-    );
+        crate::exec::show(&p)
+    ));
     crate::slurm::syslog(
         crate::slurm::Level::Warning,
         &format!(

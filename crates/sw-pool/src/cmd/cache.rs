@@ -75,7 +75,7 @@ pub fn run(g: &GlobalArgs, a: CacheArgs) -> Result<(), Error> {
                 if dry_run {
                     p.result(format!("would remove {}", line(v)));
                 } else {
-                    std::fs::remove_file(&v.path).map_err(|source| {
+                    swpool_core::cache::remove_entry(&v.path).map_err(|source| {
                         swpool_core::cache::CacheError::Io {
                             what: "remove",
                             path: v.path.clone(),

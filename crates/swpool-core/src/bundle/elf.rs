@@ -40,14 +40,14 @@ pub struct ElfInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
-    #[error("{}: cannot read: {source}", crate::exec::show(&path))]
+    #[error("{}: cannot read: {source}", crate::exec::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: not an ELF file ({what}); give sw-pool bundle compiled programs or libraries (for a script, bundle its interpreter or pass the directory it lives in)", crate::exec::show(&path))]
+    #[error("{}: not an ELF file ({what}); give sw-pool bundle compiled programs or libraries (for a script, bundle its interpreter or pass the directory it lives in)", crate::exec::show(path))]
     NotElf { path: PathBuf, what: String },
-    #[error("{}: damaged ELF file: {reason}", crate::exec::show(&path))]
+    #[error("{}: damaged ELF file: {reason}", crate::exec::show(path))]
     Bad { path: PathBuf, reason: String },
 }
 
@@ -245,13 +245,13 @@ pub struct Loaded {
 pub enum ResolveError {
     #[error(transparent)]
     Elf(#[from] ElfError),
-    #[error("{name}, needed by {}, was not found (searched: {}); install it, or point LD_LIBRARY_PATH at the directory that holds it", crate::exec::show(&needed_by), searched.join(", "))]
+    #[error("{name}, needed by {}, was not found (searched: {}); install it, or point LD_LIBRARY_PATH at the directory that holds it", crate::exec::show(needed_by), searched.join(", "))]
     Missing {
         name: String,
         needed_by: PathBuf,
         searched: Vec<String>,
     },
-    #[error("{}: statically linked (no dynamic section): it has no libraries to bundle; put it into a pool tree's install/<pkg>/<ver>/bin/ and run `sw-pool build` instead", crate::exec::show(&path))]
+    #[error("{}: statically linked (no dynamic section): it has no libraries to bundle; put it into a pool tree's install/<pkg>/<ver>/bin/ and run `sw-pool build` instead", crate::exec::show(path))]
     Static { path: PathBuf },
 }
 

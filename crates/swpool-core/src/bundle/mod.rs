@@ -206,7 +206,7 @@ pub struct BundleOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("{}: {reason}", crate::exec::show(&path))]
+    #[error("{}: {reason}", crate::exec::show(path))]
     Input { path: PathBuf, reason: String },
     #[error(transparent)]
     Resolve(#[from] elf::ResolveError),
@@ -214,9 +214,9 @@ pub enum BundleError {
     Trace(#[from] trace::TraceError),
     #[error(transparent)]
     Exec(#[from] ExecError),
-    #[error("{} exists; use --force to replace it, or choose another --out", crate::exec::show(&path))]
+    #[error("{} exists; use --force to replace it, or choose another --out", crate::exec::show(path))]
     Exists { path: PathBuf },
-    #[error("{what} {}: {source}", crate::exec::show(&path))]
+    #[error("{what} {}: {source}", crate::exec::show(path))]
     Io {
         what: &'static str,
         path: PathBuf,

@@ -27,7 +27,7 @@ pub enum TraceError {
     },
     #[error(transparent)]
     Exec(ExecError),
-    #[error("cannot read strace's log {}: {source}", crate::exec::show(&path))]
+    #[error("cannot read strace's log {}: {source}", crate::exec::show(path))]
     Log {
         path: PathBuf,
         source: std::io::Error,

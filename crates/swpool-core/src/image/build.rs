@@ -65,13 +65,13 @@ pub struct BuildReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("source directory {} does not exist", crate::exec::show(&path))]
+    #[error("source directory {} does not exist", crate::exec::show(path))]
     SrcMissing { path: PathBuf },
-    #[error("source {} is not a directory; give the directory whose contents go into the pool", crate::exec::show(&path))]
+    #[error("source {} is not a directory; give the directory whose contents go into the pool", crate::exec::show(path))]
     SrcNotDir { path: PathBuf },
-    #[error("source {} is a symbolic link loop (too many levels of symbolic links); point SRC at a real directory", crate::exec::show(&path))]
+    #[error("source {} is a symbolic link loop (too many levels of symbolic links); point SRC at a real directory", crate::exec::show(path))]
     SrcLoop { path: PathBuf },
-    #[error("cannot read source {}: {source}", crate::exec::show(&path))]
+    #[error("cannot read source {}: {source}", crate::exec::show(path))]
     SrcIo {
         path: PathBuf,
         source: std::io::Error,
@@ -80,13 +80,13 @@ pub enum BuildError {
     Tree(#[from] TreeError),
     #[error(transparent)]
     Layout(#[from] LayoutError),
-    #[error("{} already exists; use --force to replace it", crate::exec::show(&path))]
+    #[error("{} already exists; use --force to replace it", crate::exec::show(path))]
     OutExists { path: PathBuf },
-    #[error("{} is a directory; OUT must be a file name", crate::exec::show(&path))]
+    #[error("{} is a directory; OUT must be a file name", crate::exec::show(path))]
     OutIsDir { path: PathBuf },
-    #[error("{} is inside the source tree {}; write the pool somewhere else", crate::exec::show(&out), crate::exec::show(&src))]
+    #[error("{} is inside the source tree {}; write the pool somewhere else", crate::exec::show(out), crate::exec::show(src))]
     OutInsideSrc { out: PathBuf, src: PathBuf },
-    #[error("cannot write the output in {}: {source}", crate::exec::show(&dir))]
+    #[error("cannot write the output in {}: {source}", crate::exec::show(dir))]
     OutDir {
         dir: PathBuf,
         source: std::io::Error,
@@ -99,25 +99,25 @@ pub enum BuildError {
         data: u64,
         src: PathBuf,
     },
-    #[error("-s {size} bytes is too small: the file system ran out of space while mke2fs copied {} into it ({detail}); use a larger -s (at least {}) or omit -s", crate::exec::show(&src), suggest_size(size + size / 10))]
+    #[error("-s {size} bytes is too small: the file system ran out of space while mke2fs copied {} into it ({detail}); use a larger -s (at least {}) or omit -s", crate::exec::show(src), suggest_size(size + size / 10))]
     Full {
         size: u64,
         src: PathBuf,
         detail: String,
     },
-    #[error("the squashfs image of {} is {}, larger than -s {}; raise -s or omit it", crate::exec::show(&src), Bytes(*actual), Bytes(*limit))]
+    #[error("the squashfs image of {} is {}, larger than -s {}; raise -s or omit it", crate::exec::show(src), Bytes(*actual), Bytes(*limit))]
     SquashfsTooLarge {
         actual: u64,
         limit: u64,
         src: PathBuf,
     },
-    #[error("mke2fs cannot store an entry of {}: {detail}", crate::exec::show(&src))]
+    #[error("mke2fs cannot store an entry of {}: {detail}", crate::exec::show(src))]
     Unstorable { src: PathBuf, detail: String },
     #[error("invalid {what}: {reason}")]
     BadName { what: &'static str, reason: String },
     #[error(transparent)]
     Tool(#[from] ExecError),
-    #[error("{what} {}: {source}", crate::exec::show(&path))]
+    #[error("{what} {}: {source}", crate::exec::show(path))]
     Io {
         what: &'static str,
         path: PathBuf,

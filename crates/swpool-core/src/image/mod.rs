@@ -76,12 +76,12 @@ impl FromStr for ImageFormat {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
-    #[error("cannot read {}: {source}", crate::exec::show(&path))]
+    #[error("cannot read {}: {source}", crate::exec::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a squashfs or ext2/3/4 image (no file-system magic found)", crate::exec::show(&path))]
+    #[error("{} is not a squashfs or ext2/3/4 image (no file-system magic found)", crate::exec::show(path))]
     Unknown { path: PathBuf },
 }
 

@@ -340,7 +340,15 @@ pub fn load(
         src_file: src_file.map(std::sync::Arc::new),
         ..CopyOptions::default()
     };
+    if leader {
+        // an entry changed since it was verified is checked again (or dropped and copied anew)
+        cache::revalidate(&plan.dest, &plan.digest);
+    }
     let report: CopyReport = copy(job, &plan.src, &plan.dest, &opts)?;
+    if leader {
+        // every chunk of it was verified (as it landed, or just now)
+        let _ = cache::record_verified(&plan.dest);
+    }
 
     // 7. mount on every node, all or nothing
     let tm = Instant::now();

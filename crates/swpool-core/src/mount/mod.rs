@@ -236,27 +236,27 @@ impl ImageInfo {
 pub enum MountError {
     #[error("{0}")]
     Options(String),
-    #[error("image {}: {reason}", crate::exec::show(&path))]
+    #[error("image {}: {reason}", crate::exec::show(path))]
     Image {
         path: PathBuf,
         reason: String,
         status: ExitStatus,
     },
-    #[error("mount point {} on {}: {reason}", crate::exec::show(&path), node())]
+    #[error("mount point {} on {}: {reason}", crate::exec::show(path), node())]
     MountPoint { path: PathBuf, reason: String },
     /// The caller may not mount there (a permission problem, not a damaged image).
-    #[error("mount point {} on {}: {reason}", crate::exec::show(&path), node())]
+    #[error("mount point {} on {}: {reason}", crate::exec::show(path), node())]
     MountPointDenied { path: PathBuf, reason: String },
     #[error("FUSE is not usable on {}: {reason}", node())]
     Fuse { reason: String },
-    #[error("cannot mount {}: {source}", crate::exec::show(&image))]
+    #[error("cannot mount {}: {source}", crate::exec::show(image))]
     Tool { image: PathBuf, source: ExecError },
     /// The helper exited without mounting, or did not mount in time.
     #[error("{0}")]
     Helper(Box<HelperFailure>),
-    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", crate::exec::show(&path), node())]
+    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", crate::exec::show(path), node())]
     NotMounted { path: PathBuf },
-    #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", crate::exec::show(&path))]
+    #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", crate::exec::show(path))]
     NotOurs { path: PathBuf, fstype: String },
     #[error("{} is busy on {}: {}\n  hint: end these processes or leave the directory, or use `sw-pool umount --force` for a lazy unmount (it disappears when the last user lets go)",
         path.display(), node(), describe_holders(holders, *hidden))]
@@ -265,15 +265,15 @@ pub enum MountError {
         holders: Vec<Holder>,
         hidden: usize,
     },
-    #[error("could not unmount {}: {source}", crate::exec::show(&path))]
+    #[error("could not unmount {}: {source}", crate::exec::show(path))]
     Unmount { path: PathBuf, source: ExecError },
     #[error("cannot read the mount table: {0}")]
     MountTable(std::io::Error),
-    #[error("mounting at {} was interrupted; nothing was mounted", crate::exec::show(&path))]
+    #[error("mounting at {} was interrupted; nothing was mounted", crate::exec::show(path))]
     Interrupted { path: PathBuf },
     /// Root's mount point was replaced between its check and the mount (a symlink swapped in by
     /// someone who can write a parent directory): nothing was mounted.
-    #[error("mount point {} on {}: the mount point changed while it was being mounted ({reason}); nothing was mounted. Someone who can write one of its parent directories replaced or moved it: mount as root only on directories whose parents only root can change", crate::exec::show(&path), node())]
+    #[error("mount point {} on {}: the mount point changed while it was being mounted ({reason}); nothing was mounted. Someone who can write one of its parent directories replaced or moved it: mount as root only on directories whose parents only root can change", crate::exec::show(path), node())]
     Raced { path: PathBuf, reason: String },
     /// Root's private staging directory is not usable.
     #[error("cannot prepare a mount on {}: {reason}", node())]
@@ -497,7 +497,7 @@ pub fn create_leaf(mp: &Path, mode: u32) -> Result<PathBuf, MountError> {
     };
     let w = walk::walk_dir(parent, None).map_err(|e| {
         err(format!(
-            "its parent directory {} is not usable: {e}",
+            "cannot create it: its parent directory {} is not usable: {e}",
             crate::exec::show(parent)
         ))
     })?;

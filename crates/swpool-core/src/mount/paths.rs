@@ -15,11 +15,8 @@ pub fn default_mount_dir(configured: Option<&Path>, uid: u32) -> PathBuf {
     if uid == 0 {
         return PathBuf::from("/run/sw-pool/mnt");
     }
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        let x = PathBuf::from(x);
-        if std::fs::symlink_metadata(&x).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
-            return x.join("sw-pool/mnt");
-        }
+    if let Some(x) = crate::userdir::runtime_dir(uid) {
+        return x.join("sw-pool/mnt");
     }
     crate::userdir::resolve(Path::new("/tmp"), uid, true)
         .unwrap_or_else(|_| crate::userdir::predictable(Path::new("/tmp"), uid))

@@ -64,9 +64,12 @@ pub fn bytes_past_fs(file: &std::fs::File, len: u64) -> std::io::Result<Option<S
     let mut head = vec![0u8; HEAD.min(len as usize)];
     file.read_exact_at(&mut head, 0)?;
     let (what, end) = match parse(&head) {
-        Ok(FsSize::Squashfs(used)) => ("squashfs", used.div_ceil(4096).saturating_mul(4096)),
-        Ok(FsSize::Ext(size)) => ("ext", size),
-        Ok(FsSize::Unknown) | Err(_) => return Ok(None),
+        // a superblock too damaged to say where its file system ends: the helper reports it
+        Ok(FsSize::Squashfs(used)) if used >= 96 => {
+            ("squashfs", used.div_ceil(4096).saturating_mul(4096))
+        }
+        Ok(FsSize::Ext(size)) if size >= 2048 => ("ext", size),
+        _ => return Ok(None),
     };
     Ok((len > end).then(|| {
         format!(

@@ -479,10 +479,8 @@ pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for p in v {
         // only the user's own directories: a name another user squatted is not a store of ours
-        let own = std::fs::symlink_metadata(&p).is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.is_dir() && m.uid() == uid
-        });
+        let own = std::fs::symlink_metadata(&p)
+            .is_ok_and(|m| crate::userdir::not_private(&m, uid).is_none());
         if !out.contains(&p) && own {
             out.push(p);
         }

@@ -185,7 +185,8 @@ pub fn node_list(a: &ListFilter, cfg: &crate::config::Config) -> Result<NodeList
     let uid = rustix::process::geteuid().as_raw();
     let sys = crate::mount::RealSys::new();
     let mut dirs = candidate_dirs(uid);
-    let def = StateDir::default_path(uid);
+    // the store this user's commands use (a private fallback when /tmp/sw-pool-<uid> is squatted)
+    let def = StateDir::open_default()?.path().to_path_buf();
     if !dirs.contains(&def) {
         dirs.insert(0, def);
     }

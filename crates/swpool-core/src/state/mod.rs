@@ -53,16 +53,16 @@ const MAX_RECORD: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("state directory {}: {reason}", crate::exec::show(&path))]
+    #[error("state directory {}: {reason}", crate::exec::show(path))]
     Dir { path: PathBuf, reason: String },
-    #[error("{}: {source}", crate::exec::show(&path))]
+    #[error("{}: {source}", crate::exec::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("mount record {} is unreadable: {reason}; check that nothing is mounted at the path it names, then remove it", crate::exec::show(&path))]
+    #[error("mount record {} is unreadable: {reason}; check that nothing is mounted at the path it names, then remove it", crate::exec::show(path))]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{}: {reason}", crate::exec::show(&mount_point))]
+    #[error("{}: {reason}", crate::exec::show(mount_point))]
     Conflict {
         mount_point: PathBuf,
         reason: String,

@@ -33,11 +33,8 @@ impl StateDir {
         if uid == 0 {
             return PathBuf::from("/run/sw-pool");
         }
-        if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-            let x = PathBuf::from(x);
-            if std::fs::symlink_metadata(&x).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
-                return x.join("sw-pool");
-            }
+        if let Some(x) = crate::userdir::runtime_dir(uid) {
+            return x.join("sw-pool");
         }
         // /tmp/sw-pool-<uid>, or the user's private fallback when someone squatted that name
         crate::userdir::resolve(Path::new("/tmp"), uid, false)

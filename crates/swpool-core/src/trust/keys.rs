@@ -66,12 +66,12 @@ impl Algorithm {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot read key {}: {source}", crate::exec::show(&path))]
+    #[error("cannot read key {}: {source}", crate::exec::show(path))]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a {what} key in PEM form ({reason}); make one with `sw-pool keygen --out NAME` or `openssl genpkey -algorithm ed25519 -out NAME.pem`", crate::exec::show(&path))]
+    #[error("{} is not a {what} key in PEM form ({reason}); make one with `sw-pool keygen --out NAME` or `openssl genpkey -algorithm ed25519 -out NAME.pem`", crate::exec::show(path))]
     Parse {
         path: PathBuf,
         what: &'static str,
@@ -79,9 +79,9 @@ pub enum KeyError {
     },
     #[error("unsupported key: {0}")]
     Unsupported(String),
-    #[error("{} already exists; use --force to replace it", crate::exec::show(&path))]
+    #[error("{} already exists; use --force to replace it", crate::exec::show(path))]
     Exists { path: PathBuf },
-    #[error("cannot write {}: {source}", crate::exec::show(&path))]
+    #[error("cannot write {}: {source}", crate::exec::show(path))]
     Write {
         path: PathBuf,
         source: std::io::Error,

@@ -95,20 +95,20 @@ pub enum TrustError {
     Key(#[from] KeyError),
     #[error(transparent)]
     Manifest(#[from] crate::pool::ManifestError),
-    #[error("{} is not signed; sign it with `sw-pool sign --key PRIV.pem {}`{}", crate::exec::show(&path), crate::exec::show(&path),
+    #[error("{} is not signed; sign it with `sw-pool sign --key PRIV.pem {}`{}", crate::exec::show(path), crate::exec::show(path),
         if *required { " (the trust policy requires a signature: require_signature / SW_POOL_REQUIRE_SIGNATURE / --require-signature)" } else { "" })]
     Unsigned { path: PathBuf, required: bool },
-    #[error("{}: the signature block is damaged ({reason}); sign the pool again", crate::exec::show(&path))]
+    #[error("{}: the signature block is damaged ({reason}); sign the pool again", crate::exec::show(path))]
     BadBlock { path: PathBuf, reason: String },
-    #[error("{} is signed by key {fingerprint}, which is not trusted here; if you trust its owner, check the fingerprint with them and copy their public key into /etc/sw-pool/trusted-keys/NAME.pem (or ~/.config/sw-pool/trusted-keys/)", crate::exec::show(&path))]
+    #[error("{} is signed by key {fingerprint}, which is not trusted here; if you trust its owner, check the fingerprint with them and copy their public key into /etc/sw-pool/trusted-keys/NAME.pem (or ~/.config/sw-pool/trusted-keys/)", crate::exec::show(path))]
     Untrusted { path: PathBuf, fingerprint: String },
-    #[error("{} is signed by key {signed_by}, not by the key you gave ({given})", crate::exec::show(&path))]
+    #[error("{} is signed by key {signed_by}, not by the key you gave ({given})", crate::exec::show(path))]
     WrongKey {
         path: PathBuf,
         signed_by: String,
         given: String,
     },
-    #[error("{}: the manifest signature does not verify with key {fingerprint} ({name}): the manifest or the signature was changed after signing; do not use this pool", crate::exec::show(&path))]
+    #[error("{}: the manifest signature does not verify with key {fingerprint} ({name}): the manifest or the signature was changed after signing; do not use this pool", crate::exec::show(path))]
     BadSignature {
         path: PathBuf,
         fingerprint: String,
@@ -130,9 +130,9 @@ pub enum TrustError {
         total: u64,
         first_offset: u64,
     },
-    #[error("{}: the detached signature {} does not match the pool file (made for another pool, or the pool changed)", crate::exec::show(&path), crate::exec::show(&sig))]
+    #[error("{}: the detached signature {} does not match the pool file (made for another pool, or the pool changed)", crate::exec::show(path), crate::exec::show(sig))]
     DetachedMismatch { path: PathBuf, sig: PathBuf },
-    #[error("{}: {what}: {source}", crate::exec::show(&path))]
+    #[error("{}: {what}: {source}", crate::exec::show(path))]
     Io {
         path: PathBuf,
         what: &'static str,
