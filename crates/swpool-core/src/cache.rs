@@ -13,7 +13,10 @@ use crate::pool::Pool;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("node-local cache {}: {reason}; choose another with --cache-dir", crate::exec::show(path))]
+    #[error(
+        "node-local cache {}: {reason}; choose another with --cache-dir",
+        crate::exec::show(path)
+    )]
     Dir { path: PathBuf, reason: String },
     #[error("cannot {what} {}: {source}", crate::exec::show(path))]
     Io {

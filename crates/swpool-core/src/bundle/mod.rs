@@ -214,7 +214,10 @@ pub enum BundleError {
     Trace(#[from] trace::TraceError),
     #[error(transparent)]
     Exec(#[from] ExecError),
-    #[error("{} exists; use --force to replace it, or choose another --out", crate::exec::show(path))]
+    #[error(
+        "{} exists; use --force to replace it, or choose another --out",
+        crate::exec::show(path)
+    )]
     Exists { path: PathBuf },
     #[error("{what} {}: {source}", crate::exec::show(path))]
     Io {

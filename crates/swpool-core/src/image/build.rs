@@ -67,7 +67,10 @@ pub struct BuildReport {
 pub enum BuildError {
     #[error("source directory {} does not exist", crate::exec::show(path))]
     SrcMissing { path: PathBuf },
-    #[error("source {} is not a directory; give the directory whose contents go into the pool", crate::exec::show(path))]
+    #[error(
+        "source {} is not a directory; give the directory whose contents go into the pool",
+        crate::exec::show(path)
+    )]
     SrcNotDir { path: PathBuf },
     #[error("source {} is a symbolic link loop (too many levels of symbolic links); point SRC at a real directory", crate::exec::show(path))]
     SrcLoop { path: PathBuf },
@@ -80,11 +83,18 @@ pub enum BuildError {
     Tree(#[from] TreeError),
     #[error(transparent)]
     Layout(#[from] LayoutError),
-    #[error("{} already exists; use --force to replace it", crate::exec::show(path))]
+    #[error(
+        "{} already exists; use --force to replace it",
+        crate::exec::show(path)
+    )]
     OutExists { path: PathBuf },
     #[error("{} is a directory; OUT must be a file name", crate::exec::show(path))]
     OutIsDir { path: PathBuf },
-    #[error("{} is inside the source tree {}; write the pool somewhere else", crate::exec::show(out), crate::exec::show(src))]
+    #[error(
+        "{} is inside the source tree {}; write the pool somewhere else",
+        crate::exec::show(out),
+        crate::exec::show(src)
+    )]
     OutInsideSrc { out: PathBuf, src: PathBuf },
     #[error("cannot write the output in {}: {source}", crate::exec::show(dir))]
     OutDir {

@@ -81,7 +81,10 @@ pub enum DetectError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a squashfs or ext2/3/4 image (no file-system magic found)", crate::exec::show(path))]
+    #[error(
+        "{} is not a squashfs or ext2/3/4 image (no file-system magic found)",
+        crate::exec::show(path)
+    )]
     Unknown { path: PathBuf },
 }
 

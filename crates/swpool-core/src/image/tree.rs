@@ -47,7 +47,10 @@ pub enum TreeError {
         if *count == 1 { "y" } else { "ies" },
         examples.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
     Unreadable { count: u64, examples: Vec<PathBuf> },
-    #[error("{}: file name is {len} bytes long; images store at most {MAX_NAME_BYTES}", crate::exec::show(path))]
+    #[error(
+        "{}: file name is {len} bytes long; images store at most {MAX_NAME_BYTES}",
+        crate::exec::show(path)
+    )]
     NameTooLong { path: PathBuf, len: usize },
     #[error("{}: ext images reserve the name lost+found at their root for a directory, and here it is not one; rename it, or build a squashfs pool (--format squashfs)", crate::exec::show(path))]
     LostFound { path: PathBuf },

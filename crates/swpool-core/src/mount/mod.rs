@@ -254,9 +254,16 @@ pub enum MountError {
     /// The helper exited without mounting, or did not mount in time.
     #[error("{0}")]
     Helper(Box<HelperFailure>),
-    #[error("{} is not mounted on {}; nothing to unmount (see `sw-pool list`)", crate::exec::show(path), node())]
+    #[error(
+        "{} is not mounted on {}; nothing to unmount (see `sw-pool list`)",
+        crate::exec::show(path),
+        node()
+    )]
     NotMounted { path: PathBuf },
-    #[error("{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it", crate::exec::show(path))]
+    #[error(
+        "{} is a {fstype} mount, not a FUSE mount made by sw-pool; refusing to unmount it",
+        crate::exec::show(path)
+    )]
     NotOurs { path: PathBuf, fstype: String },
     #[error("{} is busy on {}: {}\n  hint: end these processes or leave the directory, or use `sw-pool umount --force` for a lazy unmount (it disappears when the last user lets go)",
         path.display(), node(), describe_holders(holders, *hidden))]
@@ -269,7 +276,10 @@ pub enum MountError {
     Unmount { path: PathBuf, source: ExecError },
     #[error("cannot read the mount table: {0}")]
     MountTable(std::io::Error),
-    #[error("mounting at {} was interrupted; nothing was mounted", crate::exec::show(path))]
+    #[error(
+        "mounting at {} was interrupted; nothing was mounted",
+        crate::exec::show(path)
+    )]
     Interrupted { path: PathBuf },
     /// Root's mount point was replaced between its check and the mount (a symlink swapped in by
     /// someone who can write a parent directory): nothing was mounted.

@@ -23,7 +23,10 @@ pub enum LayoutError {
     },
     #[error("{}: {reason}", crate::exec::show(path))]
     Invalid { path: PathBuf, reason: String },
-    #[error("{} already exists and is not empty; choose a new directory", crate::exec::show(path))]
+    #[error(
+        "{} already exists and is not empty; choose a new directory",
+        crate::exec::show(path)
+    )]
     NotEmpty { path: PathBuf },
 }
 

@@ -23,14 +23,23 @@ pub enum ManifestError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`", crate::exec::show(path))]
+    #[error(
+        "{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`",
+        crate::exec::show(path)
+    )]
     NotAPool {
         path: PathBuf,
         reason: trailer::TrailerError,
     },
-    #[error("{} is not a regular file (a FIFO, a device or a directory); give a pool file", crate::exec::show(path))]
+    #[error(
+        "{} is not a regular file (a FIFO, a device or a directory); give a pool file",
+        crate::exec::show(path)
+    )]
     NotRegular { path: PathBuf },
-    #[error("{} is a damaged pool: {reason}; rebuild it or copy it again from its source", crate::exec::show(path))]
+    #[error(
+        "{} is a damaged pool: {reason}; rebuild it or copy it again from its source",
+        crate::exec::show(path)
+    )]
     Corrupt { path: PathBuf, reason: String },
     #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", crate::exec::show(path))]
     NoTrailer {

@@ -79,7 +79,10 @@ pub enum KeyError {
     },
     #[error("unsupported key: {0}")]
     Unsupported(String),
-    #[error("{} already exists; use --force to replace it", crate::exec::show(path))]
+    #[error(
+        "{} already exists; use --force to replace it",
+        crate::exec::show(path)
+    )]
     Exists { path: PathBuf },
     #[error("cannot write {}: {source}", crate::exec::show(path))]
     Write {

@@ -98,11 +98,17 @@ pub enum TrustError {
     #[error("{} is not signed; sign it with `sw-pool sign --key PRIV.pem {}`{}", crate::exec::show(path), crate::exec::show(path),
         if *required { " (the trust policy requires a signature: require_signature / SW_POOL_REQUIRE_SIGNATURE / --require-signature)" } else { "" })]
     Unsigned { path: PathBuf, required: bool },
-    #[error("{}: the signature block is damaged ({reason}); sign the pool again", crate::exec::show(path))]
+    #[error(
+        "{}: the signature block is damaged ({reason}); sign the pool again",
+        crate::exec::show(path)
+    )]
     BadBlock { path: PathBuf, reason: String },
     #[error("{} is signed by key {fingerprint}, which is not trusted here; if you trust its owner, check the fingerprint with them and copy their public key into /etc/sw-pool/trusted-keys/NAME.pem (or ~/.config/sw-pool/trusted-keys/)", crate::exec::show(path))]
     Untrusted { path: PathBuf, fingerprint: String },
-    #[error("{} is signed by key {signed_by}, not by the key you gave ({given})", crate::exec::show(path))]
+    #[error(
+        "{} is signed by key {signed_by}, not by the key you gave ({given})",
+        crate::exec::show(path)
+    )]
     WrongKey {
         path: PathBuf,
         signed_by: String,
