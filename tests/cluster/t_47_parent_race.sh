@@ -46,6 +46,25 @@ rc=0; out=$(root_sw load -q -m "$L/B/p/direct/new" "$W/t47.sqfs" 2>&1) || rc=$?
 assert_eq "root's load -m through a user's symlinked parent is refused (status 3)" 3 "$rc"
 assert_eq "no directory was created in the decoy" "mnt" "$(on ls -A "$L/decoy" | tr '\n' ' ' | sed 's/ $//')"
 
+# the TaskProlog as root (a root job) with its mount root through the symlinked parent
+rc=0; out=$(on env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$L/state" SW_POOL_CACHE="$L/cache" \
+  SLURM_JOB_ID=4747 SW_POOL_LOAD="$W/t47.sqfs" SW_POOL_MOUNT="$L/B/p/direct/mnts" "$SW" slurm task-prolog 2>&1) || rc=$?
+assert_match "root's TaskProlog refuses a mount root through the user's symlink" "a symlink in a user-writable directory" "$out"
+assert_eq "the TaskProlog created nothing in the decoy" "mnt" "$(on ls -A "$L/decoy" | tr '\n' ' ' | sed 's/ $//')"
+
+# the Epilog as root finds a job's mount whose parent its owner renamed (and replaced by a symlink
+# to the decoy) after the mount, by the mount's ID, and unmounts it where it is
+rc=0; out=$(root_sw mount -q --job-id 4747 "$W/tiny.sqfs" "$L/B/p/sub/mnt" 2>&1) || rc=$?
+assert_eq "root mounts on the user's real directory (no symlink on the path)" "0" "$rc${out:+ $out}"
+on runuser -u "$TB_USER" -- mv -T "$L/B/p/sub" "$L/B/p/moved"
+on runuser -u "$TB_USER" -- ln -s "$L/decoy" "$L/B/p/sub"
+rc=0; out=$(on env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$L/state" SLURM_JOB_ID=4747 SLURM_JOB_UID=0 "$SW" slurm epilog 2>&1) || rc=$?
+assert_eq "root's Epilog succeeds" "0" "$rc${out:+ $out}"
+assert_eq "the renamed mount was unmounted" 0 "$(on awk -v p="$L/" 'index($5, p) == 1' /proc/self/mountinfo | wc -l)"
+assert_eq "its record was removed" 0 "$(on sh -c "ls '$L/state/mounts' 2>/dev/null | grep -c json" || true)"
+on runuser -u "$TB_USER" -- rm "$L/B/p/sub"
+on runuser -u "$TB_USER" -- mv -T "$L/B/p/moved" "$L/B/p/sub"
+
 cat > "$W/swap.py" <<'EOF'
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)

@@ -110,11 +110,54 @@ fn kind_of(ft: std::fs::FileType) -> FileKind {
     }
 }
 
+/// Root's `lstat`: the parent walked from `/` by descriptor ([`super::walk`]), the last component
+/// looked at in it without following it. A user's symlink on the parent path is `ELOOP`, never
+/// followed (a plain `lstat` would report the symlink target's entry).
+fn lstat_walked(p: &Path) -> io::Result<FileMeta> {
+    use rustix::fs::{AtFlags, FileType};
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    let dir = super::walk::walk_dir(parent, None).map_err(|e| match e {
+        super::walk::WalkError::Io { source, .. } => source,
+        super::walk::WalkError::NotDir { .. } => io::Error::from_raw_os_error(libc::ENOTDIR),
+        other => io::Error::new(io::ErrorKind::Other, WalkLoop(other.to_string())),
+    })?;
+    let st = rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(FileMeta {
+        kind: match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => FileKind::Symlink,
+            FileType::Directory => FileKind::Dir,
+            FileType::RegularFile => FileKind::File,
+            _ => FileKind::Other,
+        },
+        uid: st.st_uid,
+        mode: st.st_mode as u32,
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+/// A symlink in a user-writable directory on a path root walked ([`lstat_walked`]).
+#[derive(Debug)]
+pub struct WalkLoop(pub String);
+
+impl std::fmt::Display for WalkLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WalkLoop {}
+
 impl Sys for RealSys {
     fn euid(&self) -> u32 {
         rustix::process::geteuid().as_raw()
     }
     fn lstat(&self, p: &Path) -> io::Result<FileMeta> {
+        if self.euid() == 0 {
+            return lstat_walked(p);
+        }
         let m = std::fs::symlink_metadata(p)?;
         Ok(FileMeta {
             kind: kind_of(m.file_type()),
@@ -126,11 +169,18 @@ impl Sys for RealSys {
     }
     fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
         use rustix::fs::{Mode, OFlags};
-        let fd = rustix::fs::open(
-            p,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match (self.euid(), p.parent(), p.file_name()) {
+            // root: in the directory its walk reached, never through a user's symlink
+            (0, Some(parent), Some(name)) => {
+                let dir = super::walk::walk_dir(parent, None).map_err(|e| match e {
+                    super::walk::WalkError::Io { source, .. } => source,
+                    _ => io::Error::from_raw_os_error(libc::ELOOP),
+                })?;
+                rustix::fs::openat(&dir.fd, name, flags, Mode::empty())?
+            }
+            _ => rustix::fs::open(p, flags, Mode::empty())?,
+        };
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         for e in dir.by_ref() {
             let e = e?;
