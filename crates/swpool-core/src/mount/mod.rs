@@ -538,15 +538,10 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, Mount
                 .into(),
         ),
         // as root: a parent that no longer walks (a user swapped in a symlink since) is a race
-        _ if e
-            .get_ref()
-            .is_some_and(|x| x.is::<sys::WalkLoop>()) =>
-        {
-            MountError::Raced {
-                path: mp.to_path_buf(),
-                reason: format!("its parent changed while it was being checked: {e}"),
-            }
-        }
+        _ if e.get_ref().is_some_and(|x| x.is::<sys::WalkLoop>()) => MountError::Raced {
+            path: mp.to_path_buf(),
+            reason: format!("its parent changed while it was being checked: {e}"),
+        },
         std::io::ErrorKind::NotFound if sys.euid() == 0 && parent_changed(mp).is_some() => {
             MountError::Raced {
                 path: mp.to_path_buf(),
