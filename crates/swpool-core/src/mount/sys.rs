@@ -121,7 +121,7 @@ fn lstat_walked(p: &Path) -> io::Result<FileMeta> {
     let dir = super::walk::walk_dir(parent, None).map_err(|e| match e {
         super::walk::WalkError::Io { source, .. } => source,
         super::walk::WalkError::NotDir { .. } => io::Error::from_raw_os_error(libc::ENOTDIR),
-        other => io::Error::new(io::ErrorKind::Other, WalkLoop(other.to_string())),
+        other => io::Error::other(WalkLoop(other.to_string())),
     })?;
     let st = rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(FileMeta {
