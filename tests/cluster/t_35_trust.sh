@@ -155,7 +155,7 @@ load() {
 leftovers() {
   local n
   for n in "${nodes[@]}"; do
-    "$TESTBED/exec" "$n" sh -c "echo \$(find $CACHE -type f 2>/dev/null | wc -l) \$(awk '\$2 ~ \"^$TB/local/t35\"' /proc/self/mounts | wc -l)"
+    "$TESTBED/exec" "$n" sh -c "echo \$(find $CACHE -type f ! -name '*.verified' 2>/dev/null | wc -l) \$(awk '\$2 ~ \"^$TB/local/t35\"' /proc/self/mounts | wc -l)"
   done | tr '\n' ' ' | sed 's/ $//'
 }
 # refused CASE REGEX [MAX_SERVED]: the load is refused on every rank with a message matching REGEX
