@@ -220,7 +220,7 @@ load fliphole
 assert_eq "flip at $hoff (the all-zero chunk at $hchunk): load succeeds on all 4 ranks" "0 0 0 0" "$codes"
 good=$(sha256sum < "$W/src/alpha.ext2" | cut -d' ' -f1)
 for n in "${nodes[@]}"; do
-  got=$("$TESTBED/exec" "$n" sh -c "sha256sum < \$(find $CACHE -type f | head -1) | cut -d' ' -f1")
+  got=$("$TESTBED/exec" "$n" sh -c "sha256sum < \$(find $CACHE -type f -name '*.pool' | head -1) | cut -d' ' -f1")
   assert_eq "$n: the cached copy is the signed pool, not the tampered file" "$good" "$got"
 done
 "$TESTBED/mpirun" "$SW" unload "$MNT" >/dev/null 2>&1 || fail "unload after fliphole" "exit $?"
