@@ -17,10 +17,7 @@
 //! clean-up after failures are unit-tested with [`sys::FakeSys`].
 
 pub mod paths;
-pub mod pinned;
-pub mod proc;
-pub mod sys;
-pub mod walk;
+pub use swpool_sys::{pinned, proc, sys, walk};
 
 use std::fmt;
 use std::path::{Path, PathBuf};

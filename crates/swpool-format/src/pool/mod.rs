@@ -14,18 +14,18 @@ use std::path::{Path, PathBuf};
 pub use layout::{LayoutError, PoolLayout, PoolToml};
 pub use manifest::{Manifest, PackageRef};
 
-use crate::error::ExitStatus;
+use crate::status::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("cannot read {}: {source}", crate::exec::show(path))]
+    #[error("cannot read {}: {source}", crate::show::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
         "{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     NotAPool {
         path: PathBuf,
@@ -33,25 +33,25 @@ pub enum ManifestError {
     },
     #[error(
         "{} is not a regular file (a FIFO, a device or a directory); give a pool file",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     NotRegular { path: PathBuf },
     #[error(
         "{} is a damaged pool: {reason}; rebuild it or copy it again from its source",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", crate::exec::show(path))]
+    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", crate::show::show(path))]
     NoTrailer {
         path: PathBuf,
-        format: crate::image::ImageFormat,
+        format: crate::format::ImageFormat,
     },
 }
 
 impl ManifestError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
-            ManifestError::Io { source, .. } => crate::error::io_status(source),
+            ManifestError::Io { source, .. } => crate::status::io_status(source),
             _ => ExitStatus::InvalidPool,
         }
     }
@@ -163,7 +163,7 @@ impl Pool {
                             reason,
                         });
                     }
-                    if let Ok(format) = crate::image::detect(path) {
+                    if let Ok(format) = crate::format::detect(path) {
                         return Err(ManifestError::NoTrailer {
                             path: path.to_path_buf(),
                             format,
