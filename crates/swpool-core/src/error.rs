@@ -44,6 +44,10 @@ pub enum Error {
     PoolSpec(#[from] crate::pool::spec::SpecError),
     #[error(transparent)]
     Bundle(#[from] crate::bundle::BundleError),
+    #[error(transparent)]
+    User(#[from] crate::users::UserError),
+    #[error(transparent)]
+    Hook(#[from] crate::slurm::HookError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -78,6 +82,8 @@ impl Error {
             Error::Agreed(e) => e.exit_status(),
             Error::PoolSpec(_) => ExitStatus::BadInput,
             Error::Bundle(e) => e.exit_status(),
+            Error::User(e) => e.exit_status(),
+            Error::Hook(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

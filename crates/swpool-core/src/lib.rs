@@ -23,7 +23,8 @@ pub mod transfer;
 pub mod trust;
 pub mod users;
 
-pub use error::{Error, ExitStatus, Result};
+pub use error::{Error, Result};
+pub use swpool_format::status::ExitStatus;
 // the pool format and the system layer live in their own crates (no MPI, no OpenSSL); their
 // modules keep their paths here
 pub use swpool_format::{pool, sparse};

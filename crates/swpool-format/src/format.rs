@@ -123,7 +123,7 @@ pub fn detect_bytes(head: &[u8]) -> Option<ImageFormat> {
 
 /// Detect the format of the image at `path`.
 pub fn detect(path: &Path) -> Result<ImageFormat, DetectError> {
-    let mut f = crate::pool::open_regular(path).map_err(|source| DetectError::Io {
+    let mut f = crate::file::open_regular(path).map_err(|source| DetectError::Io {
         path: path.into(),
         source,
     })?;

@@ -6,6 +6,7 @@
 //! MPI nor OpenSSL nor any external tool, so the privileged mount helper and the on-demand chunk
 //! server can link it and be audited with it.
 
+pub mod file;
 pub mod format;
 pub mod pool;
 pub mod show;

@@ -32,9 +32,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ExitStatus};
 use crate::image::ImageFormat;
 use crate::mount::{self, Backend, ImageInfo, MountError, MountState, PoolId, Sys, Unmounted};
+use swpool_format::status::ExitStatus;
 
 mod acquire;
 pub mod clean;
@@ -67,15 +67,19 @@ pub enum StateError {
         mount_point: PathBuf,
         reason: String,
     },
+    /// Mounting or unmounting what a record names failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
 }
 
 impl StateError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             StateError::Dir { .. } => ExitStatus::System,
-            StateError::Io { source, .. } => crate::error::io_status(source),
+            StateError::Io { source, .. } => swpool_format::status::io_status(source),
             StateError::Corrupt { .. } => ExitStatus::System,
             StateError::Conflict { .. } => ExitStatus::BadInput,
+            StateError::Mount(e) => e.exit_status(),
         }
     }
 }
