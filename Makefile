@@ -68,6 +68,7 @@ test-unit: build
 	set -o pipefail; $(CARGO) test --workspace --release 2>&1 | tee target/test-unit.log
 	@n=$$(grep -cE 'SKIP [A-Za-z0-9_:()]+: ' target/test-unit.log || true); echo "unit tests: $$n skipped"; \
 	  grep -oE 'SKIP [A-Za-z0-9_:()]+: .*' target/test-unit.log || true
+	python3 bench/test_labels.py
 	$(MAKE) test-model
 
 # the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
