@@ -85,7 +85,11 @@ deb: build
 test-deb: build
 	bash tests/deb/run.sh
 
-demo: build
+# a newcomer's first command: only what the demo needs is installed (tools/setup-deps.sh demo)
+demo:
+	bash tools/setup-deps.sh demo
+	$(CARGO) build --release --workspace
+	$(MAKE) --no-print-directory spank
 	bash tools/demo.sh
 
 # the benchmark report: brings the virtual cluster up with the benchmark caps, runs every
