@@ -181,6 +181,7 @@ pub fn acquire(
         pending: true,
         source: req.source.clone(),
         mount_id: None,
+        serving: None,
     };
     dir.write(&rec)?;
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
@@ -194,6 +195,10 @@ pub fn acquire(
     rec.pending = false;
     rec.helper_pid = m.helper_pid;
     rec.mount_id = m.mount_id;
+    rec.serving = Some(Serving::Fuse {
+        helper: m.backend,
+        pid: m.helper_pid,
+    });
     if let Err(e) = dir.write(&rec) {
         // no record, no mount: undo it
         let _ = mount::unmount(sys, &mp, true);

@@ -194,6 +194,11 @@ fn clean_record(
     mut rec: Record,
     out: &mut Vec<Action>,
 ) -> Result<(), StateError> {
+    if let Err(e) = rec.check_known() {
+        let (mp, label, jobs) = (rec.mount_point.clone(), rec.label(), rec.job_ids());
+        act(out, sel, &mp, &label, jobs, "failed", e.to_string());
+        return Ok(());
+    }
     // the record's key, and where its mount is now (a parent may have been renamed since)
     let key = rec.mount_point.clone();
     let mp = rec.located(mounts);

@@ -46,6 +46,9 @@ pub fn release(
         }
         Err(e) => return Err(e),
     };
+    if let Some(r) = &rec {
+        r.check_known()?;
+    }
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
     // where the mount is now (its parent may have been renamed since it was made)
     let at = rec
