@@ -60,6 +60,7 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 	bash tools/lint-shell.sh
+	python3 tools/lint-structure.py
 	$(CARGO) deny check licenses bans sources
 
 # a test that cannot run here prints "SKIP <test>: <reason>" (uncaptured); they are counted here
@@ -67,6 +68,7 @@ test-unit: build
 	set -o pipefail; $(CARGO) test --workspace --release 2>&1 | tee target/test-unit.log
 	@n=$$(grep -cE 'SKIP [A-Za-z0-9_:()]+: ' target/test-unit.log || true); echo "unit tests: $$n skipped"; \
 	  grep -oE 'SKIP [A-Za-z0-9_:()]+: .*' target/test-unit.log || true
+	python3 bench/test_labels.py
 	$(MAKE) test-model
 
 # the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
@@ -83,7 +85,11 @@ deb: build
 test-deb: build
 	bash tests/deb/run.sh
 
-demo: build
+# a newcomer's first command: only what the demo needs is installed (tools/setup-deps.sh demo)
+demo:
+	bash tools/setup-deps.sh demo
+	$(CARGO) build --release --workspace
+	$(MAKE) --no-print-directory spank
 	bash tools/demo.sh
 
 # the benchmark report: brings the virtual cluster up with the benchmark caps, runs every

@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# Install every Debian package sw-pool needs to build, test, demo and benchmark.
-# Idempotent; run as root on Debian 12 (`make setup` calls it).
+# Install the Debian packages sw-pool needs. Idempotent; run as root on Debian 12.
+#   setup-deps.sh demo   what `make demo` needs: build sw-pool and run the virtual cluster (Slurm,
+#                        Open MPI, FUSE, Lmod) — nothing only the tests, the linter or the
+#                        benchmarks use (`make demo` calls this)
+#   setup-deps.sh        everything: also MPICH, the linters (shellcheck, cargo-deny), the shells and
+#                        Environment Modules the tests drive, strace/patchelf for `bundle`, the
+#                        benchmark and scale-model tools (`make setup`, `make test`)
 set -euo pipefail
+PROFILE=${1:-all}
 
-PACKAGES=(
-  # build
+DEMO_PACKAGES=(
+  # build (clang: rsmpi's bindings to the system MPI are generated with bindgen)
   build-essential pkg-config clang libclang-dev libssl-dev
   # image tools called by sw-pool
   e2fsprogs fuse2fs squashfs-tools squashfuse fuse3 openssl
-  # MPI: Open MPI is the default implementation, MPICH must also work
-  openmpi-bin libopenmpi-dev libpmix2 mpich libmpich-dev
+  # MPI: Open MPI is the default implementation
+  openmpi-bin libopenmpi-dev libpmix2
   # the virtual cluster: Slurm, munge, sshd + sshfs for shared storage, iproute2 for namespaces
-  slurmctld slurmd slurm-client libslurm-dev munge openssh-server openssh-sftp-server openssh-client sshfs iproute2 util-linux procps psmisc kmod strace shellcheck patchelf
-  # Lmod (module avail / module load); tclsh for Environment Modules (see below)
-  lmod csh fish zsh tcl8.6
+  slurmctld slurmd slurm-client libslurm-dev munge openssh-server openssh-sftp-server openssh-client sshfs iproute2 util-linux procps kmod
+  # Lmod (module avail / module load)
+  lmod
+)
+TEST_PACKAGES=(
+  # MPICH must also work
+  mpich libmpich-dev
+  # tests and `bundle`: fuser, strace (bundle --trace), patchelf (bundle's rewrite), the linter
+  psmisc strace shellcheck patchelf
+  # shells the environment output is tested in; tclsh for Environment Modules (see below)
+  csh fish zsh tcl8.6
   # benchmarks and reports
   python3 python3-matplotlib hyperfine time
   # the SimGrid scale model of the broadcast (model/, `make model`)
   python3-simgrid
 )
+case $PROFILE in
+  demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  all) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "setup-deps: unknown profile '$PROFILE' (demo or nothing)" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" != 0 ]; then
   echo "setup-deps: must run as root (it installs Debian packages)" >&2
@@ -44,6 +63,9 @@ else
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# the demo needs nothing more: the rest is for linting and tests
+[ "$PROFILE" = demo ] && exit 0
 
 # Rust toolchain: rustup is on the developer and CI machines; make sure fmt and clippy are there
 if command -v rustup >/dev/null 2>&1; then

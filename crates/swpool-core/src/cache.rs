@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ExitStatus;
 use crate::pool::Pool;
+use swpool_format::status::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {

@@ -6,49 +6,7 @@
 
 use std::fmt;
 
-/// Documented exit statuses of `sw-pool` (also in the README and the man page).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum ExitStatus {
-    /// Everything worked.
-    Success = 0,
-    /// An unexpected internal error (a bug: please report it).
-    Internal = 1,
-    /// The command line could not be parsed (clap's own status).
-    Usage = 2,
-    /// Bad input from the user: a missing or wrong path, a bad size, an existing output without `--force`.
-    BadInput = 3,
-    /// The file is not a valid pool or image: wrong magic, corrupt manifest, failed consistency check.
-    InvalidPool = 4,
-    /// An external tool (mke2fs, mksquashfs, squashfuse_ll, …) is missing or failed.
-    Tool = 5,
-    /// The system refused: permission denied, no space left, I/O error.
-    System = 6,
-    /// A signature is missing, invalid or made by an untrusted key.
-    Trust = 7,
-    /// A collective operation failed on another node; the message names it.
-    Collective = 8,
-}
-
-impl ExitStatus {
-    pub fn code(self) -> i32 {
-        self as i32
-    }
-    /// The status of a code (as carried between ranks); unknown codes are internal errors.
-    pub fn from_code(code: u8) -> ExitStatus {
-        match code {
-            0 => ExitStatus::Success,
-            2 => ExitStatus::Usage,
-            3 => ExitStatus::BadInput,
-            4 => ExitStatus::InvalidPool,
-            5 => ExitStatus::Tool,
-            6 => ExitStatus::System,
-            7 => ExitStatus::Trust,
-            8 => ExitStatus::Collective,
-            _ => ExitStatus::Internal,
-        }
-    }
-}
+pub use swpool_format::status::{io_status, ExitStatus};
 
 /// Any error sw-pool can report.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +44,10 @@ pub enum Error {
     PoolSpec(#[from] crate::pool::spec::SpecError),
     #[error(transparent)]
     Bundle(#[from] crate::bundle::BundleError),
+    #[error(transparent)]
+    User(#[from] crate::users::UserError),
+    #[error(transparent)]
+    Hook(#[from] crate::slurm::HookError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -120,15 +82,9 @@ impl Error {
             Error::Agreed(e) => e.exit_status(),
             Error::PoolSpec(_) => ExitStatus::BadInput,
             Error::Bundle(e) => e.exit_status(),
+            Error::User(e) => e.exit_status(),
+            Error::Hook(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
-    }
-}
-
-/// Exit status for an I/O error: permission and space problems are the system's, the rest too.
-pub fn io_status(e: &std::io::Error) -> ExitStatus {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => ExitStatus::BadInput,
-        _ => ExitStatus::System,
     }
 }

@@ -10,25 +10,25 @@
 //! 9–12 the benchmark). "The Oslo disk-image tools" are the University of Oslo's scripts for disk
 //! images of workflows with many small files (`list_images.py`, `umount_all_images.py`, …).
 
-pub mod atomic;
 pub mod bundle;
 pub mod cache;
 pub mod collective;
 pub mod config;
 pub mod error;
-pub mod exec;
 pub mod image;
 pub mod load;
-pub mod pool;
 pub mod size;
 pub mod slurm;
-pub mod sparse;
 pub mod transfer;
 pub mod trust;
-pub mod userdir;
 pub mod users;
 
-pub use error::{Error, ExitStatus, Result};
+pub use error::{Error, Result};
+pub use swpool_format::status::ExitStatus;
+// the pool format and the system layer live in their own crates (no MPI, no OpenSSL); their
+// modules keep their paths here
+pub use swpool_format::{pool, sparse};
+pub use swpool_sys::{atomic, exec, userdir};
 pub mod env;
 pub mod mount;
 pub mod state;

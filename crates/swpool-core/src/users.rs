@@ -21,6 +21,19 @@ pub enum UserError {
     Lookup { what: String, source: nix::Error },
     #[error("refusing to run a program as uid 0 where a user's ids were meant")]
     Root,
+    /// Running `sw-pool SUB` as a user (the Slurm hooks' clean-up) failed before it could start.
+    #[error("cannot run sw-pool {sub} as uid {uid}: {reason}")]
+    RunAs {
+        sub: String,
+        uid: u32,
+        reason: String,
+    },
+}
+
+impl UserError {
+    pub fn exit_status(&self) -> swpool_format::status::ExitStatus {
+        swpool_format::status::ExitStatus::System
+    }
 }
 
 /// A user's entry in the user database.
@@ -206,23 +219,17 @@ pub fn run_self_as(
     sub: &str,
     args: &[String],
     extra: &[(&str, String)],
-) -> Result<i32, crate::Error> {
-    let who = by_uid(uid).map_err(|e| {
-        crate::Error::other(
-            crate::ExitStatus::System,
-            format!("cannot run sw-pool {sub} as uid {uid}: {e}"),
-        )
-    })?;
+) -> Result<i32, UserError> {
+    let fail = |reason: String| UserError::RunAs {
+        sub: sub.to_string(),
+        uid,
+        reason,
+    };
+    let who = by_uid(uid).map_err(|e| fail(e.to_string()))?;
     let gid = gid.unwrap_or(who.gid);
-    let creds = Credentials::without_groups(uid, gid).map_err(|e| {
-        crate::Error::other(crate::ExitStatus::System, format!("sw-pool {sub}: {e}"))
-    })?;
-    let exe = std::env::current_exe().map_err(|e| {
-        crate::Error::other(
-            crate::ExitStatus::System,
-            format!("cannot find our own executable: {e}"),
-        )
-    })?;
+    let creds = Credentials::without_groups(uid, gid).map_err(|e| fail(e.to_string()))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| fail(format!("cannot find our own executable: {e}")))?;
     let user = who.name;
     let mut c = std::process::Command::new(&exe);
     c.arg(sub)
@@ -251,16 +258,9 @@ pub fn run_self_as(
         exe.display(),
         args.join(" ")
     );
-    let st = c.status().map_err(|e| {
-        crate::Error::other(
-            crate::ExitStatus::System,
-            format!(
-                "cannot run {} as uid {uid}: {}",
-                exe.display(),
-                creds.explain(&e)
-            ),
-        )
-    })?;
+    let st = c
+        .status()
+        .map_err(|e| fail(format!("{}: {}", exe.display(), creds.explain(&e))))?;
     Ok(st
         .code()
         .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)))

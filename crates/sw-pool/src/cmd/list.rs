@@ -17,7 +17,7 @@ fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
         unreported: a.unreported,
         cache_dir: a.cache_dir.clone(),
     };
-    state::node_list(&filter, &super::config()?)
+    Ok(state::node_list(&filter, &super::config()?)?)
 }
 
 pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {

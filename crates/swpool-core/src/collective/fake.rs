@@ -194,7 +194,7 @@ impl Collective for FakeRank {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ExitStatus;
+    use swpool_format::status::ExitStatus;
 
     #[test]
     fn agreement_fails_everywhere_alike() {

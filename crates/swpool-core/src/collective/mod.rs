@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ExitStatus;
+use swpool_format::status::ExitStatus;
 
 /// One rank's failure, as every rank learns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,8 +34,8 @@ pub struct Failure {
 }
 
 mod status_code {
-    use crate::error::ExitStatus;
     use serde::{Deserialize, Deserializer, Serializer};
+    use swpool_format::status::ExitStatus;
     pub fn serialize<S: Serializer>(s: &ExitStatus, ser: S) -> Result<S::Ok, S::Error> {
         ser.serialize_u8(*s as u8)
     }

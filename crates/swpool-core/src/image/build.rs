@@ -11,13 +11,13 @@ use sha2::{Digest, Sha256};
 use super::tree::{self, TreeError, TreeStats};
 use super::ImageFormat;
 use crate::atomic::{parent_dir, TempOutput};
-use crate::error::ExitStatus;
 use crate::exec::{ExecError, Tool, ToolCommand};
 use crate::pool::layout::{LayoutError, PoolLayout};
 use crate::pool::manifest::{check_name, ChunkListBuilder, Manifest, CHUNK_HASH, MANIFEST_SCHEMA};
 use crate::pool::modulefile::{generate_missing, ModulefileOptions};
 use crate::pool::trailer::write_trailer;
 use crate::size::Bytes;
+use swpool_format::status::ExitStatus;
 
 /// Smallest ext image sw-pool makes when it chooses the size itself.
 pub const MIN_AUTO_EXT_SIZE: u64 = 16 << 20;
@@ -145,9 +145,9 @@ impl BuildError {
         match self {
             BuildError::Tool(e) => e.exit_status(),
             BuildError::Io { source, .. } | BuildError::OutDir { source, .. } => {
-                crate::error::io_status(source)
+                swpool_format::status::io_status(source)
             }
-            BuildError::SrcIo { source, .. } => crate::error::io_status(source),
+            BuildError::SrcIo { source, .. } => swpool_format::status::io_status(source),
             BuildError::Tree(TreeError::Io { .. }) => ExitStatus::System,
             _ => ExitStatus::BadInput,
         }

@@ -17,10 +17,12 @@
 //! clean-up after failures are unit-tested with [`sys::FakeSys`].
 
 pub mod paths;
-pub mod pinned;
-pub mod proc;
-pub mod sys;
-pub mod walk;
+mod point;
+mod unmount;
+pub use point::{canonical_mountpoint, check_mountpoint, create_leaf};
+pub use swpool_sys::{pinned, proc, sys, walk};
+use unmount::run_unmount;
+pub use unmount::{unmount, Unmounted};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -28,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ExitStatus;
 use crate::exec::{ExecError, Tool, ToolCommand};
 use crate::image::{self, ImageFormat};
 use crate::pool::{ManifestError, Pool};
+use swpool_format::status::ExitStatus;
 
 pub use proc::{Holder, MountEntry};
 pub use sys::{RealSys, Sys};
@@ -163,7 +165,7 @@ impl ImageInfo {
         let meta = std::fs::symlink_metadata(&path).map_err(|source| MountError::Image {
             path: path.clone(),
             reason: source.to_string(),
-            status: crate::error::io_status(&source),
+            status: swpool_format::status::io_status(&source),
         })?;
         if meta.file_type().is_symlink() {
             return Err(MountError::Image {
@@ -203,7 +205,7 @@ impl ImageInfo {
             image::DetectError::Io { source, .. } => MountError::Image {
                 path: path.clone(),
                 reason: source.to_string(),
-                status: crate::error::io_status(&source),
+                status: swpool_format::status::io_status(&source),
             },
         })?;
         // a pool's file system must fit inside the image its manifest (and signature) covers
@@ -448,182 +450,6 @@ pub fn state(sys: &dyn Sys, mounts: &[MountEntry], mountpoint: &Path) -> MountSt
     }
 }
 
-/// The canonical form of a mount point path: its parent resolved, its last component kept as
-/// given (checked not to be a symlink by [`check_mountpoint`]). As a user, symlinks in the parent
-/// are resolved the way the kernel shows them (`fusermount3` makes its own checks). As root, the
-/// parent is walked from `/` by descriptor ([`walk`]): a symlink in a directory a user can write is
-/// refused, never followed, so a user cannot send root's mount (or `mkdir`) elsewhere.
-pub fn canonical_mountpoint(p: &Path) -> Result<PathBuf, MountError> {
-    let abs = crate::exec::absolute(p);
-    let err = |reason: String| MountError::MountPoint {
-        path: abs.clone(),
-        reason,
-    };
-    let name = match abs.file_name() {
-        Some(n) if n != ".." && n != "." => n.to_os_string(),
-        _ => return Err(err("give a directory path that ends in a name".into())),
-    };
-    let parent = abs.parent().unwrap_or(Path::new("/"));
-    if rustix::process::geteuid().is_root() {
-        let w = walk::walk_dir(parent, None).map_err(|e| {
-            err(format!(
-                "its parent directory {} is not usable: {e}",
-                crate::exec::show(parent)
-            ))
-        })?;
-        return Ok(w.path.join(name));
-    }
-    let parent = std::fs::canonicalize(parent).map_err(|e| {
-        err(format!(
-            "its parent directory {} is not usable: {e}",
-            crate::exec::show(parent)
-        ))
-    })?;
-    Ok(parent.join(name))
-}
-
-/// Create the directory `mp` if it is missing (its parent must exist), as `mkdir` would but, as
-/// root, with `mkdirat` on the descriptor of its parent reached by [`walk::walk_dir`]; then its
-/// canonical form ([`canonical_mountpoint`]).
-pub fn create_leaf(mp: &Path, mode: u32) -> Result<PathBuf, MountError> {
-    let abs = crate::exec::absolute(mp);
-    let err = |reason: String| MountError::MountPoint {
-        path: abs.clone(),
-        reason,
-    };
-    if !rustix::process::geteuid().is_root() {
-        use std::os::unix::fs::DirBuilderExt;
-        if std::fs::symlink_metadata(&abs).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-        {
-            std::fs::DirBuilder::new()
-                .mode(mode)
-                .create(&abs)
-                .map_err(|e| err(format!("cannot create it: {e}")))?;
-        }
-        return canonical_mountpoint(&abs);
-    }
-    let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
-        return Err(err("give a directory path that ends in a name".into()));
-    };
-    let w = walk::walk_dir(parent, None).map_err(|e| {
-        err(format!(
-            "cannot create it: its parent directory {} is not usable: {e}",
-            crate::exec::show(parent)
-        ))
-    })?;
-    match rustix::fs::mkdirat(&w.fd, name, rustix::fs::Mode::from_raw_mode(mode)) {
-        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-        Err(e) => return Err(err(format!("cannot create it: {e}"))),
-    }
-    Ok(w.path.join(name))
-}
-
-/// Why `mp`'s parent no longer walks as root ([`walk::walk_dir`]), if it does not.
-fn parent_changed(mp: &Path) -> Option<String> {
-    let parent = mp.parent()?;
-    walk::walk_dir(parent, None)
-        .err()
-        .map(|e| format!("its parent changed while it was being checked: {e}"))
-}
-
-/// Check a (canonical) mount point before mounting on it; what `lstat` said of it.
-pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, MountError> {
-    let err = |reason: String| MountError::MountPoint {
-        path: mp.to_path_buf(),
-        reason,
-    };
-    let m = sys.lstat(mp).map_err(|e| match e.kind() {
-        _ if e.raw_os_error() == Some(libc::ENOTCONN) => err(
-            "is a stale FUSE mount (its FUSE process died); clean it with `sw-pool umount --force`"
-                .into(),
-        ),
-        // as root: a parent that no longer walks (a user swapped in a symlink since) is a race
-        _ if e.get_ref().is_some_and(|x| x.is::<sys::WalkLoop>()) => MountError::Raced {
-            path: mp.to_path_buf(),
-            reason: format!("its parent changed while it was being checked: {e}"),
-        },
-        std::io::ErrorKind::NotFound if sys.euid() == 0 && parent_changed(mp).is_some() => {
-            MountError::Raced {
-                path: mp.to_path_buf(),
-                reason: parent_changed(mp).unwrap_or_default(),
-            }
-        }
-        std::io::ErrorKind::NotFound => {
-            err("does not exist; create an empty directory first (`mkdir -p`)".into())
-        }
-        _ => err(e.to_string()),
-    })?;
-    match m.kind {
-        sys::FileKind::Dir => {}
-        sys::FileKind::Symlink => {
-            return Err(err(
-                "is a symbolic link; mount points must be real directories (symlinks could redirect the mount)".into(),
-            ))
-        }
-        _ => return Err(err("is not a directory".into())),
-    }
-    let uid = sys.euid();
-    if m.uid != uid && m.uid != 0 {
-        return Err(err(format!(
-            "belongs to uid {}, not to you (uid {uid}) or root",
-            m.uid
-        )));
-    }
-    // an unprivileged FUSE mount needs write access to the mount point (fusermount3 refuses
-    // otherwise, and the helper's failure would look like a damaged image)
-    if uid != 0 && m.uid != uid && rustix::fs::access(mp, rustix::fs::Access::WRITE_OK).is_err() {
-        return Err(MountError::MountPointDenied {
-            path: mp.to_path_buf(),
-            reason: format!(
-                "belongs to uid {} and is not writable by you (uid {uid}): an unprivileged FUSE \
-                 mount needs a mount point you can write; use an empty directory you own (the \
-                 default $SW_POOL_MOUNT/NAME/VERSION is one)",
-                m.uid
-            ),
-        });
-    }
-    let mounts = sys.mounts().map_err(MountError::MountTable)?;
-    if let Some(e) = proc::mount_at(&mounts, mp) {
-        let stale = matches!(state(sys, &mounts, mp), MountState::Stale);
-        return Err(err(format!(
-            "is already a mount point ({} from {}){}",
-            e.fstype,
-            e.source,
-            if stale {
-                "; its FUSE process died (stale): clean it with `sw-pool umount --force`"
-            } else {
-                "; unmount it first or choose another directory"
-            }
-        )));
-    }
-    if let Some(parent) = mp.parent() {
-        if let Ok(pm) = sys.lstat(parent) {
-            if pm.dev != m.dev {
-                return Err(err(
-                    "is already a mount point (another file system is mounted there)".into(),
-                ));
-            }
-        }
-    }
-    match sys.dir_is_empty(mp) {
-        Ok(true) => Ok(m),
-        Ok(false) => Err(err("is not empty; mount on an empty directory".into())),
-        // a directory a moment ago: someone replaced it while it was being checked
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)
-            ) =>
-        {
-            Err(MountError::Raced {
-                path: mp.to_path_buf(),
-                reason: format!("it was replaced while it was being checked: {e}"),
-            })
-        }
-        Err(e) => Err(err(format!("cannot be read: {e}"))),
-    }
-}
-
 static CRITICAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Held from starting a helper until its mount is recorded (or cleaned up after a failure): see
@@ -851,114 +677,6 @@ fn cleanup_partial(sys: &dyn Sys, mp: &Path) {
     if let Ok(m) = sys.mounts() {
         if proc::mount_at(&m, mp).is_some_and(|e| e.is_fuse()) {
             let _ = run_unmount(sys, mp, true);
-        }
-    }
-}
-
-/// Unmount `mp`. As root with `umount2(UMOUNT_NOFOLLOW)`: a path whose parent a user can change
-/// is never followed through a symlink swapped in after it was checked in the mount table. As a
-/// user with `fusermount3 -u`, which makes its own checks.
-fn run_unmount(sys: &dyn Sys, mp: &Path, lazy: bool) -> Result<(), ExecError> {
-    if sys.euid() == 0 {
-        return sys.unmount_nofollow(mp, lazy);
-    }
-    let c = ToolCommand::new(Tool::Fusermount3).arg("-u");
-    let c = if lazy { c.arg("-z") } else { c };
-    sys.run(&c.path(mp)).map(drop)
-}
-
-/// Transient EBUSY: a path walk in another process (a `stat`, a mount-table scan) holds a
-/// reference to the mount for microseconds. Try again a few times (about 0.3 s in all) before
-/// calling it busy; a real holder is still there afterwards and is named then.
-const BUSY_RETRIES: [u64; 4] = [10, 30, 80, 180];
-
-/// The unmount failed because the mount is in use (EBUSY, from umount2 or fusermount3).
-fn is_busy(e: &ExecError) -> bool {
-    e.stderr().is_some_and(|s| s.contains("busy"))
-}
-
-fn unmount_retrying_busy(sys: &dyn Sys, mp: &Path) -> Result<(), ExecError> {
-    let mut result = run_unmount(sys, mp, false);
-    for ms in BUSY_RETRIES {
-        match &result {
-            Err(e) if is_busy(e) => {
-                tracing::debug!(mount_point = %mp.display(), "busy; trying again in {ms} ms");
-                std::thread::sleep(std::time::Duration::from_millis(ms));
-                result = run_unmount(sys, mp, false);
-            }
-            _ => break,
-        }
-    }
-    result
-}
-
-/// How an unmount went.
-#[derive(Debug, Clone, Serialize)]
-pub struct Unmounted {
-    pub mount_point: PathBuf,
-    /// It was stale (its FUSE process had died).
-    pub was_stale: bool,
-    /// It was busy and lazily detached (`--force`); these held it.
-    pub lazy: bool,
-    pub holders: Vec<Holder>,
-}
-
-/// Unmount the FUSE mount at the canonical `mp`. Busy: an error naming the holders, unless `force`
-/// (then a lazy unmount, still naming them). Stale mounts are unmounted normally.
-pub fn unmount(sys: &dyn Sys, mp: &Path, force: bool) -> Result<Unmounted, MountError> {
-    let mounts = sys.mounts().map_err(MountError::MountTable)?;
-    let Some(entry) = proc::mount_at(&mounts, mp) else {
-        return Err(MountError::NotMounted {
-            path: mp.to_path_buf(),
-        });
-    };
-    if !entry.is_fuse() {
-        return Err(MountError::NotOurs {
-            path: mp.to_path_buf(),
-            fstype: entry.fstype.clone(),
-        });
-    }
-    let was_stale = state(sys, &mounts, mp) == MountState::Stale;
-    match unmount_retrying_busy(sys, mp) {
-        Ok(_) => Ok(Unmounted {
-            mount_point: mp.to_path_buf(),
-            was_stale,
-            lazy: false,
-            holders: Vec::new(),
-        }),
-        Err(e) if is_busy(&e) => {
-            let (holders, hidden) = proc::holders(mp);
-            if !force {
-                return Err(MountError::Busy {
-                    path: mp.to_path_buf(),
-                    holders,
-                    hidden,
-                });
-            }
-            run_unmount(sys, mp, true).map_err(|source| MountError::Unmount {
-                path: mp.to_path_buf(),
-                source,
-            })?;
-            Ok(Unmounted {
-                mount_point: mp.to_path_buf(),
-                was_stale,
-                lazy: true,
-                holders,
-            })
-        }
-        Err(source) => {
-            if force && run_unmount(sys, mp, true).is_ok() {
-                return Ok(Unmounted {
-                    mount_point: mp.to_path_buf(),
-                    was_stale,
-                    lazy: true,
-                    holders: Vec::new(),
-                });
-            }
-            Err(MountError::Unmount {
-                path: mp.to_path_buf(),
-                source,
-            })
         }
     }
 }

@@ -229,38 +229,7 @@ impl JobEnv {
     }
 }
 
-/// Send one line to syslog (facility daemon, `sw-pool[pid]`), where journald or rsyslog keep it.
-/// Without a syslog socket it is dropped silently, like `logger`'s lines on such a host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Notice,
-    Warning,
-    Error,
-}
-
-pub fn syslog(level: Level, msg: &str) {
-    let priority = match level {
-        Level::Notice => libc::LOG_NOTICE,
-        Level::Warning => libc::LOG_WARNING,
-        Level::Error => libc::LOG_ERR,
-    };
-    use std::sync::Once;
-    static OPEN: Once = Once::new();
-    OPEN.call_once(|| {
-        // SAFETY: the ident is a static C string; openlog keeps the pointer
-        // SAFETY: the ident is a 'static C string literal, as openlog requires (it keeps the pointer).
-        unsafe { libc::openlog(c"sw-pool".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
-    });
-    let clean: String = msg
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if let Ok(c) = std::ffi::CString::new(clean) {
-        // SAFETY: a constant "%s" format with one C string argument
-        // SAFETY: a constant "%s" format with one NUL-terminated argument that lives across the call.
-        unsafe { libc::syslog(priority, c"%s".as_ptr(), c.as_ptr()) };
-    }
-}
+pub use swpool_sys::syslog::{syslog, Level};
 
 /// Job-aware loading: `sw-pool load` (or `unload`) run as a single process in a Slurm allocation
 /// of several nodes (a batch script, an `salloc` shell) re-runs itself as one task per node of the
@@ -326,11 +295,46 @@ fn user_has_state(uid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// How a root-run hook (Prolog, Epilog) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("sw-pool slurm {kind} for job {job} must run as root (slurmd) or as the job's user (uid {uid})")]
+    WrongUser {
+        kind: &'static str,
+        job: String,
+        uid: u32,
+    },
+    #[error("sw-pool slurm {kind} on {node}: cleaning job {job}'s mounts failed (status {status}); see `sw-pool list` as uid {uid} and syslog (tag sw-pool)")]
+    CleanupFailed {
+        kind: &'static str,
+        node: String,
+        job: String,
+        uid: u32,
+        status: i32,
+    },
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error(transparent)]
+    User(#[from] crate::users::UserError),
+}
+
+impl HookError {
+    pub fn exit_status(&self) -> swpool_format::status::ExitStatus {
+        use swpool_format::status::ExitStatus;
+        match self {
+            HookError::WrongUser { .. } => ExitStatus::Usage,
+            HookError::CleanupFailed { .. } => ExitStatus::System,
+            HookError::State(e) => e.exit_status(),
+            HookError::User(e) => e.exit_status(),
+        }
+    }
+}
+
 /// The Prolog (`epilog` false: the user's stale mounts) and the Epilog (`epilog`: the job's
 /// references and mounts), run by slurmd as root on every node of the job (or as the job's user):
 /// nothing for a user without sw-pool state on the node; else `sw-pool cleanup` as the job's user
 /// (no supplementary groups, clean environment), its failure logged to syslog.
-pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), crate::Error> {
+pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), HookError> {
     let kind = if epilog { "epilog" } else { "prolog" };
     if !user_has_state(je.uid) {
         return Ok(()); // the job's user never used sw-pool on this node
@@ -352,13 +356,11 @@ pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), crate::Error> {
         return Ok(());
     }
     if euid != 0 {
-        return Err(crate::Error::other(
-            crate::ExitStatus::Usage,
-            format!(
-                "sw-pool slurm {kind} for job {} must run as root (slurmd) or as the job's user (uid {})",
-                je.job_id, je.uid
-            ),
-        ));
+        return Err(HookError::WrongUser {
+            kind,
+            job: je.job_id.clone(),
+            uid: je.uid,
+        });
     }
     let mut full = vec!["-q".to_string()];
     full.extend(args);
@@ -378,13 +380,13 @@ pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), crate::Error> {
                 je.user.clone().unwrap_or_else(|| je.uid.to_string())
             ),
         );
-        return Err(crate::Error::other(
-            crate::ExitStatus::System,
-            format!(
-                "sw-pool slurm {kind} on {node}: cleaning job {}'s mounts failed (status {st}); see `sw-pool list` as uid {} and syslog (tag sw-pool)",
-                je.job_id, je.uid
-            ),
-        ));
+        return Err(HookError::CleanupFailed {
+            kind,
+            node,
+            job: je.job_id.clone(),
+            uid: je.uid,
+            status: st,
+        });
     }
     Ok(())
 }

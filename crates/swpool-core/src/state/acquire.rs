@@ -43,7 +43,7 @@ pub fn held_by_job(
     mountpoint: &Path,
     digest: Option<&str>,
     job_id: &str,
-) -> Result<Option<Record>, Error> {
+) -> Result<Option<Record>, StateError> {
     let Some(rec) = dir.read(mountpoint)? else {
         return Ok(None);
     };
@@ -68,7 +68,11 @@ pub fn held_by_job(
 
 /// Mount `req.image` at `req.mountpoint` and record it, or add a reference to the same pool already
 /// mounted there. Everything happens under the store's lock.
-pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Acquired, Error> {
+pub fn acquire(
+    sys: &dyn Sys,
+    dir: &StateDir,
+    req: &AcquireRequest,
+) -> Result<Acquired, StateError> {
     let image = ImageInfo::inspect(&req.image)?;
     let mp = mount::canonical_mountpoint(&req.mountpoint)?;
     let _lock = dir.lock()?;
@@ -93,8 +97,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
                     return Err(StateError::Conflict {
                         mount_point: mp,
                         reason: format!("is mounted by uid {}, not by you", rec.uid),
-                    }
-                    .into());
+                    });
                 }
                 if !rec.same_image(&image) {
                     return Err(StateError::Conflict {
@@ -104,8 +107,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
                             rec.label(),
                             rec.image.display()
                         ),
-                    }
-                    .into());
+                    });
                 }
                 let has_job_ref =
                     req.job_id.is_some() && rec.refs.iter().any(|r| r.job_id == req.job_id);
@@ -142,8 +144,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
                         rec.helper_pid,
                         mp.display()
                     ),
-                }
-                .into());
+                });
             }
             MountState::Absent => {
                 notes.push(format!(
@@ -180,6 +181,7 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
         pending: true,
         source: req.source.clone(),
         mount_id: None,
+        serving: None,
     };
     dir.write(&rec)?;
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
@@ -193,11 +195,15 @@ pub fn acquire(sys: &dyn Sys, dir: &StateDir, req: &AcquireRequest) -> Result<Ac
     rec.pending = false;
     rec.helper_pid = m.helper_pid;
     rec.mount_id = m.mount_id;
+    rec.serving = Some(Serving::Fuse {
+        helper: m.backend,
+        pid: m.helper_pid,
+    });
     if let Err(e) = dir.write(&rec) {
         // no record, no mount: undo it
         let _ = mount::unmount(sys, &mp, true);
         let _ = dir.remove(&mp);
-        return Err(e.into());
+        return Err(e);
     }
     Ok(Acquired {
         record: rec,

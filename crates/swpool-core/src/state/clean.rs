@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{Record, StateDir, StateError};
-use crate::error::Error;
 use crate::mount::{self, MountError, MountState, Sys};
 
 /// What to clean.
@@ -137,7 +136,7 @@ fn zombie(pid: u32) -> bool {
 }
 
 /// Clean this node's mounts and records of the store's user as `sel` says.
-pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Action>, Error> {
+pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Action>, StateError> {
     let _lock = dir.lock()?;
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
     let me = sys.euid();
@@ -194,7 +193,12 @@ fn clean_record(
     mounts: &[crate::mount::MountEntry],
     mut rec: Record,
     out: &mut Vec<Action>,
-) -> Result<(), Error> {
+) -> Result<(), StateError> {
+    if let Err(e) = rec.check_known() {
+        let (mp, label, jobs) = (rec.mount_point.clone(), rec.label(), rec.job_ids());
+        act(out, sel, &mp, &label, jobs, "failed", e.to_string());
+        return Ok(());
+    }
     // the record's key, and where its mount is now (a parent may have been renamed since)
     let key = rec.mount_point.clone();
     let mp = rec.located(mounts);
@@ -411,7 +415,7 @@ pub fn clean_all_stores(
     uid: u32,
     sel: &Selection,
     job: Option<&str>,
-) -> Result<Vec<Action>, Error> {
+) -> Result<Vec<Action>, StateError> {
     let sys = crate::mount::RealSys::new();
     let mut dirs = candidate_dirs(uid);
     if dirs.is_empty() {
@@ -430,11 +434,11 @@ pub fn clean_all_stores(
             } else {
                 x.jobs.join(",")
             };
-            crate::slurm::syslog(
+            swpool_sys::syslog::syslog(
                 if x.action == "failed" {
-                    crate::slurm::Level::Error
+                    swpool_sys::syslog::Level::Error
                 } else {
-                    crate::slurm::Level::Notice
+                    swpool_sys::syslog::Level::Notice
                 },
                 &format!(
                     "job={jobs} user={user} node={} {} {} at {}{}{}",

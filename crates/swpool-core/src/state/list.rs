@@ -48,7 +48,7 @@ pub struct ListEntry {
 }
 
 /// This node's mounts and records of the calling user.
-pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, Error> {
+pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, StateError> {
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -181,7 +181,7 @@ fn keep(a: &ListFilter, e: &ListEntry) -> bool {
 
 /// This user's mounts, records and (with `unreported`) unused cache entries on this node, from
 /// every store the user's records may be in.
-pub fn node_list(a: &ListFilter, cfg: &crate::config::Config) -> Result<NodeList, Error> {
+pub fn node_list(a: &ListFilter, cfg: &crate::config::Config) -> Result<NodeList, StateError> {
     let uid = rustix::process::geteuid().as_raw();
     let sys = crate::mount::RealSys::new();
     let mut dirs = candidate_dirs(uid);

@@ -32,9 +32,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ExitStatus};
 use crate::image::ImageFormat;
 use crate::mount::{self, Backend, ImageInfo, MountError, MountState, PoolId, Sys, Unmounted};
+use swpool_format::status::ExitStatus;
 
 mod acquire;
 pub mod clean;
@@ -67,15 +67,23 @@ pub enum StateError {
         mount_point: PathBuf,
         reason: String,
     },
+    /// A record of a newer sw-pool (a schema, or a kind of mount, this one does not know).
+    #[error("mount record {} was written by a newer sw-pool ({what}): change it with that version, or upgrade this one; nothing was changed", crate::exec::show(path))]
+    Newer { path: PathBuf, what: String },
+    /// Mounting or unmounting what a record names failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
 }
 
 impl StateError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             StateError::Dir { .. } => ExitStatus::System,
-            StateError::Io { source, .. } => crate::error::io_status(source),
+            StateError::Io { source, .. } => swpool_format::status::io_status(source),
             StateError::Corrupt { .. } => ExitStatus::System,
             StateError::Conflict { .. } => ExitStatus::BadInput,
+            StateError::Mount(e) => e.exit_status(),
+            StateError::Newer { .. } => ExitStatus::System,
         }
     }
 }
@@ -89,6 +97,31 @@ pub struct Ref {
     pub since: u64,
     /// The process that asked (informational).
     pub pid: u32,
+}
+
+/// What serves a mount. Every mount sw-pool makes today is served by a FUSE helper; the variants
+/// for a kernel mount (the privileged helper), the on-demand chunk server, an overlay of layers and
+/// a namespace holder (environments) let those be recorded in the same store. A kind written by a
+/// newer sw-pool reads as [`Serving::Unknown`] and is never acted on by this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Serving {
+    /// A FUSE helper process (squashfuse_ll, fuse2fs).
+    Fuse { helper: Backend, pid: u32 },
+    /// A kernel mount of the image through a loop device.
+    Kernel {
+        fstype: String,
+        loop_device: PathBuf,
+    },
+    /// sw-pool's on-demand chunk server (a FUSE server verifying each chunk it serves).
+    ChunkServer { pid: u32 },
+    /// An overlay of read-only layers and a writable upper directory.
+    Overlay { lower: Vec<PathBuf>, upper: PathBuf },
+    /// A process holding the namespaces of an environment.
+    Namespace { pid: u32 },
+    /// A kind this sw-pool does not know (written by a newer one).
+    #[serde(other)]
+    Unknown,
 }
 
 /// A mount record.
@@ -124,6 +157,10 @@ pub struct Record {
     /// since (a user owns a parent) is still found, and unmounted, by it ([`Record::located`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_id: Option<u32>,
+    /// What serves the mount (absent in records of earlier versions: a FUSE helper, `backend` and
+    /// `helper_pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<Serving>,
 }
 
 impl Record {
@@ -144,6 +181,16 @@ impl Record {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
+        }
+    }
+    /// Refuse to act on a record whose mount this sw-pool does not know how to serve or undo.
+    pub fn check_known(&self) -> Result<(), StateError> {
+        match self.serving {
+            Some(Serving::Unknown) => Err(StateError::Newer {
+                path: self.mount_point.clone(),
+                what: "a kind of mount this version does not know".into(),
+            }),
+            _ => Ok(()),
         }
     }
     /// Where the recorded mount is now: at its mount point, or, when a parent directory was renamed

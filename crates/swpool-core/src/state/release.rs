@@ -23,7 +23,7 @@ pub fn release(
     mountpoint: &Path,
     force: bool,
     job_id: Option<&str>,
-) -> Result<Released, Error> {
+) -> Result<Released, StateError> {
     let _lock = dir.lock()?;
     // a mount point whose directories are gone or were swapped for a symlink since (a user owns a
     // parent) is still found by its record, under the path it was recorded with
@@ -44,8 +44,11 @@ pub fn release(
             dir.remove(&mp)?;
             None
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
+    if let Some(r) = &rec {
+        r.check_known()?;
+    }
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
     // where the mount is now (its parent may have been renamed since it was made)
     let at = rec

@@ -184,6 +184,19 @@ impl StateDir {
         }
         let mut b = Vec::new();
         f.read_to_end(&mut b).map_err(|e| corrupt(e.to_string()))?;
+        // the schema first: a newer one is not damage, and its fields may not parse here
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            schema: u32,
+        }
+        if let Ok(Probe { schema }) = serde_json::from_slice::<Probe>(&b) {
+            if schema > SCHEMA {
+                return Err(StateError::Newer {
+                    path: p.to_path_buf(),
+                    what: format!("record schema {schema}; this one reads schema {SCHEMA}"),
+                });
+            }
+        }
         let r: Record = serde_json::from_slice(&b)
             .map_err(|e| corrupt(format!("not a sw-pool mount record ({e})")))?;
         if r.schema != SCHEMA {

@@ -507,3 +507,64 @@ fn list_status_prints_as_its_json_name() {
         assert_eq!(format!("{st:<10}|"), format!("{:<10}|", st.as_str()));
     }
 }
+
+/// Records across versions: an earlier record (no `mount_id`, no `serving`) and one with fields a
+/// newer sw-pool added are read; a kind of mount or a schema this version does not know is refused
+/// with "newer sw-pool", never taken for damage, and nothing is changed.
+#[test]
+fn records_of_other_versions_are_read_or_refused_as_newer() {
+    let e = env();
+    let a = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    assert!(matches!(
+        a.record.serving,
+        Some(Serving::Fuse {
+            helper: Backend::SquashfuseLl,
+            ..
+        })
+    ));
+    let file = std::fs::read_dir(e.dir.path().join("mounts"))
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .unwrap();
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let put =
+        |v: &serde_json::Value| std::fs::write(&file, serde_json::to_vec(v).unwrap()).unwrap();
+
+    // an earlier version's record
+    let mut old = written.clone();
+    old.as_object_mut().unwrap().remove("serving");
+    old.as_object_mut().unwrap().remove("mount_id");
+    put(&old);
+    let r = e.dir.read(&e.mp).unwrap().unwrap();
+    assert_eq!((r.serving, r.mount_id), (None, None));
+
+    // a newer version's extra field
+    let mut newer = written.clone();
+    newer["added_later"] = serde_json::json!({"x": 1});
+    put(&newer);
+    assert!(e.dir.read(&e.mp).unwrap().is_some());
+
+    // a kind of mount this version does not know: read, but never acted on
+    let mut kind = written.clone();
+    kind["serving"] = serde_json::json!({"kind": "warp-drive", "pid": 7});
+    put(&kind);
+    let r = e.dir.read(&e.mp).unwrap().unwrap();
+    assert_eq!(r.serving, Some(Serving::Unknown));
+    let err = release(&e.sys, &e.dir, &e.mp, false, None).unwrap_err();
+    assert!(err.to_string().contains("newer sw-pool"), "{err}");
+    assert!(e.dir.read(&e.mp).unwrap().is_some(), "the record stays");
+
+    // a newer schema
+    let mut schema = written.clone();
+    schema["schema"] = serde_json::json!(SCHEMA + 1);
+    put(&schema);
+    let err = e.dir.read(&e.mp).unwrap_err();
+    assert!(matches!(err, StateError::Newer { .. }), "{err}");
+    assert!(err.to_string().contains("newer sw-pool"), "{err}");
+
+    put(&written);
+    release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}

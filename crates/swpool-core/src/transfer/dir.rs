@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::engine::LocalResult;
 use super::{watchdog, Stats};
-use crate::error::ExitStatus;
+use swpool_format::status::ExitStatus;
 
 /// Signature of a tree's metadata (paths, types, modes, sizes, mtimes, link targets) and an
 /// estimate of its tar stream's size.
@@ -65,7 +65,7 @@ pub(crate) fn signature(root: &Path) -> LocalResult<(String, u64)> {
 
 fn walk_err(p: &Path, e: io::Error) -> (ExitStatus, String) {
     (
-        crate::error::io_status(&e),
+        swpool_format::status::io_status(&e),
         format!("cannot read {} in SRC: {e}", p.display()),
     )
 }

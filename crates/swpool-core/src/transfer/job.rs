@@ -12,7 +12,7 @@ use mpi::traits::*;
 use super::watchdog;
 use super::TransferError;
 use crate::collective::{Agreed, Collective, Failure};
-use crate::error::ExitStatus;
+use swpool_format::status::ExitStatus;
 
 /// Longest hostname kept in the leader table.
 const HOST_LEN: usize = 64;

@@ -15,7 +15,7 @@ use super::{
     bad, dir, engine, plan, watchdog, Algorithm, CopyOptions, CopyReport, Stats, TransferError,
 };
 use crate::collective::{Collective, Local};
-use crate::error::ExitStatus;
+use swpool_format::status::ExitStatus;
 
 pub(super) fn leader_copy(
     job: &dyn Collective,
@@ -170,7 +170,7 @@ pub(super) fn leader_copy(
                     use std::os::unix::fs::FileExt;
                     out.write_all_at(&tail, off).map_err(|e| {
                         bad(
-                            crate::error::io_status(&e),
+                            swpool_format::status::io_status(&e),
                             format!("cannot write {}: {e}", tmp.path().display()),
                         )
                     })?;

@@ -51,13 +51,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::collective::{Agreed, Collective, Local};
-use crate::error::ExitStatus;
 use crate::pool::Pool;
 pub use job::Job;
 use leader::leader_copy;
 #[cfg(test)]
 pub(crate) use prepare::TEST_FREE_BYTES;
 use source::{Kind, SrcInfo};
+use swpool_format::status::ExitStatus;
 
 /// Errors of the broadcast engine. Messages name the node (hostname), the rank and the path.
 #[derive(Debug, thiserror::Error)]

@@ -7,8 +7,8 @@ use super::source::{read_stamp, Kind, SrcInfo};
 use super::{bad, dir};
 use crate::atomic::TempOutput;
 use crate::collective::Local;
-use crate::error::ExitStatus;
 use std::fs::File;
+use swpool_format::status::ExitStatus;
 
 #[cfg(test)]
 thread_local! {
@@ -49,7 +49,7 @@ pub(super) fn preflight(
         };
         r.map_err(|e| {
             bad(
-                crate::error::io_status(&e),
+                swpool_format::status::io_status(&e),
                 format!(
                     "cannot read SRC {}: {e}; the leaders that read it are on several nodes: make it readable on every node",
                     src.display()
@@ -131,7 +131,7 @@ pub(super) fn preflight(
     }
     let tmp_err = |e: std::io::Error| {
         bad(
-            crate::error::io_status(&e),
+            swpool_format::status::io_status(&e),
             format!(
                 "cannot create a temporary file in {}: {e}; make DEST's directory writable",
                 parent.display()

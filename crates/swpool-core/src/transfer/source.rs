@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, dir, plan};
 use crate::collective::Local;
-use crate::error::ExitStatus;
 use crate::pool::{Manifest, ManifestError, Pool};
 use plan::Chunk;
+use swpool_format::status::ExitStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,7 +83,7 @@ pub(super) fn inspect_src(
     };
     let meta = meta.map_err(|e| {
         bad(
-            crate::error::io_status(&e),
+            swpool_format::status::io_status(&e),
             format!(
                 "cannot access SRC {}: {e}; check the path and that it is readable",
                 src.display()
@@ -132,7 +132,7 @@ pub(super) fn inspect_src(
         Some(f) => f,
         None => File::open(src).map_err(|e| {
             bad(
-                crate::error::io_status(&e),
+                swpool_format::status::io_status(&e),
                 format!("cannot open SRC {}: {e}", src.display()),
             )
         })?,

@@ -102,7 +102,7 @@ fn run() {
                  storage or network is just very slow",
                 limit as f64 / 1000.0
             );
-            std::process::exit(crate::ExitStatus::Collective.code());
+            std::process::exit(swpool_format::status::ExitStatus::Collective.code());
         }
     }
 }

@@ -9,7 +9,7 @@ use openssl::rsa::Rsa;
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::TempOutput;
-use crate::error::ExitStatus;
+use swpool_format::status::ExitStatus;
 
 /// System and user directories of trusted public keys (`NAME.pem`: NAME is the signer's name).
 pub const SYSTEM_TRUSTED_KEYS: &str = "/etc/sw-pool/trusted-keys";
@@ -97,7 +97,7 @@ impl KeyError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             KeyError::Read { source, .. } | KeyError::Write { source, .. } => {
-                crate::error::io_status(source)
+                swpool_format::status::io_status(source)
             }
             KeyError::Ssl(_) => ExitStatus::Trust,
             _ => ExitStatus::BadInput,

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ExitStatus;
+use swpool_format::status::ExitStatus;
 
 /// Longest public key PEM and signature accepted in a signature block.
 const MAX_PEM: usize = 16 * 1024;
@@ -152,7 +152,7 @@ impl TrustError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             TrustError::Manifest(e) => e.exit_status(),
-            TrustError::Io { source, .. } => crate::error::io_status(source),
+            TrustError::Io { source, .. } => swpool_format::status::io_status(source),
             TrustError::Key(e) => e.exit_status(),
             // damage, as `load` and `mount` report the same bytes (a damaged pool, 4)
             TrustError::ImageMismatch { .. } | TrustError::SignMismatch { .. } => {

@@ -7,9 +7,9 @@ use mpi::topology::SimpleCommunicator;
 
 use super::ring::{Advance, Ctx, Ring};
 use super::LocalResult;
-use crate::error::ExitStatus;
 use crate::transfer::plan::SlotHeader;
 use crate::transfer::watchdog;
+use swpool_format::status::ExitStatus;
 
 /// Pending non-blocking MPI requests.
 pub(super) struct Reqs(Vec<ffi::MPI_Request>);

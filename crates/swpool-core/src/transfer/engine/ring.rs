@@ -21,8 +21,8 @@ use mpi::traits::*;
 
 use super::flight::{check, Landed, Reqs};
 use super::LocalResult;
-use crate::error::ExitStatus;
 use crate::transfer::plan::{self, SlotHeader};
+use swpool_format::status::ExitStatus;
 
 /// Buffers of one size, allocated on demand up to `cap`, given back by the writer.
 pub(super) struct BlockPool {

@@ -31,9 +31,9 @@ use mpi::traits::*;
 use super::flight::{check, Backoff, Landed, Reqs};
 use super::ring::BlockPool;
 use super::{finish, spawn_reader, spawn_writers, FileJob, LocalResult, Read, Written, WRITERS};
-use crate::error::ExitStatus;
 use crate::transfer::plan::{self, SlotHeader, BLOCK_LEN};
 use crate::transfer::{watchdog, Stats};
+use swpool_format::status::ExitStatus;
 
 /// Receives a rank keeps posted per tree (and chunks rank 0 keeps in flight per tree).
 const WINDOW: usize = 4;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::exec::{ExecError, Output, ToolCommand};
 
-use super::proc::MountEntry;
+use crate::proc::MountEntry;
 
 /// What `lstat` says about a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct FileMeta {
     pub ino: u64,
 }
 
-/// A mount point opened once, for root's mounts ([`super::pinned`]).
+/// A mount point opened once, for root's mounts ([`crate::pinned`]).
 #[derive(Debug)]
 pub struct PinnedDir {
     pub path: PathBuf,
@@ -32,7 +32,7 @@ pub struct PinnedDir {
     pub ino: u64,
     /// It had no entries when it was opened.
     pub empty: bool,
-    real: Option<super::pinned::Pinned>,
+    real: Option<crate::pinned::Pinned>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +110,7 @@ fn kind_of(ft: std::fs::FileType) -> FileKind {
     }
 }
 
-/// Root's `lstat`: the parent walked from `/` by descriptor ([`super::walk`]), the last component
+/// Root's `lstat`: the parent walked from `/` by descriptor ([`crate::walk`]), the last component
 /// looked at in it without following it. A user's symlink on the parent path is `ELOOP`, never
 /// followed (a plain `lstat` would report the symlink target's entry).
 fn lstat_walked(p: &Path) -> io::Result<FileMeta> {
@@ -118,9 +118,9 @@ fn lstat_walked(p: &Path) -> io::Result<FileMeta> {
     let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
-    let dir = super::walk::walk_dir(parent, None).map_err(|e| match e {
-        super::walk::WalkError::Io { source, .. } => source,
-        super::walk::WalkError::NotDir { .. } => io::Error::from_raw_os_error(libc::ENOTDIR),
+    let dir = crate::walk::walk_dir(parent, None).map_err(|e| match e {
+        crate::walk::WalkError::Io { source, .. } => source,
+        crate::walk::WalkError::NotDir { .. } => io::Error::from_raw_os_error(libc::ENOTDIR),
         other => io::Error::other(WalkLoop(other.to_string())),
     })?;
     let st = rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
@@ -173,8 +173,8 @@ impl Sys for RealSys {
         let fd = match (self.euid(), p.parent(), p.file_name()) {
             // root: in the directory its walk reached, never through a user's symlink
             (0, Some(parent), Some(name)) => {
-                let dir = super::walk::walk_dir(parent, None).map_err(|e| match e {
-                    super::walk::WalkError::Io { source, .. } => source,
+                let dir = crate::walk::walk_dir(parent, None).map_err(|e| match e {
+                    crate::walk::WalkError::Io { source, .. } => source,
                     _ => io::Error::from_raw_os_error(libc::ELOOP),
                 })?;
                 rustix::fs::openat(&dir.fd, name, flags, Mode::empty())?
@@ -205,7 +205,7 @@ impl Sys for RealSys {
         }
     }
     fn mounts(&self) -> io::Result<Vec<MountEntry>> {
-        super::proc::read_mountinfo()
+        crate::proc::read_mountinfo()
     }
     fn open_fuse_device(&self) -> io::Result<()> {
         std::fs::OpenOptions::new()
@@ -305,7 +305,7 @@ impl Sys for RealSys {
         std::thread::sleep(d)
     }
     fn pin(&self, p: &Path) -> io::Result<PinnedDir> {
-        let real = super::pinned::Pinned::open(p)?;
+        let real = crate::pinned::Pinned::open(p)?;
         Ok(PinnedDir {
             path: p.to_path_buf(),
             dev: real.dev,
@@ -315,7 +315,7 @@ impl Sys for RealSys {
         })
     }
     fn stage(&self) -> io::Result<PathBuf> {
-        super::pinned::Stage::create().map(|s| s.path)
+        crate::pinned::Stage::create().map(|s| s.path)
     }
     fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()> {
         match &to.real {
@@ -329,7 +329,7 @@ impl Sys for RealSys {
         }
     }
     fn remove_stage(&self, stage: &Path) {
-        super::pinned::Stage::remove(stage)
+        crate::pinned::Stage::remove(stage)
     }
     fn unmount_nofollow(&self, mp: &Path, lazy: bool) -> Result<(), ExecError> {
         use rustix::mount::UnmountFlags;
@@ -355,7 +355,7 @@ impl Sys for RealSys {
             return Err(fail("EINVAL".into(), "not a mount point path".into()));
         };
         let dir =
-            super::walk::walk_dir(parent, None).map_err(|e| fail("walk".into(), e.to_string()))?;
+            crate::walk::walk_dir(parent, None).map_err(|e| fail("walk".into(), e.to_string()))?;
         let mut at = std::ffi::OsString::from(format!("/proc/self/fd/{}/", {
             use std::os::fd::AsRawFd;
             dir.fd.as_raw_fd()
@@ -372,10 +372,10 @@ impl Sys for RealSys {
 
 /// The recording fake of [`Sys`] (unit tests only): a scripted FUSE helper and mount table, so that
 /// mount ordering and clean-up after failures are tested without root or FUSE.
-#[cfg(test)]
+#[cfg(any(test, feature = "testkit"))]
 pub use fake::{FakeHelper, FakeScript, FakeSys};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testkit"))]
 mod fake {
     use super::*;
     use std::path::PathBuf;
@@ -490,7 +490,7 @@ mod fake {
                 FakeHelper::MountsAfter(n) => polls >= *n,
                 _ => false,
             };
-            if appear && crate::mount::proc::mount_at(&sc.mounts, &mp).is_none() {
+            if appear && crate::proc::mount_at(&sc.mounts, &mp).is_none() {
                 sc.mounts.push(Self::fake_entry(&mp, &fstype));
                 let _ = pid;
             }

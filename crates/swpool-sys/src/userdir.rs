@@ -100,7 +100,7 @@ pub fn fallbacks(parent: &Path, uid: u32) -> Vec<PathBuf> {
     v
 }
 
-pub(crate) fn random_suffix() -> String {
+pub fn random_suffix() -> String {
     let mut b = [0u8; 8];
     let ok = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| io::Read::read_exact(&mut f, &mut b))
@@ -144,8 +144,8 @@ pub fn resolve(parent: &Path, uid: u32, create: bool) -> io::Result<PathBuf> {
         "{} {why}: someone else took the name; using a private directory beside it",
         crate::exec::show(&p)
     ));
-    crate::slurm::syslog(
-        crate::slurm::Level::Warning,
+    crate::syslog::syslog(
+        crate::syslog::Level::Warning,
         &format!(
             "uid={uid} {} {why}: squatted name, using a private fallback directory",
             p.display()

@@ -16,16 +16,16 @@ use super::manifest::{check_name, PackageRef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
-    #[error("cannot read {}: {source}", crate::exec::show(path))]
+    #[error("cannot read {}: {source}", crate::show::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: {reason}", crate::exec::show(path))]
+    #[error("{}: {reason}", crate::show::show(path))]
     Invalid { path: PathBuf, reason: String },
     #[error(
         "{} already exists and is not empty; choose a new directory",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     NotEmpty { path: PathBuf },
 }

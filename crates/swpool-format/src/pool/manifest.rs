@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::image::ImageFormat;
+use crate::format::ImageFormat;
 
 pub const MANIFEST_SCHEMA: u32 = 1;
 /// The chunk hash algorithm (recorded in every manifest).
@@ -324,8 +324,43 @@ pub fn utc(epoch: i64) -> String {
     )
 }
 
+/// A manifest of `image` in `chunk`-byte chunks, as `build` would write it (tests of this crate
+/// and, with the `testkit` feature, of others).
+#[cfg(any(test, feature = "testkit"))]
+pub fn sample(image: &[u8], chunk: u64) -> Manifest {
+    let mut b = ChunkListBuilder::new(image.len() as u64, chunk);
+    while let Some(r) = b.next_range() {
+        let bytes = &image[r.start as usize..r.end as usize];
+        let h = (!crate::sparse::is_all_zero(bytes)).then(|| hash_chunk(bytes));
+        b.push(h);
+    }
+    let mut m = Manifest {
+        schema: MANIFEST_SCHEMA,
+        name: "demo".into(),
+        version: "1.0".into(),
+        description: None,
+        format: ImageFormat::Squashfs,
+        image_size: 0,
+        data_size: 0,
+        digest: String::new(),
+        chunk_size: chunk,
+        hash: CHUNK_HASH.into(),
+        chunks: vec![],
+        created: 0,
+        packages: vec![PackageRef {
+            name: "hello".into(),
+            version: "1.0".into(),
+            modulefile: true,
+        }],
+        builder: "sw-pool test".into(),
+    };
+    b.finish_into(&mut m);
+    m
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
+    pub use super::sample;
     use super::*;
 
     #[test]
@@ -334,37 +369,6 @@ pub(crate) mod tests {
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(1_795_000_000), "2026-11-18 11:06:40 UTC");
         assert_eq!(utc(-1), "1969-12-31 23:59:59 UTC");
-    }
-
-    pub fn sample(image: &[u8], chunk: u64) -> Manifest {
-        let mut b = ChunkListBuilder::new(image.len() as u64, chunk);
-        while let Some(r) = b.next_range() {
-            let bytes = &image[r.start as usize..r.end as usize];
-            let h = (!crate::sparse::is_all_zero(bytes)).then(|| hash_chunk(bytes));
-            b.push(h);
-        }
-        let mut m = Manifest {
-            schema: MANIFEST_SCHEMA,
-            name: "demo".into(),
-            version: "1.0".into(),
-            description: None,
-            format: ImageFormat::Squashfs,
-            image_size: 0,
-            data_size: 0,
-            digest: String::new(),
-            chunk_size: chunk,
-            hash: CHUNK_HASH.into(),
-            chunks: vec![],
-            created: 0,
-            packages: vec![PackageRef {
-                name: "hello".into(),
-                version: "1.0".into(),
-                modulefile: true,
-            }],
-            builder: "sw-pool test".into(),
-        };
-        b.finish_into(&mut m);
-        m
     }
 
     #[test]

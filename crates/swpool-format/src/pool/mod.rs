@@ -14,18 +14,18 @@ use std::path::{Path, PathBuf};
 pub use layout::{LayoutError, PoolLayout, PoolToml};
 pub use manifest::{Manifest, PackageRef};
 
-use crate::error::ExitStatus;
+use crate::status::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("cannot read {}: {source}", crate::exec::show(path))]
+    #[error("cannot read {}: {source}", crate::show::show(path))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
         "{} is not a sw-pool pool: {reason}; build one with `sw-pool build OUT SRC`",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     NotAPool {
         path: PathBuf,
@@ -33,51 +33,31 @@ pub enum ManifestError {
     },
     #[error(
         "{} is not a regular file (a FIFO, a device or a directory); give a pool file",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     NotRegular { path: PathBuf },
     #[error(
         "{} is a damaged pool: {reason}; rebuild it or copy it again from its source",
-        crate::exec::show(path)
+        crate::show::show(path)
     )]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", crate::exec::show(path))]
+    #[error("{} starts like a {format} image but has no sw-pool trailer at its end: it was truncated, or it is a bare image (build pools with `sw-pool build`)", crate::show::show(path))]
     NoTrailer {
         path: PathBuf,
-        format: crate::image::ImageFormat,
+        format: crate::format::ImageFormat,
     },
 }
 
 impl ManifestError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
-            ManifestError::Io { source, .. } => crate::error::io_status(source),
+            ManifestError::Io { source, .. } => crate::status::io_status(source),
             _ => ExitStatus::InvalidPool,
         }
     }
 }
 
-/// Open `path` for reading only if it is a regular file, without blocking on the way: the open is
-/// non-blocking (a FIFO with no writer, a device, would otherwise hang it), then the opened file's
-/// type is checked (`fstat`, so a path swapped in between cannot slip past), then reads block
-/// again. Anything else is `InvalidInput` "not a regular file".
-pub fn open_regular(path: &Path) -> std::io::Result<File> {
-    use rustix::fs::{FileType, Mode, OFlags};
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-        Mode::empty(),
-    )?;
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    rustix::fs::fcntl_setfl(&fd, OFlags::RDONLY)?;
-    Ok(File::from(fd))
-}
+pub use crate::file::open_regular;
 
 /// An opened pool file: its manifest, read and validated from the trailer.
 #[derive(Debug)]
@@ -163,7 +143,7 @@ impl Pool {
                             reason,
                         });
                     }
-                    if let Ok(format) = crate::image::detect(path) {
+                    if let Ok(format) = crate::format::detect(path) {
                         return Err(ManifestError::NoTrailer {
                             path: path.to_path_buf(),
                             format,

@@ -1,0 +1,53 @@
+use super::*;
+
+#[test]
+fn globs() {
+    assert!(glob_match("libmpi*", "libmpi.so.40"));
+    assert!(glob_match("libc.so.*", "libc.so.6"));
+    assert!(!glob_match("libc.so.*", "libcrypt.so.1"));
+    assert!(glob_match("*verbs*", "libibverbs.so.1"));
+    assert!(glob_match("libz.so.1", "libz.so.1"));
+    assert!(!glob_match("libz.so.1", "libz.so.12"));
+}
+
+#[test]
+fn origin_paths() {
+    assert_eq!(
+        origin_path(Path::new("bin/x"), Path::new("lib/liba.so.1")),
+        "$ORIGIN/../lib/liba.so.1"
+    );
+    assert_eq!(
+        origin_path(Path::new("lib/liba.so"), Path::new("lib/libb.so")),
+        "$ORIGIN/libb.so"
+    );
+    assert_eq!(
+        origin_path(Path::new("python/pkg/sub/m.so"), Path::new("lib/libm0.so")),
+        "$ORIGIN/../../../lib/libm0.so"
+    );
+}
+
+#[test]
+fn excludes() {
+    let o = BundleOptions {
+        inputs: vec![],
+        name: None,
+        version: None,
+        out: "x".into(),
+        force: false,
+        python: None,
+        trace: None,
+        trace_prefixes: vec![],
+        exclude: vec!["libfoo*".into()],
+        include: vec!["libm.so.6".into()],
+        no_default_excludes: false,
+        link: LinkMode::Needed,
+        ld_library_path: None,
+    };
+    let e = Excludes::new(&o);
+    assert!(e.reason(&["libc.so.6"]).unwrap().contains("C library"));
+    assert!(e.reason(&["libmpi.so.40"]).unwrap().contains("MPI"));
+    assert!(e.reason(&["libibverbs.so.1"]).is_some());
+    assert!(e.reason(&["libfoo.so.3"]).unwrap().contains("--exclude"));
+    assert!(e.reason(&["libm.so.6"]).is_none());
+    assert!(e.reason(&["libz.so.1"]).is_none());
+}

@@ -1,0 +1,17 @@
+//! **swpool-sys** owns sw-pool's contact with the operating system where it must be exact: root's
+//! walk of a user's path by descriptor ([`walk`]), mounting onto the directory that was checked
+//! ([`pinned`]), the mount table and who holds a mount ([`proc`]), outputs written under a
+//! temporary name and renamed when complete ([`atomic`]), per-user directories in shared places and
+//! their squat fallbacks ([`userdir`]), external tools and the processes sw-pool starts ([`exec`]),
+//! syslog ([`syslog`]), and the [`sys::Sys`] seam the mount code goes through (its recording fake
+//! behind the `testkit` feature). It links neither MPI nor OpenSSL: the privileged mount helper is
+//! built on it.
+
+pub mod atomic;
+pub mod exec;
+pub mod pinned;
+pub mod proc;
+pub mod sys;
+pub mod syslog;
+pub mod userdir;
+pub mod walk;
