@@ -15,6 +15,7 @@ SW=$REPO/target/release/sw-pool
 [[ -x $SW ]] || { fail "sw-pool built" "$SW missing (cargo build --release)"; finish; }
 node=node1
 W=$TB/scratch/t46-$$
+RACE=$W/race.py   # a copy: the user racing must be able to read it
 L=$TB/local/t46-$$
 on() { "$TESTBED/exec" "$node" "$@"; }
 root_sw() { on env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$L/state" "$SW" "$@"; }
@@ -27,6 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/tree"
+cp "$REPO/tests/cluster/race.py" "$RACE"
 echo hello > "$W/tree/hello.txt"
 mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
 mke2fs -q -t ext2 -d "$W/tree" "$W/tiny.ext2" 4M >/dev/null
@@ -36,40 +38,9 @@ chmod -R a+rX "$W"
 # directories); the symlink points at the other user's directory
 on sh -c "mkdir -p '$L/race' '$L/victim' '$L/state' && chmod 755 '$L' && chmod 700 '$L/state' && chown '$TB_USER' '$L/race' && chown '$TB_USER2' '$L/victim' && mkdir '$L/race/mnt' && runuser -u '$TB_USER' -- ln -s '$L/victim' '$L/race/link'"
 
-cat > "$W/swap.py" <<'EOF'
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-race, stop = sys.argv[1], sys.argv[2]
-a, b = os.path.join(race, "mnt").encode(), os.path.join(race, "link").encode()
-n = 0
-while not os.path.exists(stop):
-    for _ in range(200):
-        if libc.renameat2(-100, a, -100, b, 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
-            n += 1
-print(n)
-EOF
-cat > "$W/watch.py" <<'EOF'
-import os, sys
-race, stop = sys.argv[1].rstrip("/") + "/", sys.argv[2]
-samples, inside, outside = 0, 0, set()
-while not os.path.exists(stop):
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            p = line.split(" ")
-            mp = p[4].replace("\\040", " ")
-            fstype = p[p.index("-") + 1]
-            if fstype.startswith("fuse") and ("/t46-" in mp):
-                if mp.startswith(race):
-                    inside += 1
-                else:
-                    outside.add(mp)
-    samples += 1
-print(samples, inside, len(outside), " ".join(sorted(outside)))
-EOF
-
-on runuser -u "$TB_USER" -- python3 "$W/swap.py" "$L/race" "$W/stop" > "$W/swaps" 2>&1 &
+on runuser -u "$TB_USER" -- python3 "$RACE" swap "$L/race/mnt" "$L/race/link" "$W/stop" > "$W/swaps" 2>&1 &
 swapper=$!
-on python3 "$W/watch.py" "$L/race" "$W/stop" > "$W/watch" 2>&1 &
+on python3 "$RACE" watch "$W/stop" /t46- "$L/race/" > "$W/watch" 2>&1 &
 watcher=$!
 
 ok=0 raced=0 symlink=0 other=0 i=0

@@ -17,6 +17,7 @@ SW=$REPO/target/release/sw-pool
 [[ -x $SW ]] || { fail "sw-pool built" "$SW missing (cargo build --release)"; finish; }
 node=node1
 W=$TB/scratch/t47-$$
+RACE=$W/race.py   # a copy: the user racing must be able to read it
 L=$TB/local/t47-$$
 on() { "$TESTBED/exec" "$node" "$@"; }
 root_sw() { on env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$L/state" SW_POOL_CACHE="$L/cache" "$SW" "$@"; }
@@ -28,6 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/tree"
+cp "$REPO/tests/cluster/race.py" "$RACE"
 echo hello > "$W/tree/hello.txt"
 mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
 "$SW" init -q --name t47 --version 1.0 "$W/pooltree" >/dev/null
@@ -65,43 +67,9 @@ assert_eq "its record was removed" 0 "$(on sh -c "ls '$L/state/mounts' 2>/dev/nu
 on runuser -u "$TB_USER" -- rm "$L/B/p/sub"
 on runuser -u "$TB_USER" -- mv -T "$L/B/p/moved" "$L/B/p/sub"
 
-cat > "$W/swap.py" <<'EOF'
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-p, stop = sys.argv[1], sys.argv[2]
-a, b = os.path.join(p, "sub").encode(), os.path.join(p, "link").encode()
-n = 0
-while not os.path.exists(stop):
-    for _ in range(200):
-        if libc.renameat2(-100, a, -100, b, 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
-            n += 1
-print(n)
-EOF
-cat > "$W/watch.py" <<'EOF'
-import os, sys
-decoy, base, stop = sys.argv[1].rstrip("/") + "/", sys.argv[2].rstrip("/") + "/", sys.argv[3]
-samples, inside, outside, made = 0, 0, set(), set()
-while not os.path.exists(stop):
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            p = line.split(" ")
-            mp = p[4].replace("\\040", " ")
-            if "/t47-" not in mp:
-                continue
-            if mp.startswith(base):
-                inside += 1
-            else:
-                outside.add(mp)
-    for e in os.listdir(decoy):
-        if e != "mnt":
-            made.add(e)
-    samples += 1
-print(samples, inside, len(outside) + len(made), " ".join(sorted(outside | made)))
-EOF
-
-on runuser -u "$TB_USER" -- python3 "$W/swap.py" "$L/B/p" "$W/stop" > "$W/swaps" 2>&1 &
+on runuser -u "$TB_USER" -- python3 "$RACE" swap "$L/B/p/sub" "$L/B/p/link" "$W/stop" > "$W/swaps" 2>&1 &
 swapper=$!
-on python3 "$W/watch.py" "$L/decoy" "$L/B/p/" "$W/stop" > "$W/watch" 2>&1 &
+on python3 "$RACE" watch "$W/stop" /t47- "$L/B/p/" "$L/decoy" > "$W/watch" 2>&1 &
 watcher=$!
 
 ok=0 refused=0 other=0 stuck=0 i=0

@@ -4,93 +4,50 @@
 //! walk is `tests/cluster/t_47_parent_race.sh` (it needs two users on a node of the testbed).
 
 mod common;
+use common::mount_fixture::T;
 use common::*;
 
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-struct T {
-    d: tempfile::TempDir,
+/// `sw-pool ARGS` for the test `t`, killed after `secs` (a hang is a failure, not a stuck run).
+fn run_within(t: &T, secs: u32, args: &[&str]) -> Out {
+    let mut c = Command::new("timeout");
+    c.args(["-s", "KILL", &secs.to_string()])
+        .arg(bin())
+        .args(args);
+    c.env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .env("SW_POOL_STATE_DIR", t.state())
+        .env("SW_POOL_CACHE", t.d.path());
+    run(&mut c)
 }
 
-impl T {
-    fn new() -> T {
-        let t = T { d: scratch() };
-        std::fs::create_dir(t.p("state")).unwrap();
-        std::fs::set_permissions(t.p("state"), PermissionsExt::from_mode(0o700)).unwrap();
-        t
+/// A pool `name` of a tree with one package; `size` ("" for squashfs) makes a sparse ext2 image.
+fn pool_of(t: &T, name: &str, content: &str, size: &str) -> String {
+    let tree = t.p(&format!("tree-{name}"));
+    let o = sw_run(&[
+        "init",
+        "-q",
+        "--name",
+        "demo",
+        "--version",
+        "1.0",
+        tree.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    std::fs::create_dir_all(tree.join("install/hello/1.0/bin")).unwrap();
+    std::fs::write(tree.join("install/hello/1.0/bin/hello"), content).unwrap();
+    let out = t.s(name);
+    let mut args = vec!["build", "-q"];
+    if !size.is_empty() {
+        args.extend(["-s", size]);
     }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.d.path().join(rel)
-    }
-    fn s(&self, rel: &str) -> String {
-        self.p(rel).to_string_lossy().into_owned()
-    }
-    fn sw(&self) -> Command {
-        let mut c = sw();
-        c.env("SW_POOL_STATE_DIR", self.p("state"))
-            .env("SW_POOL_CACHE", self.d.path())
-            .env_remove("SLURM_JOB_ID");
-        c
-    }
-    fn run(&self, args: &[&str]) -> Out {
-        run(self.sw().args(args))
-    }
-    /// `sw-pool ARGS` killed after `secs` (a hang is a failure, not a stuck test run).
-    fn run_within(&self, secs: u32, args: &[&str]) -> Out {
-        let mut c = Command::new("timeout");
-        c.args(["-s", "KILL", &secs.to_string()])
-            .arg(bin())
-            .args(args);
-        c.env("SW_POOL_SYSTEM_CONFIG", "")
-            .env("SW_POOL_USER_CONFIG", "")
-            .env("SW_POOL_STATE_DIR", self.p("state"))
-            .env("SW_POOL_CACHE", self.d.path());
-        run(&mut c)
-    }
-    /// A pool of a tree with one package; `size` ("" for squashfs) makes a sparse ext2 image.
-    fn pool(&self, name: &str, content: &str, size: &str) -> String {
-        let tree = self.p(&format!("tree-{name}"));
-        let o = sw_run(&[
-            "init",
-            "-q",
-            "--name",
-            "demo",
-            "--version",
-            "1.0",
-            tree.to_str().unwrap(),
-        ]);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        std::fs::create_dir_all(tree.join("install/hello/1.0/bin")).unwrap();
-        std::fs::write(tree.join("install/hello/1.0/bin/hello"), content).unwrap();
-        let out = self.s(name);
-        let mut args = vec!["build", "-q"];
-        if !size.is_empty() {
-            args.extend(["-s", size]);
-        }
-        args.extend([out.as_str(), tree.to_str().unwrap()]);
-        let o = sw_run(&args);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        out
-    }
-    fn mounts(&self) -> Vec<String> {
-        let root = std::fs::canonicalize(self.d.path()).unwrap();
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(String::from))
-            .filter(|m| Path::new(m).starts_with(&root))
-            .collect()
-    }
-}
-
-impl Drop for T {
-    fn drop(&mut self) {
-        for m in self.mounts().into_iter().rev() {
-            let _ = Command::new("fusermount3").args(["-u", "-z", &m]).status();
-        }
-    }
+    args.extend([out.as_str(), tree.to_str().unwrap()]);
+    let o = sw_run(&args);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    out
 }
 
 fn manifest(pool: &str) -> serde_json::Value {
@@ -128,7 +85,7 @@ fn sign_refuses_bytes_that_do_not_match_the_manifest() {
     let t = T::new();
     let (key, _) = keys(&t);
     // image A with a changed data byte: the manifest no longer vouches for it
-    let pool = t.pool("a.sqfs", "benign\n", "");
+    let pool = pool_of(&t, "a.sqfs", "benign\n", "");
     let before = std::fs::read(&pool).unwrap();
     let (data, _) = chunk_offsets(&pool);
     poke(&pool, data + 100, b"EVIL");
@@ -153,7 +110,7 @@ fn sign_refuses_bytes_that_do_not_match_the_manifest() {
     assert_ne!(before, changed);
 
     // a sparse ext2 pool with bytes written into a chunk its manifest calls null (a hole)
-    let e = t.pool("e.ext2", "benign\n", "16MB");
+    let e = pool_of(&t, "e.ext2", "benign\n", "16MB");
     let (_, null) = chunk_offsets(&e);
     let null = null.expect("a 16 MB ext2 pool of one file has null chunks");
     poke(&e, null + 4096, b"not zero");
@@ -170,7 +127,7 @@ fn verify_load_and_mount_report_the_same_damage_the_same_way() {
     }
     let t = T::new();
     let (key, public) = keys(&t);
-    let e = t.pool("e.ext2", "benign\n", "16MB");
+    let e = pool_of(&t, "e.ext2", "benign\n", "16MB");
     let o = sw_run(&["sign", "--key", &key, &e]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     // after signing, bytes land in a hole the signed manifest calls all-zero
@@ -196,7 +153,7 @@ fn verify_load_and_mount_report_the_same_damage_the_same_way() {
     assert!(t.mounts().is_empty(), "left mounted: {:?}", t.mounts());
 
     // a data chunk changed after signing (the A/B swap): 4 everywhere, not "OK" or 7
-    let a = t.pool("a.sqfs", "benign\n", "");
+    let a = pool_of(&t, "a.sqfs", "benign\n", "");
     assert_eq!(sw_run(&["sign", "--key", &key, &a]).code, 0);
     let (data, _) = chunk_offsets(&a);
     poke(&a, data + 100, b"EVIL");
@@ -210,6 +167,7 @@ fn verify_load_and_mount_report_the_same_damage_the_same_way() {
 #[test]
 fn a_fifo_or_a_device_is_refused_at_once_never_waited_on() {
     let t = T::new();
+    let state = t.s("state");
     let fifo = t.s("f.sqfs");
     assert!(Command::new("mkfifo")
         .arg(&fifo)
@@ -223,10 +181,10 @@ fn a_fifo_or_a_device_is_refused_at_once_never_waited_on() {
         vec!["mount", fifo.as_str(), &t.s("mnt")],
         vec!["load", "-q", "-m", &t.s("mnt"), fifo.as_str()],
         vec!["mount", "/dev/zero", &t.s("mnt")],
-        vec!["mount", &t.s("state"), &t.s("mnt")],
+        vec!["mount", &state, &t.s("mnt")],
         vec!["inspect", "/dev/zero"],
     ] {
-        let o = t.run_within(20, &args);
+        let o = run_within(&t, 20, &args);
         assert_eq!(o.code, 4, "sw-pool {args:?} (137: it hung): {}", o.stderr);
         assert!(
             o.stderr.contains("not a regular file"),
@@ -243,7 +201,7 @@ fn a_pool_that_lost_its_footer_is_damage_not_a_bare_image() {
         return skip("mounts need /dev/fuse, usable by root only on this host");
     }
     let t = T::new();
-    let pool = t.pool("p.sqfs", "hello\n", "");
+    let pool = pool_of(&t, "p.sqfs", "hello\n", "");
     let b = std::fs::read(&pool).unwrap();
     std::fs::write(t.p("cut.sqfs"), &b[..b.len() - 100]).unwrap();
     std::fs::create_dir(t.p("mnt")).unwrap();
@@ -284,7 +242,7 @@ fn a_changed_cache_entry_is_checked_again_before_reuse() {
         return skip("mounts need /dev/fuse, usable by root only on this host");
     }
     let t = T::new();
-    let pool = t.pool("p.sqfs", "the real content\n", "");
+    let pool = pool_of(&t, "p.sqfs", "the real content\n", "");
     std::fs::create_dir(t.p("mnt")).unwrap();
     let hello = t.p("mnt/install/hello/1.0/bin/hello");
     assert_eq!(t.run(&["mount", &pool, &t.s("mnt")]).code, 0);
