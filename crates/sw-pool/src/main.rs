@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse_from(args);
     output::init_logging(&cli.global);
     install_signal_cleanup();
+    swpool_core::transfer::watchdog::on_stall(stalled);
     match cmd::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -48,4 +49,15 @@ fn install_signal_cleanup() {
             std::process::exit(128 + sig);
         }
     });
+}
+
+/// The broadcast watchdog fired (a peer died or hangs): remove this node's temporaries, say so once
+/// and exit 8, so that the launcher tears down the other ranks.
+fn stalled(s: &swpool_core::transfer::watchdog::Stall) {
+    swpool_core::atomic::remove_all_registered();
+    output::print_error(&swpool_core::Error::other(
+        swpool_core::ExitStatus::Collective,
+        format!("{s}; temporary files removed on this node"),
+    ));
+    std::process::exit(swpool_core::ExitStatus::Collective.code());
 }

@@ -1,12 +1,13 @@
 //! The stall watchdog: a dead or hung peer must become an error in bounded time.
 //!
 //! The engine calls [`touch`] whenever something moves (a request completes, bytes are read or
-//! written). A background thread, armed for the duration of a collective copy, checks once a
-//! second; when nothing moved for the stall timeout it prints one message naming this node, the
-//! rank and the phase, removes every registered temporary file and directory, and exits with
-//! status 8 (Collective). Exiting without `MPI_Finalize` makes the launcher (mpirun, srun) tear down
-//! the other ranks, whose SIGTERM handler removes their temporaries too; ranks that are not torn
-//! down time out the same way on their own.
+//! written). A background thread, armed for the duration of a collective copy, checks four times a
+//! second; when nothing moved for the stall timeout it disarms and hands a [`Stall`] (this node and
+//! rank, the phase, how long nothing moved) to the callback the program installed with
+//! [`on_stall`]. The library itself never ends the process: the `sw-pool` binary's callback removes
+//! every registered temporary file and directory, prints one message and exits with status 8
+//! (Collective), so that the launcher (mpirun, srun) tears down the other ranks, whose SIGTERM
+//! handler removes their temporaries too. Without a callback a stall is logged as an error.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,6 +28,38 @@ fn epoch() -> Instant {
 
 fn now_ms() -> u64 {
     epoch().elapsed().as_millis() as u64
+}
+
+/// What the watchdog saw when it fired.
+#[derive(Debug, Clone)]
+pub struct Stall {
+    /// This node and rank (as given to [`arm`]).
+    pub who: String,
+    /// The phase nothing moved in.
+    pub phase: &'static str,
+    /// How long nothing moved (the stall timeout).
+    pub idle: Duration,
+}
+
+impl std::fmt::Display for Stall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: no progress for {:.0} s during {}: a peer node or rank probably died or hangs. Check \
+             the other ranks' messages and the launcher's report; raise SW_POOL_STALL_TIMEOUT if the \
+             storage or network is just very slow",
+            self.who,
+            self.idle.as_secs_f64(),
+            self.phase
+        )
+    }
+}
+
+static ON_STALL: std::sync::OnceLock<fn(&Stall)> = std::sync::OnceLock::new();
+
+/// What the program does when the watchdog fires (once per process; the first call wins).
+pub fn on_stall(f: fn(&Stall)) {
+    let _ = ON_STALL.set(f);
 }
 
 /// Record progress.
@@ -92,17 +125,35 @@ fn run() {
         let idle = now_ms().saturating_sub(LAST.load(Ordering::Relaxed));
         let limit = TIMEOUT_MS.load(Ordering::Relaxed);
         if idle >= limit {
-            let phase = *PHASE.lock().unwrap_or_else(|e| e.into_inner());
-            let who = WHO.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            crate::atomic::remove_all_registered();
-            eprintln!(
-                "sw-pool: error: {who}: no progress for {:.0} s during {phase}: a peer node or rank \
-                 probably died or hangs; temporary files removed on this node. Check the other \
-                 ranks' messages and the launcher's report; raise SW_POOL_STALL_TIMEOUT if the \
-                 storage or network is just very slow",
-                limit as f64 / 1000.0
-            );
-            std::process::exit(swpool_format::status::ExitStatus::Collective.code());
+            ARMED.store(false, Ordering::SeqCst);
+            let stall = Stall {
+                who: WHO.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                phase: *PHASE.lock().unwrap_or_else(|e| e.into_inner()),
+                idle: Duration::from_millis(limit),
+            };
+            match ON_STALL.get() {
+                Some(f) => f(&stall),
+                None => tracing::error!("{stall}"),
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static SEEN: Mutex<Option<(String, &'static str)>> = Mutex::new(None);
+
+    /// A stall reaches the program's callback (the library does not end the process) and disarms.
+    #[test]
+    fn a_stall_calls_the_callback_once_and_disarms() {
+        on_stall(|s| *SEEN.lock().unwrap() = Some((s.who.clone(), s.phase)));
+        let _armed = arm("node9 rank 3".into(), Duration::from_millis(100));
+        let _p = phase("testing");
+        std::thread::sleep(Duration::from_millis(900));
+        let seen = SEEN.lock().unwrap().clone();
+        assert_eq!(seen, Some(("node9 rank 3".to_string(), "testing")));
+        assert!(!ARMED.load(Ordering::SeqCst), "disarmed after firing");
     }
 }
