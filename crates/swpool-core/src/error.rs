@@ -47,6 +47,8 @@ pub enum Error {
     #[error(transparent)]
     User(#[from] crate::users::UserError),
     #[error(transparent)]
+    Load(#[from] crate::load::LoadError),
+    #[error(transparent)]
     Hook(#[from] crate::slurm::HookError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
@@ -83,6 +85,7 @@ impl Error {
             Error::PoolSpec(_) => ExitStatus::BadInput,
             Error::Bundle(e) => e.exit_status(),
             Error::User(e) => e.exit_status(),
+            Error::Load(e) => e.exit_status(),
             Error::Hook(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }

@@ -26,7 +26,6 @@ use crate::slurm::{self, JobPool};
 use crate::state::{self, AcquireRequest, StateDir};
 use crate::transfer::{copy, Authorized, CopyOptions, CopyReport, ProgressSink};
 use crate::trust::{authorize, TrustPolicy, TrustedKeys, Verdict};
-use swpool_format::status::ExitStatus;
 
 /// What to load, and where.
 #[derive(Clone, Default)]
@@ -136,13 +135,10 @@ pub fn resolve(spec: &Path, pool_path: &[PathBuf]) -> Result<PathBuf, Error> {
         return Ok(crate::pool::spec::resolve_pool(&s, pool_path)?);
     }
     match std::fs::metadata(spec) {
-        Err(_) => Err(Error::other(
-            ExitStatus::BadInput,
-            format!(
-                "pool {} does not exist (give a pool file, or NAME/VERSION found on $SW_POOL_PATH)",
-                spec.display()
-            ),
-        )),
+        Err(_) => Err(LoadError::NoPool {
+            pool: spec.to_path_buf(),
+        }
+        .into()),
         // the same message and status as `inspect` and `verify` (Pool::open) give
         Ok(m) if !m.is_file() => Err(crate::pool::ManifestError::NotRegular {
             path: spec.to_path_buf(),
@@ -170,14 +166,12 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Opti
     let m = &pool.manifest;
     if let Some(want) = &req.expect_digest {
         if &m.digest != want {
-            return Err(Error::other(
-                ExitStatus::InvalidPool,
-                format!(
-                    "{} changed on shared storage since the job loaded it ({want} → {}); every node of a job must use the same pool: load it again",
-                    src.display(),
-                    m.digest
-                ),
-            ));
+            return Err(LoadError::ChangedSinceJob {
+                pool: src.clone(),
+                want: want.clone(),
+                got: m.digest.clone(),
+            }
+            .into());
         }
     }
     let dest = cache_entry(node, req, m)?;
@@ -217,13 +211,10 @@ fn plan_from(
 ) -> Result<(Plan, Authorized), Error> {
     let pool = Pool::from_tail(&first.src, authorized.len, &authorized.tail)?;
     if pool.manifest.digest != first.digest || pool.manifest.image_size != authorized.image_size {
-        return Err(Error::other(
-            ExitStatus::Internal,
-            format!(
-                "node 0's plan for {} does not match its trailer",
-                first.src.display()
-            ),
-        ));
+        return Err(LoadError::PlanMismatch {
+            pool: first.src.clone(),
+        }
+        .into());
     }
     let verdict = authorize(&pool, &node.policy)?;
     let m = &pool.manifest;
@@ -305,12 +296,7 @@ pub fn load(
         });
         let got = job.leaders_bcast(0, mine.as_deref())?;
         let r: Result<(Plan, Authorized), Error> = serde_json::from_slice(&got)
-            .map_err(|e| {
-                Error::other(
-                    ExitStatus::Internal,
-                    format!("cannot decode node 0's plan: {e}"),
-                )
-            })
+            .map_err(|e| Error::from(LoadError::PlanDecode(e.to_string())))
             .and_then(|(p, a): (Plan, Authorized)| {
                 if first {
                     Ok((p, a))
@@ -459,21 +445,18 @@ pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Ver
             crate::pool::fs_size::check_fits(&pool)?;
             Ok(Some(authorize(&pool, &node.policy)?))
         }
-        Err(crate::pool::ManifestError::NotAPool { .. } | crate::pool::ManifestError::NoTrailer { .. })
-            if !node.policy.require_signature =>
-        {
-            Ok(None)
+        Err(
+            crate::pool::ManifestError::NotAPool { .. }
+            | crate::pool::ManifestError::NoTrailer { .. },
+        ) if !node.policy.require_signature => Ok(None),
+        Err(
+            crate::pool::ManifestError::NotAPool { .. }
+            | crate::pool::ManifestError::NoTrailer { .. },
+        ) => Err(LoadError::BareRefused {
+            image: image.to_path_buf(),
+            origin: node.policy.origin.to_string(),
         }
-        Err(crate::pool::ManifestError::NotAPool { .. } | crate::pool::ManifestError::NoTrailer { .. }) => {
-            Err(Error::other(
-                ExitStatus::Trust,
-                format!(
-                    "{} is a bare image without a sw-pool manifest, so no signature can vouch for it, and the trust policy requires one ({}); build and sign it as a pool",
-                    image.display(),
-                    node.policy.origin
-                ),
-            ))
-        }
+        .into()),
         Err(e) => Err(e.into()),
     }
 }
@@ -496,25 +479,21 @@ fn mountpoint_of(
         let (n, v) = s.split_once('/').expect("NAME/VERSION");
         (n.to_string(), v.to_string())
     } else {
-        return Err(Error::other(
-            ExitStatus::BadInput,
-            format!(
-                "{} is neither a mount point, a pool file nor NAME/VERSION (see `sw-pool list`)",
-                spec.display()
-            ),
-        ));
+        return Err(LoadError::UnknownSpec {
+            spec: spec.to_path_buf(),
+        }
+        .into());
     };
     let mp = paths::default_mount_dir(mount_dir, uid)
         .join(&name)
         .join(&version);
     if !mp.is_dir() {
-        return Err(Error::other(
-            ExitStatus::BadInput,
-            format!(
-                "pool {name}/{version} is not loaded on this node (nothing at {}; see `sw-pool list`)",
-                mp.display()
-            ),
-        ));
+        return Err(LoadError::NotLoaded {
+            name,
+            version,
+            at: mp,
+        }
+        .into());
     }
     Ok((mount::canonical_mountpoint(&mp)?, Some((name, version))))
 }
@@ -571,7 +550,9 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
     changes
 }
 
+mod error;
 mod task;
+pub use error::LoadError;
 #[cfg(test)]
 use task::last_set;
 pub use task::{ensure, task_prolog};

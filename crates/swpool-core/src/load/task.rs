@@ -41,17 +41,17 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         .truncate(false)
         .write(true)
         .open(&lock)
-        .map_err(|e| {
-            Error::other(
-                ExitStatus::System,
-                format!("cannot open {}: {e}", lock.display()),
-            )
+        .map_err(|source| LoadError::Lock {
+            what: "open",
+            path: lock.clone(),
+            source,
         })?;
     rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
-        Error::other(
-            ExitStatus::System,
-            format!("cannot lock {}: {e}", lock.display()),
-        )
+        LoadError::Lock {
+            what: "lock",
+            path: lock.clone(),
+            source: e.into(),
+        }
     })?;
     let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
     let default_mp = root.join(&p.name).join(&p.version);
@@ -92,11 +92,17 @@ fn requested(
     getenv: &dyn Fn(&str) -> Option<String>,
     job_id: Option<&str>,
 ) -> Result<Vec<(JobPool, bool)>, Error> {
-    let bad = |m: String| Error::other(ExitStatus::BadInput, m);
+    let bad = |var: &str, reason: String| -> Error {
+        LoadError::JobEnv {
+            var: var.to_string(),
+            reason,
+        }
+        .into()
+    };
     let mut out: Vec<(JobPool, bool)> = Vec::new();
     if let Some(v) = getenv(slurm::JOB_POOLS_VAR) {
-        let pools = slurm::decode_job_pools(&v)
-            .map_err(|e| bad(format!("{}: {e}", slurm::JOB_POOLS_VAR)))?;
+        let pools =
+            slurm::decode_job_pools(&v).map_err(|e| bad(slurm::JOB_POOLS_VAR, e.to_string()))?;
         out.extend(pools.into_iter().map(|p| (p, false)));
     }
     if let Some(v) = getenv(slurm::LOAD_VAR) {
@@ -107,7 +113,7 @@ fn requested(
                 }
                 continue;
             }
-            let ctx = |e: Error| bad(format!("{}={spec}: {e}", slurm::LOAD_VAR));
+            let ctx = |e: Error| bad(&format!("{}={spec}", slurm::LOAD_VAR), e.to_string());
             let src = resolve(Path::new(&spec), &node.cfg.pool_path.value).map_err(ctx)?;
             if out.iter().any(|(p, _)| p.src == src) {
                 continue; // loaded by an earlier step or prolog of this job

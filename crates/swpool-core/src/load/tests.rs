@@ -8,6 +8,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use super::*;
+use swpool_format::status::ExitStatus;
 use crate::collective::fake::{FakeCluster, FakeRank};
 use crate::mount::sys::{FakeHelper, FakeScript, FakeSys};
 use crate::pool::manifest::sample;
