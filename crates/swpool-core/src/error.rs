@@ -5,6 +5,7 @@
 //! [`Error::exit_status`].
 
 use std::fmt;
+use std::path::PathBuf;
 
 pub use swpool_format::status::{io_status, ExitStatus};
 
@@ -47,7 +48,7 @@ pub enum Error {
     #[error(transparent)]
     User(#[from] crate::users::UserError),
     #[error(transparent)]
-    Load(#[from] crate::load::LoadError),
+    Load(#[from] LoadError),
     #[error(transparent)]
     Hook(#[from] crate::slurm::HookError),
     /// A free-form error with an exit status, for the binary's edge code.
@@ -88,6 +89,71 @@ impl Error {
             Error::Load(e) => e.exit_status(),
             Error::Hook(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
+        }
+    }
+}
+
+/// How a load, an unload or the TaskProlog's step fails on its own account (the pipeline's other
+/// failures are the errors of trust, transfer, cache, mount and state). It lives here, with the
+/// error that gathers the others, so that `load` depends on `error` and not the reverse.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "pool {} does not exist (give a pool file, or NAME/VERSION found on $SW_POOL_PATH)",
+        swpool_format::show::show(pool)
+    )]
+    NoPool { pool: PathBuf },
+    #[error("{} changed on shared storage since the job loaded it ({want} → {got}); every node of a job must use the same pool: load it again", swpool_format::show::show(pool))]
+    ChangedSinceJob {
+        pool: PathBuf,
+        want: String,
+        got: String,
+    },
+    #[error(
+        "node 0's plan for {} does not match its trailer",
+        swpool_format::show::show(pool)
+    )]
+    PlanMismatch { pool: PathBuf },
+    #[error("cannot decode node 0's plan: {0}")]
+    PlanDecode(String),
+    #[error("{} is a bare image without a sw-pool manifest, so no signature can vouch for it, and the trust policy requires one ({origin}); build and sign it as a pool", swpool_format::show::show(image))]
+    BareRefused { image: PathBuf, origin: String },
+    #[error(
+        "{} is neither a mount point, a pool file nor NAME/VERSION (see `sw-pool list`)",
+        swpool_format::show::show(spec)
+    )]
+    UnknownSpec { spec: PathBuf },
+    #[error(
+        "pool {name}/{version} is not loaded on this node (nothing at {}; see `sw-pool list`)",
+        swpool_format::show::show(at)
+    )]
+    NotLoaded {
+        name: String,
+        version: String,
+        at: PathBuf,
+    },
+    #[error("cannot {what} {}: {source}", swpool_format::show::show(path))]
+    Lock {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A pool the task's environment names (`SW_POOL_JOB_POOLS`, `SW_POOL_LOAD`) is not usable.
+    #[error("{var}: {reason}")]
+    JobEnv { var: String, reason: String },
+}
+
+impl LoadError {
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            LoadError::NoPool { .. }
+            | LoadError::UnknownSpec { .. }
+            | LoadError::NotLoaded { .. }
+            | LoadError::JobEnv { .. } => ExitStatus::BadInput,
+            LoadError::ChangedSinceJob { .. } => ExitStatus::InvalidPool,
+            LoadError::PlanMismatch { .. } | LoadError::PlanDecode(_) => ExitStatus::Internal,
+            LoadError::BareRefused { .. } => ExitStatus::Trust,
+            LoadError::Lock { .. } => ExitStatus::System,
         }
     }
 }

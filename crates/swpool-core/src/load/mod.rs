@@ -550,9 +550,8 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
     changes
 }
 
-mod error;
 mod task;
-pub use error::LoadError;
+pub use crate::error::LoadError;
 #[cfg(test)]
 use task::last_set;
 pub use task::{ensure, task_prolog};

@@ -8,12 +8,12 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use super::*;
-use swpool_format::status::ExitStatus;
 use crate::collective::fake::{FakeCluster, FakeRank};
 use crate::mount::sys::{FakeHelper, FakeScript, FakeSys};
 use crate::pool::manifest::sample;
 use crate::pool::trailer::write_trailer;
 use crate::trust::{keys, sign_pool, TrustedKey};
+use swpool_format::status::ExitStatus;
 
 const NODES: usize = 4;
 
