@@ -21,9 +21,8 @@ NEW=$REPO/target/release/sw-pool
 [[ -x $NEW && -x $OLD ]] || { echo "ab-cp: need $NEW (cargo build --release) and $OLD" >&2; exit 1; }
 S=$((SIZE_MIB << 20))
 OUT=$REPO/bench/results/ab-cp-$(date +%Y%m%d-%H%M).md
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 trap '"$TESTBED/down" -q || true' EXIT
 {
   echo "# sw-pool cp: new vs old binary ($(date -Is))"

@@ -21,10 +21,8 @@ SW_BIN=$REPO/target/release/sw-pool
 [[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
 OUT=$REPO/bench/results/cp-sbcast-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 trap '"$TESTBED/down" -q || true' EXIT
 {
   echo "# sw-pool cp vs sbcast where users run it ($(date -Is))"

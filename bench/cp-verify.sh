@@ -29,12 +29,8 @@ SW_BIN=$REPO/target/release/sw-pool
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/cp-verify-$(date +%Y%m%d-%H%M).md
 B=/var/tmp/swp-cpv-$$          # the pool, built once in the root namespace
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-log() { echo "$*" | tee -a "$OUT.log"; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 NODES=()
 cleanup() {
   for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/cpv"; done

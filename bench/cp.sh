@@ -20,11 +20,8 @@ SW_BIN=$REPO/target/release/sw-pool
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/cp-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-log() { echo "$*" | tee -a "$OUT.log"; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 trap '"$TESTBED/down" -q || true' EXIT
 
 {

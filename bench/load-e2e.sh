@@ -20,11 +20,8 @@ SW_BIN=$REPO/target/release/sw-pool
 [[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/load-e2e-$(date +%Y%m%d-%H%M).md
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-log() { echo "$*" | tee -a "$OUT.log"; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 W=/var/tmp/swp-bench-e2e
 trap '"$TESTBED/down" -q || true; rm -rf "$W"' EXIT
 

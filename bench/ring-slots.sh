@@ -28,9 +28,8 @@ SW_BIN=$REPO/target/release/sw-pool
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/ring-slots-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 trap '"$TESTBED/down" -q || true' EXIT
 
 "$TESTBED/up" -n "$N" --node-rate 400mbit --storage-rate 800mbit >/dev/null

@@ -150,8 +150,8 @@ done
 testbed/exec node1 rm -rf "$TB/local/lmp"
 
 hosts() { local n=$1 p=$2 h="" i; for ((i = 1; i <= n; i++)); do h+="node$i:$p,"; done; echo "${h%,}"; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 RES=$OUT/runs.jsonl
 : > "$RES"
 MNT=$TB/local/stormmnt

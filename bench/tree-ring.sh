@@ -27,10 +27,8 @@ SW_BIN=$REPO/target/release/sw-pool
 [[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/tree-ring-$(date +%Y%m%d-%H%M).md
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 trap '"$TESTBED/down" -q || true' EXIT
 
 max_n=0; for n in $NS; do if (( n > max_n )); then max_n=$n; fi; done
