@@ -178,6 +178,9 @@ pub fn record_verified(entry: &Path) -> std::io::Result<()> {
     let Some(p) = stamp_path(entry) else {
         return Ok(());
     };
+    if read_stamp(entry).is_some_and(|s| s == Verified::of(&m)) {
+        return Ok(()); // already says so: no rewrite (and no fsync) on a load from the cache
+    }
     let (tmp, mut f) = crate::atomic::TempOutput::create(&p)?;
     std::io::Write::write_all(
         &mut f,

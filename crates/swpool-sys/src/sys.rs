@@ -115,14 +115,7 @@ fn kind_of(ft: std::fs::FileType) -> FileKind {
 /// followed (a plain `lstat` would report the symlink target's entry).
 fn lstat_walked(p: &Path) -> io::Result<FileMeta> {
     use rustix::fs::{AtFlags, FileType};
-    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    };
-    let dir = crate::walk::walk_dir(parent, None).map_err(|e| match e {
-        crate::walk::WalkError::Io { source, .. } => source,
-        crate::walk::WalkError::NotDir { .. } => io::Error::from_raw_os_error(libc::ENOTDIR),
-        other => io::Error::other(WalkLoop(other.to_string())),
-    })?;
+    let (dir, name) = crate::walk::walk_parent(p)?;
     let st = rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(FileMeta {
         kind: match FileType::from_raw_mode(st.st_mode) {
@@ -137,18 +130,6 @@ fn lstat_walked(p: &Path) -> io::Result<FileMeta> {
         ino: st.st_ino,
     })
 }
-
-/// A symlink in a user-writable directory on a path root walked ([`lstat_walked`]).
-#[derive(Debug)]
-pub struct WalkLoop(pub String);
-
-impl std::fmt::Display for WalkLoop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for WalkLoop {}
 
 impl Sys for RealSys {
     fn euid(&self) -> u32 {
@@ -170,16 +151,12 @@ impl Sys for RealSys {
     fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
         use rustix::fs::{Mode, OFlags};
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = match (self.euid(), p.parent(), p.file_name()) {
+        let fd = if self.euid() == 0 {
             // root: in the directory its walk reached, never through a user's symlink
-            (0, Some(parent), Some(name)) => {
-                let dir = crate::walk::walk_dir(parent, None).map_err(|e| match e {
-                    crate::walk::WalkError::Io { source, .. } => source,
-                    _ => io::Error::from_raw_os_error(libc::ELOOP),
-                })?;
-                rustix::fs::openat(&dir.fd, name, flags, Mode::empty())?
-            }
-            _ => rustix::fs::open(p, flags, Mode::empty())?,
+            let (dir, name) = crate::walk::walk_parent(p)?;
+            rustix::fs::openat(&dir.fd, name, flags, Mode::empty())?
+        } else {
+            rustix::fs::open(p, flags, Mode::empty())?
         };
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         for e in dir.by_ref() {
@@ -351,11 +328,8 @@ impl Sys for RealSys {
             status,
             stderr,
         };
-        let (Some(parent), Some(name)) = (mp.parent(), mp.file_name()) else {
-            return Err(fail("EINVAL".into(), "not a mount point path".into()));
-        };
-        let dir =
-            crate::walk::walk_dir(parent, None).map_err(|e| fail("walk".into(), e.to_string()))?;
+        let (dir, name) =
+            crate::walk::walk_parent(mp).map_err(|e| fail("walk".into(), e.to_string()))?;
         let mut at = std::ffi::OsString::from(format!("/proc/self/fd/{}/", {
             use std::os::fd::AsRawFd;
             dir.fd.as_raw_fd()

@@ -48,6 +48,36 @@ impl WalkError {
     }
 }
 
+/// As an `io::Error` (for callers behind an `io::Result` seam): the walk's own I/O error as it was,
+/// `ENOTDIR` for a non-directory, and a refused or looping symlink as an `Other` error carrying the
+/// `WalkError` itself ([`is_refused_symlink`] tells it apart).
+impl From<WalkError> for io::Error {
+    fn from(e: WalkError) -> io::Error {
+        match e {
+            WalkError::Io { source, .. } => source,
+            WalkError::NotDir { .. } => io::Error::from_raw_os_error(libc::ENOTDIR),
+            other => io::Error::other(other),
+        }
+    }
+}
+
+/// Did a walk behind this `io::Error` meet a symlink it refuses (or a loop)?
+pub fn is_refused_symlink(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<WalkError>())
+}
+
+/// Walk the parent of `p` ([`walk_dir`], nothing created) and return it with `p`'s last component:
+/// where root looks at, opens or unmounts a mount point.
+pub fn walk_parent(p: &Path) -> Result<(Walked, &OsStr), WalkError> {
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => Ok((walk_dir(parent, None)?, name)),
+        _ => Err(WalkError::Io {
+            path: p.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::InvalidInput),
+        }),
+    }
+}
+
 /// A directory reached by [`walk_dir`].
 #[derive(Debug)]
 pub struct Walked {

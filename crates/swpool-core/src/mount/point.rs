@@ -93,19 +93,17 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, Mount
                 .into(),
         ),
         // as root: a parent that no longer walks (a user swapped in a symlink since) is a race
-        _ if e.get_ref().is_some_and(|x| x.is::<sys::WalkLoop>()) => MountError::Raced {
+        _ if walk::is_refused_symlink(&e) => MountError::Raced {
             path: mp.to_path_buf(),
             reason: format!("its parent changed while it was being checked: {e}"),
         },
-        std::io::ErrorKind::NotFound if sys.euid() == 0 && parent_changed(mp).is_some() => {
-            MountError::Raced {
+        std::io::ErrorKind::NotFound => match (sys.euid() == 0).then(|| parent_changed(mp)) {
+            Some(Some(reason)) => MountError::Raced {
                 path: mp.to_path_buf(),
-                reason: parent_changed(mp).unwrap_or_default(),
-            }
-        }
-        std::io::ErrorKind::NotFound => {
-            err("does not exist; create an empty directory first (`mkdir -p`)".into())
-        }
+                reason,
+            },
+            _ => err("does not exist; create an empty directory first (`mkdir -p`)".into()),
+        },
         _ => err(e.to_string()),
     })?;
     match m.kind {
@@ -163,12 +161,14 @@ pub fn check_mountpoint(sys: &dyn Sys, mp: &Path) -> Result<sys::FileMeta, Mount
     match sys.dir_is_empty(mp) {
         Ok(true) => Ok(m),
         Ok(false) => Err(err("is not empty; mount on an empty directory".into())),
-        // a directory a moment ago: someone replaced it while it was being checked
+        // a directory a moment ago: someone replaced it (or, as root, a parent) while it was
+        // being checked
         Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)
-            ) =>
+            if walk::is_refused_symlink(&e)
+                || matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)
+                ) =>
         {
             Err(MountError::Raced {
                 path: mp.to_path_buf(),
