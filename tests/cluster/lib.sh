@@ -96,3 +96,26 @@ make_test_image() {
   fi
   echo "$img"
 }
+# race_fixture TAG: what the root-mount race tests (t_46, t_47) share, on node1: W (scratch, same
+# path on every node), L (node1's local disk), RACE (a copy of race.py the racing user can read),
+# on CMD... (run on node1), a clean-up on exit (stops the racers, unmounts and removes what is under
+# $L, removes $W), and $W/tree with $W/tiny.sqfs built from it
+race_fixture() {
+  node=node1
+  W=$TB/scratch/$1-$$
+  L=$TB/local/$1-$$
+  RACE=$W/race.py
+  on() { "$TESTBED/exec" "$node" "$@"; }
+  race_cleanup() {
+    touch "$W/stop" 2>/dev/null || true
+    sleep 0.3
+    # unmount whatever is still mounted under $L (by mount point), then remove it
+    on sh -c "awk -v p='$L/' 'index(\$5, p) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done; rm -rf '$L'" >/dev/null 2>&1 || true
+    rm -rf "$W"
+  }
+  trap race_cleanup EXIT
+  mkdir -p "$W/tree"
+  cp "$REPO/tests/cluster/race.py" "$RACE"
+  echo hello > "$W/tree/hello.txt"
+  mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
+}

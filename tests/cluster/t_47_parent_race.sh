@@ -15,23 +15,8 @@ require_testbed
 cd /
 SW=$REPO/target/release/sw-pool
 [[ -x $SW ]] || { fail "sw-pool built" "$SW missing (cargo build --release)"; finish; }
-node=node1
-W=$TB/scratch/t47-$$
-RACE=$W/race.py   # a copy: the user racing must be able to read it
-L=$TB/local/t47-$$
-on() { "$TESTBED/exec" "$node" "$@"; }
+race_fixture t47
 root_sw() { on env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$L/state" SW_POOL_CACHE="$L/cache" "$SW" "$@"; }
-cleanup() {
-  touch "$W/stop" 2>/dev/null || true
-  sleep 0.3
-  on sh -c "awk -v p='$L/' 'index(\$5, p) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done; rm -rf '$L'" >/dev/null 2>&1 || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-mkdir -p "$W/tree"
-cp "$REPO/tests/cluster/race.py" "$RACE"
-echo hello > "$W/tree/hello.txt"
-mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
 "$SW" init -q --name t47 --version 1.0 "$W/pooltree" >/dev/null
 mkdir -p "$W/pooltree/install/hello/1.0/bin" && echo hi > "$W/pooltree/install/hello/1.0/bin/hello"
 "$SW" build -q "$W/t47.sqfs" "$W/pooltree"
