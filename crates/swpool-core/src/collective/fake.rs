@@ -1,7 +1,9 @@
 //! An in-process cluster: one thread per rank, `nodes × ranks_per_node` ranks, exchanging bytes
 //! through shared memory. It implements [`Collective`] exactly as the MPI job does (same order of
-//! calls, same blocking), so a use case's agreements are unit-tested without MPI. Its data plane
-//! is "every receiving node copies by itself" ([`Collective::mpi_leaders`] is `None`).
+//! calls, same blocking), so a use case's agreements are unit-tested without MPI. Its leaders have
+//! a data plane ([`crate::plane::fake`]): a file is read once and moved among the fake
+//! nodes by the same engine as in an MPI job ([`FakeCluster::run_without_data_plane`]: every
+//! receiving node copies by itself, as in a job without MPI).
 //!
 //! A rank that does not arrive within [`FakeCluster::TIMEOUT`] makes the others panic: a test of a
 //! collective that would hang fails instead.
@@ -12,6 +14,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::{Agreed, Collective};
+use crate::plane::fake::{self as plane, FakePlane, Faults};
+use crate::plane::DataPlane;
 
 /// One group of ranks that exchange bytes (the world, the leaders, the ranks of one node).
 struct Group {
@@ -87,6 +91,10 @@ struct Shared {
     world: Group,
     leaders: Group,
     node: Vec<Group>,
+    /// Whether the leaders have a data plane.
+    plane: bool,
+    /// The data planes of the leaders' splits, by split number: each member takes its own.
+    planes: Mutex<HashMap<u64, Vec<Option<FakePlane>>>>,
 }
 
 /// Builds the ranks of a fake cluster.
@@ -99,6 +107,10 @@ impl FakeCluster {
     /// The ranks of a cluster of `nodes` nodes with `ranks_per_node` ranks each; hand one to each
     /// thread. Node `i` is called `fake<i>`.
     pub fn ranks(nodes: usize, ranks_per_node: usize) -> Vec<FakeRank> {
+        Self::ranks_with(nodes, ranks_per_node, true)
+    }
+
+    fn ranks_with(nodes: usize, ranks_per_node: usize, plane: bool) -> Vec<FakeRank> {
         assert!(nodes > 0 && ranks_per_node > 0);
         let shared = Arc::new(Shared {
             nodes,
@@ -106,12 +118,15 @@ impl FakeCluster {
             world: Group::new(nodes * ranks_per_node),
             leaders: Group::new(nodes),
             node: (0..nodes).map(|_| Group::new(ranks_per_node)).collect(),
+            plane,
+            planes: Mutex::new(HashMap::new()),
         });
         (0..nodes * ranks_per_node)
             .map(|r| FakeRank {
                 rank: r,
                 host: format!("fake{}", r / ranks_per_node),
                 shared: shared.clone(),
+                splits: std::sync::atomic::AtomicU64::new(0),
             })
             .collect()
     }
@@ -122,7 +137,19 @@ impl FakeCluster {
         ranks_per_node: usize,
         f: impl Fn(&FakeRank) -> T + Sync,
     ) -> Vec<T> {
-        let ranks = Self::ranks(nodes, ranks_per_node);
+        Self::run_ranks(Self::ranks(nodes, ranks_per_node), f)
+    }
+
+    /// [`FakeCluster::run`] on a cluster whose leaders have no data plane.
+    pub fn run_without_data_plane<T: Send>(
+        nodes: usize,
+        ranks_per_node: usize,
+        f: impl Fn(&FakeRank) -> T + Sync,
+    ) -> Vec<T> {
+        Self::run_ranks(Self::ranks_with(nodes, ranks_per_node, false), f)
+    }
+
+    fn run_ranks<T: Send>(ranks: Vec<FakeRank>, f: impl Fn(&FakeRank) -> T + Sync) -> Vec<T> {
         std::thread::scope(|s| {
             let hs: Vec<_> = ranks.iter().map(|r| s.spawn(|| f(r))).collect();
             hs.into_iter()
@@ -137,6 +164,8 @@ pub struct FakeRank {
     rank: usize,
     host: String,
     shared: Arc<Shared>,
+    /// Leaders' splits so far (every leader splits in the same order).
+    splits: std::sync::atomic::AtomicU64,
 }
 
 impl FakeRank {
@@ -182,6 +211,36 @@ impl Collective for FakeRank {
         let g = &self.shared.node[self.node_index()];
         let all = g.exchange(self.local(), mine.unwrap_or_default());
         Ok(all[0].clone())
+    }
+    fn has_data_plane(&self) -> bool {
+        self.shared.plane
+    }
+    fn leaders_plane(&self, member: bool) -> Option<Box<dyn DataPlane + '_>> {
+        if !self.shared.plane {
+            return None;
+        }
+        // every leader learns who takes part (a collective among the leaders, like MPI_Comm_split)
+        let all = self.leaders_all_gather(&[u8::from(member)]).ok()?;
+        let split = self
+            .splits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !member {
+            return None;
+        }
+        let members: Vec<usize> = (0..all.len()).filter(|&i| all[i] == [1]).collect();
+        let me = members.iter().position(|&i| i == self.node_index())?;
+        let mut planes = self.shared.planes.lock().unwrap_or_else(|e| e.into_inner());
+        let group = planes.entry(split).or_insert_with(|| {
+            plane::group(members.len(), Faults::default())
+                .into_iter()
+                .map(Some)
+                .collect()
+        });
+        let mine = group[me].take()?;
+        if group.iter().all(Option::is_none) {
+            planes.remove(&split);
+        }
+        Some(Box::new(mine))
     }
     fn node_path(&self, p: &Path) -> PathBuf {
         PathBuf::from(

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::plane::DataPlane;
 use swpool_format::status::ExitStatus;
 
 /// One rank's failure, as every rank learns it.
@@ -128,9 +129,16 @@ pub trait Collective {
     #[allow(clippy::wrong_self_convention)] // "from the leader", not a conversion
     fn from_leader(&self, mine: Option<&[u8]>) -> Result<Vec<u8>, Agreed>;
 
-    /// The MPI communicator of the node leaders, for the data plane (`None`: not an MPI job, and
-    /// every receiving node then copies by itself).
-    fn mpi_leaders(&self) -> Option<&mpi::topology::SimpleCommunicator> {
+    /// Whether the node leaders have a data plane (an MPI job, or a fake cluster built with one):
+    /// then a file is read once and moved among them; without one every receiving node copies by
+    /// itself.
+    fn has_data_plane(&self) -> bool {
+        false
+    }
+    /// Call on every leader: the data plane among the leaders that pass `member`, ranked in node
+    /// order (`None` on the others, and without a data plane).
+    fn leaders_plane(&self, member: bool) -> Option<Box<dyn DataPlane + '_>> {
+        let _ = member;
         None
     }
     /// `%n` in a path stands for the node index where several "nodes" share one machine (tests).

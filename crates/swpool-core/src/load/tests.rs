@@ -109,6 +109,8 @@ struct Faults {
     full_disk_on: Option<usize>,
     /// This node's FUSE helper exits instead of mounting.
     mount_fails_on: Option<usize>,
+    /// The leaders have no data plane: every receiving node copies by itself (a job without MPI).
+    no_data_plane: bool,
 }
 
 struct NodeOutcome {
@@ -131,7 +133,7 @@ fn run(
         timeout: Duration::from_secs(5),
         ..LoadRequest::default()
     };
-    FakeCluster::run(NODES, ranks_per_node, |r: &FakeRank| {
+    let each = |r: &FakeRank| {
         let n = r.node_index();
         let sys = FakeSys::new(FakeScript {
             helper: if faults.mount_fails_on == Some(n) {
@@ -157,7 +159,11 @@ fn run(
             result: res.map_err(|e| e.to_string()),
             mounts: sys.mounts().unwrap().len(),
         }
-    })
+    };
+    match faults.no_data_plane {
+        true => FakeCluster::run_without_data_plane(NODES, ranks_per_node, each),
+        false => FakeCluster::run(NODES, ranks_per_node, each),
+    }
 }
 
 /// Every rank failed with the same message; nothing is left anywhere.
@@ -305,9 +311,13 @@ fn a_pool_changed_between_check_and_copy_is_refused_everywhere() {
         all_checked: Barrier::new(NODES),
         replaced: Barrier::new(NODES),
     };
-    let out = run(&s, 2, Faults::default(), &obs);
+    let no_plane = Faults {
+        no_data_plane: true,
+        ..Faults::default()
+    };
+    let out = run(&s, 2, no_plane, &obs);
     // node 0 reads the very file it checked (still the old pool); the other nodes, which open the
-    // path (every receiver reads in the in-memory cluster), find the new one: all fail alike
+    // path (every receiver reads without a data plane), find the new one: all fail alike
     let m = failed_alike(
         &s,
         &out,

@@ -19,12 +19,11 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Instant;
 
-use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
 use sha2::{Digest, Sha256};
 
 use super::engine::LocalResult;
 use super::{watchdog, Stats};
+use crate::plane::{DataPlane, PlaneError};
 use swpool_format::status::ExitStatus;
 
 /// Signature of a tree's metadata (paths, types, modes, sizes, mtimes, link targets) and an
@@ -419,11 +418,15 @@ fn encode_hdr(status: u64, len: u64, eof: bool, hash: &[u8; 32]) -> [u8; HDR] {
 }
 
 /// After each chunk: every leader's status (1 = this leader failed); the hosts of the failed ones.
-fn failed_nodes(c: &SimpleCommunicator, mine: bool, hosts: &[String]) -> Vec<String> {
-    let mut all = vec![0u8; c.size() as usize];
-    c.all_gather_into(&[u8::from(mine)][..], &mut all[..]);
+fn failed_nodes(
+    c: &dyn DataPlane,
+    mine: bool,
+    hosts: &[String],
+) -> Result<Vec<String>, PlaneError> {
+    let all = c.all_gather_byte(u8::from(mine))?;
     watchdog::touch();
-    all.iter()
+    Ok(all
+        .iter()
         .enumerate()
         .filter(|(_, &f)| f != 0)
         .map(|(k, _)| {
@@ -432,7 +435,15 @@ fn failed_nodes(c: &SimpleCommunicator, mine: bool, hosts: &[String]) -> Vec<Str
                 .cloned()
                 .unwrap_or_else(|| format!("leader {k}"))
         })
-        .collect()
+        .collect())
+}
+
+/// A data-plane failure as this leader's outcome.
+fn plane_err(e: PlaneError) -> (ExitStatus, String) {
+    (
+        ExitStatus::Collective,
+        format!("the transfer among the nodes failed: {e}; see the other nodes' messages"),
+    )
 }
 
 /// Record that the stream stops because of `failed` (unless this leader already has its own error).
@@ -448,7 +459,7 @@ fn stop_for(err: &mut Option<(ExitStatus, String)>, failed: &[String]) {
 /// Stream the tree from the reader (rank 0 of `comm`, or this process when `comm` is `None`) into
 /// `tmp` on every receiving leader.
 pub(crate) fn transfer(
-    comm: Option<&SimpleCommunicator>,
+    comm: Option<&dyn DataPlane>,
     src: &Path,
     tmp: &Path,
     chunk_size: u64,
@@ -458,6 +469,8 @@ pub(crate) fn transfer(
 ) -> LocalResult<()> {
     let chunk = chunk_size as usize;
     let reader = !matches!(comm, Some(c) if c.rank() != 0);
+    // the first data-plane failure: the stream stops on every member (the plane fails them all)
+    let mut broken: Option<PlaneError> = None;
     let (ext_tx, ext_rx) = sync_channel::<Vec<u8>>(2);
     let dest = tmp.to_path_buf();
     let extractor = std::thread::spawn(move || {
@@ -522,10 +535,16 @@ pub(crate) fn transfer(
             stats.verify += tv.elapsed();
             if let Some(c) = comm {
                 let mut hdr = encode_hdr(status, data.len() as u64, eof, &hash);
-                c.process_at_rank(0).broadcast_into(&mut hdr[..]);
+                if let Err(e) = c.bcast(&mut hdr[..], 0) {
+                    broken = Some(e);
+                    break;
+                }
                 if !data.is_empty() {
                     let mut d = data;
-                    c.process_at_rank(0).broadcast_into(&mut d[..]);
+                    if let Err(e) = c.bcast(&mut d[..], 0) {
+                        broken = Some(e);
+                        break;
+                    }
                     watchdog::touch();
                     stats.bytes_sent += d.len() as u64;
                     done += d.len() as u64;
@@ -541,7 +560,13 @@ pub(crate) fn transfer(
             }
             if let Some(c) = comm {
                 // a receiver that failed stops the stream now, not at the end
-                let failed = failed_nodes(c, err.is_some(), hosts);
+                let failed = match failed_nodes(c, err.is_some(), hosts) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        broken = Some(e);
+                        break;
+                    }
+                };
                 if !failed.is_empty() {
                     stop_for(&mut err, &failed);
                     break;
@@ -559,7 +584,10 @@ pub(crate) fn transfer(
         let c = comm.expect("receiver has a communicator");
         loop {
             let mut hdr = [0u8; HDR];
-            c.process_at_rank(0).broadcast_into(&mut hdr[..]);
+            if let Err(e) = c.bcast(&mut hdr[..], 0) {
+                broken = Some(e);
+                break;
+            }
             watchdog::touch();
             let status = u64::from_le_bytes(hdr[..8].try_into().unwrap());
             let len = u64::from_le_bytes(hdr[8..16].try_into().unwrap()) as usize;
@@ -578,7 +606,10 @@ pub(crate) fn transfer(
             }
             if len > 0 {
                 let mut d = vec![0u8; len];
-                c.process_at_rank(0).broadcast_into(&mut d[..]);
+                if let Err(e) = c.bcast(&mut d[..], 0) {
+                    broken = Some(e);
+                    break;
+                }
                 watchdog::touch();
                 let tv = Instant::now();
                 let got: [u8; 32] = crate::pool::manifest::hash_chunk(&d);
@@ -601,12 +632,21 @@ pub(crate) fn transfer(
             if eof {
                 break;
             }
-            let failed = failed_nodes(c, err.is_some(), hosts);
+            let failed = match failed_nodes(c, err.is_some(), hosts) {
+                Ok(f) => f,
+                Err(e) => {
+                    broken = Some(e);
+                    break;
+                }
+            };
             if !failed.is_empty() {
                 stop_for(&mut err, &failed);
                 break;
             }
         }
+    }
+    if let Some(e) = broken {
+        err.get_or_insert(plane_err(e));
     }
     drop(ext_tx);
     let tw = Instant::now();

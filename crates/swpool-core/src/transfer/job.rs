@@ -9,6 +9,9 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
+use crate::plane::mpi::MpiPlane;
+use crate::plane::DataPlane;
+
 use super::watchdog;
 use super::TransferError;
 use crate::collective::{Agreed, Collective, Failure};
@@ -429,8 +432,17 @@ impl Collective for Job {
             show_rank: true,
         })
     }
-    fn mpi_leaders(&self) -> Option<&SimpleCommunicator> {
-        self.mpi.as_ref().and_then(|m| m.leaders.as_ref())
+    fn has_data_plane(&self) -> bool {
+        self.mpi.as_ref().is_some_and(|m| m.leaders.is_some())
+    }
+    fn leaders_plane(&self, member: bool) -> Option<Box<dyn DataPlane + '_>> {
+        let leaders = self.mpi.as_ref().and_then(|m| m.leaders.as_ref())?;
+        let color = match member {
+            true => Color::with_value(0),
+            false => Color::undefined(),
+        };
+        let comm = leaders.split_by_color_with_key(color, self.node_index as i32)?;
+        Some(Box::new(MpiPlane::new(comm)))
     }
     fn node_path(&self, p: &std::path::Path) -> std::path::PathBuf {
         if self.fake {

@@ -4,9 +4,6 @@
 use std::path::Path;
 use std::time::Instant;
 
-use mpi::topology::{Color, SimpleCommunicator};
-use mpi::traits::*;
-
 use super::prepare::{preflight, Prepared};
 use super::source::{
     chunk_list, holds_identical, inspect_src, known_tail, target_path, write_stamp, Kind, SrcInfo,
@@ -99,15 +96,15 @@ pub(super) fn leader_copy(
         Algorithm::TwoTree => 1,
         _ => receivers.len(),
     };
-    let reader = match job.mpi_leaders() {
-        Some(_) => reads_src(
+    let reader = match job.has_data_plane() {
+        true => reads_src(
             &receivers,
             job.node_index(),
             info.kind,
             chunks.len(),
             readers,
         ),
-        None => need,
+        false => need,
     };
     let prepared = if need {
         let opened = if reader { src0.take() } else { None };
@@ -133,16 +130,7 @@ pub(super) fn leader_copy(
 
     // 3. transfer among the receivers
     let t1 = Instant::now();
-    let tcomm: Option<SimpleCommunicator> = job.mpi_leaders().and_then(|l| {
-        l.split_by_color_with_key(
-            if need {
-                Color::with_value(0)
-            } else {
-                Color::undefined()
-            },
-            job.node_index() as i32,
-        )
-    });
+    let tcomm = job.leaders_plane(need);
     let hosts: Vec<String> = receivers.iter().map(|&i| job.leader_host(i)).collect();
     let mut stats = Stats::default();
     let total_bytes = info.data_bytes;
@@ -194,7 +182,7 @@ pub(super) fn leader_copy(
                         hosts: &hosts,
                         progress: &progress,
                     };
-                    match tcomm.as_ref().filter(|c| c.size() > 1) {
+                    match tcomm.as_deref().filter(|c| c.size() > 1) {
                         Some(c) => {
                             algorithm = Some(algo);
                             engine::distribute(c, &fj, algo, &mut stats)
@@ -205,7 +193,7 @@ pub(super) fn leader_copy(
             }
         }
         Some(Prepared::Dir(td)) => {
-            let comm = tcomm.as_ref().filter(|c| c.size() > 1);
+            let comm = tcomm.as_deref().filter(|c| c.size() > 1);
             if comm.is_some() {
                 algorithm = Some(Algorithm::Bcast);
             }

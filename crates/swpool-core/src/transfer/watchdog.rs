@@ -20,6 +20,10 @@ static PHASE: Mutex<&'static str> = Mutex::new("start");
 static WHO: Mutex<String> = Mutex::new(String::new());
 static TIMEOUT_MS: AtomicU64 = AtomicU64::new(120_000);
 
+/// Tests that arm the watchdog or run the engine take this lock: the watchdog is one per process.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: Mutex<()> = Mutex::new(());
+
 fn epoch() -> Instant {
     use std::sync::OnceLock;
     static E: OnceLock<Instant> = OnceLock::new();
@@ -148,6 +152,7 @@ mod tests {
     /// A stall reaches the program's callback (the library does not end the process) and disarms.
     #[test]
     fn a_stall_calls_the_callback_once_and_disarms() {
+        let _one = TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         on_stall(|s| *SEEN.lock().unwrap() = Some((s.who.clone(), s.phase)));
         let _armed = arm("node9 rank 3".into(), Duration::from_millis(100));
         let _p = phase("testing");

@@ -2,64 +2,70 @@
 
 use std::time::Duration;
 
-use mpi::ffi;
-use mpi::topology::SimpleCommunicator;
-
 use super::ring::{Advance, Ctx, Ring};
 use super::LocalResult;
+use crate::plane::{DataPlane, PlaneError, Req};
 use crate::transfer::plan::SlotHeader;
 use crate::transfer::watchdog;
 use swpool_format::status::ExitStatus;
 
-/// Pending non-blocking MPI requests.
-pub(super) struct Reqs(Vec<ffi::MPI_Request>);
+/// Pending non-blocking requests of the data plane. Once one of them failed, every poll fails:
+/// a buffer whose request failed never counts as sent or received.
+pub(super) struct Reqs(Vec<Req>, Option<PlaneError>);
 
 impl Reqs {
     pub(super) fn new() -> Reqs {
-        Reqs(Vec::new())
+        Reqs(Vec::new(), None)
     }
-    pub(super) fn push(&mut self) -> *mut ffi::MPI_Request {
-        // SAFETY: reading an MPI constant the MPI library initialised (MPI is initialised while a
-        // Job exists). The pointer returned below is used only by the one MPI call that fills it.
-        self.0.push(unsafe { ffi::RSMPI_REQUEST_NULL });
-        self.0.last_mut().unwrap() as *mut _
+    /// Keep a request just posted (or fail with the plane's error).
+    pub(super) fn add(&mut self, posted: Result<Req, PlaneError>) -> LocalResult<()> {
+        match posted {
+            Ok(r) => self.0.push(r),
+            Err(e) => {
+                self.1.get_or_insert(e.clone());
+                return Err(plane_err(e));
+            }
+        }
+        Ok(())
     }
     /// Cancel every pending request (receives that will never match); [`Reqs::poll`] then
     /// completes them.
-    pub(super) fn cancel(&mut self) {
-        // SAFETY: reading an MPI constant (MPI is initialised while a Job exists).
-        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        for r in self.0.iter_mut().filter(|r| **r != null) {
-            // SAFETY: `r` is a live request handle owned by this vector; MPI_Cancel only marks it
-            // (it still has to be completed, by MPI_Test in `poll`). MPI thread only.
-            unsafe { ffi::MPI_Cancel(r) };
+    pub(super) fn cancel(&self, plane: &dyn DataPlane) {
+        for &r in &self.0 {
+            plane.cancel(r);
         }
     }
-    /// Test every request once; true when none is pending.
-    pub(super) fn poll(&mut self) -> bool {
-        // SAFETY: reading an MPI constant (MPI is initialised while a Job exists).
-        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let mut pending = false;
-        for r in &mut self.0 {
-            if *r == null {
-                continue;
-            }
-            let mut flag = 0;
-            // SAFETY: `r` is a live request handle owned by this vector (or MPI_REQUEST_NULL, skipped
-            // above); MPI_Test sets it to MPI_REQUEST_NULL when it completes. Called from the MPI thread only
-            // (MPI_THREAD_FUNNELED).
-            unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            if flag != 0 {
+    /// Test every request once; true when none is pending. A failed request is gone (its buffer
+    /// free) and fails the poll.
+    pub(super) fn poll(&mut self, plane: &dyn DataPlane) -> LocalResult<bool> {
+        let mut failed = self.1.clone();
+        self.0.retain(|&r| match plane.test(r) {
+            Ok(true) => {
                 watchdog::touch();
-            } else {
-                pending = true;
+                false
             }
+            Ok(false) => true,
+            Err(e) => {
+                failed.get_or_insert(e);
+                false
+            }
+        });
+        match failed {
+            Some(e) => {
+                self.1 = Some(e.clone());
+                Err(plane_err(e))
+            }
+            None => Ok(self.0.is_empty()),
         }
-        if !pending {
-            self.0.clear();
-        }
-        !pending
     }
+}
+
+/// A data-plane failure as this leader's outcome.
+pub(super) fn plane_err(e: PlaneError) -> (ExitStatus, String) {
+    (
+        ExitStatus::Collective,
+        format!("the transfer among the nodes failed: {e}; see the other nodes' messages"),
+    )
 }
 
 /// Back off between polls: spin briefly, then sleep a little (8 leaders may share 2 cores).
@@ -87,17 +93,6 @@ impl Backoff {
     }
 }
 
-pub(super) fn check(rc: i32, what: &str) -> LocalResult<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err((
-            ExitStatus::Internal,
-            format!("{what} failed with MPI error {rc}"),
-        ))
-    }
-}
-
 pub(super) struct Landed {
     pub(super) buf: Vec<u8>,
     pub(super) slots: Vec<(usize, SlotHeader, usize, usize)>,
@@ -121,19 +116,15 @@ pub(super) struct Flight {
 impl Flight {
     /// Drive the round on; true when its data has arrived everywhere it has to (on this leader).
     /// A ring hands each block to the writer itself (through `ctx`).
-    pub(super) fn progress(
-        &mut self,
-        comm: &SimpleCommunicator,
-        ctx: &mut Ctx,
-    ) -> LocalResult<bool> {
+    pub(super) fn progress(&mut self, plane: &dyn DataPlane, ctx: &mut Ctx) -> LocalResult<bool> {
         loop {
-            if !self.reqs.poll() {
+            if !self.reqs.poll(plane)? {
                 return Ok(false);
             }
             let Some(ring) = self.ring.as_mut() else {
                 return Ok(true);
             };
-            match ring.advance(&mut self.reqs, comm, ctx)? {
+            match ring.advance(&mut self.reqs, plane, ctx)? {
                 Advance::Started => continue,
                 Advance::Waiting => return Ok(false),
                 Advance::Done => return Ok(true),

@@ -28,34 +28,31 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::raw::c_void;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use mpi::ffi;
-use mpi::raw::AsRaw;
-use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
-
 mod allgather;
 mod bcast;
 mod chunk;
 mod flight;
 mod ring;
+#[cfg(test)]
+mod tests;
 mod tree;
 
 pub(crate) use chunk::local;
 use chunk::{fetch_ahead, land, read_chunk, read_only_the_range};
 
-use flight::{check, Backoff, Flight, Landed, Reqs};
+use flight::{plane_err, Backoff, Flight, Landed, Reqs};
 use ring::{BlockPool, Ctx, Ring};
 
 use super::plan::{self, Chunk, Slot, SlotHeader, BLOCK_LEN};
 use super::watchdog;
 use super::{Algorithm, Stats};
+use crate::plane::DataPlane;
 use crate::pool::manifest::ZeroHashes;
 use swpool_format::status::ExitStatus;
 
@@ -105,15 +102,14 @@ pub(crate) struct FileJob<'a> {
 /// The benchmark switch `SW_POOL_BENCH_SLOTS=K`: at most K chunks per round, so that the testbed's
 /// few nodes show what rounds with fewer chunks than readers cost (the regime of a round-buffer ring
 /// at many nodes). The smallest value among the leaders counts, so that all plan the same rounds.
-fn bench_slots_cap(comm: &SimpleCommunicator, slots: usize) -> usize {
+fn bench_slots_cap(plane: &dyn DataPlane, slots: usize) -> LocalResult<usize> {
     let mine = crate::config::EnvVar::BenchSlots
         .get()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|&k| k > 0)
         .unwrap_or(u64::MAX);
-    let mut all = u64::MAX;
-    comm.all_reduce_into(&mine, &mut all, mpi::collective::SystemOperation::min());
-    slots.min(usize::try_from(all).unwrap_or(usize::MAX)).max(1)
+    let all = plane.min_u64(mine).map_err(plane_err)?;
+    Ok(slots.min(usize::try_from(all).unwrap_or(usize::MAX)).max(1))
 }
 
 /// A chunk read by the reader thread, with its send buffer.
@@ -232,27 +228,25 @@ fn finish<'a>(
     err.map_or(Ok(()), Err)
 }
 
-/// One round handed to the writer: its buffer and, per slot, (chunk, header, offset in the buffer,
-/// owner).
-/// Distribute among the leaders of `comm` (every one of them needs the file).
+/// Distribute among the members of `plane` (every one of them needs the file).
 pub(crate) fn distribute(
-    comm: &SimpleCommunicator,
+    plane: &dyn DataPlane,
     job: &FileJob,
     algo: Algorithm,
     stats: &mut Stats,
 ) -> LocalResult<()> {
     if algo == Algorithm::TwoTree {
-        return tree::distribute(comm, job, stats);
+        return tree::distribute(plane, job, stats);
     }
-    let n = comm.size() as usize;
-    let me = comm.rank() as usize;
+    let n = plane.size();
+    let me = plane.rank();
     let ring = algo == Algorithm::Ring;
     let slots = if ring {
         plan::ring_slots(n)
     } else {
         plan::slots_per_round(n, job.chunk_size)
     };
-    let slots = bench_slots_cap(comm, slots);
+    let slots = bench_slots_cap(plane, slots)?;
     let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
     // rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks)
     let recv_bufs = if ring {
@@ -312,9 +306,7 @@ pub(crate) fn distribute(
         spawn_writers(scope, job, me, land_rx, &back_tx, &mut writer_stats, &w);
         drop(back_tx);
 
-        // the main thread: MPI only
-        // SAFETY: reading an MPI datatype constant (MPI is initialised).
-        let u8t = unsafe { ffi::RSMPI_UINT8_T };
+        // the main thread: the data plane only
         let mut flights: VecDeque<Flight> = VecDeque::new();
         let mut bo = Backoff(0);
         let mut reported = 0u64;
@@ -336,10 +328,10 @@ pub(crate) fn distribute(
                 land: land_tx.as_ref().filter(|_| !stopped),
             };
             for f in flights.iter_mut() {
-                f.progress(comm, &mut ctx)?;
+                f.progress(plane, &mut ctx)?;
             }
             while let Some(f) = flights.front_mut() {
-                if !f.progress(comm, &mut ctx)? {
+                if !f.progress(plane, &mut ctx)? {
                     break;
                 }
                 let mut f = flights.pop_front().unwrap();
@@ -481,27 +473,15 @@ pub(crate) fn distribute(
                     reqs: Reqs::new(),
                     ring: None,
                 };
-                let req = f.reqs.push();
-                check(
-                    // SAFETY: `block` and `f.hdr` are owned by the flight `f`, which stays in `flights` (not
-                    // moved, not dropped) until its requests complete; each holds BLOCK_LEN bytes per rank as passed.
-                    unsafe {
-                        ffi::MPI_Iallgather(
-                            block.as_ptr() as *const c_void,
-                            BLOCK_LEN as i32,
-                            u8t,
-                            f.hdr.as_mut_ptr() as *mut c_void,
-                            BLOCK_LEN as i32,
-                            u8t,
-                            comm.as_raw(),
-                            req,
-                        )
-                    },
-                    "MPI_Iallgather",
-                )?;
+                // SAFETY: `block` lives until the loop below completed the request; `f.hdr` holds
+                // BLOCK_LEN bytes per member and belongs to the flight `f`, not moved or dropped
+                // before then.
+                let posted =
+                    unsafe { plane.iallgather(block.as_ptr(), BLOCK_LEN, f.hdr.as_mut_ptr()) };
+                f.reqs.add(posted)?;
                 {
                     let _p = watchdog::phase("distribution");
-                    while !f.reqs.poll() {
+                    while !f.reqs.poll(plane)? {
                         bo.after(pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?);
                     }
                 }
@@ -530,8 +510,8 @@ pub(crate) fn distribute(
                 }
                 // the data
                 match algo {
-                    Algorithm::Allgather => allgather::start(&mut f, comm, me, u8t)?,
-                    Algorithm::Bcast => bcast::start(&mut f, comm, n, u8t)?,
+                    Algorithm::Allgather => allgather::start(&mut f, plane)?,
+                    Algorithm::Bcast => bcast::start(&mut f, plane)?,
                     Algorithm::TwoTree => unreachable!("the two trees have their own loop"),
                     Algorithm::Ring => {
                         let mut blocks = vec![None; n];
@@ -545,7 +525,7 @@ pub(crate) fn distribute(
                         };
                         f.ring = Some(Ring::start(
                             (r % 30000) as i32,
-                            comm,
+                            plane,
                             blocks,
                             own.take(),
                             &mut ctx,

@@ -11,16 +11,11 @@
 //! does not grow with the number of nodes, and every round can carry one chunk of every reader:
 //! every link carries a chunk in every step, at 1,024 nodes as at 2.
 
-use std::os::raw::c_void;
 use std::sync::mpsc::{Receiver, Sender};
 
-use mpi::ffi;
-use mpi::raw::AsRaw;
-use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
-
-use super::flight::{check, Landed, Reqs};
+use super::flight::{Landed, Reqs};
 use super::LocalResult;
+use crate::plane::DataPlane;
 use crate::transfer::plan::{self, SlotHeader};
 use swpool_format::status::ExitStatus;
 
@@ -110,7 +105,7 @@ impl Ring {
     /// Blocks that carry no bytes (all-zero chunks) go to the writer at once.
     pub(super) fn start(
         tag: i32,
-        comm: &SimpleCommunicator,
+        plane: &dyn DataPlane,
         blocks: Vec<Option<(usize, SlotHeader)>>,
         own: Option<Vec<u8>>,
         ctx: &mut Ctx,
@@ -118,8 +113,8 @@ impl Ring {
         let mut r = Ring {
             step: 0,
             tag,
-            me: comm.rank() as usize,
-            n: comm.size() as usize,
+            me: plane.rank(),
+            n: plane.size(),
             blocks,
             next: None,
             sending: None,
@@ -167,7 +162,7 @@ impl Ring {
     pub(super) fn advance(
         &mut self,
         reqs: &mut Reqs,
-        comm: &SimpleCommunicator,
+        plane: &dyn DataPlane,
         ctx: &mut Ctx,
     ) -> LocalResult<Advance> {
         let n = self.n;
@@ -228,53 +223,27 @@ impl Ring {
                 None
             };
             self.step += 1;
-            // SAFETY: reading an MPI datatype constant (MPI is initialised).
-            let u8t = unsafe { ffi::RSMPI_UINT8_T };
-            let right = ((me + 1) % n) as i32;
-            let left = ((me + n - 1) % n) as i32;
+            let right = (me + 1) % n;
+            let left = (me + n - 1) % n;
             if let Some(mut buf) = rbuf {
                 debug_assert!(cr <= buf.len() && cr <= plan::MAX_TRANSFER_CHUNK as usize);
-                let req = reqs.push();
-                check(
-                    // SAFETY: `buf` holds at least `cr` bytes (a pool buffer of one chunk; `cr` is
-                    // this round's length of a chunk); it moves into `self.receiving` below, whose
-                    // heap storage stays put and is neither read nor dropped until `reqs` completes
-                    // (the flight keeps the ring until then); `req` is a handle slot MPI fills.
-                    unsafe {
-                        ffi::MPI_Irecv(
-                            buf.as_mut_ptr() as *mut c_void,
-                            cr as i32,
-                            u8t,
-                            left,
-                            self.tag,
-                            comm.as_raw(),
-                            req,
-                        )
-                    },
-                    "MPI_Irecv",
-                )?;
+                // SAFETY: `buf` holds at least `cr` bytes (a pool buffer of one chunk; `cr` is
+                // this round's length of a chunk); it moves into `self.receiving` below, whose
+                // heap storage stays put and is neither read nor dropped until `reqs` completes
+                // (the flight keeps the ring until then).
+                let posted = unsafe { plane.irecv(buf.as_mut_ptr(), cr, left, self.tag) };
+                let ok = reqs.add(posted);
                 self.receiving = Some(Block { owner: recv, buf });
+                ok?;
             }
             if let Some(b) = sblock {
-                let req = reqs.push();
-                check(
-                    // SAFETY: `b.buf` holds at least `cs` bytes (checked above); it moves into
-                    // `self.sending`, whose heap storage is neither written, moved nor dropped
-                    // until `reqs` completes.
-                    unsafe {
-                        ffi::MPI_Isend(
-                            b.buf.as_ptr() as *const c_void,
-                            cs as i32,
-                            u8t,
-                            right,
-                            self.tag,
-                            comm.as_raw(),
-                            req,
-                        )
-                    },
-                    "MPI_Isend",
-                )?;
+                // SAFETY: `b.buf` holds at least `cs` bytes (checked above); it moves into
+                // `self.sending`, whose heap storage is neither written, moved nor dropped
+                // until `reqs` completes.
+                let posted = unsafe { plane.isend(b.buf.as_ptr(), cs, right, self.tag) };
+                let ok = reqs.add(posted);
                 self.sending = Some(b);
+                ok?;
             }
             return Ok(Advance::Started);
         }

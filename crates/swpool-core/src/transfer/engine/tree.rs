@@ -18,19 +18,14 @@
 //! leaders' agreement before the commit fails the copy on every node alike.
 
 use std::collections::VecDeque;
-use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
 use std::time::Instant;
 
-use mpi::ffi;
-use mpi::raw::AsRaw;
-use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
-
-use super::flight::{check, Backoff, Landed, Reqs};
+use super::flight::{Backoff, Landed, Reqs};
 use super::ring::BlockPool;
 use super::{finish, spawn_reader, spawn_writers, FileJob, LocalResult, Read, Written, WRITERS};
+use crate::plane::DataPlane;
 use crate::transfer::plan::{self, SlotHeader, BLOCK_LEN};
 use crate::transfer::{watchdog, Stats};
 use swpool_format::status::ExitStatus;
@@ -54,12 +49,12 @@ struct Entry {
 
 /// Distribute the file among the leaders of `comm` down two trees from rank 0.
 pub(crate) fn distribute(
-    comm: &SimpleCommunicator,
+    plane: &dyn DataPlane,
     job: &FileJob,
     stats: &mut Stats,
 ) -> LocalResult<()> {
-    let n = comm.size() as usize;
-    let me = comm.rank() as usize;
+    let n = plane.size();
+    let me = plane.rank();
     let count = job.chunks.len();
     let size = job.chunk_size as usize + BLOCK_LEN;
     // send buffers of the reader, receives and sends in flight, the writers' queue: the budget
@@ -110,7 +105,7 @@ pub(crate) fn distribute(
         drop(back_tx);
         let mut pool = BlockPool::new(size, cap, back_rx);
         let mut m = Mover {
-            comm,
+            plane,
             job,
             count,
             size,
@@ -157,7 +152,7 @@ pub(crate) fn distribute(
 
 /// The MPI thread's state.
 struct Mover<'a, 'j> {
-    comm: &'a SimpleCommunicator,
+    plane: &'a dyn DataPlane,
     job: &'a FileJob<'j>,
     count: usize,
     /// Bytes of a message buffer (header block + one chunk).
@@ -180,33 +175,15 @@ struct Mover<'a, 'j> {
 }
 
 impl Mover<'_, '_> {
-    fn u8t() -> ffi::MPI_Datatype {
-        // SAFETY: reading an MPI datatype constant (MPI is initialised).
-        unsafe { ffi::RSMPI_UINT8_T }
-    }
-
     /// Start sending `e` (whose header block is filled) to this rank's children in its tree.
     fn forward(&self, e: &mut Entry, tree: usize, sent: usize) -> LocalResult<()> {
         let len = BLOCK_LEN + sent;
         for &child in &self.children[tree] {
-            let req = e.reqs.push();
-            check(
-                // SAFETY: `e.buf` holds at least `len` bytes (checked by the callers); the entry
-                // stays in its queue, its buffer neither written, moved out nor dropped, until
-                // `e.reqs` completes.
-                unsafe {
-                    ffi::MPI_Isend(
-                        e.buf.as_ptr() as *const c_void,
-                        len as i32,
-                        Self::u8t(),
-                        child as i32,
-                        TAGS[tree],
-                        self.comm.as_raw(),
-                        req,
-                    )
-                },
-                "MPI_Isend",
-            )?;
+            // SAFETY: `e.buf` holds at least `len` bytes (checked by the callers); the entry stays
+            // in its queue, its buffer neither written, moved out nor dropped, until `e.reqs`
+            // completes.
+            let posted = unsafe { self.plane.isend(e.buf.as_ptr(), len, child, TAGS[tree]) };
+            e.reqs.add(posted)?;
         }
         e.sending = true;
         Ok(())
@@ -218,9 +195,20 @@ impl Mover<'_, '_> {
         let mut moved = false;
         for tree in 0..2 {
             let mut i = 0;
+            // chunks are forwarded in the order they were received: the child's receives match
+            // this rank's messages in order, and a message names no chunk. So once a receive is
+            // still pending, the later ones of the tree wait (tested, a later receive can complete
+            // before an earlier one: MPI progresses all of them).
+            let mut waiting = false;
             while i < self.queues[tree].len() {
                 let e = &mut self.queues[tree][i];
-                if !e.reqs.poll() {
+                let receiving = !e.sending && !e.cancelled;
+                if receiving && waiting {
+                    i += 1;
+                    continue;
+                }
+                if !e.reqs.poll(self.plane)? {
+                    waiting |= receiving;
                     i += 1;
                     continue;
                 }
@@ -291,7 +279,7 @@ impl Mover<'_, '_> {
         });
         for q in &mut self.queues {
             for e in q.iter_mut().filter(|e| e.chunk > c && !e.sending) {
-                e.reqs.cancel();
+                e.reqs.cancel(self.plane);
                 e.cancelled = true;
             }
         }
@@ -395,24 +383,15 @@ impl Mover<'_, '_> {
                 {
                     let Some(mut buf) = pool.get() else { break };
                     let mut reqs = Reqs::new();
-                    let req = reqs.push();
-                    check(
-                        // SAFETY: `buf` holds `self.size` bytes; it moves into an entry of the
-                        // tree's queue, whose heap storage is neither read, moved out nor dropped
-                        // until the receive completes or is cancelled (`drain`).
-                        unsafe {
-                            ffi::MPI_Irecv(
-                                buf.as_mut_ptr() as *mut c_void,
-                                self.size as i32,
-                                Self::u8t(),
-                                parent as i32,
-                                tag,
-                                self.comm.as_raw(),
-                                req,
-                            )
-                        },
-                        "MPI_Irecv",
-                    )?;
+                    // SAFETY: `buf` holds `self.size` bytes; it moves into an entry of the tree's
+                    // queue, whose heap storage is neither read, moved out nor dropped until the
+                    // receive completes or is cancelled (`drain`).
+                    let posted =
+                        unsafe { self.plane.irecv(buf.as_mut_ptr(), self.size, parent, tag) };
+                    if let Err(e) = reqs.add(posted) {
+                        pool.put(buf);
+                        return Err(e);
+                    }
                     self.queues[tree].push_back(Entry {
                         chunk: self.next[tree],
                         buf,
