@@ -29,7 +29,7 @@ pub use swpool_format::status::ExitStatus;
 // the pool format and the system layer live in their own crates (no MPI, no OpenSSL); their
 // modules keep their paths here
 pub use swpool_format::{pool, sparse};
-pub use swpool_sys::{atomic, exec, userdir};
+pub use swpool_sys::{atomic, exec, lock, userdir};
 pub mod env;
 pub mod mount;
 pub mod state;

@@ -31,11 +31,7 @@ pub fn terminate_children() {
     let Ok(l) = CHILDREN.lock() else { return };
     TERMINATING.store(true, std::sync::atomic::Ordering::SeqCst);
     for &pid in l.iter() {
-        if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-            if pid > 1 {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::Term);
-            }
-        }
+        let _ = crate::process::signal(pid, crate::process::Signal::Term);
     }
 }
 
@@ -307,6 +303,11 @@ impl ToolCommand {
 
     pub fn tool(&self) -> Tool {
         self.tool
+    }
+
+    /// The arguments, as passed.
+    pub fn arguments(&self) -> &[OsString] {
+        &self.args
     }
 
     /// Run this executable in the tool's role instead of the one found on the search path (a

@@ -3,14 +3,17 @@
 //! ([`pinned`]), the mount table and who holds a mount ([`proc`]), outputs written under a
 //! temporary name and renamed when complete ([`atomic`]), per-user directories in shared places and
 //! their squat fallbacks ([`userdir`]), external tools and the processes sw-pool starts ([`exec`]),
-//! syslog ([`syslog`]), and the [`sys::Sys`] seam the mount code goes through (its recording fake
-//! behind the `testkit` feature). It links neither MPI nor OpenSSL: the privileged mount helper is
+//! the one way to end a process ([`process`]), the one lock ([`lock`]), syslog ([`syslog`]), and
+//! the seams the mount code goes through ([`sys`]: mounts, processes, clock; their typed recording
+//! fake behind the `testkit` feature). It links neither MPI nor OpenSSL: the privileged mount helper is
 //! built on it.
 
 pub mod atomic;
 pub mod exec;
+pub mod lock;
 pub mod pinned;
 pub mod proc;
+pub mod process;
 pub mod sys;
 pub mod syslog;
 pub mod userdir;

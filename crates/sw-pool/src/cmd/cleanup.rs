@@ -62,7 +62,8 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
         dry_run: a.dry_run,
     };
     let p = Printer::new(g, a.json);
-    let actions = state::clean_all_stores(euid, &sel, a.job.as_deref())?;
+    let sys = swpool_core::mount::RealSys::new();
+    let actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref())?;
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
         "node": hostname(),

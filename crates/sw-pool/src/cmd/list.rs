@@ -17,7 +17,8 @@ fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
         unreported: a.unreported,
         cache_dir: a.cache_dir.clone(),
     };
-    Ok(state::node_list(&filter, &super::config()?)?)
+    let sys = swpool_core::mount::RealSys::new();
+    Ok(state::node_list(&sys, &filter, &super::config()?)?)
 }
 
 pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {

@@ -11,6 +11,7 @@ pub fn run(gl: &GlobalArgs, a: ModulefilesArgs) -> Result<(), Error> {
             ld_library_path: a.ld_library_path,
             formats: a.modules,
         },
+        &mut |p, b| swpool_core::atomic::write_file(p, b, false),
     )?;
     let p = Printer::new(gl, false);
     for w in &g.warnings {

@@ -144,7 +144,8 @@ fn getenv(k: &str) -> Option<String> {
 fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str) -> Result<(), Error> {
     let je = JobEnv::from_env(getenv, h.job.as_deref(), h.uid)
         .map_err(|e| Error::other(ExitStatus::Usage, format!("sw-pool slurm {kind}: {e}")))?;
-    Ok(slurm::root_hook(kind == "epilog", &je)?)
+    let sys = swpool_core::mount::RealSys::new();
+    Ok(slurm::root_hook(&sys, kind == "epilog", &je)?)
 }
 
 fn task_prolog() -> Result<(), Error> {

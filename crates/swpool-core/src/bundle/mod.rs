@@ -677,7 +677,8 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
             drop(tmp);
         }
         None => {
-            tmp.commit(&out, o.force)?;
+            tmp.commit(&out, o.force)
+                .map_err(io("cannot rename into place", &out))?;
         }
     }
     Ok(report)

@@ -417,66 +417,11 @@ pub(super) fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), Bun
     Ok(())
 }
 
-/// A temporary directory beside OUT, registered for removal on a signal, removed on drop unless
-/// committed.
-pub(super) struct TempDir {
-    pub(super) path: PathBuf,
-    pub(super) done: bool,
-}
-
-pub(super) fn tempdir_beside(out: &Path, what: &str) -> Result<TempDir, BundleError> {
-    let dir = crate::atomic::parent_dir(out);
-    let name = out.file_name().unwrap_or_default().to_string_lossy();
-    let p = dir.join(format!(".{name}.swpool-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p); // a leftover of an earlier run with our pid
-    std::fs::create_dir(&p).map_err(io("cannot create", &p))?;
-    crate::atomic::register_dir(&p);
-    Ok(TempDir {
-        path: p,
-        done: false,
-    })
-}
-
-impl TempDir {
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-    /// Rename into place (replacing an old OUT when `force`).
-    pub(super) fn commit(mut self, out: &Path, force: bool) -> Result<(), BundleError> {
-        let old = crate::atomic::parent_dir(out).join(format!(
-            ".{}.swpool-old-{}",
-            out.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id()
-        ));
-        let had_old = force && (out.exists() || out.is_symlink());
-        if had_old {
-            std::fs::rename(out, &old).map_err(io("cannot move away", out))?;
-        }
-        if let Err(e) = std::fs::rename(&self.path, out) {
-            if had_old {
-                let _ = std::fs::rename(&old, out);
-            }
-            return Err(io("cannot rename into place", out)(e));
-        }
-        self.done = true;
-        crate::atomic::unregister_dir(&self.path);
-        if had_old {
-            if old.is_dir() {
-                let _ = std::fs::remove_dir_all(&old);
-            } else {
-                let _ = std::fs::remove_file(&old);
-            }
-        }
-        let _ = crate::atomic::sync_dir(crate::atomic::parent_dir(out));
-        Ok(())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_dir_all(&self.path);
-            crate::atomic::unregister_dir(&self.path);
-        }
-    }
+/// A temporary directory beside OUT ([`crate::atomic::TempDir`]: registered for removal on a
+/// signal, removed on drop unless committed).
+pub(super) fn tempdir_beside(
+    out: &Path,
+    what: &str,
+) -> Result<crate::atomic::TempDir, BundleError> {
+    crate::atomic::TempDir::create(out, what).map_err(io("cannot create a directory beside", out))
 }

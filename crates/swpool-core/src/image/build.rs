@@ -325,7 +325,9 @@ fn read_layout(
 ) -> Result<(PoolLayout, String, String, Vec<PathBuf>), BuildError> {
     let mut modulefiles_written = Vec::new();
     if opts.gen_modulefiles {
-        let g = generate_missing(src, opts.modulefile_opts)?;
+        let g = generate_missing(src, opts.modulefile_opts, &mut |p, b| {
+            crate::atomic::write_file(p, b, false)
+        })?;
         modulefiles_written = g.written;
         warnings.extend(g.warnings);
     }

@@ -36,22 +36,10 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
     let base = cache::base_dir(cache_dir.as_deref(), node.cfg.cache_dir.value.as_deref());
     let cdir = cache::dir(&base, node.uid, true)?;
     let lock = cdir.join(".fill.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .map_err(|source| LoadError::Lock {
-            what: "open",
-            path: lock.clone(),
-            source,
-        })?;
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
-        LoadError::Lock {
-            what: "lock",
-            path: lock.clone(),
-            source: e.into(),
-        }
+    let _fill = crate::lock::FileLock::exclusive(&lock).map_err(|source| LoadError::Lock {
+        what: "lock",
+        path: lock.clone(),
+        source,
     })?;
     let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
     let default_mp = root.join(&p.name).join(&p.version);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::collective::fake::{FakeCluster, FakeRank};
-use crate::mount::sys::{FakeHelper, FakeScript, FakeSys};
+use crate::mount::sys::{FakeHelper, FakeScript, FakeSys, Mounts};
 use crate::pool::manifest::sample;
 use crate::pool::trailer::write_trailer;
 use crate::trust::{keys, sign_pool, TrustedKey};

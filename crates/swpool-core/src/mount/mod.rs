@@ -487,7 +487,7 @@ pub fn mount(
     log: &Path,
     timeout: Duration,
 ) -> Result<Mounted, MountError> {
-    let start = Instant::now();
+    let start = sys.now();
     let checked = check_mountpoint(sys, mp)?;
     if let Err(e) = sys.open_fuse_device() {
         let uid = sys.euid();
@@ -630,7 +630,7 @@ fn supervise(
                     backend: image.backend,
                     helper_pid: pid,
                     mount_id: Some(e.mount_id),
-                    elapsed: start.elapsed(),
+                    elapsed: sys.now() - start,
                 });
             }
         }
@@ -653,7 +653,7 @@ fn supervise(
             Ok(None) => {}
             Err(_) => {}
         }
-        if Instant::now() >= deadline {
+        if sys.now() >= deadline {
             sys.kill_helper(pid);
             cleanup_partial(sys, at);
             return Err(MountError::Helper(Box::new(HelperFailure {

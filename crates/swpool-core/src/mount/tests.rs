@@ -1,7 +1,8 @@
 //! Ordering and clean-up of mount/unmount, with the recording fake.
 
-use super::sys::{FakeHelper, FakeScript, FakeSys};
+use super::sys::{Call, FakeHelper, FakeScript, FakeSys, Mounts, Processes};
 use super::*;
+use crate::exec::Tool;
 
 fn image() -> ImageInfo {
     ImageInfo {
@@ -24,11 +25,8 @@ fn setup(helper: FakeHelper) -> (tempfile::TempDir, PathBuf, FakeSys) {
     (d, mp, sys)
 }
 
-fn kinds(sys: &FakeSys) -> Vec<String> {
-    sys.calls()
-        .iter()
-        .map(|c| c.split(' ').take(2).collect::<Vec<_>>().join(" "))
-        .collect()
+fn any(sys: &FakeSys, f: impl Fn(&Call) -> bool) -> bool {
+    sys.count(f) > 0
 }
 
 #[test]
@@ -71,9 +69,20 @@ fn mount_checks_then_opens_fuse_then_spawns_then_waits() {
     let (_d, mp, sys) = setup(FakeHelper::MountsAfter(3));
     let m = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
     assert_eq!(m.helper_pid, 4242);
-    assert_eq!(
-        kinds(&sys),
-        ["open /dev/fuse", "spawn squashfuse_ll", "release 4242"]
+    assert!(
+        matches!(
+            sys.calls().as_slice(),
+            [
+                Call::OpenFuseDevice,
+                Call::Spawn {
+                    tool: Tool::SquashfuseLl,
+                    ..
+                },
+                Call::Release(4242)
+            ]
+        ),
+        "{:?}",
+        sys.calls()
     );
     assert!(proc::mount_at(&sys.mount_table(), &mp).is_some());
 }
@@ -91,14 +100,21 @@ fn helper_failure_kills_only_our_child_and_reports_stderr_with_hint() {
         "{s}"
     );
     assert_eq!(e.exit_status(), ExitStatus::InvalidPool);
-    assert_eq!(
-        kinds(&sys),
-        [
-            "open /dev/fuse",
-            "spawn squashfuse_ll",
-            "exited 4242",
-            "kill 4242"
-        ]
+    assert!(
+        matches!(
+            sys.calls().as_slice(),
+            [
+                Call::OpenFuseDevice,
+                Call::Spawn {
+                    tool: Tool::SquashfuseLl,
+                    ..
+                },
+                Call::Exited(4242),
+                Call::KillHelper(4242)
+            ]
+        ),
+        "{:?}",
+        sys.calls()
     );
     assert!(sys.mount_table().is_empty());
 }
@@ -118,9 +134,15 @@ fn timeout_kills_the_helper_and_leaves_nothing_mounted() {
         matches!(&e, MountError::Helper(h) if h.status.is_none()),
         "{e}"
     );
-    let k = kinds(&sys);
-    assert_eq!(k.last().unwrap(), "kill 4242", "{k:?}");
+    let k = sys.calls();
+    assert_eq!(k.last(), Some(&Call::KillHelper(4242)), "{k:?}");
     assert!(sys.mount_table().is_empty());
+    // the deadline passed on the fake's clock: no real waiting
+    assert!(
+        sys.slept() >= Duration::from_millis(30),
+        "{:?}",
+        sys.slept()
+    );
 }
 
 #[test]
@@ -129,7 +151,7 @@ fn unusable_dev_fuse_fails_before_spawning() {
     sys.script.lock().unwrap().fuse_device = Some(std::io::ErrorKind::PermissionDenied);
     let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
     assert!(e.to_string().contains("0666"), "{e}");
-    assert_eq!(kinds(&sys), ["open /dev/fuse"]);
+    assert_eq!(sys.calls(), [Call::OpenFuseDevice]);
     sys.script.lock().unwrap().fuse_device = Some(std::io::ErrorKind::NotFound);
     let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
     assert!(e.to_string().contains("modprobe fuse"), "{e}");
@@ -141,7 +163,7 @@ fn helper_not_installed_names_the_package() {
     let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
     assert!(e.to_string().contains("apt-get install squashfuse"), "{e}");
     assert_eq!(e.exit_status(), ExitStatus::Tool);
-    assert!(!kinds(&sys).iter().any(|c| c.starts_with("kill")));
+    assert!(!any(&sys, |c| matches!(c, Call::KillHelper(_))));
 }
 
 #[test]
@@ -197,7 +219,7 @@ fn bad_mount_points_are_refused_before_anything_runs() {
     assert!(e.contains("already a mount point"), "{e}");
     // nothing was ever started
     assert!(
-        !kinds(&sys).iter().any(|c| c.starts_with("spawn")),
+        !any(&sys, |c| matches!(c, Call::Spawn { .. })),
         "{:?}",
         sys.calls()
     );
@@ -217,7 +239,14 @@ fn unmount_busy_names_holders_and_needs_force() {
     let u = unmount(&sys, &mp, true).unwrap();
     assert!(u.lazy);
     assert!(
-        sys.calls().last().unwrap().contains("fusermount3 -u -z"),
+        sys.calls().last().is_some_and(|c| c.is_unmount_run(true)
+            && matches!(
+                c,
+                Call::Run {
+                    tool: Tool::Fusermount3,
+                    ..
+                }
+            )),
         "{:?}",
         sys.calls()
     );
@@ -239,7 +268,7 @@ fn a_transiently_busy_mount_is_unmounted_after_a_retry() {
     let tries = sys
         .calls()
         .iter()
-        .filter(|c| c.contains("fusermount3 -u ") && !c.contains(" -z "))
+        .filter(|c| c.is_unmount_run(false))
         .count();
     assert_eq!(tries, 3, "{:?}", sys.calls());
     assert!(sys.mount_table().is_empty());
@@ -275,7 +304,7 @@ fn refuses_to_unmount_non_fuse() {
         unmount(&sys, &mp, true),
         Err(MountError::NotOurs { .. })
     ));
-    assert!(!kinds(&sys).iter().any(|c| c.starts_with("run")));
+    assert!(!any(&sys, |c| matches!(c, Call::Run { .. })));
 }
 
 #[test]
@@ -412,18 +441,22 @@ fn root_mounts_on_a_private_stage_then_moves_it_onto_the_checked_directory() {
     let m = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
     assert_eq!(m.mount_point, mp);
     let calls = sys.calls();
-    let pin = calls.iter().position(|c| c.starts_with("pin ")).unwrap();
-    let spawn = calls.iter().position(|c| c.starts_with("spawn ")).unwrap();
-    let attach = calls.iter().position(|c| c.starts_with("attach ")).unwrap();
+    let at = |f: &dyn Fn(&Call) -> bool| calls.iter().position(f).unwrap();
+    let pin = at(&|c| matches!(c, Call::Pin(p) if *p == mp));
+    let spawn = at(&|c| matches!(c, Call::Spawn { .. }));
+    let attach = at(&|c| matches!(c, Call::Attach { to, .. } if *to == mp));
     assert!(pin < spawn && spawn < attach, "{calls:?}");
     // the helper never sees the user's path: it mounts on root's stage
+    let Call::Spawn { args, .. } = &calls[spawn] else {
+        unreachable!()
+    };
     assert!(
-        calls[spawn].ends_with("/run/sw-pool/stage-fake")
-            && !calls[spawn].contains(mp.to_str().unwrap()),
+        args.last().is_some_and(|a| a == "/run/sw-pool/stage-fake")
+            && !args.iter().any(|a| Path::new(a).starts_with(&mp)),
         "{calls:?}"
     );
     assert!(
-        calls.iter().any(|c| c.starts_with("remove stage")),
+        calls.iter().any(|c| matches!(c, Call::RemoveStage(_))),
         "{calls:?}"
     );
     let t = sys.mount_table();
@@ -454,7 +487,7 @@ fn root_mount_point_replaced_before_it_is_opened_mounts_nothing() {
         assert!(!e.to_string().contains("storage"), "{e}");
         assert_eq!(e.exit_status(), ExitStatus::System);
         assert!(
-            !sys.calls().iter().any(|c| c.starts_with("spawn")),
+            !any(&sys, |c| matches!(c, Call::Spawn { .. })),
             "{:?}",
             sys.calls()
         );
@@ -483,7 +516,7 @@ fn root_mount_that_cannot_land_on_the_checked_directory_is_undone() {
         assert!(matches!(e, MountError::Raced { .. }), "{e}");
         assert!(sys.mount_table().is_empty(), "{:?}", sys.mount_table());
         assert!(
-            sys.calls().iter().any(|c| c.starts_with("remove stage")),
+            any(&sys, |c| matches!(c, Call::RemoveStage(_))),
             "{:?}",
             sys.calls()
         );

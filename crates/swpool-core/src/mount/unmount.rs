@@ -31,7 +31,7 @@ fn unmount_retrying_busy(sys: &dyn Sys, mp: &Path) -> Result<(), ExecError> {
         match &result {
             Err(e) if is_busy(e) => {
                 tracing::debug!(mount_point = %mp.display(), "busy; trying again in {ms} ms");
-                std::thread::sleep(std::time::Duration::from_millis(ms));
+                sys.sleep(std::time::Duration::from_millis(ms));
                 result = run_unmount(sys, mp, false);
             }
             _ => break,

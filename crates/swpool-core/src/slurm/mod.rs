@@ -283,11 +283,11 @@ pub fn spread_command(
 }
 
 /// Does `uid` have any sw-pool state or sw-pool FUSE mount on this node?
-fn user_has_state(uid: u32) -> bool {
+fn user_has_state(sys: &dyn crate::mount::Sys, uid: u32) -> bool {
     if !crate::state::candidate_dirs(uid).is_empty() {
         return true;
     }
-    crate::mount::proc::read_mountinfo()
+    sys.mounts()
         .map(|m| {
             m.iter()
                 .any(|e| e.is_swpool_helper() && e.fuse_user_id() == Some(uid))
@@ -334,9 +334,9 @@ impl HookError {
 /// references and mounts), run by slurmd as root on every node of the job (or as the job's user):
 /// nothing for a user without sw-pool state on the node; else `sw-pool cleanup` as the job's user
 /// (no supplementary groups, clean environment), its failure logged to syslog.
-pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), HookError> {
+pub fn root_hook(sys: &dyn crate::mount::Sys, epilog: bool, je: &JobEnv) -> Result<(), HookError> {
     let kind = if epilog { "epilog" } else { "prolog" };
-    if !user_has_state(je.uid) {
+    if !user_has_state(sys, je.uid) {
         return Ok(()); // the job's user never used sw-pool on this node
     }
     let args: Vec<String> = if epilog {
@@ -344,7 +344,7 @@ pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), HookError> {
     } else {
         vec!["--stale".into()]
     };
-    let euid = rustix::process::geteuid().as_raw();
+    let euid = sys.euid();
     let node = crate::users::hostname();
     if euid == je.uid {
         let sel = crate::state::Selection {
@@ -352,7 +352,7 @@ pub fn root_hook(epilog: bool, je: &JobEnv) -> Result<(), HookError> {
             stale: !epilog,
             ..Default::default()
         };
-        crate::state::clean_all_stores(euid, &sel, Some(&je.job_id))?;
+        crate::state::clean_all_stores(sys, euid, &sel, Some(&je.job_id))?;
         return Ok(());
     }
     if euid != 0 {

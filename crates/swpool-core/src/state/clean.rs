@@ -9,7 +9,7 @@
 //! first, by PID, never PID 1 and never ourselves).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -61,78 +61,6 @@ fn act(
         detail,
         done: !sel.dry_run,
     });
-}
-
-/// Is `pid` alive?
-pub fn alive(pid: u32) -> bool {
-    pid > 1 && Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Is `pid` a FUSE helper of ours for `mp`: owned by `uid`, a helper sw-pool starts, with the mount
-/// point on its command line? (A recycled PID fails at least one of these.)
-pub fn is_our_helper(pid: u32, uid: u32, mp: &Path) -> bool {
-    if pid <= 1 || pid == std::process::id() {
-        return false;
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    let ruid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u32>().ok());
-    if ruid != Some(uid) {
-        return false;
-    }
-    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    use std::os::unix::ffi::OsStrExt;
-    let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-    let prog = args
-        .first()
-        .map(|a| Path::new(std::ffi::OsStr::from_bytes(a)))
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let helper = matches!(
-        prog.as_str(),
-        "squashfuse_ll" | "squashfuse" | "fuse2fs" | "fusermount3"
-    );
-    let mpb = mp.as_os_str().as_bytes();
-    helper && args.contains(&mpb)
-}
-
-/// SIGTERM, wait up to `grace`, then SIGKILL. Refuses PID ≤ 1 and ourselves.
-pub fn terminate(pid: u32, grace: Duration) -> Result<(), String> {
-    if pid <= 1 || pid == std::process::id() {
-        return Err(format!("refusing to signal pid {pid}"));
-    }
-    let p = rustix::process::Pid::from_raw(pid as i32).ok_or("pid 0")?;
-    match rustix::process::kill_process(p, rustix::process::Signal::Term) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::SRCH) => return Ok(()),
-        Err(e) => return Err(format!("kill -TERM {pid}: {e}")),
-    }
-    let t = Instant::now();
-    while t.elapsed() < grace {
-        if !alive(pid) || zombie(pid) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    match rustix::process::kill_process(p, rustix::process::Signal::Kill) {
-        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-        Err(e) => Err(format!("kill -KILL {pid}: {e}")),
-    }
-}
-
-fn zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
-        .unwrap_or(false)
 }
 
 /// Clean this node's mounts and records of the store's user as `sel` says.
@@ -204,7 +132,7 @@ fn clean_record(
     let mp = rec.located(mounts);
     let label = rec.label();
     let st = mount::state(sys, mounts, &mp);
-    let writer_dead = rec.pending && rec.refs.iter().all(|r| !alive(r.pid));
+    let writer_dead = rec.pending && rec.refs.iter().all(|r| !sys.running(r.pid));
     let broken = st != MountState::Mounted || writer_dead;
     let of_job = sel
         .job
@@ -248,8 +176,8 @@ fn clean_record(
         if !unmount_and_reap(sys, sel, &mp, &label, jobs.clone(), helper, rec.uid, out) {
             return Ok(()); // still mounted: keep the record that says so
         }
-    } else if rec.helper_pid > 1 && is_our_helper(rec.helper_pid, rec.uid, &mp) {
-        reap_helper(sel, &mp, &label, jobs.clone(), rec.helper_pid, out);
+    } else if rec.helper_pid > 1 && sys.is_our_helper(rec.helper_pid, rec.uid, &mp) {
+        reap_helper(sys, sel, &mp, &label, jobs.clone(), rec.helper_pid, out);
     }
     if !sel.dry_run {
         dir.remove(&key)?;
@@ -303,7 +231,7 @@ fn unmount_and_reap(
             let r = if sel.dry_run {
                 Ok(())
             } else {
-                terminate(h.pid, Duration::from_secs(3))
+                sys.terminate(h.pid, Duration::from_secs(3))
             };
             match r {
                 Ok(()) => act(out, sel, mp, label, jobs.clone(), "holder-killed", detail),
@@ -368,15 +296,14 @@ fn unmount_and_reap(
         }
     }
     if let Some(pid) = helper {
-        if is_our_helper(pid, uid, mp) {
+        if sys.is_our_helper(pid, uid, mp) {
             // give a helper that was unmounted a moment to exit on its own
-            let t = Instant::now();
-            while !sel.dry_run && alive(pid) && !zombie(pid) && t.elapsed() < Duration::from_secs(2)
-            {
-                std::thread::sleep(Duration::from_millis(20));
+            let t = sys.now();
+            while !sel.dry_run && sys.running(pid) && sys.now() - t < Duration::from_secs(2) {
+                sys.sleep(Duration::from_millis(20));
             }
-            if alive(pid) && !zombie(pid) {
-                reap_helper(sel, mp, label, jobs, pid, out);
+            if sys.running(pid) {
+                reap_helper(sys, sel, mp, label, jobs, pid, out);
             }
         }
     }
@@ -384,6 +311,7 @@ fn unmount_and_reap(
 }
 
 fn reap_helper(
+    sys: &dyn Sys,
     sel: &Selection,
     mp: &Path,
     label: &str,
@@ -394,7 +322,7 @@ fn reap_helper(
     let r = if sel.dry_run {
         Ok(())
     } else {
-        terminate(pid, Duration::from_secs(2))
+        sys.terminate(pid, Duration::from_secs(2))
     };
     match r {
         Ok(()) => act(
@@ -412,11 +340,11 @@ fn reap_helper(
 
 /// Clean every store this user's mounts may be recorded in on this node; log each action to syslog.
 pub fn clean_all_stores(
+    sys: &dyn Sys,
     uid: u32,
     sel: &Selection,
     job: Option<&str>,
 ) -> Result<Vec<Action>, StateError> {
-    let sys = crate::mount::RealSys::new();
     let mut dirs = candidate_dirs(uid);
     if dirs.is_empty() {
         dirs.push(StateDir::default_path(uid)); // unrecorded mounts are still found
@@ -424,7 +352,7 @@ pub fn clean_all_stores(
     let mut actions = Vec::new();
     for d in dirs {
         let dir = StateDir::open(&d, uid)?;
-        actions.extend(clean(&sys, &dir, sel)?);
+        actions.extend(clean(sys, &dir, sel)?);
     }
     if !sel.dry_run {
         let user = crate::users::name_of(uid);

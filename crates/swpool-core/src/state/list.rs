@@ -59,7 +59,7 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, StateError>
                 seen.insert(rec.mount_point.clone());
                 let writer = rec.refs.first().map(|r| r.pid).unwrap_or(0);
                 let (status, problem) = match st {
-                    _ if rec.pending && clean::alive(writer) => (ListStatus::Mounting, None),
+                    _ if rec.pending && sys.running(writer) => (ListStatus::Mounting, None),
                     _ if rec.pending => (
                         ListStatus::Stale,
                         Some(format!(
@@ -181,9 +181,12 @@ fn keep(a: &ListFilter, e: &ListEntry) -> bool {
 
 /// This user's mounts, records and (with `unreported`) unused cache entries on this node, from
 /// every store the user's records may be in.
-pub fn node_list(a: &ListFilter, cfg: &crate::config::Config) -> Result<NodeList, StateError> {
-    let uid = rustix::process::geteuid().as_raw();
-    let sys = crate::mount::RealSys::new();
+pub fn node_list(
+    sys: &dyn Sys,
+    a: &ListFilter,
+    cfg: &crate::config::Config,
+) -> Result<NodeList, StateError> {
+    let uid = sys.euid();
     let mut dirs = candidate_dirs(uid);
     // the store this user's commands use (a private fallback when /tmp/sw-pool-<uid> is squatted)
     let def = StateDir::open_default()?.path().to_path_buf();
@@ -196,7 +199,7 @@ pub fn node_list(a: &ListFilter, cfg: &crate::config::Config) -> Result<NodeList
     for d in &dirs {
         let dir = StateDir::open(d, uid)?;
         used_dirs.push(dir.path().to_path_buf());
-        for e in list(&sys, &dir)? {
+        for e in list(sys, &dir)? {
             // an unrecorded mount shows up once, not once per store
             if e.record.is_none()
                 && e.status != ListStatus::Corrupt

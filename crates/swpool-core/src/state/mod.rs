@@ -24,10 +24,9 @@
 //! ```
 //! and `unload`: `dir.find_pool(name, version)` → `state::release(..)` → `env::unload_changes`.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};

@@ -15,10 +15,8 @@ pub struct StateDir {
 /// Held while the store is locked.
 #[derive(Debug)]
 pub struct StateLock {
-    _f: std::fs::File,
+    _l: crate::lock::FileLock,
 }
-
-static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl StateDir {
     /// Where the store lives for `uid`: `$SW_POOL_STATE_DIR`, else `/run/sw-pool` (root), else
@@ -79,25 +77,11 @@ impl StateDir {
     /// Take the store's exclusive lock (blocks until it is free).
     pub fn lock(&self) -> Result<StateLock, StateError> {
         let p = self.path.join("lock");
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&p)
-            .map_err(|source| StateError::Io {
-                path: p.clone(),
-                source,
-            })?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
-            StateError::Io {
-                path: p.clone(),
-                source: e.into(),
-            }
+        let l = crate::lock::FileLock::exclusive(&p).map_err(|source| StateError::Io {
+            path: p.clone(),
+            source,
         })?;
-        Ok(StateLock { _f: f })
+        Ok(StateLock { _l: l })
     }
 
     /// The first 32 hex digits of SHA-256(node NUL mount point).
@@ -208,37 +192,16 @@ impl StateDir {
         Ok(r)
     }
 
-    /// Write a record atomically (temporary file, fsync, rename, fsync the directory).
+    /// Write a record atomically (a private temporary, fsync, rename, fsync the directory:
+    /// [`crate::atomic::write_file`]).
     pub fn write(&self, r: &Record) -> Result<(), StateError> {
         let dest = self.record_path(&r.mount_point);
-        let dir = self.path.join("mounts");
-        let tmp = dir.join(format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let io = |source| StateError::Io {
-            path: tmp.clone(),
+        let mut bytes = serde_json::to_vec_pretty(r).expect("record json");
+        bytes.push(b'\n');
+        crate::atomic::write_file(&dest, &bytes, true).map_err(|source| StateError::Io {
+            path: dest.clone(),
             source,
-        };
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(io)?;
-        let res = (|| {
-            f.write_all(&serde_json::to_vec_pretty(r).expect("record json"))?;
-            f.write_all(b"\n")?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &dest)?;
-            crate::atomic::sync_dir(&dir)
-        })();
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        res.map_err(io)
+        })
     }
 
     /// Remove a mount point's record and helper log.

@@ -1,7 +1,7 @@
 //! Records and reference counts, with the recording fake for the mount itself.
 
 use super::*;
-use crate::mount::sys::{FakeHelper, FakeScript, FakeSys};
+use crate::mount::sys::{Call, FakeHelper, FakeScript, FakeSys, Processes};
 use std::sync::Arc;
 
 struct Env {
@@ -50,10 +50,7 @@ fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
 }
 
 fn spawns(sys: &FakeSys) -> usize {
-    sys.calls()
-        .iter()
-        .filter(|c| c.starts_with("spawn"))
-        .count()
+    sys.count(|c| matches!(c, Call::Spawn { .. }))
 }
 
 #[test]
@@ -456,7 +453,7 @@ fn held_by_job_is_the_task_prolog_fast_path() {
     assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().refcount(), 1);
     assert!(e.sys.calls()[calls..]
         .iter()
-        .all(|c| !c.starts_with("spawn")));
+        .all(|c| !matches!(c, Call::Spawn { .. })));
     // another job, another pool: the full path
     assert!(held_by_job(&e.sys, &e.dir, &e.mp, None, "78")
         .unwrap()
@@ -567,4 +564,26 @@ fn records_of_other_versions_are_read_or_refused_as_newer() {
 
     put(&written);
     release(&e.sys, &e.dir, &e.mp, false, None).unwrap();
+}
+
+#[test]
+fn a_helper_that_outlives_its_unmount_is_waited_for_then_ended() {
+    let e = env();
+    let rec = acquire(&e.sys, &e.dir, &req(&e, Some("3"))).unwrap().record;
+    // its helper is still running after the unmount (the fake proves it ours)
+    e.sys.ours.lock().unwrap().push(rec.helper_pid);
+    let a = clean(&e.sys, &e.dir, &sel_job("3")).unwrap();
+    assert!(a.iter().any(|x| x.action == "helper-killed"), "{a:?}");
+    assert_eq!(e.sys.count(|c| *c == Call::Terminate(rec.helper_pid)), 1);
+    // it was given 2 s to exit on its own first (on the fake's clock: no real waiting)
+    assert!(
+        e.sys.slept() >= Duration::from_secs(2),
+        "{:?}",
+        e.sys.slept()
+    );
+    assert!(e.dir.read(&e.mp).unwrap().is_none());
+    // a helper that is not proved ours is never signalled
+    let rec = acquire(&e.sys, &e.dir, &req(&e, Some("4"))).unwrap().record;
+    clean(&e.sys, &e.dir, &sel_job("4")).unwrap();
+    assert_eq!(e.sys.count(|c| *c == Call::Terminate(rec.helper_pid)), 0);
 }

@@ -119,31 +119,18 @@ fn set_mtime(p: &Path, sec: i64, nsec: i64) {
     );
 }
 
-/// A temporary directory beside DEST, removed unless committed (also by the signal handler and
-/// the watchdog, through the registry in [`crate::atomic`]).
+/// A temporary directory beside DEST ([`crate::atomic::TempDir`]: removed unless committed, also
+/// by the signal handler and the watchdog).
 pub(crate) struct TempDir {
+    tmp: crate::atomic::TempDir,
     path: PathBuf,
-    committed: bool,
 }
 
 impl TempDir {
     pub(crate) fn create(dest: &Path) -> io::Result<TempDir> {
-        let dir = crate::atomic::parent_dir(dest);
-        let name = dest
-            .file_name()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "DEST has no file name"))?;
-        let path = dir.join(format!(
-            ".{}.swpool-tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir(&path)?;
-        crate::atomic::register_dir(&path);
-        Ok(TempDir {
-            path,
-            committed: false,
-        })
+        let tmp = crate::atomic::TempDir::create(dest, "tmp")?;
+        let path = tmp.path().to_path_buf();
+        Ok(TempDir { tmp, path })
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -169,7 +156,7 @@ impl TempDir {
     /// Give the root SRC's mode and mtime, stamp it, and move it to `target` (replacing an earlier
     /// copy atomically with `RENAME_EXCHANGE`).
     pub(crate) fn commit(
-        mut self,
+        self,
         target: &Path,
         mode: u32,
         mtime_ns: i128,
@@ -199,33 +186,10 @@ impl TempDir {
         )
         .map_err(|e| err("set the mtime of", &e))?;
         stamp(&self.path)?;
-        if target.exists() {
-            rustix::fs::renameat_with(
-                rustix::fs::CWD,
-                &self.path,
-                rustix::fs::CWD,
-                target,
-                rustix::fs::RenameFlags::EXCHANGE,
-            )
-            .map_err(|e| err("exchange with DEST", &e))?;
-            // self.path now holds the previous copy: removed on drop
-            let _ = std::fs::remove_dir_all(&self.path);
-        } else {
-            std::fs::rename(&self.path, target).map_err(|e| err("rename", &e))?;
-        }
-        let _ = crate::atomic::sync_dir(crate::atomic::parent_dir(target));
-        self.committed = true;
-        crate::atomic::unregister_dir(&self.path);
-        Ok(())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_dir_all(&self.path);
-            crate::atomic::unregister_dir(&self.path);
-        }
+        // an earlier copy is exchanged atomically (readers see the old tree or the new one)
+        self.tmp
+            .commit(target, true)
+            .map_err(|e| err("move into place as", &e))
     }
 }
 

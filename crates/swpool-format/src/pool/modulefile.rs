@@ -251,8 +251,13 @@ pub struct Generated {
     pub warnings: Vec<String>,
 }
 
-/// Write a modulefile for every package in `root`'s layout that lacks one.
-pub fn generate_missing(root: &Path, opts: ModulefileOptions) -> Result<Generated, LayoutError> {
+/// Write a modulefile for every package in `root`'s layout that lacks one, each through `write`
+/// (the caller's atomic write: `swpool_sys::atomic::write_file`; this crate does not do it).
+pub fn generate_missing(
+    root: &Path,
+    opts: ModulefileOptions,
+    write: &mut dyn FnMut(&Path, &[u8]) -> std::io::Result<()>,
+) -> Result<Generated, LayoutError> {
     let layout = PoolLayout::scan(root)?;
     let toml = layout.toml.as_ref().ok_or_else(|| LayoutError::Invalid {
         path: root.join("pool.toml"),
@@ -320,10 +325,7 @@ pub fn generate_missing(root: &Path, opts: ModulefileOptions) -> Result<Generate
                 path: file.clone(),
                 source,
             };
-            let name = file.file_name().unwrap_or_default().to_string_lossy();
-            let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, text).map_err(io)?;
-            std::fs::rename(&tmp, file).map_err(io)?;
+            write(file, text.as_bytes()).map_err(io)?;
             out.written.push(file.clone());
         }
     }
@@ -380,17 +382,25 @@ mod tests {
             formats: Formats::Lua,
             ..Default::default()
         };
-        let w = generate_missing(root, lua).unwrap();
+        let w = generate_missing(root, lua, &mut |p, b| std::fs::write(p, b)).unwrap();
         assert_eq!(w.written, vec![root.join("modulefiles/a/1.lua")]);
         assert!(w.warnings.is_empty());
         assert_eq!(
             std::fs::read_to_string(root.join("modulefiles/b/2.lua")).unwrap(),
             "-- mine"
         );
-        assert!(generate_missing(root, lua).unwrap().written.is_empty());
+        assert!(
+            generate_missing(root, lua, &mut |p, b| std::fs::write(p, b))
+                .unwrap()
+                .written
+                .is_empty()
+        );
         // both languages (the default): the Tcl ones are added; b's hand-written Lua file is
         // named in a warning, a's generated one is not
-        let w = generate_missing(root, ModulefileOptions::default()).unwrap();
+        let w = generate_missing(root, ModulefileOptions::default(), &mut |p, b| {
+            std::fs::write(p, b)
+        })
+        .unwrap();
         assert_eq!(
             w.written,
             vec![root.join("modulefiles/a/1"), root.join("modulefiles/b/2")]
@@ -407,10 +417,14 @@ mod tests {
             tcl.contains("prepend-path PATH [file join $root {bin}]"),
             "{tcl}"
         );
-        assert!(generate_missing(root, ModulefileOptions::default())
+        assert!(
+            generate_missing(root, ModulefileOptions::default(), &mut |p, b| {
+                std::fs::write(p, b)
+            })
             .unwrap()
             .written
-            .is_empty());
+            .is_empty()
+        );
     }
 
     /// A toolchain extracted with `dpkg -x` into `install/gcc/12`: PATH, MANPATH, the multiarch
@@ -449,7 +463,7 @@ mod tests {
         );
         assert!(has("LD_LIBRARY_PATH", "usr/lib"), "{dirs:?}");
         assert!(has("CMAKE_PREFIX_PATH", "usr"), "{dirs:?}");
-        let g = generate_missing(root, opts).unwrap();
+        let g = generate_missing(root, opts, &mut |p, b| std::fs::write(p, b)).unwrap();
         assert_eq!(g.written.len(), 2);
         let text = std::fs::read_to_string(root.join("modulefiles/gcc/12.lua")).unwrap();
         assert!(
