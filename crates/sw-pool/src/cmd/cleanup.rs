@@ -25,6 +25,13 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
             ));
         }
     }
+    let sel = Selection {
+        job: a.job.clone(),
+        stale: a.stale,
+        all: a.all,
+        kill: a.kill,
+        dry_run: a.dry_run,
+    };
     let euid = rustix::process::geteuid().as_raw();
     if let Some(u) = &a.user {
         if euid != 0 {
@@ -35,32 +42,11 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
         }
         let uid = uid_of(u)?;
         if uid != 0 {
-            let mut args: Vec<String> = Vec::new();
-            if let Some(j) = &a.job {
-                args.extend(["--job".into(), j.clone()]);
-            }
-            for (f, on) in [
-                ("--stale", a.stale),
-                ("--all", a.all),
-                ("--kill", a.kill),
-                ("--dry-run", a.dry_run),
-                ("--json", a.json),
-            ] {
-                if on {
-                    args.push(f.into());
-                }
-            }
-            let st = users::run_self_as(uid, None, "cleanup", &args, &[])?;
+            let flags: &[&str] = if a.json { &["--json"] } else { &[] };
+            let st = state::clean_as(uid, None, &sel, flags, &[])?;
             std::process::exit(st);
         }
     }
-    let sel = Selection {
-        job: a.job.clone(),
-        stale: a.stale,
-        all: a.all,
-        kill: a.kill,
-        dry_run: a.dry_run,
-    };
     let p = Printer::new(g, a.json);
     let sys = swpool_core::mount::RealSys::new();
     let actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref())?;

@@ -2,7 +2,7 @@
 //! filters (`--job`, `--stale`, `--unreported`), and `--all-nodes` under mpirun/srun: every node
 //! leader's list gathered to rank 0 and printed as one table.
 
-use swpool_core::collective::Collective;
+use swpool_core::mount::RealSys;
 use swpool_core::state::{self, ListFilter, NodeList};
 use swpool_core::transfer::Job;
 use swpool_core::{Error, ExitStatus};
@@ -10,15 +10,13 @@ use swpool_core::{Error, ExitStatus};
 use crate::cli::{GlobalArgs, ListArgs};
 use crate::output::Printer;
 
-fn this_node(a: &ListArgs) -> Result<NodeList, Error> {
-    let filter = ListFilter {
+fn filter(a: &ListArgs) -> ListFilter {
+    ListFilter {
         job: a.job.clone(),
         stale: a.stale,
         unreported: a.unreported,
         cache_dir: a.cache_dir.clone(),
-    };
-    let sys = swpool_core::mount::RealSys::new();
-    Ok(state::node_list(&sys, &filter, &super::config()?)?)
+    }
 }
 
 pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
@@ -31,39 +29,20 @@ pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
         }
     }
     let p = Printer::new(g, a.json);
+    let sys = RealSys::new();
     if !a.all_nodes {
-        let l = this_node(&a)?;
+        let l = state::node_list(&sys, &filter(&a), &super::config()?)?;
         print_table(&p, std::slice::from_ref(&l), false);
         p.json(&serde_json::to_value(&l).expect("json"));
         return Ok(());
     }
     let job = Job::init()?;
-    if !job.is_leader() {
-        return Ok(());
-    }
-    let mine = this_node(&a).unwrap_or_else(|e| NodeList {
-        node: swpool_core::users::hostname(),
-        state_dirs: vec![],
-        mounts: vec![],
-        unused_cache: vec![],
-        error: Some(e.to_string()),
-    });
-    let bytes = serde_json::to_vec(&mine).expect("json");
-    let Some(all) = job.gather_leaders(&bytes)? else {
+    let cfg = super::config().map_err(|e| e.to_string());
+    let Some(nodes) =
+        state::all_nodes_list(&job, &sys, &filter(&a), cfg.as_ref().map_err(Clone::clone))?
+    else {
         return Ok(());
     };
-    let nodes: Vec<NodeList> = all
-        .iter()
-        .map(|b| {
-            serde_json::from_slice(b).unwrap_or_else(|e| NodeList {
-                node: "?".into(),
-                state_dirs: vec![],
-                mounts: vec![],
-                unused_cache: vec![],
-                error: Some(format!("undecodable answer: {e}")),
-            })
-        })
-        .collect();
     print_table(&p, &nodes, true);
     p.json(&serde_json::json!({ "nodes": nodes }));
     if let Some(bad) = nodes.iter().find(|n| n.error.is_some()) {

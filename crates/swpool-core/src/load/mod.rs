@@ -550,8 +550,10 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
     changes
 }
 
+mod mount_image;
 mod task;
 pub use crate::error::LoadError;
+pub use mount_image::{mount_image, MountOutcome, MountRequest};
 #[cfg(test)]
 use task::last_set;
 pub use task::{ensure, task_prolog};

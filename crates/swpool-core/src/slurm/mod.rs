@@ -339,19 +339,15 @@ pub fn root_hook(sys: &dyn crate::mount::Sys, epilog: bool, je: &JobEnv) -> Resu
     if !user_has_state(sys, je.uid) {
         return Ok(()); // the job's user never used sw-pool on this node
     }
-    let args: Vec<String> = if epilog {
-        vec!["--job".into(), je.job_id.clone()]
-    } else {
-        vec!["--stale".into()]
+    // the Epilog: the job's references; the Prolog: the user's stale mounts
+    let sel = crate::state::Selection {
+        job: epilog.then(|| je.job_id.clone()),
+        stale: !epilog,
+        ..Default::default()
     };
     let euid = sys.euid();
     let node = crate::users::hostname();
     if euid == je.uid {
-        let sel = crate::state::Selection {
-            job: epilog.then(|| je.job_id.clone()),
-            stale: !epilog,
-            ..Default::default()
-        };
         crate::state::clean_all_stores(sys, euid, &sel, Some(&je.job_id))?;
         return Ok(());
     }
@@ -362,13 +358,11 @@ pub fn root_hook(sys: &dyn crate::mount::Sys, epilog: bool, je: &JobEnv) -> Resu
             uid: je.uid,
         });
     }
-    let mut full = vec!["-q".to_string()];
-    full.extend(args);
-    let st = crate::users::run_self_as(
+    let st = crate::state::clean_as(
         je.uid,
         je.gid,
-        "cleanup",
-        &full,
+        &sel,
+        &["-q"],
         &[("SLURM_JOB_ID", je.job_id.clone())],
     )?;
     if st != 0 {

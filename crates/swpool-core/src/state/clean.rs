@@ -31,6 +31,43 @@ pub struct Selection {
     pub dry_run: bool,
 }
 
+impl Selection {
+    /// The `sw-pool cleanup` arguments that select the same.
+    pub fn cleanup_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = Vec::new();
+        if let Some(j) = &self.job {
+            args.extend(["--job".into(), j.clone()]);
+        }
+        for (f, on) in [
+            ("--stale", self.stale),
+            ("--all", self.all),
+            ("--kill", self.kill),
+            ("--dry-run", self.dry_run),
+        ] {
+            if on {
+                args.push(f.into());
+            }
+        }
+        args
+    }
+}
+
+/// Root cleans for user `uid` by running `sw-pool cleanup` as that user (no supplementary groups,
+/// a clean environment plus `env`; [`crate::users::run_self_as`]): the user's mounts are unmounted
+/// and the user's helpers signalled by their owner, never by root. `flags` go first (`-q`,
+/// `--json`). Returns its exit status.
+pub fn clean_as(
+    uid: u32,
+    gid: Option<u32>,
+    sel: &Selection,
+    flags: &[&str],
+    env: &[(&str, String)],
+) -> Result<i32, crate::users::UserError> {
+    let mut args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    args.extend(sel.cleanup_args());
+    crate::users::run_self_as(uid, gid, "cleanup", &args, env)
+}
+
 /// One thing done (or, in a dry run, to be done).
 #[derive(Debug, Clone, Serialize)]
 pub struct Action {

@@ -42,8 +42,8 @@ mod release;
 mod store;
 
 pub use acquire::{acquire, held_by_job, AcquireRequest, Acquired};
-pub use clean::{candidate_dirs, clean, clean_all_stores, Action, Selection};
-pub use list::{list, node_list, ListEntry, ListFilter, ListStatus, NodeList};
+pub use clean::{candidate_dirs, clean, clean_all_stores, clean_as, Action, Selection};
+pub use list::{all_nodes_list, list, node_list, ListEntry, ListFilter, ListStatus, NodeList};
 pub use release::{release, Released};
 pub use store::{images_in_use, StateDir, StateLock};
 
