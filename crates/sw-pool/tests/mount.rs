@@ -3,54 +3,84 @@
 //! directory and unmounts what it mounted, even when it fails (the `Guard`).
 
 mod common;
+use common::cases::*;
 use common::mount_fixture::*;
 use common::*;
 
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn squashfs_pool_mounts_read_only_and_unmounts() {
-    if !need_root() {
-        return;
-    }
-    let t = T::new();
-    let img = pool(&t, "sqfs");
-    mount_and_check(&t, &img, "squashfuse_ll", "demo/1.0");
+/// An image that mounts: how it is made, the FUSE helper that must serve it, its label in `list`.
+struct Mountable {
+    name: &'static str,
+    image: fn(&T) -> String,
+    helper: &'static str,
+    label: &'static str,
 }
 
-#[test]
-fn ext4_pool_mounts_through_fuse2fs() {
-    if !need_root() {
-        return;
-    }
-    let t = T::new();
-    let img = pool(&t, "ext4");
-    mount_and_check(&t, &img, "fuse2fs", "demo/1.0");
-}
+/// Pools of both formats, and bare images whose name says the other format (the magic decides).
+const MOUNTABLE: &[Mountable] = &[
+    Mountable {
+        name: "squashfs pool",
+        image: |t| pool(t, "sqfs"),
+        helper: "squashfuse_ll",
+        label: "demo/1.0",
+    },
+    Mountable {
+        name: "ext4 pool through fuse2fs",
+        image: |t| pool(t, "ext4"),
+        helper: "fuse2fs",
+        label: "demo/1.0",
+    },
+    Mountable {
+        name: "bare squashfs image named .ext2",
+        image: |t| {
+            sample_tree(&t.p("tree"));
+            let sq = t.s("bare.ext2");
+            let st = Command::new("mksquashfs")
+                .args([t.s("tree").as_str(), &sq, "-quiet", "-noappend"])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            sq
+        },
+        helper: "squashfuse_ll",
+        label: "bare.ext2",
+    },
+    Mountable {
+        name: "bare ext2 image named .img",
+        image: |t| {
+            sample_tree(&t.p("tree"));
+            let ext = t.s("bare.img");
+            let st = Command::new("mke2fs")
+                .args(["-q", "-t", "ext2", "-d", t.s("tree").as_str(), &ext, "32M"])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            ext
+        },
+        helper: "fuse2fs",
+        label: "bare.img",
+    },
+];
 
+/// Each image mounts read-only (nosuid, nodev) through its helper, shows in `list`, and unmounts
+/// leaving no mount, no record and no helper (`mount_and_check`); each in its own scratch
+/// directory.
 #[test]
-fn bare_images_mount_too_whatever_their_name() {
+fn pools_and_bare_images_mount_read_only_and_unmount() {
     if !need_root() {
         return;
     }
-    let t = T::new();
-    sample_tree(&t.p("tree"));
-    // a squashfs image named .ext2 and an ext2 image named .img: the magic decides
-    let sq = t.s("bare.ext2");
-    let st = Command::new("mksquashfs")
-        .args([t.s("tree").as_str(), &sq, "-quiet", "-noappend"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    mount_and_check(&t, &sq, "squashfuse_ll", "bare.ext2");
-    let ext = t.s("bare.img");
-    let st = Command::new("mke2fs")
-        .args(["-q", "-t", "ext2", "-d", t.s("tree").as_str(), &ext, "32M"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    mount_and_check(&t, &ext, "fuse2fs", "bare.img");
+    each_case(
+        MOUNTABLE,
+        |m| m.name.to_string(),
+        |m| {
+            let t = T::new();
+            let img = (m.image)(&t);
+            mount_and_check(&t, &img, m.helper, m.label);
+        },
+    );
 }
 
 #[test]
@@ -159,6 +189,186 @@ fn twenty_concurrent_mounts_and_umounts_of_one_pool() {
     t.assert_clean();
 }
 
+/// 100,000 bytes that are no image.
+fn junk(c: &Ctx) -> String {
+    let junk = c.t.s("junk.sqfs");
+    std::fs::write(&junk, vec![0x5au8; 100_000]).unwrap();
+    junk
+}
+
+/// The tree of the bare images (made once per table).
+fn bare_tree(c: &Ctx) -> String {
+    let tree = c.t.p("bare-tree");
+    if !tree.exists() {
+        sample_tree(&tree);
+    }
+    c.t.s("bare-tree")
+}
+
+/// Images and mount points that must be refused, with the exit status and the words that tell the
+/// user why; after each, nothing is mounted or recorded. `{img}` is a good squashfs pool, `{mp}` an
+/// empty directory.
+const BAD_INPUTS: &[Case] = &[
+    Case {
+        name: "not an image",
+        setup: junk,
+        via: Via::Sw,
+        args: &["mount", "{input}", "{mp}"],
+        env: &[],
+        expect_status: Status::Is(4),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["not a squashfs or ext2/3/4 image", "junk.sqfs"],
+    },
+    // refused before anything is mounted
+    Case {
+        name: "a pool whose bytes no longer match its manifest",
+        setup: |c| {
+            let bad = c.t.s("bad.sqfs");
+            let mut b = std::fs::read(c.var("img")).unwrap();
+            b[4..96].fill(0);
+            std::fs::write(&bad, &b).unwrap();
+            bad
+        },
+        via: Via::Sw,
+        args: &["mount", "{input}", "{mp}"],
+        env: &[],
+        expect_status: Status::Is(4),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["bad.sqfs is damaged", "does not match its manifest"],
+    },
+    // magic kept, the rest zeroed: squashfuse_ll refuses it
+    Case {
+        name: "bare squashfs image with a corrupt superblock",
+        setup: |c| {
+            let tree = bare_tree(c);
+            let bad = c.t.s("bad-bare.sqfs");
+            let st = Command::new("mksquashfs")
+                .args([tree.as_str(), &bad, "-quiet", "-noappend"])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let mut b = std::fs::read(&bad).unwrap();
+            b[4..96].fill(0);
+            std::fs::write(&bad, &b).unwrap();
+            bad
+        },
+        via: Via::Sw,
+        args: &["mount", "{input}", "{mp}"],
+        env: &[],
+        expect_status: Status::Is(4),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["squashfuse_ll could not mount", "damaged"],
+    },
+    // superblock checksum broken: fuse2fs refuses it
+    Case {
+        name: "bare ext4 image with a corrupt superblock",
+        setup: |c| {
+            let tree = bare_tree(c);
+            let bad = c.t.s("bad-bare.ext4");
+            let st = Command::new("mke2fs")
+                .args(["-q", "-t", "ext4", "-d", tree.as_str(), &bad, "32M"])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let mut b = std::fs::read(&bad).unwrap();
+            for x in &mut b[1024 + 0x20..1024 + 0x28] {
+                *x ^= 0xff;
+            }
+            std::fs::write(&bad, &b).unwrap();
+            bad
+        },
+        via: Via::Sw,
+        args: &["mount", "{input}", "{mp}"],
+        env: &[],
+        expect_status: Status::Is(4),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["fuse2fs could not mount", "damaged"],
+    },
+    Case {
+        name: "mount point is a file",
+        setup: |c| {
+            let f = c.t.s("file");
+            std::fs::write(&f, "x").unwrap();
+            f
+        },
+        via: Via::Sw,
+        args: &["mount", "{img}", "{input}"],
+        env: &[],
+        expect_status: Status::Is(3),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["is not a directory"],
+    },
+    Case {
+        name: "mount point is not empty",
+        setup: |c| {
+            let full = c.t.mkdir("full");
+            std::fs::write(Path::new(&full).join("x"), "x").unwrap();
+            full
+        },
+        via: Via::Sw,
+        args: &["mount", "{img}", "{input}"],
+        env: &[],
+        expect_status: Status::Is(3),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["is not empty"],
+    },
+    Case {
+        name: "mount point is a symbolic link",
+        setup: |c| {
+            let link = c.t.s("link");
+            std::os::unix::fs::symlink(c.var("mp"), &link).unwrap();
+            link
+        },
+        via: Via::Sw,
+        args: &["mount", "{img}", "{input}"],
+        env: &[],
+        expect_status: Status::Is(3),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["symbolic link"],
+    },
+    // a pool's missing mount point is created, like `load -m`, but only in an existing directory
+    Case {
+        name: "mount point missing, and its parent too",
+        setup: |c| c.t.s("missing/deeper"),
+        via: Via::Sw,
+        args: &["mount", "{img}", "{input}"],
+        env: &[],
+        expect_status: Status::Is(3),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["cannot create it", "missing/deeper"],
+    },
+    Case {
+        name: "-o rw",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["mount", "-o", "rw", "{img}", "{mp}"],
+        env: &[],
+        expect_status: Status::Is(3),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["writable mounts are not supported yet"],
+    },
+    Case {
+        name: "umount of what is not mounted",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["umount", "{mp}"],
+        env: &[],
+        expect_status: Status::Is(3),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["is not mounted"],
+    },
+    Case {
+        name: "a bare image without a mount point",
+        setup: junk,
+        via: Via::Sw,
+        args: &["mount", "{input}"],
+        env: &[],
+        expect_status: Status::Failure,
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &[],
+    },
+];
+
 #[test]
 fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
     if !need_root() {
@@ -167,119 +377,7 @@ fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
     let t = T::new();
     let img = pool(&t, "sqfs");
     let mp = t.mkdir("mnt");
-    // not an image
-    let junk = t.p("junk.sqfs");
-    std::fs::write(&junk, vec![0x5au8; 100_000]).unwrap();
-    let o = t.run(&["mount", junk.to_str().unwrap(), &mp]);
-    assert_eq!(o.code, 4, "{}", o.stderr);
-    assert!(
-        o.stderr.contains("not a squashfs or ext2/3/4 image") && o.stderr.contains("junk.sqfs"),
-        "{}",
-        o.stderr
-    );
-    // a pool whose bytes no longer match its manifest: refused before anything is mounted
-    let bad = t.p("bad.sqfs");
-    let mut b = std::fs::read(&img).unwrap();
-    b[4..96].fill(0);
-    std::fs::write(&bad, &b).unwrap();
-    let o = t.run(&["mount", bad.to_str().unwrap(), &mp]);
-    assert_eq!(o.code, 4, "{}", o.stderr);
-    assert!(
-        o.stderr.contains("bad.sqfs is damaged")
-            && o.stderr.contains("does not match its manifest"),
-        "{}",
-        o.stderr
-    );
-    // corrupt squashfs superblock of a bare image (magic kept, the rest zeroed): squashfuse_ll
-    // refuses it
-    sample_tree(&t.p("bare-tree"));
-    let bad = t.p("bad-bare.sqfs");
-    let st = Command::new("mksquashfs")
-        .args([
-            t.s("bare-tree").as_str(),
-            bad.to_str().unwrap(),
-            "-quiet",
-            "-noappend",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mut b = std::fs::read(&bad).unwrap();
-    b[4..96].fill(0);
-    std::fs::write(&bad, &b).unwrap();
-    let o = t.run(&["mount", bad.to_str().unwrap(), &mp]);
-    assert_eq!(o.code, 4, "{}", o.stderr);
-    assert!(
-        o.stderr.contains("squashfuse_ll could not mount") && o.stderr.contains("damaged"),
-        "{}",
-        o.stderr
-    );
-    // corrupt ext4 superblock of a bare image (checksum broken): fuse2fs refuses it
-    let bad = t.p("bad-bare.ext4");
-    let st = Command::new("mke2fs")
-        .args([
-            "-q",
-            "-t",
-            "ext4",
-            "-d",
-            t.s("bare-tree").as_str(),
-            bad.to_str().unwrap(),
-            "32M",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mut b = std::fs::read(&bad).unwrap();
-    for x in &mut b[1024 + 0x20..1024 + 0x28] {
-        *x ^= 0xff;
-    }
-    std::fs::write(&bad, &b).unwrap();
-    let o = t.run(&["mount", bad.to_str().unwrap(), &mp]);
-    assert_eq!(o.code, 4, "{}", o.stderr);
-    assert!(
-        o.stderr.contains("fuse2fs could not mount") && o.stderr.contains("damaged"),
-        "{}",
-        o.stderr
-    );
-    // mount point: a file, not empty, a symlink, missing
-    let f = t.p("file");
-    std::fs::write(&f, "x").unwrap();
-    let o = t.run(&["mount", &img, f.to_str().unwrap()]);
-    assert_eq!(o.code, 3);
-    assert!(o.stderr.contains("is not a directory"), "{}", o.stderr);
-    let full = t.mkdir("full");
-    std::fs::write(Path::new(&full).join("x"), "x").unwrap();
-    let o = t.run(&["mount", &img, &full]);
-    assert_eq!(o.code, 3);
-    assert!(o.stderr.contains("is not empty"), "{}", o.stderr);
-    let link = t.p("link");
-    std::os::unix::fs::symlink(&mp, &link).unwrap();
-    let o = t.run(&["mount", &img, link.to_str().unwrap()]);
-    assert_eq!(o.code, 3);
-    assert!(o.stderr.contains("symbolic link"), "{}", o.stderr);
-    // a pool's missing mount point is created, like `load -m`, but only in an existing directory
-    let o = t.run(&["mount", &img, &t.s("missing/deeper")]);
-    assert_eq!(o.code, 3);
-    assert!(
-        o.stderr.contains("cannot create it") && o.stderr.contains("missing/deeper"),
-        "{}",
-        o.stderr
-    );
-    // -o rw is refused
-    let o = t.run(&["mount", "-o", "rw", &img, &mp]);
-    assert_eq!(o.code, 3);
-    assert!(
-        o.stderr.contains("writable mounts are not supported yet"),
-        "{}",
-        o.stderr
-    );
-    // unmount of something not mounted
-    let o = t.run(&["umount", &mp]);
-    assert_eq!(o.code, 3);
-    assert!(o.stderr.contains("is not mounted"), "{}", o.stderr);
-    // a bare image without a mount point
-    let o = t.run(&["mount", junk.to_str().unwrap()]);
-    assert_ne!(o.code, 0);
+    run_cases(&Ctx::new(&t, &[("img", &img), ("mp", &mp)]), BAD_INPUTS);
     t.assert_clean();
     // and no helper of ours is left running
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
@@ -438,20 +536,20 @@ fn unprivileged_mount_on_a_directory_the_user_cannot_write() {
         .status()
         .unwrap();
     assert!(st.success());
-    for format in ["ext4", "sqfs"] {
-        let img = pool(&t, format);
-        let o = mount_as_nobody(&img, &mp, &state);
-        assert_eq!(o.code, 6, "{format}: {}", o.stderr);
-        assert!(
-            o.stderr.contains("not writable by you") || o.stderr.contains("/dev/fuse"),
-            "{format}: {}",
-            o.stderr
-        );
-        assert!(
-            !o.stderr.contains("image is intact"),
-            "{format}: {}",
-            o.stderr
-        );
-        assert!(t.mounts().is_empty());
-    }
+    each_case(
+        &["ext4", "sqfs"],
+        |format| format.to_string(),
+        |format| {
+            let img = pool(&t, format);
+            let o = mount_as_nobody(&img, &mp, &state);
+            assert_eq!(o.code, 6, "{}", o.stderr);
+            assert!(
+                o.stderr.contains("not writable by you") || o.stderr.contains("/dev/fuse"),
+                "{}",
+                o.stderr
+            );
+            assert!(!o.stderr.contains("image is intact"), "{}", o.stderr);
+            assert!(t.mounts().is_empty());
+        },
+    );
 }

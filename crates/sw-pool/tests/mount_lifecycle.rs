@@ -2,6 +2,7 @@
 //! hooks, and a mounted signed pool whose file changes (the fixture: `common/mount_fixture.rs`).
 
 mod common;
+use common::cases::*;
 use common::mount_fixture::*;
 use common::*;
 
@@ -88,52 +89,145 @@ fn cleanup_by_job_and_of_stale_mounts() {
         .contains("nothing to clean"));
 }
 
+/// The Slurm hooks and `cleanup` for a job that asked for no pool, outside Slurm, or with bad
+/// input.
+const SLURM_HOOKS: &[Case] = &[
+    // no pools asked for -> no output at all (slurmstepd parses it)
+    Case {
+        name: "TaskProlog without pools",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["slurm", "task-prolog"],
+        env: &[],
+        expect_status: Status::Is(0),
+        expect_stdout: Stdout::Empty,
+        expect_stderr_contains: &[],
+    },
+    // the multi-call name Slurm runs (no arguments)
+    Case {
+        name: "TaskProlog by its multi-call name",
+        setup: no_input,
+        via: Via::Link("task-prolog"),
+        args: &[],
+        env: &[("SW_POOL_JOB_POOLS", None), ("SW_POOL_LOAD", None)],
+        expect_status: Status::Is(0),
+        expect_stdout: Stdout::Empty,
+        expect_stderr_contains: &[],
+    },
+    // a user who never used sw-pool here: nothing
+    Case {
+        name: "epilog for a user without sw-pool state",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["slurm", "epilog"],
+        env: &[
+            ("SW_POOL_STATE_DIR", None),
+            ("SLURM_JOB_ID", Some("77")),
+            ("SLURM_JOB_UID", Some("4242421")),
+        ],
+        expect_status: Status::Is(0),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &[],
+    },
+    // a usage error that says what is missing
+    Case {
+        name: "epilog outside Slurm",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["slurm", "epilog"],
+        env: &[("SLURM_JOB_ID", None)],
+        expect_status: Status::Is(2),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["SLURM_JOB_ID"],
+    },
+    Case {
+        name: "epilog of a job id that is no job id",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["slurm", "epilog", "--job", "1;rm"],
+        env: &[("SLURM_JOB_UID", Some("1"))],
+        expect_status: Status::Is(2),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &[],
+    },
+    // fails loudly: a `print` line for the task
+    Case {
+        name: "TaskProlog given a damaged job environment",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["slurm", "task-prolog"],
+        env: &[("SW_POOL_JOB_POOLS", Some("garbage"))],
+        expect_status: Status::Failure,
+        expect_stdout: Stdout::StartsWith("print sw-pool: error"),
+        expect_stderr_contains: &[],
+    },
+    Case {
+        name: "cleanup told nothing to clean",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["cleanup"],
+        env: &[],
+        expect_status: Status::Is(2),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["--job JOB_ID, --stale or --all"],
+    },
+];
+
 #[test]
 fn slurm_hooks_do_nothing_for_jobs_without_sw_pool() {
     let t = T::new();
-    // the TaskProlog: no pools asked for -> no output at all (slurmstepd parses it)
-    let o = run(t.sw().args(["slurm", "task-prolog"]));
-    assert_eq!((o.code, o.stdout.as_str()), (0, ""), "{}", o.stderr);
-    // the multi-call name Slurm runs (no arguments)
-    let link = t.p("task-prolog");
-    std::os::unix::fs::symlink(bin(), &link).unwrap();
-    let o = run(Command::new(&link)
-        .env_remove("SW_POOL_JOB_POOLS")
-        .env_remove("SW_POOL_LOAD"));
-    assert_eq!((o.code, o.stdout.as_str()), (0, ""), "{}", o.stderr);
-    // the epilog for a user who never used sw-pool here: nothing
-    let o = run(t
-        .sw()
-        .args(["slurm", "epilog"])
-        .env_remove("SW_POOL_STATE_DIR")
-        .env("SLURM_JOB_ID", "77")
-        .env("SLURM_JOB_UID", "4242421"));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    // outside Slurm: a usage error that says what is missing
-    let o = run(t.sw().args(["slurm", "epilog"]).env_remove("SLURM_JOB_ID"));
-    assert_eq!(o.code, 2);
-    assert!(o.stderr.contains("SLURM_JOB_ID"), "{}", o.stderr);
-    let o = run(t
-        .sw()
-        .args(["slurm", "epilog", "--job", "1;rm"])
-        .env("SLURM_JOB_UID", "1"));
-    assert_eq!(o.code, 2, "{}", o.stderr);
-    // a TaskProlog given a damaged job environment fails loudly (a `print` line for the task)
-    let o = run(t
-        .sw()
-        .args(["slurm", "task-prolog"])
-        .env("SW_POOL_JOB_POOLS", "garbage"));
-    assert_ne!(o.code, 0);
-    assert!(o.stdout.starts_with("print sw-pool: error"), "{}", o.stdout);
-    // cleanup needs to be told what to clean
-    let o = t.run(&["cleanup"]);
-    assert_eq!(o.code, 2);
-    assert!(
-        o.stderr.contains("--job JOB_ID, --stale or --all"),
-        "{}",
-        o.stderr
-    );
+    run_cases(&Ctx::new(&t, &[]), SLURM_HOOKS);
 }
+
+/// A signed pool with 4 bytes changed (`{bad}`, signed by the key `{dir}/k`), mounted on `{mp}`:
+/// refused, and nothing is mounted.
+const CHANGED_SIGNED_POOL: &[Case] = &[
+    // the signer is in no trusted-keys directory and signatures are required
+    Case {
+        name: "signer not trusted, signatures required",
+        setup: no_input,
+        via: Via::Sw,
+        args: &["mount", "{bad}", "{mp}"],
+        env: &[("SW_POOL_REQUIRE_SIGNATURE", Some("true"))],
+        expect_status: Status::Is(7),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["which is not trusted here"],
+    },
+    Case {
+        name: "signer not trusted, signatures required, the paper's tool name",
+        setup: no_input,
+        via: Via::Link("scalable-fs-mount"),
+        args: &["{bad}", "{mp}"],
+        env: &[
+            ("SW_POOL_STATE_DIR", Some("{state}")),
+            ("SW_POOL_CACHE", Some("{dir}")),
+            ("SW_POOL_SYSTEM_CONFIG", Some("")),
+            ("SW_POOL_USER_CONFIG", Some("")),
+            ("SW_POOL_REQUIRE_SIGNATURE", Some("true")),
+        ],
+        expect_status: Status::Is(7),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &[],
+    },
+    // the changed bytes are found before anything is mounted
+    Case {
+        name: "signer trusted, bytes changed",
+        setup: |c| {
+            let keys = c.t.p("keys");
+            if !keys.exists() {
+                std::fs::create_dir(&keys).unwrap();
+                std::fs::copy(c.t.p("k.pub.pem"), keys.join("k.pem")).unwrap();
+            }
+            c.t.s("keys")
+        },
+        via: Via::Sw,
+        args: &["mount", "{bad}", "{mp}"],
+        env: &[("SW_POOL_TRUSTED_KEYS", Some("{input}"))],
+        expect_status: Status::Is(4),
+        expect_stdout: Stdout::Any,
+        expect_stderr_contains: &["bad.sqfs is damaged", "does not match"],
+    },
+];
 
 /// A mounted signed pool serves only the bytes its manifest vouches for. A pool of a 5 MiB
 /// random file, signed, then 4 bytes changed at offset 100000: refused when its signer is not
@@ -181,45 +275,16 @@ fn a_mounted_signed_pool_never_serves_changed_bytes() {
     std::fs::copy(&q, &bad).unwrap();
     tamper(&bad);
     let mp = t.mkdir("mnt");
-    // the signer is in no trusted-keys directory and signatures are required: refused
-    let o = run(t
-        .sw()
-        .env("SW_POOL_REQUIRE_SIGNATURE", "true")
-        .args(["mount", &bad, &mp]));
-    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
-    assert!(
-        o.stderr.contains("which is not trusted here"),
-        "{}",
-        o.stderr
+    run_cases(
+        &Ctx::new(&t, &[("bad", &bad), ("mp", &mp)]),
+        CHANGED_SIGNED_POOL,
     );
-    let link = t.p("scalable-fs-mount");
-    std::os::unix::fs::symlink(bin(), &link).unwrap();
-    let o = run(Command::new(&link)
-        .args([&bad, &mp])
-        .env("SW_POOL_STATE_DIR", t.state())
-        .env("SW_POOL_CACHE", t.d.path())
-        .env("SW_POOL_SYSTEM_CONFIG", "")
-        .env("SW_POOL_USER_CONFIG", "")
-        .env("SW_POOL_REQUIRE_SIGNATURE", "true"));
-    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
-    t.assert_clean();
-    // the signer is trusted: the changed bytes are found before anything is mounted
     let keys = t.p("keys");
-    std::fs::create_dir(&keys).unwrap();
-    std::fs::copy(t.p("k.pub.pem"), keys.join("k.pem")).unwrap();
     let trusted = || {
         let mut c = t.sw();
         c.env("SW_POOL_TRUSTED_KEYS", &keys);
         c
     };
-    let o = run(trusted().args(["mount", &bad, &mp]));
-    assert_eq!(o.code, 4, "{}{}", o.stdout, o.stderr);
-    assert!(
-        o.stderr.contains("bad.sqfs is damaged") && o.stderr.contains("does not match"),
-        "{}",
-        o.stderr
-    );
-    t.assert_clean();
     // mounted intact, then the pool file is changed: the mount still serves the signed bytes
     let o = run(trusted().args(["mount", "--json", &q, &mp]));
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);

@@ -2,6 +2,7 @@
 //! Modules (the fixture: `common/mount_fixture.rs`).
 
 mod common;
+use common::cases::*;
 use common::mount_fixture::*;
 use common::*;
 
@@ -112,40 +113,19 @@ sw-pool umount "$mp"
     );
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let root = std::fs::canonicalize(t.p("m")).unwrap();
-    assert!(
-        o.stdout.contains(&format!(
-            "MP={}/demo/1.0/modulefiles:{}",
-            root.display(),
-            t.s("mf")
-        )),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout.contains(&format!("SPM={}\n", root.display())),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout.contains(&format!("GW={}\n", root.display())),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout.contains("hello/1.0") && o.stdout.contains("cfact/2.0"),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout.contains("hello from") && o.stdout.contains("\n120\n"),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout
-            .contains(&format!("AFTER={}|unset|unset|unset", t.s("mf"))),
-        "{}",
-        o.stdout
+    assert_contains_all(
+        &o.stdout,
+        &[
+            &format!("MP={}/demo/1.0/modulefiles:{}", root.display(), t.s("mf")),
+            &format!("SPM={}\n", root.display()),
+            &format!("GW={}\n", root.display()),
+            "hello/1.0",
+            "cfact/2.0",
+            "hello from",
+            "\n120\n",
+            &format!("AFTER={}|unset|unset|unset", t.s("mf")),
+        ],
+        "",
     );
     t.assert_clean();
 }
@@ -212,22 +192,16 @@ module load nope/1 2>&1 || echo "missing module fails"
     );
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let root = std::fs::canonicalize(t.p("m")).unwrap();
-    assert!(
-        o.stdout
-            .contains(&format!("MP={}/demo/1.0/modulefiles:", root.display())),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout.contains("demo/1.0") && o.stdout.contains("hello/1.0"),
-        "{}",
-        o.stdout
-    );
-    assert!(o.stdout.contains("\n720\n"), "{}", o.stdout);
-    assert!(
-        o.stdout.contains(&format!("AFTER={}\n", t.s("mf"))),
-        "{}",
-        o.stdout
+    assert_contains_all(
+        &o.stdout,
+        &[
+            &format!("MP={}/demo/1.0/modulefiles:", root.display()),
+            "demo/1.0",
+            "hello/1.0",
+            "\n720\n",
+            &format!("AFTER={}\n", t.s("mf")),
+        ],
+        "",
     );
     let after = o.stdout.split("AFTER=").nth(1).unwrap_or_default();
     assert!(
@@ -247,12 +221,10 @@ module load nope/1 2>&1 || echo "missing module fails"
         &t,
         &env,
     );
-    assert!(
-        o.stdout.contains("no such pool")
-            && o.stdout.contains(&format!("FAILED MP={}\n", t.s("mf"))),
-        "{}{}",
-        o.stdout,
-        o.stderr
+    assert_contains_all(
+        &o.stdout,
+        &["no such pool", &format!("FAILED MP={}\n", t.s("mf"))],
+        &o.stderr,
     );
     t.assert_clean();
 }
@@ -262,11 +234,14 @@ fn profile_function_evals_in_bash_and_zsh_and_passes_other_commands_through() {
     let t = T::new();
     let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/profile.d/sw-pool.sh");
     let dir = bin().parent().unwrap().to_path_buf();
-    for sh in ["bash", "zsh"] {
-        let mut c = Command::new(sh);
-        c.arg("-c")
-            .arg(format!(
-                r#"source {}
+    each_case(
+        &["bash", "zsh"],
+        |sh| sh.to_string(),
+        |&sh| {
+            let mut c = Command::new(sh);
+            c.arg("-c")
+                .arg(format!(
+                    r#"source {}
 export MODULEPATH=/x/demo/1.0/modulefiles:/site
 export SW_POOL_LOADED=/x/demo/1.0
 sw-pool --log warn env --unload /x/demo/1.0
@@ -275,35 +250,36 @@ sw-pool env --unload --json /x 2>/dev/null; echo "json-rc=$?"
 sw-pool list | head -1
 sw-pool env /var/tmp/no-pool-here; echo "rc=$?"
 "#,
-                profile.display()
-            ))
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
-            .env("SW_POOL_STATE_DIR", t.state())
-            .env("SW_POOL_SYSTEM_CONFIG", "")
-            .env("SW_POOL_USER_CONFIG", "");
-        let o = run(&mut c);
-        assert!(
-            o.stdout.contains("MP=/site LOADED=unset"),
-            "{sh}: {}{}",
-            o.stdout,
-            o.stderr
-        );
-        assert!(
-            o.stdout.contains("json-rc=2"),
-            "{sh}: --json is not evaluated: {}",
-            o.stdout
-        );
-        // (other tests running in parallel may have mounts of their own)
-        assert!(
-            o.stdout.contains("no mounts on") || o.stdout.contains("STATUS"),
-            "{sh}: list passes through: {}",
-            o.stdout
-        );
-        assert!(
-            o.stdout.contains("rc=3") && o.stderr.contains("no pool is mounted"),
-            "{sh}: {}{}",
-            o.stdout,
-            o.stderr
-        );
-    }
+                    profile.display()
+                ))
+                .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+                .env("SW_POOL_STATE_DIR", t.state())
+                .env("SW_POOL_SYSTEM_CONFIG", "")
+                .env("SW_POOL_USER_CONFIG", "");
+            let o = run(&mut c);
+            assert!(
+                o.stdout.contains("MP=/site LOADED=unset"),
+                "{sh}: {}{}",
+                o.stdout,
+                o.stderr
+            );
+            assert!(
+                o.stdout.contains("json-rc=2"),
+                "{sh}: --json is not evaluated: {}",
+                o.stdout
+            );
+            // (other tests running in parallel may have mounts of their own)
+            assert!(
+                o.stdout.contains("no mounts on") || o.stdout.contains("STATUS"),
+                "{sh}: list passes through: {}",
+                o.stdout
+            );
+            assert!(
+                o.stdout.contains("rc=3") && o.stderr.contains("no pool is mounted"),
+                "{sh}: {}{}",
+                o.stdout,
+                o.stderr
+            );
+        },
+    );
 }

@@ -1,6 +1,7 @@
 //! Helpers for the CLI tests: run the real binary with an isolated configuration.
 #![allow(dead_code)]
 
+pub mod cases;
 pub mod mount_fixture;
 
 use std::path::{Path, PathBuf};
