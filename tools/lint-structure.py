@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Structure checks of `make lint`: no Rust source file over 800 lines, and no import cycle between
-the top-level modules of a library crate (a cycle inside one module is that module's business).
+"""Structure checks of `make lint`: no Rust source file over 800 lines, no import cycle between the
+top-level modules of a library crate (a cycle inside one module is that module's business), and no
+read of the process environment outside the configuration layer.
 
 A module's dependencies are the other top-level modules of its crate that its files name
 (`crate::m`, `use crate::{m, ..}`, `super::m` from a top-level file). Cycles are the strongly
@@ -8,7 +9,13 @@ connected components of that graph with more than one module.
 
 Known cycles that are being taken apart are listed in tools/module-cycles.allow (one cycle per
 line: its modules, sorted, space-separated). The check fails on any cycle not listed there, and on
-a listed cycle that no longer exists (so the list only shrinks). Usage: lint-structure.py [--graph]
+a listed cycle that no longer exists (so the list only shrinks).
+
+The environment is read once, by `swpool_core::config::Environment::capture`, and passed down. The
+check fails on any other read (`std::env::var`, `env::var_os`, `std::env::vars`, `libc::getenv`,
+`EnvVar::X.get()` and its siblings) in the libraries' and the binary's sources outside
+`crates/swpool-core/src/config/`. Test code is not checked: `tests.rs` files and the items marked
+`#[cfg(test)]` or `#[test]`. Usage: lint-structure.py [--graph]
 """
 import os
 import re
@@ -36,6 +43,115 @@ def long_files():
         if n > MAX_LINES:
             out.append((os.path.relpath(p, ROOT), n))
     return out
+
+
+# where the environment may be read, and what is checked
+ENV_LAYER = "crates/swpool-core/src/config/"
+ENV_CHECKED = ("crates/swpool-core/src", "crates/swpool-sys/src", "crates/swpool-format/src",
+               "crates/sw-pool/src")
+ENV_READS = re.compile(
+    r"\b(?:std::)?env::(?:var|var_os|vars|vars_os)\b"  # std::env::var, env::var_os, ...
+    r"|\bstd::env::\{[^}]*\bvars?(?:_os)?\b"  # use std::env::{var, ..}
+    r"|\blibc::(?:secure_)?getenv\b"  # libc::getenv
+    r"|\bEnvVar::\w+\s*\.\s*(?:get|get_os|get_nonempty|is_one)\s*\("  # EnvVar::X.get()
+)
+TEST_ATTR = re.compile(r"#\[\s*(?:cfg\s*\(\s*test\s*\)|test)\s*\]")
+
+
+def blank_non_code(text):
+    """`text` with comments, string and character literals replaced by spaces (newlines kept), so
+    that braces and patterns are only found in code."""
+    out, i, n = list(text), 0, len(text)
+
+    def blank(a, b):
+        for k in range(a, b):
+            if out[k] != "\n":
+                out[k] = " "
+
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            blank(i, j)
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            blank(i, j)
+            i = j
+        elif c == "r" and re.match(r'r#*"', text[i:i + 260]) and not (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            end = text.find('"' + hashes, i + 2 + len(hashes))
+            j = n if end < 0 else end + 1 + len(hashes)
+            blank(i, j)
+            i = j
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            blank(i, j + 1)
+            i = j + 1
+        elif c == "'":
+            # a character literal ('x', '\n', '\u{..}'); otherwise a lifetime
+            m = re.match(r"'(?:\\(?:u\{[0-9a-fA-F]*\}|.)|[^'\\\n])'", text[i:i + 12])
+            if m:
+                blank(i, i + m.end())
+                i += m.end()
+            else:
+                i += 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def without_tests(code):
+    """`code` (from blank_non_code) with every item marked #[cfg(test)] or #[test] blanked."""
+    out = list(code)
+    for m in TEST_ATTR.finditer(code):
+        i, depth = m.end(), 0
+        while i < len(code):
+            c = code[i]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth <= 0:
+                    break
+            elif c == ";" and depth == 0:
+                break
+            i += 1
+        for k in range(m.start(), min(i + 1, len(code))):
+            if out[k] != "\n":
+                out[k] = " "
+    return "".join(out)
+
+
+def env_reads():
+    """(file, line, text) of each environment read outside the configuration layer."""
+    found = []
+    for top in ENV_CHECKED:
+        for d, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = sorted(x for x in dirs if x != "tests")
+            for f in sorted(files):
+                p = os.path.join(d, f)
+                rel = os.path.relpath(p, ROOT)
+                if not f.endswith(".rs") or f == "tests.rs" or rel.startswith(ENV_LAYER):
+                    continue
+                with open(p, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read()
+                code = without_tests(blank_non_code(text))
+                lines = text.split("\n")
+                for m in ENV_READS.finditer(code):
+                    line = code.count("\n", 0, m.start()) + 1
+                    found.append((rel, line, lines[line - 1].strip()))
+    return found
 
 
 def crate_graph(src):
@@ -116,6 +232,12 @@ def main():
     for p, n in long_files():
         print(f"lint-structure: {p} has {n} lines (at most {MAX_LINES}): split it by role")
         failed = True
+    for p, line, text in env_reads():
+        print(f"lint-structure: {p}:{line}: reads the process environment: {text}\n"
+              f"  only {ENV_LAYER} reads it (config::Environment::capture, once); take the value "
+              f"from the Environment passed down (swpool-sys: as a parameter), or add the variable "
+              f"to config::EnvVar / config::HostVar")
+        failed = True
     allowed = set()
     if os.path.exists(ALLOW):
         with open(ALLOW) as f:
@@ -141,7 +263,8 @@ def main():
         failed = True
     if failed:
         sys.exit(1)
-    print(f"lint-structure: no file over {MAX_LINES} lines, no module cycle beyond the {len(allowed)} listed")
+    print(f"lint-structure: no file over {MAX_LINES} lines, no module cycle beyond the {len(allowed)} listed, "
+          f"no environment read outside {ENV_LAYER}")
 
 
 if __name__ == "__main__":

@@ -15,10 +15,12 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::multicall_args(std::env::args_os().collect());
     let cli = cli::Cli::parse_from(args);
-    output::init_logging(&cli.global);
+    // the process environment, read once; everything below takes its values from this
+    let env = swpool_core::config::Environment::capture();
+    output::init_logging(&cli.global, &env);
     install_signal_cleanup();
     swpool_core::transfer::watchdog::on_stall(stalled);
-    match cmd::run(cli) {
+    match cmd::run(cli, &env) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             output::print_error(&e);

@@ -59,12 +59,12 @@ impl Printer {
     }
 }
 
-pub fn init_logging(g: &GlobalArgs) {
+pub fn init_logging(g: &GlobalArgs, env: &swpool_core::config::Environment) {
     use tracing_subscriber::EnvFilter;
     let filter = match &g.log {
         Some(l) => EnvFilter::new(l),
-        None => swpool_core::config::EnvVar::Log
-            .get()
+        None => env
+            .get(swpool_core::config::EnvVar::Log)
             .and_then(|v| EnvFilter::try_new(v).ok())
             .unwrap_or_else(|| EnvFilter::new("warn")),
     };
@@ -100,17 +100,21 @@ macro_rules! eline {
     }};
 }
 
-/// The shell for printed environment code: `--shell`, `$SW_POOL_SHELL`, else from `$SHELL`.
-pub fn shell(flag: Option<&str>) -> Result<swpool_core::env::Shell, swpool_core::Error> {
+/// The shell for printed environment code: `--shell`, `$SW_POOL_SHELL`, else from `$SHELL` (the
+/// variables from `env`).
+pub fn shell(
+    flag: Option<&str>,
+    env: &swpool_core::config::Environment,
+) -> Result<swpool_core::env::Shell, swpool_core::Error> {
     use swpool_core::{env::Shell, Error, ExitStatus};
     let configured = flag
         .map(String::from)
-        .or_else(|| swpool_core::config::EnvVar::Shell.get_nonempty());
+        .or_else(|| env.get_nonempty(swpool_core::config::EnvVar::Shell));
     match configured {
         Some(s) => s
             .parse()
             .map_err(|e: String| Error::other(ExitStatus::BadInput, e)),
-        None => Ok(Shell::from_env()),
+        None => Ok(Shell::from_env(env)),
     }
 }
 

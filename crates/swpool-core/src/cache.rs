@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Environment, HostVar};
 use crate::pool::Pool;
 use swpool_format::status::ExitStatus;
 
@@ -33,20 +34,13 @@ impl CacheError {
 }
 
 /// The base directory for caches: `flag`, the configured `cache_dir` (`$SW_POOL_CACHE`),
-/// `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp`.
-pub fn base_dir(flag: Option<&Path>, configured: Option<&Path>) -> PathBuf {
+/// `$LOCAL_TMPDIR`, `$TMPDIR` (from `env`), `/tmp`.
+pub fn base_dir(flag: Option<&Path>, configured: Option<&Path>, env: &Environment) -> PathBuf {
+    let var = |v: HostVar| env.get_os(v).filter(|v| !v.is_empty()).map(PathBuf::from);
     flag.map(Path::to_path_buf)
         .or_else(|| configured.map(Path::to_path_buf))
-        .or_else(|| {
-            std::env::var_os("LOCAL_TMPDIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .or_else(|| {
-            std::env::var_os("TMPDIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
+        .or_else(|| var(HostVar::LocalTmpdir))
+        .or_else(|| var(HostVar::Tmpdir))
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 

@@ -206,8 +206,8 @@ fn ids_are(c: &Credentials) -> bool {
         && c.groups.iter().all(|g| have.contains(g))
 }
 
-/// Run `sw-pool SUB ARGS` as `uid` with a clean environment: PATH, HOME, USER, LOGNAME, plus
-/// `extra`. Returns its exit status.
+/// Run `sw-pool SUB ARGS` as `uid` with a clean environment: PATH, HOME, USER, LOGNAME,
+/// `SW_POOL_SYSTEM_CONFIG` and `RUST_LOG` when `env` has them, plus `extra`. Returns its exit status.
 ///
 /// The user comes from the user database (NSS); the primary group is `gid` (Slurm's job gid) or the
 /// user's own, never one made up. No supplementary groups: the cleanup only touches what the uid
@@ -219,7 +219,9 @@ pub fn run_self_as(
     sub: &str,
     args: &[String],
     extra: &[(&str, String)],
+    env: &crate::config::Environment,
 ) -> Result<i32, UserError> {
+    use crate::config::{EnvVar, HostVar};
     let fail = |reason: String| UserError::RunAs {
         sub: sub.to_string(),
         uid,
@@ -244,11 +246,11 @@ pub fn run_self_as(
         .env("LOGNAME", &user)
         .current_dir("/");
     creds.apply_to(&mut c);
-    if let Some(v) = crate::config::EnvVar::SystemConfig.get_os() {
-        c.env(crate::config::EnvVar::SystemConfig.name(), v);
+    if let Some(v) = env.get_os(EnvVar::SystemConfig) {
+        c.env(EnvVar::SystemConfig.name(), v);
     }
-    if let Some(v) = std::env::var_os("RUST_LOG") {
-        c.env("RUST_LOG", v);
+    if let Some(v) = env.get_os(HostVar::RustLog) {
+        c.env(HostVar::RustLog.name(), v);
     }
     for (k, v) in extra {
         c.env(k, v);

@@ -2,7 +2,8 @@
 //!
 //! Every program sw-pool calls is named in [`Tool`] (an allow-list). Programs are looked up in a fixed
 //! list of system directories when running as root, and in `PATH` first otherwise (so that a user may
-//! bring a newer squashfuse). The full command line is logged at debug level, stdin is closed, stderr
+//! bring a newer squashfuse). This crate reads no environment variable: the caller passes the value
+//! of `PATH` it read (sw-pool's configuration layer, `swpool_core::config::Environment`), or `None`. The full command line is logged at debug level, stdin is closed, stderr
 //! is kept in the error. User paths are passed as absolute paths (so they can never be read as
 //! options) and after `--` where the tool understands it.
 
@@ -132,14 +133,15 @@ impl Tool {
         }
     }
 
-    /// Find the tool's executable.
-    pub fn locate(self) -> Result<PathBuf, ExecError> {
+    /// Find the tool's executable: in the absolute directories of `path_var` (the value of `PATH`
+    /// as the caller read it; ignored when running as root), then in [`SYSTEM_DIRS`].
+    pub fn locate(self, path_var: Option<&OsStr>) -> Result<PathBuf, ExecError> {
         let name = self.program();
         let privileged = rustix::process::geteuid().is_root();
         let mut dirs: Vec<PathBuf> = Vec::new();
         if !privileged {
-            if let Some(path) = std::env::var_os("PATH") {
-                dirs.extend(std::env::split_paths(&path).filter(|p| p.is_absolute()));
+            if let Some(path) = path_var {
+                dirs.extend(std::env::split_paths(path).filter(|p| p.is_absolute()));
             }
         }
         dirs.extend(SYSTEM_DIRS.iter().map(PathBuf::from));
@@ -329,11 +331,12 @@ impl ToolCommand {
             .join(" ")
     }
 
-    /// A `std::process::Command` for the located program (for callers that supervise the child).
-    pub fn command(&self) -> Result<Command, ExecError> {
+    /// A `std::process::Command` for the located program (for callers that supervise the child);
+    /// `path_var` is the value of `PATH` to search ([`Tool::locate`]).
+    pub fn command(&self, path_var: Option<&OsStr>) -> Result<Command, ExecError> {
         let program = match &self.program {
             Some(p) => p.clone(),
-            None => self.tool.locate()?,
+            None => self.tool.locate(path_var)?,
         };
         let mut c = Command::new(program);
         c.args(&self.args).stdin(Stdio::null());
@@ -347,10 +350,11 @@ impl ToolCommand {
     }
 
     /// Run to completion; a non-zero exit becomes [`ExecError::Failed`] with the tool's stderr.
-    pub fn run(&self) -> Result<Output, ExecError> {
+    /// `path_var` is the value of `PATH` to search ([`Tool::locate`]).
+    pub fn run(&self, path_var: Option<&OsStr>) -> Result<Output, ExecError> {
         let cmdline = self.cmdline();
         tracing::debug!(command = %cmdline, "running");
-        let mut c = self.command()?;
+        let mut c = self.command(path_var)?;
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         let child = c.spawn().map_err(|source| ExecError::Spawn {
             cmdline: cmdline.clone(),
@@ -494,7 +498,7 @@ mod tests {
             .arg("-fn")
             .end_of_options()
             .path(&f)
-            .run()
+            .run(None)
         {
             Err(ExecError::Failed {
                 stderr, cmdline, ..

@@ -6,7 +6,8 @@
 //! the one way to end a process ([`process`]), the one lock ([`lock`]), syslog ([`syslog`]), and
 //! the seams the mount code goes through ([`sys`]: mounts, processes, clock; their typed recording
 //! fake behind the `testkit` feature). It links neither MPI nor OpenSSL: the privileged mount helper is
-//! built on it.
+//! built on it. It reads no environment variable: what it needs from the environment (`PATH` for
+//! tools, `XDG_RUNTIME_DIR`) its callers pass as parameters.
 
 pub mod atomic;
 pub mod exec;

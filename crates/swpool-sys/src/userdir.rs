@@ -42,11 +42,11 @@ pub fn not_private(m: &std::fs::Metadata, uid: u32) -> Option<String> {
     }
 }
 
-/// `$XDG_RUNTIME_DIR` when it is set and passes [`not_private`]'s rule; otherwise (unset, another
-/// user's, world-writable, a symlink) `None`, and the caller falls back to `/tmp/sw-pool-<uid>`
-/// (a warning names why, once).
-pub fn runtime_dir(uid: u32) -> Option<PathBuf> {
-    let x = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty())?);
+/// `$XDG_RUNTIME_DIR` (`xdg_runtime_dir`: its value, as the caller read it) when it is set and
+/// passes [`not_private`]'s rule; otherwise (unset, another user's, world-writable, a symlink)
+/// `None`, and the caller falls back to `/tmp/sw-pool-<uid>` (a warning names why, once).
+pub fn runtime_dir(xdg_runtime_dir: Option<&std::ffi::OsStr>, uid: u32) -> Option<PathBuf> {
+    let x = PathBuf::from(xdg_runtime_dir.filter(|v| !v.is_empty())?);
     match std::fs::symlink_metadata(&x) {
         Ok(m) => match not_private(&m, uid) {
             None => Some(x),

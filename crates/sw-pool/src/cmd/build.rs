@@ -1,3 +1,4 @@
+use swpool_core::config::{Environment, HostVar};
 use swpool_core::image::{build, BuildOptions, ImageFormat};
 use swpool_core::pool::modulefile::ModulefileOptions;
 use swpool_core::size::{parse_size, Bytes};
@@ -6,9 +7,9 @@ use swpool_core::Error;
 use crate::cli::{BuildArgs, FormatArg, GlobalArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
-    let mut cfg = super::config()?;
+    let mut cfg = super::config(env)?;
     cfg.chunk_size.flag(
         a.chunk
             .as_deref()
@@ -29,8 +30,8 @@ pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
     let format = format
         .or_else(|| ImageFormat::from_extension(&a.out))
         .or(Some(cfg.format.value));
-    let source_date_epoch = match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.is_empty() => Some(v.trim().parse::<u64>().map_err(|_| {
+    let source_date_epoch = match env.get(HostVar::SourceDateEpoch) {
+        Some(v) if !v.is_empty() => Some(v.trim().parse::<u64>().map_err(|_| {
             Error::other(
                 swpool_core::ExitStatus::BadInput,
                 format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"),
@@ -54,6 +55,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs) -> Result<(), Error> {
         },
         squashfs_level: cfg.squashfs_level.value,
         source_date_epoch,
+        path_var: env.path_var().map(ToOwned::to_owned),
     };
     let r = build(&opts)?;
     for w in &r.warnings {

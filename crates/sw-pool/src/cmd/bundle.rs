@@ -1,10 +1,11 @@
 use swpool_core::bundle::{bundle, BundleOptions, ImageOptions, LinkMode};
+use swpool_core::config::{Environment, HostVar};
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{BundleArgs, GlobalArgs, LinkArg};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: BundleArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: BundleArgs, env: &Environment) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
     if a.trace == a.cmd.is_empty() {
         return Err(Error::other(
@@ -16,7 +17,7 @@ pub fn run(g: &GlobalArgs, a: BundleArgs) -> Result<(), Error> {
             },
         ));
     }
-    let mut cfg = super::config()?;
+    let mut cfg = super::config(env)?;
     cfg.chunk_size.flag(
         a.chunk
             .as_deref()
@@ -24,8 +25,8 @@ pub fn run(g: &GlobalArgs, a: BundleArgs) -> Result<(), Error> {
             .transpose()
             .map_err(|e| Error::other(ExitStatus::BadInput, format!("--chunk: {e}")))?,
     );
-    let source_date_epoch = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
+    let source_date_epoch = env
+        .get(HostVar::SourceDateEpoch)
         .and_then(|v| v.trim().parse::<u64>().ok());
     let opts = BundleOptions {
         inputs: a.inputs,
@@ -43,7 +44,9 @@ pub fn run(g: &GlobalArgs, a: BundleArgs) -> Result<(), Error> {
             LinkArg::Needed => LinkMode::Needed,
             LinkArg::Runpath => LinkMode::Runpath,
         },
-        ld_library_path: std::env::var("LD_LIBRARY_PATH").ok(),
+        ld_library_path: env.get(HostVar::LdLibraryPath),
+        pythonpath: env.get_os(HostVar::Pythonpath).map(ToOwned::to_owned),
+        path_var: env.path_var().map(ToOwned::to_owned),
     };
     let r = bundle(
         &opts,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use swpool_core::cache::{self, Entry};
+use swpool_core::config::Environment;
 use swpool_core::size::{parse_size, Bytes};
 use swpool_core::state::StateDir;
 use swpool_core::Error;
@@ -11,16 +12,16 @@ use crate::cli::{CacheArgs, CacheCommand, GlobalArgs};
 use crate::output::Printer;
 
 /// Images mounted by this user on this node (never evicted).
-pub fn images_in_use() -> Vec<PathBuf> {
-    StateDir::open_default()
+pub fn images_in_use(env: &Environment) -> Vec<PathBuf> {
+    StateDir::open_default(env)
         .map(|d| swpool_core::state::images_in_use(&d))
         .unwrap_or_default()
 }
 
-pub fn run(g: &GlobalArgs, a: CacheArgs) -> Result<(), Error> {
-    let cfg = super::config()?;
+pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error> {
+    let cfg = super::config(env)?;
     let uid = rustix::process::geteuid().as_raw();
-    let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
+    let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), env);
     let Some(dir) = cache::existing_dir(&base, uid)? else {
         // nothing was ever cached here: nothing to list or prune (not an error)
         let p = Printer::new(g, matches!(a.command, CacheCommand::List { json: true }));
@@ -32,7 +33,7 @@ pub fn run(g: &GlobalArgs, a: CacheArgs) -> Result<(), Error> {
         p.json(&serde_json::json!({"dir": dir, "total_bytes": 0, "entries": []}));
         return Ok(());
     };
-    let entries = cache::list(&dir, &images_in_use())?;
+    let entries = cache::list(&dir, &images_in_use(env))?;
     match a.command {
         CacheCommand::List { json } => {
             let p = Printer::new(g, json);

@@ -2,6 +2,7 @@
 //! (like `umount_all_images.py` / `cleanup_images.py` of the University of Oslo disk-image tools). As root with `--user`, it runs itself as
 //! that user: user mounts are unmounted and user helpers signalled by their owner, never by root.
 
+use swpool_core::config::Environment;
 use swpool_core::slurm::valid_job_id;
 use swpool_core::state::{self, Action, Selection};
 use swpool_core::users::{self, hostname};
@@ -10,7 +11,7 @@ use swpool_core::{Error, ExitStatus};
 use crate::cli::{CleanupArgs, GlobalArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Error> {
     if a.job.is_none() && !a.stale && !a.all {
         return Err(Error::other(
             ExitStatus::Usage,
@@ -43,13 +44,13 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs) -> Result<(), Error> {
         let uid = uid_of(u)?;
         if uid != 0 {
             let flags: &[&str] = if a.json { &["--json"] } else { &[] };
-            let st = state::clean_as(uid, None, &sel, flags, &[])?;
+            let st = state::clean_as(uid, None, &sel, flags, &[], env)?;
             std::process::exit(st);
         }
     }
     let p = Printer::new(g, a.json);
-    let sys = swpool_core::mount::RealSys::new();
-    let actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref())?;
+    let sys = swpool_core::mount::RealSys::new(env.path_var());
+    let actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref(), env)?;
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
         "node": hostname(),

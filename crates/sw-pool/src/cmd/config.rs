@@ -1,17 +1,18 @@
+use swpool_core::config::Environment;
 use swpool_core::Error;
 
 use crate::cli::{ConfigArgs, GlobalArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
-    let cfg = super::config()?;
+pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error> {
+    let cfg = super::config(env)?;
     let p = Printer::new(g, a.json);
     let rows = cfg.rows();
     for (k, v, o) in &rows {
         p.result(format!("{k:<18} {v:<40} ({o})"));
     }
     // the effective trust policy: require_signature above, or the default where keys are installed
-    let dirs = swpool_core::trust::TrustedKeys::default_dirs();
+    let dirs = swpool_core::trust::TrustedKeys::default_dirs(env);
     let policy = swpool_core::trust::TrustPolicy::from_config(
         &cfg,
         swpool_core::trust::TrustedKeys::load(&dirs),
@@ -31,13 +32,13 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs) -> Result<(), Error> {
         "trust policy", policy.origin
     ));
     p.result(format!("{:<18} {dir_list}", "trusted keys in"));
-    let vars = swpool_core::config::env_rows(|k| std::env::var(k).ok());
+    let vars = swpool_core::config::env_rows(env);
     p.result(String::new());
     p.result(format!("{:<26} {:<40} origin", "environment", "value"));
     for (k, v, o, _) in &vars {
         p.result(format!("{k:<26} {v:<40} ({o})"));
     }
-    let files: Vec<String> = swpool_core::config::Config::files()
+    let files: Vec<String> = swpool_core::config::Config::files(env)
         .iter()
         .map(|f| f.display().to_string())
         .collect();

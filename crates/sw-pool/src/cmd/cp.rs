@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use swpool_core::config::parse_chunk_size;
+use swpool_core::config::{parse_chunk_size, Environment};
 use swpool_core::size::Bytes;
 use swpool_core::transfer::{copy, Algorithm, CopyOptions, CopyReport, Job};
 use swpool_core::{collective::Collective, Error, ExitStatus};
@@ -14,14 +14,14 @@ use swpool_core::{collective::Collective, Error, ExitStatus};
 use crate::cli::{CpArgs, GlobalArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: CpArgs) -> Result<(), Error> {
-    let cfg = super::config()?;
+pub fn run(g: &GlobalArgs, a: CpArgs, env: &Environment) -> Result<(), Error> {
+    let cfg = super::config(env)?;
     let chunk = match &a.chunk {
         Some(s) => parse_chunk_size(s)
             .map_err(|e| Error::other(ExitStatus::BadInput, format!("--chunk {s}: {e}")))?,
         None => cfg.chunk_size.value,
     };
-    let job = Job::init()?;
+    let job = Job::init(env)?;
     let rank0 = job.world_rank() == 0;
     let p = Printer::new(g, a.json);
     let bar = crate::output::progress(rank0 && !a.no_progress && !a.json && !g.quiet);
@@ -30,8 +30,8 @@ pub fn run(g: &GlobalArgs, a: CpArgs) -> Result<(), Error> {
         progress: bar.is_some(),
         progress_sink: bar.as_ref().map(crate::output::progress_sink),
         // the benchmark switch (bench/cp-verify.sh); `load` never honours it
-        verify_chunks: !swpool_core::transfer::bench_no_verify(),
-        ..CopyOptions::default()
+        verify_chunks: !swpool_core::transfer::bench_no_verify(env),
+        ..CopyOptions::from_env(env)
     };
     if !opts.verify_chunks && job.world_rank() == 0 {
         eprintln!(

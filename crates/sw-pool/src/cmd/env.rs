@@ -1,3 +1,4 @@
+use swpool_core::config::Environment;
 use swpool_core::env::{self, PoolMount, Shell, Snapshot};
 use swpool_core::mount;
 use swpool_core::state::StateDir;
@@ -5,24 +6,15 @@ use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{EnvArgs, GlobalArgs};
 
-pub fn run(_g: &GlobalArgs, a: EnvArgs) -> Result<(), Error> {
-    let shell: Shell = match a
-        .shell
-        .clone()
-        .or_else(|| swpool_core::config::EnvVar::Shell.get_nonempty())
-    {
-        Some(s) => s
-            .parse()
-            .map_err(|e: String| Error::other(ExitStatus::BadInput, e))?,
-        None => Shell::from_env(),
-    };
+pub fn run(_g: &GlobalArgs, a: EnvArgs, env: &Environment) -> Result<(), Error> {
+    let shell: Shell = crate::output::shell(a.shell.as_deref(), env)?;
     // unload works for a mount point that is gone too (its MODULEPATH entry must still go)
     let mp = match mount::canonical_mountpoint(&a.mountpoint) {
         Ok(p) => p,
         Err(_) if a.unload => swpool_core::exec::absolute(&a.mountpoint),
         Err(e) => return Err(e.into()),
     };
-    let dir = StateDir::open_default()?;
+    let dir = StateDir::open_default(env)?;
     let rec = dir.read(&mp)?;
     if rec.is_none() && !a.unload {
         return Err(Error::other(
@@ -46,7 +38,7 @@ pub fn run(_g: &GlobalArgs, a: EnvArgs) -> Result<(), Error> {
             mp.display()
         );
     }
-    let now = Snapshot::from_env();
+    let now = Snapshot::from_env(env);
     let changes = if a.unload {
         env::unload_changes(&now, &pm)
     } else {

@@ -1,3 +1,4 @@
+use swpool_core::config::Environment;
 use swpool_core::image::{check::check, detect};
 use swpool_core::pool::Pool;
 use swpool_core::size::Bytes;
@@ -6,7 +7,7 @@ use swpool_core::{Error, ExitStatus};
 use crate::cli::{GlobalArgs, InspectArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: InspectArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
     let pool = Pool::open(&a.pool)?;
     swpool_core::pool::fs_size::check_fits(&pool)?;
@@ -33,7 +34,7 @@ pub fn run(g: &GlobalArgs, a: InspectArgs) -> Result<(), Error> {
     let fsck = if a.no_check {
         None
     } else {
-        Some(check(&a.pool, m.format)?)
+        Some(check(&a.pool, m.format, env.path_var())?)
     };
     p.result(format!("pool      {}/{}", m.name, m.version));
     if let Some(d) = &m.description {

@@ -2,6 +2,7 @@
 //! filters (`--job`, `--stale`, `--unreported`), and `--all-nodes` under mpirun/srun: every node
 //! leader's list gathered to rank 0 and printed as one table.
 
+use swpool_core::config::Environment;
 use swpool_core::mount::RealSys;
 use swpool_core::state::{self, ListFilter, NodeList};
 use swpool_core::transfer::Job;
@@ -19,7 +20,7 @@ fn filter(a: &ListArgs) -> ListFilter {
     }
 }
 
-pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: ListArgs, env: &Environment) -> Result<(), Error> {
     if let Some(j) = &a.job {
         if !swpool_core::slurm::valid_job_id(j) {
             return Err(Error::other(
@@ -29,17 +30,22 @@ pub fn run(g: &GlobalArgs, a: ListArgs) -> Result<(), Error> {
         }
     }
     let p = Printer::new(g, a.json);
-    let sys = RealSys::new();
+    let sys = RealSys::new(env.path_var());
     if !a.all_nodes {
-        let l = state::node_list(&sys, &filter(&a), &super::config()?)?;
+        let l = state::node_list(&sys, &filter(&a), &super::config(env)?, env)?;
         print_table(&p, std::slice::from_ref(&l), false);
         p.json(&serde_json::to_value(&l).expect("json"));
         return Ok(());
     }
-    let job = Job::init()?;
-    let cfg = super::config().map_err(|e| e.to_string());
-    let Some(nodes) =
-        state::all_nodes_list(&job, &sys, &filter(&a), cfg.as_ref().map_err(Clone::clone))?
+    let job = Job::init(env)?;
+    let cfg = super::config(env).map_err(|e| e.to_string());
+    let Some(nodes) = state::all_nodes_list(
+        &job,
+        &sys,
+        &filter(&a),
+        cfg.as_ref().map_err(Clone::clone),
+        env,
+    )?
     else {
         return Ok(());
     };

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use swpool_core::config::{EnvVar, Environment};
 use swpool_core::env::{self, Snapshot};
 use swpool_core::load::{self, LoadRequest, Loaded, NodeContext, Quiet};
 use swpool_core::mount::RealSys;
@@ -14,28 +15,28 @@ use swpool_core::{collective::Collective, Error, ExitStatus};
 use crate::cli::{GlobalArgs, LoadArgs};
 use crate::eline;
 
-pub fn run(g: &GlobalArgs, a: LoadArgs) -> Result<(), Error> {
-    super::spread_over_allocation()?;
-    let job = Job::init()?;
-    let r = load(g, &a, &job);
+pub fn run(g: &GlobalArgs, a: LoadArgs, env: &Environment) -> Result<(), Error> {
+    super::spread_over_allocation(env)?;
+    let job = Job::init(env)?;
+    let r = load(g, &a, &job, env);
     super::finish_collective(job, r)
 }
 
-fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
+fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<(), Error> {
     let rank0 = job.world_rank() == 0;
-    let mut cfg = super::config()?;
+    let mut cfg = super::config(env)?;
     if a.require_signature {
         cfg.require_signature.flag(Some(true));
     }
-    let shell = crate::output::shell(a.shell.as_deref())?;
-    let sys = RealSys::new();
-    let node = NodeContext::real(&cfg, &sys)?;
+    let shell = crate::output::shell(a.shell.as_deref(), env)?;
+    let sys = RealSys::new(env.path_var());
+    let node = NodeContext::real(&cfg, env, &sys)?;
     let bar = crate::output::progress(rank0 && !a.no_progress && !a.json && !g.quiet);
     let req = LoadRequest {
         pool: a.pool.clone(),
         mountpoint: a.mountpoint.clone(),
         cache_dir: a.cache_dir.clone(),
-        job_id: super::mount::job_id(a.job_id.clone()),
+        job_id: super::mount::job_id(a.job_id.clone(), env),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
         progress: bar.as_ref().map(crate::output::progress_sink),
         ..LoadRequest::default()
@@ -66,10 +67,10 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job) -> Result<(), Error> {
             l.plan.version
         );
     }
-    let job_pools = swpool_core::config::EnvVar::JobPools.get();
+    let job_pools = env.get(EnvVar::JobPools);
     let changes = load::environment(
         &l,
-        &Snapshot::from_env(),
+        &Snapshot::from_env(env),
         job_pools.as_deref(),
         req.job_id.is_some(),
     );

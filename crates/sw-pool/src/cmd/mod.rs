@@ -21,58 +21,60 @@ mod umount;
 mod unload;
 mod verify;
 
+use swpool_core::config::Environment;
 use swpool_core::Error;
 
 use crate::cli::{Cli, Command};
 
-pub fn run(cli: Cli) -> Result<(), Error> {
+/// Run the command; `env` is the process environment, read once at start (the commands read no
+/// environment variable themselves).
+pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
     let g = &cli.global;
     match cli.command {
-        Command::Build(a) => build::run(g, a),
-        Command::Bundle(a) => bundle::run(g, a),
-        Command::Inspect(a) => inspect::run(g, a),
+        Command::Build(a) => build::run(g, a, env),
+        Command::Bundle(a) => bundle::run(g, a, env),
+        Command::Inspect(a) => inspect::run(g, a, env),
         Command::Init(a) => init::run(g, a),
         Command::Modulefiles(a) => modulefiles::run(g, a),
         Command::Keygen(a) => keygen::run(g, a),
         Command::Sign(a) => sign::run(g, a),
-        Command::Verify(a) => verify::run(g, a),
-        Command::Load(a) => load::run(g, a),
-        Command::Unload(a) => unload::run(g, a),
-        Command::Cache(a) => cache::run(g, a),
-        Command::Config(a) => config::run(g, a),
+        Command::Verify(a) => verify::run(g, a, env),
+        Command::Load(a) => load::run(g, a, env),
+        Command::Unload(a) => unload::run(g, a, env),
+        Command::Cache(a) => cache::run(g, a, env),
+        Command::Config(a) => config::run(g, a, env),
         Command::Generate(a) => generate::run(a),
-        Command::Cp(a) => cp::run(g, a),
-        Command::Mount(a) => mount::run(g, a),
-        Command::Umount(a) => umount::run(g, a),
-        Command::List(a) => list::run(g, a),
-        Command::Cleanup(a) => cleanup::run(g, a),
-        Command::Slurm(a) => slurm::run(g, a),
-        Command::Env(a) => env::run(g, a),
+        Command::Cp(a) => cp::run(g, a, env),
+        Command::Mount(a) => mount::run(g, a, env),
+        Command::Umount(a) => umount::run(g, a, env),
+        Command::List(a) => list::run(g, a, env),
+        Command::Cleanup(a) => cleanup::run(g, a, env),
+        Command::Slurm(a) => slurm::run(g, a, env),
+        Command::Env(a) => env::run(g, a, env),
     }
 }
 
 /// Load the configuration (files and environment; flags are applied by each command).
-pub fn config() -> Result<swpool_core::config::Config, Error> {
-    Ok(swpool_core::config::Config::load()?)
+pub fn config(env: &Environment) -> Result<swpool_core::config::Config, Error> {
+    Ok(swpool_core::config::Config::load(env)?)
 }
 
 /// In a Slurm batch script or `salloc` shell of several nodes, `load`/`unload` re-run themselves
 /// once per node (`srun --overlap`): this does not return then (exec).
-pub fn spread_over_allocation() -> Result<(), Error> {
+pub fn spread_over_allocation(env: &Environment) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(|e| {
         Error::other(
             swpool_core::ExitStatus::System,
             format!("cannot find our own executable: {e}"),
         )
     })?;
-    let get = |k: &str| std::env::var(k).ok();
-    let Some(cmd) = swpool_core::slurm::spread_command(get, &exe, std::env::args_os().skip(1))
+    let Some(cmd) = swpool_core::slurm::spread_command(env, &exe, std::env::args_os().skip(1))
     else {
         return Ok(());
     };
     tracing::debug!("spreading over the job's nodes: {}", cmd.cmdline());
     use std::os::unix::process::CommandExt;
-    let e = cmd.command()?.exec();
+    let e = cmd.command(env.path_var())?.exec();
     Err(Error::other(
         swpool_core::ExitStatus::Tool,
         format!("cannot run srun to run on every node of the job: {e} (set SW_POOL_SPREAD=0 to run on this node only)"),

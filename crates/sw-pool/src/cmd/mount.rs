@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use swpool_core::config::{Environment, HostVar};
 use swpool_core::load::{mount_image, MountOutcome, MountRequest, NodeContext};
 use swpool_core::mount::{MountOptions, RealSys};
 use swpool_core::Error;
@@ -7,26 +8,26 @@ use swpool_core::Error;
 use crate::cli::{GlobalArgs, MountArgs};
 use crate::output::Printer;
 
-/// `--job-id`, else `$SLURM_JOB_ID`.
-pub fn job_id(flag: Option<String>) -> Option<String> {
-    flag.or_else(|| std::env::var("SLURM_JOB_ID").ok())
+/// `--job-id`, else `$SLURM_JOB_ID` (in `env`).
+pub fn job_id(flag: Option<String>, env: &Environment) -> Option<String> {
+    flag.or_else(|| env.get(HostVar::SlurmJobId))
         .filter(|j| !j.is_empty())
 }
 
-pub fn run(g: &GlobalArgs, a: MountArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error> {
     let mut p = Printer::new(g, a.json);
     if a.print_mountpoint {
         p.verbosity = crate::output::Verbosity::Quiet; // stdout is the mount point only
     }
     let options = MountOptions::parse(a.options.as_deref())?;
-    let cfg = super::config()?;
-    let sys = RealSys::new();
-    let node = NodeContext::real(&cfg, &sys)?;
+    let cfg = super::config(env)?;
+    let sys = RealSys::new(env.path_var());
+    let node = NodeContext::real(&cfg, env, &sys)?;
     let req = MountRequest {
         image: a.image.clone(),
         mountpoint: a.mountpoint.clone(),
         options,
-        job_id: job_id(a.job_id.clone()),
+        job_id: job_id(a.job_id.clone(), env),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
     };
     match mount_image(&node, &req)? {

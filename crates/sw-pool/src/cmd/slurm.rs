@@ -15,30 +15,31 @@
 
 use std::io::Write;
 
+use swpool_core::config::{EnvVar, Environment, HostVar, HOST_PREFIXES};
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
-use swpool_core::slurm::{self, JobEnv, JOB_POOLS_VAR, LOAD_VAR};
+use swpool_core::slurm::{self, JobEnv};
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, HookArgs, SlurmArgs, SlurmHook};
 
-pub fn run(g: &GlobalArgs, a: SlurmArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: SlurmArgs, env: &Environment) -> Result<(), Error> {
     match a.hook {
-        SlurmHook::Prolog(h) => root_hook(g, h, "prolog"),
-        SlurmHook::Epilog(h) => root_hook(g, h, "epilog"),
-        SlurmHook::TaskProlog => task_prolog(),
-        SlurmHook::CheckPools { pools } => check_pools(&pools),
+        SlurmHook::Prolog(h) => root_hook(g, h, "prolog", env),
+        SlurmHook::Epilog(h) => root_hook(g, h, "epilog", env),
+        SlurmHook::TaskProlog => task_prolog(env),
+        SlurmHook::CheckPools { pools } => check_pools(&pools, env),
         SlurmHook::Broadcast {
             job_id,
             nodes,
             pools,
-        } => broadcast(&job_id, nodes, &pools),
+        } => broadcast(&job_id, nodes, &pools, env),
     }
 }
 
 /// `--pool LIST` at submission: each entry resolves to a pool that the trust policy accepts, or
 /// the submission fails with the reason.
-fn check_pools(list: &str) -> Result<(), Error> {
+fn check_pools(list: &str, env: &Environment) -> Result<(), Error> {
     let specs = slurm::parse_load_var(list);
     if specs.is_empty() {
         return Err(Error::other(
@@ -46,9 +47,9 @@ fn check_pools(list: &str) -> Result<(), Error> {
             "--pool: give NAME/VERSION[,NAME/VERSION...]".to_string(),
         ));
     }
-    let cfg = super::config()?;
-    let sys = RealSys::new();
-    let node = NodeContext::real(&cfg, &sys)?;
+    let cfg = super::config(env)?;
+    let sys = RealSys::new(env.path_var());
+    let node = NodeContext::real(&cfg, env, &sys)?;
     for spec in specs {
         let ctx = |e: Error| Error::other(e.exit_status(), format!("--pool={spec}: {e}"));
         let src = swpool_core::load::resolve(std::path::Path::new(&spec), &cfg.pool_path.value)
@@ -65,8 +66,7 @@ fn check_pools(list: &str) -> Result<(), Error> {
 /// allocation by `srun --overlap` (as `load` in a batch script does). The step's tasks get no
 /// `SW_POOL_LOAD`, so their TaskProlog does not load per node; they get `SW_POOL_SPANK_DONE`, so
 /// the plugin does not start again inside them.
-fn broadcast(job: &str, nodes: u32, list: &str) -> Result<(), Error> {
-    use swpool_core::config::EnvVar;
+fn broadcast(job: &str, nodes: u32, list: &str, env: &Environment) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(|e| {
         Error::other(
             ExitStatus::System,
@@ -75,13 +75,13 @@ fn broadcast(job: &str, nodes: u32, list: &str) -> Result<(), Error> {
     })?;
     let nodes_s = nodes.to_string();
     // the allocation as given, not as the caller's environment says (srun's own process, a task)
-    let get = |k: &str| match k {
-        "SLURM_JOB_ID" => Some(job.to_string()),
-        "SLURM_JOB_NUM_NODES" | "SLURM_NNODES" => Some(nodes_s.clone()),
-        "SLURM_STEP_ID" => None,
-        k if k.starts_with("PMI") || k.starts_with("OMPI_") || k == "MPI_LOCALNRANKS" => None,
-        k => std::env::var(k).ok(),
-    };
+    let mut alloc = env.clone();
+    alloc.set(HostVar::SlurmJobId, job);
+    alloc.set(HostVar::SlurmJobNumNodes, &nodes_s);
+    alloc.set(HostVar::SlurmNnodes, &nodes_s);
+    alloc.remove(HostVar::SlurmStepId);
+    alloc
+        .retain(|k, _| !(k.starts_with("PMI") || k.starts_with("OMPI_") || k == "MPI_LOCALNRANKS"));
     for spec in slurm::parse_load_var(list) {
         let args = [
             "load",
@@ -92,25 +92,23 @@ fn broadcast(job: &str, nodes: u32, list: &str) -> Result<(), Error> {
             spec.as_str(),
         ]
         .map(std::ffi::OsString::from);
-        let cmd = match slurm::spread_command(get, &exe, args.clone()) {
+        let cmd = match slurm::spread_command(&alloc, &exe, args.clone()) {
             Some(c) => c,
             // one node: no srun needed
             None => swpool_core::exec::ToolCommand::new(swpool_core::exec::Tool::Srun)
                 .program(&exe)
                 .args(args),
         };
-        let mut c = cmd.command()?;
+        let mut c = cmd.command(env.path_var())?;
         // srun would apply the plugin's option again (sbatch passes it on to every srun in the
         // job as SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_pool): the tasks' TaskProlog would then
         // load the pool on each node before the broadcast does
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy()
-                .starts_with("SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_")
-            {
-                c.env_remove(&k);
+        for prefix in HOST_PREFIXES {
+            for k in env.names_with_prefix(prefix) {
+                c.env_remove(k);
             }
         }
-        c.env("SLURM_JOB_ID", job)
+        c.env(HostVar::SlurmJobId.name(), job)
             .env(EnvVar::SpankDone.name(), job)
             .env(EnvVar::Spread.name(), "0")
             .env_remove(EnvVar::Load.name())
@@ -137,36 +135,32 @@ fn broadcast(job: &str, nodes: u32, list: &str) -> Result<(), Error> {
     Ok(())
 }
 
-fn getenv(k: &str) -> Option<String> {
-    std::env::var(k).ok().filter(|v| !v.is_empty())
-}
-
-fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str) -> Result<(), Error> {
-    let je = JobEnv::from_env(getenv, h.job.as_deref(), h.uid)
+fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str, env: &Environment) -> Result<(), Error> {
+    let je = JobEnv::from_env(env, h.job.as_deref(), h.uid)
         .map_err(|e| Error::other(ExitStatus::Usage, format!("sw-pool slurm {kind}: {e}")))?;
-    let sys = swpool_core::mount::RealSys::new();
-    Ok(slurm::root_hook(&sys, kind == "epilog", &je)?)
+    let sys = swpool_core::mount::RealSys::new(env.path_var());
+    Ok(slurm::root_hook(&sys, kind == "epilog", &je, env)?)
 }
 
-fn task_prolog() -> Result<(), Error> {
-    if getenv(JOB_POOLS_VAR).is_none() && getenv(LOAD_VAR).is_none() {
+fn task_prolog(env: &Environment) -> Result<(), Error> {
+    if env.get_nonempty(EnvVar::JobPools).is_none() && env.get_nonempty(EnvVar::Load).is_none() {
         return Ok(()); // this job does not use sw-pool
     }
     let node = swpool_core::users::hostname();
-    let job_id = getenv("SLURM_JOB_ID");
+    let job_id = env.get_nonempty(HostVar::SlurmJobId);
     // the batch step of a job submitted with `--pool` (SPANK plugin): broadcast its pools to every
     // node first, once, so that no node reads them from shared storage on its own
-    let r = spank_batch_broadcast(job_id.as_deref());
+    let r = spank_batch_broadcast(job_id.as_deref(), env);
     if let Err(e) = r {
         let msg = format!("sw-pool: error: task prolog on {node}: {e}");
         println!("print {}", msg.replace('\n', " "));
         return Err(e);
     }
     let r = (|| -> Result<String, Error> {
-        let cfg = super::config()?;
-        let sys = RealSys::new();
-        let node_ctx = NodeContext::real(&cfg, &sys)?;
-        let changes = swpool_core::load::task_prolog(&node_ctx, getenv, job_id.as_deref())?;
+        let cfg = super::config(env)?;
+        let sys = RealSys::new(env.path_var());
+        let node_ctx = NodeContext::real(&cfg, env, &sys)?;
+        let changes = swpool_core::load::task_prolog(&node_ctx, job_id.as_deref())?;
         slurm::task_prolog_lines(&changes).map_err(|e| Error::other(ExitStatus::BadInput, e))
     })();
     match r {
@@ -193,21 +187,21 @@ fn task_prolog() -> Result<(), Error> {
 
 /// In the batch step of a `--pool` job (`SW_POOL_SPANK_STEP=batch`, set by the plugin), before the
 /// script starts: the broadcast, then `export SW_POOL_SPANK_DONE=JOB` so the script's steps skip it.
-fn spank_batch_broadcast(job_id: Option<&str>) -> Result<(), Error> {
-    use swpool_core::config::EnvVar;
-    let (Some(job), Some(pools)) = (job_id, EnvVar::SpankPools.get_nonempty()) else {
+fn spank_batch_broadcast(job_id: Option<&str>, env: &Environment) -> Result<(), Error> {
+    let (Some(job), Some(pools)) = (job_id, env.get_nonempty(EnvVar::SpankPools)) else {
         return Ok(());
     };
-    if EnvVar::SpankStep.get_nonempty().as_deref() != Some("batch")
-        || EnvVar::SpankDone.get_nonempty().as_deref() == Some(job)
+    if env.get_nonempty(EnvVar::SpankStep).as_deref() != Some("batch")
+        || env.get_nonempty(EnvVar::SpankDone).as_deref() == Some(job)
     {
         return Ok(());
     }
-    let nodes = getenv("SLURM_JOB_NUM_NODES")
-        .or_else(|| getenv("SLURM_NNODES"))
+    let nodes = env
+        .get_nonempty(HostVar::SlurmJobNumNodes)
+        .or_else(|| env.get_nonempty(HostVar::SlurmNnodes))
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
-    broadcast(job, nodes, &pools)?;
+    broadcast(job, nodes, &pools, env)?;
     println!("export {}={job}", EnvVar::SpankDone.name());
     Ok(())
 }

@@ -1,3 +1,4 @@
+use swpool_core::config::Environment;
 use swpool_core::mount::{describe_holders, RealSys};
 use swpool_core::state::{self, StateDir};
 use swpool_core::Error;
@@ -5,11 +6,11 @@ use swpool_core::Error;
 use crate::cli::{GlobalArgs, UmountArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: UmountArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: UmountArgs, env: &Environment) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
-    let dir = StateDir::open_default()?;
-    let sys = RealSys::new();
-    let job = super::mount::job_id(a.job_id);
+    let dir = StateDir::open_default(env)?;
+    let sys = RealSys::new(env.path_var());
+    let job = super::mount::job_id(a.job_id, env);
     let r = state::release(&sys, &dir, &a.mountpoint, a.force, job.as_deref())?;
     let label = r
         .record

@@ -1,3 +1,4 @@
+use swpool_core::config::Environment;
 use swpool_core::size::Bytes;
 use swpool_core::trust::{verify_pool, KeySource, TrustedKeys};
 use swpool_core::Error;
@@ -5,11 +6,11 @@ use swpool_core::Error;
 use crate::cli::{GlobalArgs, VerifyArgs};
 use crate::output::Printer;
 
-pub fn run(g: &GlobalArgs, a: VerifyArgs) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: VerifyArgs, env: &Environment) -> Result<(), Error> {
     let source = match (a.key, a.trusted) {
         (Some(k), _) => KeySource::Key(k),
         (None, Some(d)) => KeySource::Dirs(vec![d]),
-        (None, None) => KeySource::Dirs(TrustedKeys::default_dirs()),
+        (None, None) => KeySource::Dirs(TrustedKeys::default_dirs(env)),
     };
     let r = verify_pool(&a.pool, &source, a.detached)?;
     let p = Printer::new(g, a.json);

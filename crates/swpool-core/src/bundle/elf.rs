@@ -133,11 +133,21 @@ pub struct LoaderConfig {
 
 impl LoaderConfig {
     /// Read the host's configuration: `ldconfig -p` for the cache, `ld.so --help` for the default
-    /// directories and hwcap subdirectories; `LD_LIBRARY_PATH` from `ld_library_path`.
-    pub fn host(ld_library_path: Option<&str>) -> Result<LoaderConfig, crate::exec::ExecError> {
+    /// directories and hwcap subdirectories; `LD_LIBRARY_PATH` from `ld_library_path`. The tools
+    /// are looked up in `path_var` (the value of `PATH`).
+    pub fn host(
+        ld_library_path: Option<&str>,
+        path_var: Option<&std::ffi::OsStr>,
+    ) -> Result<LoaderConfig, crate::exec::ExecError> {
         use crate::exec::{Tool, ToolCommand};
-        let cache_txt = ToolCommand::new(Tool::Ldconfig).arg("-p").run()?.stdout;
-        let help = ToolCommand::new(Tool::LdSo).arg("--help").run()?.stdout;
+        let cache_txt = ToolCommand::new(Tool::Ldconfig)
+            .arg("-p")
+            .run(path_var)?
+            .stdout;
+        let help = ToolCommand::new(Tool::LdSo)
+            .arg("--help")
+            .run(path_var)?
+            .stdout;
         let mut c = LoaderConfig {
             cache: parse_ldconfig_p(&cache_txt),
             ..Default::default()

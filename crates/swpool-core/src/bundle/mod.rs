@@ -202,6 +202,12 @@ pub struct BundleOptions {
     pub link: LinkMode,
     /// `LD_LIBRARY_PATH` the closure is resolved with (the caller's environment).
     pub ld_library_path: Option<String>,
+    /// `PYTHONPATH` (the caller's environment): with `--python`, its directories count as module
+    /// directories too.
+    pub pythonpath: Option<OsString>,
+    /// The value of `PATH` the tools (patchelf, strace, ldconfig, ld.so, python3, mksquashfs, …)
+    /// are looked up in (the caller's environment; see [`crate::exec::Tool::locate`]).
+    pub path_var: Option<OsString>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -378,7 +384,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         }
     }
 
-    let cfg = elf::LoaderConfig::host(o.ld_library_path.as_deref())?;
+    let cfg = elf::LoaderConfig::host(o.ld_library_path.as_deref(), o.path_var.as_deref())?;
     let ex = Excludes::new(o);
     let mut plan = Plan {
         files: Vec::new(),
@@ -391,7 +397,11 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     };
 
     let py: Option<python::PythonInfo> = if let (Some(p), Some(_)) = (&o.python, &o.trace) {
-        Some(python::probe(p.as_deref())?)
+        Some(python::probe(
+            p.as_deref(),
+            o.pythonpath.as_deref(),
+            o.path_var.as_deref(),
+        )?)
     } else {
         None
     };
@@ -435,7 +445,11 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     let mut r = 0;
     close_roots(&mut plan, &roots, &mut r, &cfg, &ex, &mut seen_out)?;
     let py: Option<python::PythonInfo> = if let (Some(p), Some(_)) = (&o.python, &o.trace) {
-        Some(python::probe(p.as_deref())?)
+        Some(python::probe(
+            p.as_deref(),
+            o.pythonpath.as_deref(),
+            o.path_var.as_deref(),
+        )?)
     } else {
         None
     };
@@ -460,7 +474,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         if let Some(pi) = &py {
             prefixes.extend(pi.path.iter().cloned());
         }
-        let mut opened = trace::trace(cmd, scratch.path())?;
+        let mut opened = trace::trace(cmd, scratch.path(), o.path_var.as_deref())?;
         if let Some(pi) = &py {
             opened = pi.with_companions(opened);
         }
@@ -605,7 +619,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         let t = target.file_name().unwrap_or_default();
         std::os::unix::fs::symlink(t, &a).map_err(io("cannot create", &a))?;
     }
-    rewrite(&plan, &pkg, o.link)?;
+    rewrite(&plan, &pkg, o.link, o.path_var.as_deref())?;
 
     let mut records: Vec<FileRecord> = plan
         .files
@@ -672,6 +686,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 modulefile_opts: Default::default(),
                 squashfs_level: image.squashfs_level,
                 source_date_epoch: image.source_date_epoch,
+                path_var: o.path_var.clone(),
             })?;
             report.build = Some(b);
             drop(tmp);

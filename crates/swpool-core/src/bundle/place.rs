@@ -312,8 +312,14 @@ pub(super) fn origin_path(from_dest: &Path, to_dest: &Path) -> String {
     }
 }
 
-/// patchelf every bundled ELF: its bundled DT_NEEDED (needed mode) and its DT_RUNPATH.
-pub(super) fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), BundleError> {
+/// patchelf every bundled ELF: its bundled DT_NEEDED (needed mode) and its DT_RUNPATH. patchelf is
+/// looked up in `path_var` (the value of `PATH`).
+pub(super) fn rewrite(
+    plan: &Plan,
+    pkg: &Path,
+    mode: LinkMode,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<(), BundleError> {
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     for f in &plan.files {
         let Some((ci, j)) = f.elf else { continue };
@@ -388,7 +394,7 @@ pub(super) fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), Bun
                 ToolCommand::new(Tool::Patchelf)
                     .arg("--remove-rpath")
                     .path(&file)
-                    .run()?;
+                    .run(path_var)?;
             }
             continue;
         }
@@ -405,7 +411,7 @@ pub(super) fn rewrite(plan: &Plan, pkg: &Path, mode: LinkMode) -> Result<(), Bun
                 ToolCommand::new(Tool::Patchelf)
                     .args(part)
                     .path(&file)
-                    .run()?;
+                    .run(path_var)?;
             }
         }
         if let Some(t) = t {

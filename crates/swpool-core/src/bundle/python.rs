@@ -1,6 +1,7 @@
 //! `bundle --python[=PYTHON]`: where the interpreter finds modules, so that traced module files
 //! can be laid out under `python/` with their import paths intact (one `PYTHONPATH` entry).
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::exec::{ExecError, Tool, ToolCommand};
@@ -21,14 +22,19 @@ print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version
  'path': [os.path.abspath(x) for x in sys.path if x and os.path.isdir(x)],\n\
  'stdlib': sorted({p['stdlib'], p['platstdlib']})}))";
 
-/// Ask the interpreter (`python3` on the search path, or `python`) for its module search path.
-pub fn probe(python: Option<&Path>) -> Result<PythonInfo, ExecError> {
+/// Ask the interpreter (`python3` on the search path `path_var`, or `python`) for its module search
+/// path; the directories of `pythonpath` (the caller's `PYTHONPATH`) come first.
+pub fn probe(
+    python: Option<&Path>,
+    pythonpath: Option<&OsStr>,
+    path_var: Option<&OsStr>,
+) -> Result<PythonInfo, ExecError> {
     let mut c = ToolCommand::new(Tool::Python3).args(["-I", "-c", PROBE]);
     if let Some(p) = python {
         c = c.program(p);
     }
     // -I ignores PYTHONPATH: add it back by hand so its entries count as module directories
-    let out = c.run()?;
+    let out = c.run(path_var)?;
     let mut info: PythonInfo =
         serde_json::from_str(out.stdout.trim()).map_err(|e| ExecError::Failed {
             tool: Tool::Python3,
@@ -36,8 +42,8 @@ pub fn probe(python: Option<&Path>) -> Result<PythonInfo, ExecError> {
             status: "unreadable answer".into(),
             stderr: format!("{e}: {}", out.stdout),
         })?;
-    if let Some(pp) = std::env::var_os("PYTHONPATH") {
-        let mut extra: Vec<PathBuf> = std::env::split_paths(&pp)
+    if let Some(pp) = pythonpath {
+        let mut extra: Vec<PathBuf> = std::env::split_paths(pp)
             .filter(|p| p.is_dir())
             .map(|p| crate::exec::absolute(&p))
             .collect();

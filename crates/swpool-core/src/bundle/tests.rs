@@ -42,6 +42,8 @@ fn excludes() {
         no_default_excludes: false,
         link: LinkMode::Needed,
         ld_library_path: None,
+        pythonpath: None,
+        path_var: None,
     };
     let e = Excludes::new(&o);
     assert!(e.reason(&["libc.so.6"]).unwrap().contains("C library"));

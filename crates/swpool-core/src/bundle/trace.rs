@@ -44,8 +44,13 @@ fn stderr_tail(s: &str) -> String {
 }
 
 /// Run `cmd` under strace in `workdir` (a scratch directory for the logs); the files it opened,
-/// absolute and lexically normalised, in first-open order, without duplicates.
-pub fn trace(cmd: &[OsString], workdir: &Path) -> Result<Vec<PathBuf>, TraceError> {
+/// absolute and lexically normalised, in first-open order, without duplicates. strace is looked up
+/// in `path_var` (the value of `PATH`).
+pub fn trace(
+    cmd: &[OsString],
+    workdir: &Path,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<Vec<PathBuf>, TraceError> {
     let prefix = workdir.join("strace");
     let c = ToolCommand::new(Tool::Strace)
         .args(["-f", "-ff", "-qq", "-y", "-e"])
@@ -54,7 +59,7 @@ pub fn trace(cmd: &[OsString], workdir: &Path) -> Result<Vec<PathBuf>, TraceErro
         .path(&prefix)
         .arg("--")
         .args(cmd);
-    match c.run() {
+    match c.run(path_var) {
         Ok(_) => {}
         Err(ExecError::Failed { status, stderr, .. }) => {
             return Err(TraceError::CommandFailed {

@@ -20,7 +20,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::config::EnvVar;
+use crate::config::{EnvVar, Environment, HostVar};
 
 /// Which syntax to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,10 +48,9 @@ impl FromStr for Shell {
 }
 
 impl Shell {
-    /// From `$SHELL`, defaulting to sh.
-    pub fn from_env() -> Shell {
-        std::env::var("SHELL")
-            .ok()
+    /// From `$SHELL` (in `env`), defaulting to sh.
+    pub fn from_env(env: &Environment) -> Shell {
+        env.get(HostVar::Shell)
             .and_then(|s| s.parse().ok())
             .unwrap_or(Shell::Sh)
     }
@@ -73,15 +72,15 @@ pub const SET_MOUNT_VAR: &str = EnvVar::SetMount.name();
 pub const SET_GWDG_VAR: &str = EnvVar::SetGwdg.name();
 
 impl Snapshot {
-    pub fn from_env() -> Snapshot {
-        let g = |k| std::env::var(k).ok();
+    /// The variables as `env` has them.
+    pub fn from_env(env: &Environment) -> Snapshot {
         Snapshot {
-            modulepath: g("MODULEPATH"),
-            sw_pool_mount: EnvVar::Mount.get(),
-            gwdg_sw_mount: g("GWDG_SW_MOUNT"),
-            loaded: EnvVar::Loaded.get(),
-            set_mount: EnvVar::SetMount.get(),
-            set_gwdg: EnvVar::SetGwdg.get(),
+            modulepath: env.get(HostVar::Modulepath),
+            sw_pool_mount: env.get(EnvVar::Mount),
+            gwdg_sw_mount: env.get(HostVar::GwdgSwMount),
+            loaded: env.get(EnvVar::Loaded),
+            set_mount: env.get(EnvVar::SetMount),
+            set_gwdg: env.get(EnvVar::SetGwdg),
         }
     }
 }

@@ -39,6 +39,9 @@ pub struct BuildOptions {
     pub squashfs_level: Option<u32>,
     /// `SOURCE_DATE_EPOCH`, if set: the build time recorded in the image and the manifest.
     pub source_date_epoch: Option<u64>,
+    /// The value of `PATH` mksquashfs and mke2fs are looked up in (the caller's environment; see
+    /// [`crate::exec::Tool::locate`]).
+    pub path_var: Option<std::ffi::OsString>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -418,7 +421,7 @@ fn write_squashfs(
     if let Some(l) = opts.squashfs_level {
         c = c.arg("-Xcompression-level").arg(l.to_string());
     }
-    with_early_writeback(file, || c.run())?;
+    with_early_writeback(file, || c.run(opts.path_var.as_deref()))?;
     Ok(())
 }
 
@@ -473,7 +476,7 @@ fn write_ext(m: &Mkfs, mkfs_time: &mut Duration, t1: Instant) -> Result<Duration
         .env("E2FSPROGS_FAKE_TIME", m.epoch.to_string())
         .env_remove("SOURCE_DATE_EPOCH")
         .env_remove("MKE2FS_CONFIG");
-    let r = with_early_writeback(m.file, || cmd.run());
+    let r = with_early_writeback(m.file, || cmd.run(m.opts.path_var.as_deref()));
     *mkfs_time = t1.elapsed();
     if let Err(ExecError::Failed { stderr, .. }) = &r {
         let detail = last_line(stderr);

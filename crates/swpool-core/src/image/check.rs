@@ -13,8 +13,13 @@ pub struct CheckReport {
     pub summary: String,
 }
 
-/// `e2fsck -fn` for ext images, `unsquashfs -stat` for squashfs; read-only, never repairs.
-pub fn check(path: &Path, format: ImageFormat) -> Result<CheckReport, ExecError> {
+/// `e2fsck -fn` for ext images, `unsquashfs -stat` for squashfs; read-only, never repairs. The
+/// tool is looked up in `path_var` (the value of `PATH`; see [`crate::exec::Tool::locate`]).
+pub fn check(
+    path: &Path,
+    format: ImageFormat,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<CheckReport, ExecError> {
     let cmd = match format {
         ImageFormat::Squashfs => ToolCommand::new(Tool::Unsquashfs).arg("-stat").path(path),
         _ => ToolCommand::new(Tool::E2fsck)
@@ -23,7 +28,7 @@ pub fn check(path: &Path, format: ImageFormat) -> Result<CheckReport, ExecError>
             .path(path),
     };
     let tool = cmd.cmdline();
-    match cmd.run() {
+    match cmd.run(path_var) {
         Ok(o) => Ok(CheckReport {
             tool,
             ok: true,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache;
 use crate::collective::{leader_value, Collective, Local};
-use crate::config::Config;
+use crate::config::{Config, Environment};
 use crate::env::{self, Change, PoolMount, Snapshot};
 use crate::error::Error;
 use crate::mount::{self, paths, MountOptions, Sys};
@@ -50,9 +50,12 @@ pub struct LoadRequest {
     pub progress: Option<ProgressSink>,
 }
 
-/// Everything a node needs that is not the request: configuration, trust, the system.
+/// Everything a node needs that is not the request: configuration, the environment, trust, the
+/// system.
 pub struct NodeContext<'a> {
     pub cfg: &'a Config,
+    /// The process environment, read once (the default cache and mount directories, a task's pools).
+    pub env: &'a Environment,
     pub policy: TrustPolicy,
     pub uid: u32,
     pub sys: &'a dyn Sys,
@@ -63,13 +66,21 @@ pub struct NodeContext<'a> {
 impl<'a> NodeContext<'a> {
     /// The real node: the trust policy from the configuration and the trusted-keys directories,
     /// the default record store.
-    pub fn real(cfg: &'a Config, sys: &'a dyn Sys) -> Result<NodeContext<'a>, Error> {
+    pub fn real(
+        cfg: &'a Config,
+        env: &'a Environment,
+        sys: &'a dyn Sys,
+    ) -> Result<NodeContext<'a>, Error> {
         Ok(NodeContext {
             cfg,
-            policy: TrustPolicy::from_config(cfg, TrustedKeys::load(&TrustedKeys::default_dirs())),
+            env,
+            policy: TrustPolicy::from_config(
+                cfg,
+                TrustedKeys::load(&TrustedKeys::default_dirs(env)),
+            ),
             uid: sys.euid(),
             sys,
-            state: StateDir::open_default()?,
+            state: StateDir::open_default(env)?,
         })
     }
 }
@@ -192,6 +203,7 @@ fn cache_entry(node: &NodeContext, req: &LoadRequest, m: &Manifest) -> Result<Pa
     let base = cache::base_dir(
         req.cache_dir.as_deref(),
         node.cfg.cache_dir.value.as_deref(),
+        node.env,
     );
     Ok(cache::entry_path(
         &cache::dir(&base, node.uid, true)?,
@@ -238,7 +250,8 @@ fn mount_here(
     let mp = match &req.mountpoint {
         Some(m) => explicit_mountpoint(m)?,
         None => {
-            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            let root =
+                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
             paths::create_mountpoint(&root, &plan.name, &plan.version, node.uid)?
         }
     };
@@ -325,7 +338,7 @@ pub fn load(
         progress_sink: req.progress.clone(),
         authorized,
         src_file: src_file.map(std::sync::Arc::new),
-        ..CopyOptions::default()
+        ..CopyOptions::from_env(node.env)
     };
     if leader {
         // an entry changed since it was verified is checked again (or dropped and copied anew)
@@ -467,6 +480,7 @@ fn mountpoint_of(
     spec: &Path,
     mount_dir: Option<&Path>,
     uid: u32,
+    env: &Environment,
 ) -> Result<(PathBuf, Option<(String, String)>), Error> {
     if spec.is_dir() {
         return Ok((mount::canonical_mountpoint(spec)?, None));
@@ -484,7 +498,7 @@ fn mountpoint_of(
         }
         .into());
     };
-    let mp = paths::default_mount_dir(mount_dir, uid)
+    let mp = paths::default_mount_dir(mount_dir, uid, env)
         .join(&name)
         .join(&version);
     if !mp.is_dir() {
@@ -517,7 +531,12 @@ pub fn unload(
     job_id: Option<&str>,
 ) -> Result<Unloaded, Error> {
     let released = job.is_leader().then(|| -> Result<Unloaded, Error> {
-        let (mp, pool) = mountpoint_of(spec, node.cfg.mount_dir.value.as_deref(), node.uid)?;
+        let (mp, pool) = mountpoint_of(
+            spec,
+            node.cfg.mount_dir.value.as_deref(),
+            node.uid,
+            node.env,
+        )?;
         let r = state::release(node.sys, &node.state, &mp, force, job_id)?;
         let pool = pool.or_else(|| {
             r.record

@@ -31,7 +31,7 @@ pub enum MountOutcome {
     Pool(Box<Loaded>),
     /// A bare image mounted in place; `warning` says what nothing vouches for.
     InPlace {
-        acquired: Acquired,
+        acquired: Box<Acquired>,
         warning: Option<String>,
     },
 }
@@ -81,7 +81,8 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
                     ),
                 ));
             };
-            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            let root =
+                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
             paths::create_mountpoint(&root, &pool.name, &pool.version, node.uid)?
         }
     };
@@ -91,14 +92,17 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
         &AcquireRequest {
             image,
             mountpoint,
-            options: req.options.clone(),
+            options: req.options,
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
             source: None,
         },
     )?;
-    Ok(MountOutcome::InPlace { acquired, warning })
+    Ok(MountOutcome::InPlace {
+        acquired: Box::new(acquired),
+        warning,
+    })
 }
 
 /// A sw-pool pool (a file with a manifest), as opposed to a bare image; a damaged trailer is an

@@ -2,6 +2,7 @@
 //! task's node, from the node's records when it already is.
 
 use super::*;
+use crate::config::EnvVar;
 
 /// The Slurm TaskProlog's step: make sure the job's pool `p` is cached (verified) and mounted at
 /// its mount point on this node, with one reference of this job. Every task after the first on a
@@ -33,7 +34,11 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         .and_then(|c| c.parent()?.parent()?.parent())
         .filter(|b| b.is_dir())
         .map(Path::to_path_buf);
-    let base = cache::base_dir(cache_dir.as_deref(), node.cfg.cache_dir.value.as_deref());
+    let base = cache::base_dir(
+        cache_dir.as_deref(),
+        node.cfg.cache_dir.value.as_deref(),
+        node.env,
+    );
     let cdir = cache::dir(&base, node.uid, true)?;
     let lock = cdir.join(".fill.lock");
     let _fill = crate::lock::FileLock::exclusive(&lock).map_err(|source| LoadError::Lock {
@@ -41,7 +46,7 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         path: lock.clone(),
         source,
     })?;
-    let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+    let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
     let default_mp = root.join(&p.name).join(&p.version);
     let req = LoadRequest {
         pool: p.src.clone(),
@@ -75,11 +80,7 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
 /// `SW_POOL_LOAD` given at submission), each with whether it came from `SW_POOL_LOAD`. A
 /// `SW_POOL_LOAD` pool this job already has mounted on the node is taken from the node's record
 /// ([`loaded_by_job`]): every task of every step starts without a request to shared storage.
-fn requested(
-    node: &NodeContext,
-    getenv: &dyn Fn(&str) -> Option<String>,
-    job_id: Option<&str>,
-) -> Result<Vec<(JobPool, bool)>, Error> {
+fn requested(node: &NodeContext, job_id: Option<&str>) -> Result<Vec<(JobPool, bool)>, Error> {
     let bad = |var: &str, reason: String| -> Error {
         LoadError::JobEnv {
             var: var.to_string(),
@@ -88,12 +89,12 @@ fn requested(
         .into()
     };
     let mut out: Vec<(JobPool, bool)> = Vec::new();
-    if let Some(v) = getenv(slurm::JOB_POOLS_VAR) {
+    if let Some(v) = node.env.get_nonempty(EnvVar::JobPools) {
         let pools =
             slurm::decode_job_pools(&v).map_err(|e| bad(slurm::JOB_POOLS_VAR, e.to_string()))?;
         out.extend(pools.into_iter().map(|p| (p, false)));
     }
-    if let Some(v) = getenv(slurm::LOAD_VAR) {
+    if let Some(v) = node.env.get_nonempty(EnvVar::Load) {
         for spec in slurm::parse_load_var(&v) {
             if let Some(p) = job_id.and_then(|j| loaded_by_job(node, &spec, j)) {
                 if !out.iter().any(|(q, _)| q.src == p.src) {
@@ -108,7 +109,8 @@ fn requested(
             }
             let pool = Pool::open(&src).map_err(|e| ctx(e.into()))?;
             let m = &pool.manifest;
-            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            let root =
+                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
             out.push((
                 JobPool {
                     name: m.name.clone(),
@@ -135,7 +137,8 @@ fn loaded_by_job(node: &NodeContext, spec: &str, job_id: &str) -> Option<JobPool
         .flatten();
     let candidates: Vec<state::Record> = match by_name {
         Some((n, v)) => {
-            let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid);
+            let root =
+                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
             let at = mount::canonical_mountpoint(&root.join(n).join(v)).ok()?;
             let mut r = node.state.find_pool(n, v).ok()?;
             r.retain(|r| r.mount_point == at);
@@ -180,16 +183,12 @@ pub(super) fn last_set(changes: &[Change], var: &str) -> Option<String> {
     })
 }
 
-/// The Slurm TaskProlog, for one task: every pool the task's environment names is mounted on this
-/// node ([`ensure`]), and the environment change the task still lacks (its `MODULEPATH`, and for
-/// pools from `SW_POOL_LOAD` the job's pool list) is returned.
-pub fn task_prolog(
-    node: &NodeContext,
-    getenv: impl Fn(&str) -> Option<String>,
-    job_id: Option<&str>,
-) -> Result<Vec<Change>, Error> {
-    let want = requested(node, &getenv, job_id)?;
-    let mut snap = Snapshot::from_env();
+/// The Slurm TaskProlog, for one task: every pool the task's environment (`node.env`) names is
+/// mounted on this node ([`ensure`]), and the environment change the task still lacks (its
+/// `MODULEPATH`, and for pools from `SW_POOL_LOAD` the job's pool list) is returned.
+pub fn task_prolog(node: &NodeContext, job_id: Option<&str>) -> Result<Vec<Change>, Error> {
+    let want = requested(node, job_id)?;
+    let mut snap = Snapshot::from_env(node.env);
     let mut changes: Vec<Change> = Vec::new();
     for (p, from_load_var) in &want {
         let mp = ensure(node, p, job_id)?;
@@ -215,7 +214,7 @@ pub fn task_prolog(
         if *from_load_var {
             c.push(slurm::add_job_pool(
                 last_set(&changes, slurm::JOB_POOLS_VAR)
-                    .or_else(|| getenv(slurm::JOB_POOLS_VAR))
+                    .or_else(|| node.env.get_nonempty(EnvVar::JobPools))
                     .as_deref(),
                 &JobPool {
                     mount_point: mp.clone(),

@@ -91,8 +91,10 @@ fn node_context<'a>(
         keys: vec![key],
         ..Default::default()
     };
+    static NO_ENV: Environment = Environment::empty();
     NodeContext {
         cfg,
+        env: &NO_ENV,
         policy: TrustPolicy::from_config(cfg, keys),
         uid: s.uid,
         sys,
@@ -452,9 +454,15 @@ fn the_task_prolog_of_a_loaded_pool_reads_nothing_from_shared_storage() {
     std::fs::rename(&s.pool, s.root.join("moved.sqfs")).unwrap();
     let pool_var = s.pool.to_string_lossy().into_owned();
     for spec in [pool_var.as_str(), "demo/1.0"] {
-        let env = |k: &str| (k == slurm::LOAD_VAR).then(|| spec.to_string());
-        let changes = task_prolog(&node, env, Some("77"))
-            .unwrap_or_else(|e| panic!("SW_POOL_LOAD={spec}: {e}"));
+        let env = Environment::default().with(crate::config::EnvVar::Load, spec);
+        let node = NodeContext {
+            env: &env,
+            state: node.state.clone(),
+            policy: node.policy.clone(),
+            ..node
+        };
+        let changes =
+            task_prolog(&node, Some("77")).unwrap_or_else(|e| panic!("SW_POOL_LOAD={spec}: {e}"));
         let modulepath = last_set(&changes, "MODULEPATH").unwrap_or_default();
         assert!(
             modulepath.split(':').next()
@@ -471,8 +479,9 @@ fn the_task_prolog_of_a_loaded_pool_reads_nothing_from_shared_storage() {
         assert_eq!(pools[0].digest, l.plan.digest);
     }
     // another job holds no reference: its TaskProlog takes the full path, and the pool is gone
-    let env = |k: &str| (k == slurm::LOAD_VAR).then(|| pool_var.clone());
-    let e = task_prolog(&node, env, Some("78")).unwrap_err();
+    let env = Environment::default().with(crate::config::EnvVar::Load, &pool_var);
+    let node = NodeContext { env: &env, ..node };
+    let e = task_prolog(&node, Some("78")).unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
     assert_eq!(
         node.state.read(&l.mount_point).unwrap().unwrap().refcount(),

@@ -6,16 +6,20 @@ use std::path::{Path, PathBuf};
 use super::MountError;
 
 /// The directory under which pools are mounted as `<name>/<version>`: the configured `mount_dir`
-/// (`$SW_POOL_MOUNT`), else `/run/sw-pool/mnt` for root, else `$XDG_RUNTIME_DIR/sw-pool/mnt`, else
-/// `/tmp/sw-pool-<uid>/mnt`.
-pub fn default_mount_dir(configured: Option<&Path>, uid: u32) -> PathBuf {
+/// (`$SW_POOL_MOUNT`), else `/run/sw-pool/mnt` for root, else `$XDG_RUNTIME_DIR/sw-pool/mnt` (from
+/// `env`), else `/tmp/sw-pool-<uid>/mnt`.
+pub fn default_mount_dir(
+    configured: Option<&Path>,
+    uid: u32,
+    env: &crate::config::Environment,
+) -> PathBuf {
     if let Some(p) = configured {
         return crate::exec::absolute(p);
     }
     if uid == 0 {
         return PathBuf::from("/run/sw-pool/mnt");
     }
-    if let Some(x) = crate::userdir::runtime_dir(uid) {
+    if let Some(x) = crate::userdir::runtime_dir(env.xdg_runtime_dir(), uid) {
         return x.join("sw-pool/mnt");
     }
     crate::userdir::resolve(Path::new("/tmp"), uid, true)

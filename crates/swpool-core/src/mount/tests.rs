@@ -338,7 +338,7 @@ fn hints() {
 /// The real implementation, with the real squashfuse_ll (root only: the host's /dev/fuse is 0600).
 #[test]
 fn real_sys_mounts_times_out_cleanly_and_unmounts() {
-    let sys = RealSys::new();
+    let sys = RealSys::new(None); // root: tools from the system directories only
     if sys.euid() != 0 || sys.open_fuse_device().is_err() {
         // on the real stderr (not captured): `make test-unit` counts these lines
         use std::io::Write;

@@ -11,12 +11,13 @@
 
 use std::path::PathBuf;
 
+use crate::config::{EnvVar, Environment, HostVar};
 use crate::env::Change;
 
 /// The job's loaded pools, for the TaskProlog of later steps.
-pub const JOB_POOLS_VAR: &str = crate::config::EnvVar::JobPools.name();
+pub const JOB_POOLS_VAR: &str = EnvVar::JobPools.name();
 /// Pools to load in every step of a job, given at submission (`sbatch --export=ALL,SW_POOL_LOAD=demo/1.0`).
-pub const LOAD_VAR: &str = crate::config::EnvVar::Load.name();
+pub const LOAD_VAR: &str = EnvVar::Load.name();
 
 /// A pool as loaded by a job: what, from where, and where it is mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,16 +197,17 @@ pub fn valid_job_id(j: &str) -> bool {
 }
 
 impl JobEnv {
-    /// From a hook's environment (`SLURM_JOB_ID`, `SLURM_JOB_UID`, `SLURM_JOB_GID`, `SLURM_JOB_USER`),
-    /// with explicit values taking precedence.
+    /// From a hook's environment `env` (`SLURM_JOB_ID`, `SLURM_JOB_UID`, `SLURM_JOB_GID`,
+    /// `SLURM_JOB_USER`; empty values count as unset), with explicit values taking precedence.
     pub fn from_env(
-        get: impl Fn(&str) -> Option<String>,
+        env: &Environment,
         job: Option<&str>,
         uid: Option<u32>,
     ) -> Result<JobEnv, String> {
+        let get = |v: HostVar| env.get_nonempty(v);
         let job_id = job
             .map(String::from)
-            .or_else(|| get("SLURM_JOB_ID"))
+            .or_else(|| get(HostVar::SlurmJobId))
             .filter(|j| !j.is_empty())
             .ok_or(
                 "no job id: SLURM_JOB_ID is not set (run it from Slurm, or give --job JOB_ID)",
@@ -215,7 +217,7 @@ impl JobEnv {
         }
         let uid = match uid {
             Some(u) => u,
-            None => get("SLURM_JOB_UID")
+            None => get(HostVar::SlurmJobUid)
                 .ok_or("SLURM_JOB_UID is not set (run it from Slurm, or give --uid UID)")?
                 .parse()
                 .map_err(|_| "SLURM_JOB_UID is not a number".to_string())?,
@@ -223,8 +225,8 @@ impl JobEnv {
         Ok(JobEnv {
             job_id,
             uid,
-            gid: get("SLURM_JOB_GID").and_then(|g| g.parse().ok()),
-            user: get("SLURM_JOB_USER").filter(|u| !u.is_empty()),
+            gid: get(HostVar::SlurmJobGid).and_then(|g| g.parse().ok()),
+            user: get(HostVar::SlurmJobUser).filter(|u| !u.is_empty()),
         })
     }
 }
@@ -236,22 +238,22 @@ pub use swpool_sys::syslog::{syslog, Level};
 /// allocation (`srun --overlap`), so the pool is broadcast to and mounted on every node, and its
 /// standard output (rank 0's environment change) is the caller's. `None` when nothing is to be
 /// spread: not in a job, `SW_POOL_SPREAD=0`, already one task of a launch or of a step, one node.
+/// The variables come from `env`; empty ones count as unset.
 pub fn spread_command(
-    get: impl Fn(&str) -> Option<String>,
+    env: &Environment,
     exe: &std::path::Path,
     args: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Option<crate::exec::ToolCommand> {
-    let get = |k: &str| get(k).filter(|v| !v.is_empty());
-    if get(crate::config::EnvVar::Spread.name()).as_deref() == Some("0")
-        || get("SLURM_JOB_ID").is_none()
-    {
+    let mut env = env.clone();
+    env.retain(|_, v| !v.is_empty());
+    if env.get(EnvVar::Spread).as_deref() == Some("0") || env.get(HostVar::SlurmJobId).is_none() {
         return None;
     }
-    if crate::transfer::job::launched_by_launcher(get).unwrap_or(true) {
+    if crate::transfer::job::launched_by_launcher(&env).unwrap_or(true) {
         return None; // already one task of an MPI launch: the launcher chose the nodes
     }
     // inside a job step (srun -N1 …) we are one task on one node: do what was asked, here
-    if let Some(step) = get("SLURM_STEP_ID") {
+    if let Some(step) = env.get(HostVar::SlurmStepId) {
         if !matches!(
             step.as_str(),
             "batch" | "interactive" | "4294967294" | "4294967291"
@@ -259,8 +261,9 @@ pub fn spread_command(
             return None;
         }
     }
-    let nodes: u64 = get("SLURM_JOB_NUM_NODES")
-        .or_else(|| get("SLURM_NNODES"))
+    let nodes: u64 = env
+        .get(HostVar::SlurmJobNumNodes)
+        .or_else(|| env.get(HostVar::SlurmNnodes))
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
     if nodes <= 1 {
@@ -274,7 +277,7 @@ pub fn spread_command(
         .arg("--ntasks-per-node=1")
         .arg("--kill-on-bad-exit=1")
         .arg("--export=ALL,SW_POOL_SPREAD=0");
-    match get(crate::config::EnvVar::SrunMpi.name()) {
+    match env.get(EnvVar::SrunMpi) {
         Some(m) if m == "none" => {}
         Some(m) => cmd = cmd.arg(format!("--mpi={m}")),
         None => cmd = cmd.arg("--mpi=pmix"),
@@ -283,8 +286,8 @@ pub fn spread_command(
 }
 
 /// Does `uid` have any sw-pool state or sw-pool FUSE mount on this node?
-fn user_has_state(sys: &dyn crate::mount::Sys, uid: u32) -> bool {
-    if !crate::state::candidate_dirs(uid).is_empty() {
+fn user_has_state(sys: &dyn crate::mount::Sys, uid: u32, env: &Environment) -> bool {
+    if !crate::state::candidate_dirs(uid, env).is_empty() {
         return true;
     }
     sys.mounts()
@@ -333,10 +336,16 @@ impl HookError {
 /// The Prolog (`epilog` false: the user's stale mounts) and the Epilog (`epilog`: the job's
 /// references and mounts), run by slurmd as root on every node of the job (or as the job's user):
 /// nothing for a user without sw-pool state on the node; else `sw-pool cleanup` as the job's user
-/// (no supplementary groups, clean environment), its failure logged to syslog.
-pub fn root_hook(sys: &dyn crate::mount::Sys, epilog: bool, je: &JobEnv) -> Result<(), HookError> {
+/// (no supplementary groups, clean environment), its failure logged to syslog. `env`: the hook's
+/// environment (where state may be; what the cleanup is given of it).
+pub fn root_hook(
+    sys: &dyn crate::mount::Sys,
+    epilog: bool,
+    je: &JobEnv,
+    env: &Environment,
+) -> Result<(), HookError> {
     let kind = if epilog { "epilog" } else { "prolog" };
-    if !user_has_state(sys, je.uid) {
+    if !user_has_state(sys, je.uid, env) {
         return Ok(()); // the job's user never used sw-pool on this node
     }
     // the Epilog: the job's references; the Prolog: the user's stale mounts
@@ -348,7 +357,7 @@ pub fn root_hook(sys: &dyn crate::mount::Sys, epilog: bool, je: &JobEnv) -> Resu
     let euid = sys.euid();
     let node = crate::users::hostname();
     if euid == je.uid {
-        crate::state::clean_all_stores(sys, euid, &sel, Some(&je.job_id))?;
+        crate::state::clean_all_stores(sys, euid, &sel, Some(&je.job_id), env)?;
         return Ok(());
     }
     if euid != 0 {
@@ -363,7 +372,8 @@ pub fn root_hook(sys: &dyn crate::mount::Sys, epilog: bool, je: &JobEnv) -> Resu
         je.gid,
         &sel,
         &["-q"],
-        &[("SLURM_JOB_ID", je.job_id.clone())],
+        &[(HostVar::SlurmJobId.name(), je.job_id.clone())],
+        env,
     )?;
     if st != 0 {
         syslog(
@@ -402,14 +412,9 @@ mod tests {
 
     #[test]
     fn spreads_only_from_a_multi_node_batch_shell() {
-        use std::collections::HashMap;
         let run = |pairs: &[(&str, &str)]| {
-            let m: HashMap<String, String> = pairs
-                .iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect();
             spread_command(
-                |k| m.get(k).cloned(),
+                &Environment::from_vars(pairs.iter().copied()),
                 std::path::Path::new("/usr/bin/sw-pool"),
                 ["load".into(), "demo/1.0".into()],
             )
@@ -489,21 +494,22 @@ mod tests {
 
     #[test]
     fn job_env_is_validated() {
-        let env = |k: &str| match k {
-            "SLURM_JOB_ID" => Some("123".to_string()),
-            "SLURM_JOB_UID" => Some("1001".to_string()),
-            "SLURM_JOB_USER" => Some("swuser".to_string()),
-            _ => None,
-        };
-        let j = JobEnv::from_env(env, None, None).unwrap();
+        let env = Environment::from_vars([
+            ("SLURM_JOB_ID", "123"),
+            ("SLURM_JOB_UID", "1001"),
+            ("SLURM_JOB_USER", "swuser"),
+        ]);
+        let j = JobEnv::from_env(&env, None, None).unwrap();
         assert_eq!((j.job_id.as_str(), j.uid), ("123", 1001));
-        assert!(JobEnv::from_env(env, Some("12;rm"), None).is_err());
-        assert!(JobEnv::from_env(|_| None, None, None).is_err());
-        assert!(JobEnv::from_env(|_| None, Some("7"), None).is_err());
-        assert_eq!(
-            JobEnv::from_env(|_| None, Some("7"), Some(5)).unwrap().uid,
-            5
-        );
+        assert!(JobEnv::from_env(&env, Some("12;rm"), None).is_err());
+        let none = Environment::default();
+        assert!(JobEnv::from_env(&none, None, None).is_err());
+        assert!(JobEnv::from_env(&none, Some("7"), None).is_err());
+        assert_eq!(JobEnv::from_env(&none, Some("7"), Some(5)).unwrap().uid, 5);
+        // an empty value is no value (as slurmd may pass one)
+        let empty = Environment::from_vars([("SLURM_JOB_ID", "7"), ("SLURM_JOB_UID", "")]);
+        let e = JobEnv::from_env(&empty, None, None).unwrap_err();
+        assert!(e.contains("not set"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Record, StateDir, StateError};
+use crate::config::Environment;
 use crate::mount::{self, MountError, MountState, Sys};
 
 /// What to clean.
@@ -61,11 +62,12 @@ pub fn clean_as(
     gid: Option<u32>,
     sel: &Selection,
     flags: &[&str],
-    env: &[(&str, String)],
+    extra: &[(&str, String)],
+    env: &crate::config::Environment,
 ) -> Result<i32, crate::users::UserError> {
     let mut args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
     args.extend(sel.cleanup_args());
-    crate::users::run_self_as(uid, gid, "cleanup", &args, env)
+    crate::users::run_self_as(uid, gid, "cleanup", &args, extra, env)
 }
 
 /// One thing done (or, in a dry run, to be done).
@@ -381,10 +383,11 @@ pub fn clean_all_stores(
     uid: u32,
     sel: &Selection,
     job: Option<&str>,
+    env: &Environment,
 ) -> Result<Vec<Action>, StateError> {
-    let mut dirs = candidate_dirs(uid);
+    let mut dirs = candidate_dirs(uid, env);
     if dirs.is_empty() {
-        dirs.push(StateDir::default_path(uid)); // unrecorded mounts are still found
+        dirs.push(StateDir::default_path(uid, env)); // unrecorded mounts are still found
     }
     let mut actions = Vec::new();
     for d in dirs {
@@ -421,14 +424,14 @@ pub fn clean_all_stores(
 }
 
 /// The stores a user's mounts may be recorded in on this node, whatever environment the job had:
-/// `$XDG_RUNTIME_DIR/sw-pool` (as this process sees it), `/run/user/<uid>/sw-pool`,
+/// `$XDG_RUNTIME_DIR/sw-pool` (as this process sees it: `env`), `/run/user/<uid>/sw-pool`,
 /// `/tmp/sw-pool-<uid>`, and `/run/sw-pool` for root. Only existing directories.
 ///
 /// A set `SW_POOL_STATE_DIR` is the only store (the caller chose it).
-pub fn candidate_dirs(uid: u32) -> Vec<PathBuf> {
-    let mut v = vec![StateDir::default_path(uid)];
-    if crate::config::EnvVar::StateDir
-        .get_os()
+pub fn candidate_dirs(uid: u32, env: &Environment) -> Vec<PathBuf> {
+    let mut v = vec![StateDir::default_path(uid, env)];
+    if env
+        .get_os(crate::config::EnvVar::StateDir)
         .is_some_and(|v| !v.is_empty())
     {
         v.truncate(1);

@@ -185,11 +185,12 @@ pub fn node_list(
     sys: &dyn Sys,
     a: &ListFilter,
     cfg: &crate::config::Config,
+    env: &crate::config::Environment,
 ) -> Result<NodeList, StateError> {
     let uid = sys.euid();
-    let mut dirs = candidate_dirs(uid);
+    let mut dirs = candidate_dirs(uid, env);
     // the store this user's commands use (a private fallback when /tmp/sw-pool-<uid> is squatted)
-    let def = StateDir::open_default()?.path().to_path_buf();
+    let def = StateDir::open_default(env)?.path().to_path_buf();
     if !dirs.contains(&def) {
         dirs.insert(0, def);
     }
@@ -223,8 +224,9 @@ pub fn node_list(
     mounts.retain(|e| keep(a, e));
     let mut unused_cache = Vec::new();
     if a.unreported {
-        let base = crate::cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref());
-        let in_use = StateDir::open_default()
+        let base =
+            crate::cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), env);
+        let in_use = StateDir::open_default(env)
             .map(|d| images_in_use(&d))
             .unwrap_or_default();
         if let Ok(cdir) = crate::cache::dir(&base, uid, false) {
@@ -251,12 +253,13 @@ pub fn all_nodes_list(
     sys: &dyn Sys,
     a: &ListFilter,
     cfg: Result<&crate::config::Config, String>,
+    env: &crate::config::Environment,
 ) -> Result<Option<Vec<NodeList>>, crate::collective::Agreed> {
     if !job.is_leader() {
         return Ok(None);
     }
     let mine = cfg
-        .and_then(|cfg| node_list(sys, a, cfg).map_err(|e| e.to_string()))
+        .and_then(|cfg| node_list(sys, a, cfg, env).map_err(|e| e.to_string()))
         .unwrap_or_else(|e| NodeList {
             node: crate::users::hostname(),
             state_dirs: vec![],

@@ -16,11 +16,11 @@
 //!
 //! From `load` (on the node's leader, after the pool is in the cache):
 //! ```text
-//! let dir = StateDir::open_default()?;                       // per user, per node
-//! let mp = mount::paths::create_mountpoint(&mount::paths::default_mount_dir(cfg, uid), name, version, uid)?;
-//! let a = state::acquire(&RealSys::new(), &dir, &AcquireRequest { image, mountpoint: mp, options, job_id, timeout })?;
+//! let dir = StateDir::open_default(env)?;                    // per user, per node
+//! let mp = mount::paths::create_mountpoint(&mount::paths::default_mount_dir(cfg, uid, env), name, version, uid)?;
+//! let a = state::acquire(&RealSys::new(env.path_var()), &dir, &AcquireRequest { image, mountpoint: mp, options, job_id, timeout })?;
 //! // a.reused: already mounted here (refcount +1); a.mount_seconds: the -v timing
-//! print!("{}", env::render(shell, &env::load_changes(&env::Snapshot::from_env(), &PoolMount { .. }))?);
+//! print!("{}", env::render(shell, &env::load_changes(&env::Snapshot::from_env(env), &PoolMount { .. }))?);
 //! ```
 //! and `unload`: `dir.find_pool(name, version)` → `state::release(..)` → `env::unload_changes`.
 

@@ -1,6 +1,7 @@
 //! The record store: a private directory per user and node, its lock, reading and writing records.
 
 use super::*;
+use crate::config::{EnvVar, Environment};
 
 /// The record store of this node for the calling user.
 #[derive(Debug, Clone)]
@@ -20,18 +21,16 @@ pub struct StateLock {
 
 impl StateDir {
     /// Where the store lives for `uid`: `$SW_POOL_STATE_DIR`, else `/run/sw-pool` (root), else
-    /// `$XDG_RUNTIME_DIR/sw-pool` (when that directory exists and is ours), else `/tmp/sw-pool-<uid>`.
-    pub fn default_path(uid: u32) -> PathBuf {
-        if let Some(p) = crate::config::EnvVar::StateDir
-            .get_os()
-            .filter(|v| !v.is_empty())
-        {
+    /// `$XDG_RUNTIME_DIR/sw-pool` (when that directory exists and is ours), else `/tmp/sw-pool-<uid>`
+    /// (the variables from `env`).
+    pub fn default_path(uid: u32, env: &Environment) -> PathBuf {
+        if let Some(p) = env.get_os(EnvVar::StateDir).filter(|v| !v.is_empty()) {
             return PathBuf::from(p);
         }
         if uid == 0 {
             return PathBuf::from("/run/sw-pool");
         }
-        if let Some(x) = crate::userdir::runtime_dir(uid) {
+        if let Some(x) = crate::userdir::runtime_dir(env.xdg_runtime_dir(), uid) {
             return x.join("sw-pool");
         }
         // /tmp/sw-pool-<uid>, or the user's private fallback when someone squatted that name
@@ -40,9 +39,9 @@ impl StateDir {
     }
 
     /// Open (creating if needed) the store for the effective user.
-    pub fn open_default() -> Result<StateDir, StateError> {
+    pub fn open_default(env: &Environment) -> Result<StateDir, StateError> {
         let uid = rustix::process::geteuid().as_raw();
-        let p = Self::default_path(uid);
+        let p = Self::default_path(uid, env);
         if p.parent() == Some(Path::new("/tmp")) {
             // never stuck behind a name another user took first (see userdir)
             let p = crate::userdir::resolve(Path::new("/tmp"), uid, true).map_err(|e| {

@@ -602,7 +602,14 @@ fn all_nodes_list_answers_for_every_node_in_order_on_rank_0_only() {
             1 => Err("cannot read /etc/sw-pool/config.toml: bad".to_string()),
             _ => Ok(&cfg),
         };
-        all_nodes_list(r, &sys, &ListFilter::default(), c).unwrap()
+        all_nodes_list(
+            r,
+            &sys,
+            &ListFilter::default(),
+            c,
+            &crate::config::Environment::default(),
+        )
+        .unwrap()
     });
     assert!(out.iter().skip(1).all(Option::is_none), "rank 0 only");
     let nodes = out[0].as_ref().unwrap();

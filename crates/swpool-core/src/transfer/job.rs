@@ -15,6 +15,7 @@ use crate::plane::DataPlane;
 use super::watchdog;
 use super::TransferError;
 use crate::collective::{Agreed, Collective, Failure};
+use crate::config::{EnvVar, Environment, HostVar};
 use swpool_format::status::ExitStatus;
 
 /// Longest hostname kept in the leader table.
@@ -51,23 +52,24 @@ pub struct Job {
 /// Was this process started by an MPI launcher (mpirun, mpiexec, srun with an MPI plugin)?
 /// `Err` when started by srun with several tasks but without a PMI plugin (every task would
 /// believe it is alone).
-pub fn launched_by_launcher(get: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
+pub fn launched_by_launcher(env: &Environment) -> Result<bool, String> {
     for v in [
-        "OMPI_COMM_WORLD_SIZE",
-        "PMIX_RANK",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "MPI_LOCALNRANKS",
+        HostVar::OmpiCommWorldSize,
+        HostVar::PmixRank,
+        HostVar::PmiRank,
+        HostVar::PmiSize,
+        HostVar::MpiLocalnranks,
     ] {
-        if get(v).is_some() {
+        if env.get(v).is_some() {
             return Ok(true);
         }
     }
-    let ntasks = get("SLURM_NTASKS")
-        .or_else(|| get("SLURM_NPROCS"))
+    let ntasks = env
+        .get(HostVar::SlurmNtasks)
+        .or_else(|| env.get(HostVar::SlurmNprocs))
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(1);
-    if get("SLURM_STEP_ID").is_some() && ntasks > 1 {
+    if env.get(HostVar::SlurmStepId).is_some() && ntasks > 1 {
         return Err(format!(
             "started by srun with {ntasks} tasks but without MPI (no PMIx/PMI variables): run it with \
              `srun --mpi=pmix …` (or mpirun) so that the tasks form one MPI job"
@@ -82,13 +84,13 @@ impl Job {
     /// Initialise MPI only when launched by a launcher (`OMPI_COMM_WORLD_SIZE`, `PMIX_RANK`,
     /// `PMI_RANK`, `PMI_SIZE`, or `SLURM_STEP_ID` with `SLURM_NTASKS` > 1, which is refused without a PMI
     /// plugin); otherwise a single-process Job with no MPI at all (build/inspect never touch MPI).
-    pub fn init() -> Result<Job, TransferError> {
-        let launched =
-            launched_by_launcher(|k| std::env::var(k).ok()).map_err(TransferError::Mpi)?;
+    /// The variables come from `env`, as does `SW_POOL_FAKE_NODES`.
+    pub fn init(env: &Environment) -> Result<Job, TransferError> {
+        let launched = launched_by_launcher(env).map_err(TransferError::Mpi)?;
         if !launched {
             return Ok(Job::single());
         }
-        Job::init_mpi()
+        Job::init_mpi(env.is_one(EnvVar::FakeNodes))
     }
 
     /// A single-process job (no MPI).
@@ -108,7 +110,8 @@ impl Job {
         }
     }
 
-    fn init_mpi() -> Result<Job, TransferError> {
+    /// `fake`: `SW_POOL_FAKE_NODES=1`.
+    fn init_mpi(fake: bool) -> Result<Job, TransferError> {
         // MPI is only ever called from the main thread; helper threads do file I/O.
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or_else(|| {
@@ -118,7 +121,6 @@ impl Job {
         let world_rank = world.rank() as usize;
         let world_size = world.size() as usize;
         // SW_POOL_FAKE_NODES=1 (tests on one machine only): every rank is its own "node"
-        let fake = crate::config::EnvVar::FakeNodes.is_one();
         let node = if fake {
             world
                 .split_by_color(Color::with_value(world.rank()))
@@ -459,36 +461,31 @@ impl Collective for Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
+    fn env(pairs: &[(&str, &str)]) -> Environment {
+        Environment::from_vars(pairs.iter().copied())
     }
 
     #[test]
     fn launcher_detection() {
-        assert_eq!(launched_by_launcher(env(&[])), Ok(false));
+        assert_eq!(launched_by_launcher(&env(&[])), Ok(false));
         assert_eq!(
-            launched_by_launcher(env(&[("OMPI_COMM_WORLD_SIZE", "4")])),
+            launched_by_launcher(&env(&[("OMPI_COMM_WORLD_SIZE", "4")])),
             Ok(true)
         );
-        assert_eq!(launched_by_launcher(env(&[("PMIX_RANK", "0")])), Ok(true));
-        assert_eq!(launched_by_launcher(env(&[("PMI_RANK", "1")])), Ok(true));
+        assert_eq!(launched_by_launcher(&env(&[("PMIX_RANK", "0")])), Ok(true));
+        assert_eq!(launched_by_launcher(&env(&[("PMI_RANK", "1")])), Ok(true));
         // one srun task: a plain process
         assert_eq!(
-            launched_by_launcher(env(&[("SLURM_STEP_ID", "0"), ("SLURM_NTASKS", "1")])),
+            launched_by_launcher(&env(&[("SLURM_STEP_ID", "0"), ("SLURM_NTASKS", "1")])),
             Ok(false)
         );
         // several srun tasks without PMI: refused with a hint
-        let e = launched_by_launcher(env(&[("SLURM_STEP_ID", "0"), ("SLURM_NTASKS", "4")]))
+        let e = launched_by_launcher(&env(&[("SLURM_STEP_ID", "0"), ("SLURM_NTASKS", "4")]))
             .unwrap_err();
         assert!(e.contains("--mpi=pmix"), "{e}");
         assert_eq!(
-            launched_by_launcher(env(&[
+            launched_by_launcher(&env(&[
                 ("SLURM_STEP_ID", "0"),
                 ("SLURM_NTASKS", "4"),
                 ("PMIX_RANK", "2")

@@ -181,6 +181,7 @@ pub(super) fn leader_copy(
                         verify: opts.verify_chunks,
                         hosts: &hosts,
                         progress: &progress,
+                        bench_slots: opts.bench_slots,
                     };
                     match tcomm.as_deref().filter(|c| c.size() > 1) {
                         Some(c) => {

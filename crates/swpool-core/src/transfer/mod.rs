@@ -51,6 +51,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::collective::{Agreed, Collective, Local};
+use crate::config::{EnvVar, Environment};
 use crate::pool::Pool;
 pub use job::Job;
 use leader::leader_copy;
@@ -102,10 +103,10 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// `SW_POOL_CP_ALGORITHM` (`ring`, `two-tree`, `allgather` or `bcast`; benchmarks), else
-    /// `None`: [`Algorithm::choose`] decides per copy.
-    pub fn from_env() -> Option<Algorithm> {
-        match crate::config::EnvVar::CpAlgorithm.get().as_deref() {
+    /// `SW_POOL_CP_ALGORITHM` in `env` (`ring`, `two-tree`, `allgather` or `bcast`; benchmarks),
+    /// else `None`: [`Algorithm::choose`] decides per copy.
+    pub fn from_env(env: &Environment) -> Option<Algorithm> {
+        match env.get(EnvVar::CpAlgorithm).as_deref() {
             Some("bcast") => Some(Algorithm::Bcast),
             Some("allgather") => Some(Algorithm::Allgather),
             Some("ring") => Some(Algorithm::Ring),
@@ -144,9 +145,9 @@ impl Algorithm {
 /// not in `--help`; honoured by `sw-pool cp` only, never by `load`). The file pipeline then neither
 /// hashes nor checks any chunk (zero detection and sparse writes stay), so that
 /// `bench/cp-verify.sh` can measure the broadcast with verification ÷ without. A copy made
-/// this way is NOT verified; never set it outside a benchmark.
-pub fn bench_no_verify() -> bool {
-    crate::config::EnvVar::BenchNoVerify.is_one()
+/// this way is NOT verified; never set it outside a benchmark. Read from `env`.
+pub fn bench_no_verify(env: &Environment) -> bool {
+    env.is_one(EnvVar::BenchNoVerify)
 }
 
 /// A progress callback: `(bytes done, bytes total)`, called on world rank 0 only.
@@ -176,6 +177,9 @@ pub struct CopyOptions {
     /// SRC already open on the first node's leader (`load`: the file the trust policy checked);
     /// that leader inspects and reads it instead of opening SRC again.
     pub src_file: Option<Arc<std::fs::File>>,
+    /// The benchmark switch `SW_POOL_BENCH_SLOTS=K`: at most K chunks per round (the smallest K
+    /// among the leaders counts; `None`: no cap).
+    pub bench_slots: Option<u64>,
 }
 
 /// A pool as it was when the trust policy checked it: its length and its trailer bytes (manifest
@@ -247,6 +251,8 @@ impl Authorized {
     }
 }
 
+/// The built-in defaults: the algorithm chosen per copy, a stall timeout of
+/// [`watchdog::DEFAULT_TIMEOUT`], no benchmark switch.
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
@@ -255,10 +261,27 @@ impl Default for CopyOptions {
             progress_sink: None,
             verify_source_chunks: true,
             verify_chunks: true,
-            algorithm: Algorithm::from_env(),
-            stall_timeout: watchdog::default_timeout(),
+            algorithm: None,
+            stall_timeout: watchdog::DEFAULT_TIMEOUT,
             authorized: None,
             src_file: None,
+            bench_slots: None,
+        }
+    }
+}
+
+impl CopyOptions {
+    /// The defaults with what `env` sets: `SW_POOL_CP_ALGORITHM`, `SW_POOL_STALL_TIMEOUT`,
+    /// `SW_POOL_BENCH_SLOTS` (not `SW_POOL_BENCH_NO_VERIFY`: only `sw-pool cp` honours that one).
+    pub fn from_env(env: &Environment) -> CopyOptions {
+        CopyOptions {
+            algorithm: Algorithm::from_env(env),
+            stall_timeout: watchdog::default_timeout(env),
+            bench_slots: env
+                .get(EnvVar::BenchSlots)
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&k| k > 0),
+            ..CopyOptions::default()
         }
     }
 }
@@ -272,6 +295,7 @@ impl std::fmt::Debug for CopyOptions {
             .field("verify_chunks", &self.verify_chunks)
             .field("algorithm", &self.algorithm)
             .field("stall_timeout", &self.stall_timeout)
+            .field("bench_slots", &self.bench_slots)
             .finish()
     }
 }

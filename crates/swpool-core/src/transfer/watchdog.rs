@@ -71,14 +71,16 @@ pub fn touch() {
     LAST.store(now_ms(), Ordering::Relaxed);
 }
 
-/// Default stall timeout: `SW_POOL_STALL_TIMEOUT` (seconds) or 120 s.
-pub fn default_timeout() -> Duration {
-    crate::config::EnvVar::StallTimeout
-        .get()
+/// The stall timeout when `SW_POOL_STALL_TIMEOUT` does not set one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The stall timeout: `SW_POOL_STALL_TIMEOUT` in `env` (seconds), else [`DEFAULT_TIMEOUT`].
+pub fn default_timeout(env: &crate::config::Environment) -> Duration {
+    env.get(crate::config::EnvVar::StallTimeout)
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|&s| s > 0.0)
         .map(Duration::from_secs_f64)
-        .unwrap_or(Duration::from_secs(120))
+        .unwrap_or(DEFAULT_TIMEOUT)
 }
 
 /// Name the current phase (for the timeout message); the previous name comes back on drop.

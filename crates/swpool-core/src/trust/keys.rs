@@ -224,19 +224,15 @@ pub struct TrustedKeys {
 
 impl TrustedKeys {
     /// The default directories: `$SW_POOL_TRUSTED_KEYS` (`:`-separated) if set, else
-    /// `/etc/sw-pool/trusted-keys` and `~/.config/sw-pool/trusted-keys`.
-    pub fn default_dirs() -> Vec<PathBuf> {
-        if let Some(v) = crate::config::EnvVar::TrustedKeys.get_os() {
-            return std::env::split_paths(&v)
+    /// `/etc/sw-pool/trusted-keys` and `~/.config/sw-pool/trusted-keys` (the variables from `env`).
+    pub fn default_dirs(env: &crate::config::Environment) -> Vec<PathBuf> {
+        if let Some(v) = env.get_os(crate::config::EnvVar::TrustedKeys) {
+            return std::env::split_paths(v)
                 .filter(|p| !p.as_os_str().is_empty())
                 .collect();
         }
         let mut d = vec![PathBuf::from(SYSTEM_TRUSTED_KEYS)];
-        let user = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")));
-        if let Some(u) = user {
+        if let Some(u) = env.user_config_dir() {
             d.push(u.join("sw-pool/trusted-keys"));
         }
         d

@@ -282,14 +282,14 @@ impl FakeSys {
 
 impl Mounts for FakeSys {
     fn lstat(&self, p: &Path) -> io::Result<FileMeta> {
-        let m = RealSys::new().lstat(p)?;
+        let m = RealSys::default().lstat(p)?;
         Ok(FileMeta {
             uid: self.euid(), // temporary directories in tests belong to the fake caller
             ..m
         })
     }
     fn dir_is_empty(&self, p: &Path) -> io::Result<bool> {
-        RealSys::new().dir_is_empty(p)
+        RealSys::default().dir_is_empty(p)
     }
     fn probe(&self, p: &Path) -> io::Result<()> {
         self.rec(Call::Probe(p.to_path_buf()));

@@ -16,11 +16,18 @@ use crate::proc::MountEntry;
 #[derive(Debug, Default)]
 pub struct RealSys {
     children: Mutex<HashMap<u32, Child>>,
+    /// The value of `PATH` that tools are looked up in ([`crate::exec::Tool::locate`]).
+    path_var: Option<std::ffi::OsString>,
 }
 
 impl RealSys {
-    pub fn new() -> RealSys {
-        RealSys::default()
+    /// The real system, running tools found in `path_var` (the value of `PATH` as the caller read
+    /// it; `None`: the system directories only, as always for root) before the system directories.
+    pub fn new(path_var: Option<&std::ffi::OsStr>) -> RealSys {
+        RealSys {
+            children: Mutex::default(),
+            path_var: path_var.map(ToOwned::to_owned),
+        }
     }
 }
 
@@ -189,7 +196,7 @@ impl Processes for RealSys {
             cmdline: cmdline.clone(),
             source,
         };
-        let mut c = cmd.command()?;
+        let mut c = cmd.command(self.path_var.as_deref())?;
         let err = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -252,7 +259,7 @@ impl Processes for RealSys {
         true
     }
     fn run(&self, cmd: &ToolCommand) -> Result<Output, ExecError> {
-        cmd.run()
+        cmd.run(self.path_var.as_deref())
     }
     fn read_log(&self, log: &Path) -> String {
         std::fs::read(log)

@@ -97,17 +97,16 @@ pub(crate) struct FileJob<'a> {
     /// Hostname per transfer rank (for messages).
     pub hosts: &'a [String],
     pub progress: &'a (dyn Fn(u64) + Sync),
+    /// The benchmark switch `SW_POOL_BENCH_SLOTS` on this leader ([`super::CopyOptions`]).
+    pub bench_slots: Option<u64>,
 }
 
-/// The benchmark switch `SW_POOL_BENCH_SLOTS=K`: at most K chunks per round, so that the testbed's
-/// few nodes show what rounds with fewer chunks than readers cost (the regime of a round-buffer ring
-/// at many nodes). The smallest value among the leaders counts, so that all plan the same rounds.
-fn bench_slots_cap(plane: &dyn DataPlane, slots: usize) -> LocalResult<usize> {
-    let mine = crate::config::EnvVar::BenchSlots
-        .get()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&k| k > 0)
-        .unwrap_or(u64::MAX);
+/// The benchmark switch `SW_POOL_BENCH_SLOTS=K` (`job.bench_slots`): at most K chunks per round, so
+/// that the testbed's few nodes show what rounds with fewer chunks than readers cost (the regime of
+/// a round-buffer ring at many nodes). The smallest value among the leaders counts, so that all
+/// plan the same rounds.
+fn bench_slots_cap(plane: &dyn DataPlane, job: &FileJob, slots: usize) -> LocalResult<usize> {
+    let mine = job.bench_slots.unwrap_or(u64::MAX);
     let all = plane.min_u64(mine).map_err(plane_err)?;
     Ok(slots.min(usize::try_from(all).unwrap_or(usize::MAX)).max(1))
 }
@@ -246,7 +245,7 @@ pub(crate) fn distribute(
     } else {
         plan::slots_per_round(n, job.chunk_size)
     };
-    let slots = bench_slots_cap(plane, slots)?;
+    let slots = bench_slots_cap(plane, job, slots)?;
     let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
     // rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks)
     let recv_bufs = if ring {

@@ -120,6 +120,7 @@ fn run(
                             verify: true,
                             hosts,
                             progress: &|_| {},
+                            bench_slots: None,
                         };
                         let mut stats = Stats::default();
                         let result = match n {

@@ -18,11 +18,20 @@
 //! | `cache_low_watermark` | `SW_POOL_CACHE_LOW` | 80 % of high | … down to this (least recently used first) |
 //!
 //! Every other `SW_POOL_*` variable (options without a config key, state sw-pool writes into an
-//! environment, benchmark and test switches) is listed in [`EnvVar`], the one place that reads them.
+//! environment, benchmark and test switches) is listed in [`EnvVar`], and the other programs'
+//! variables sw-pool reads (`PATH`, `HOME`, `SLURM_JOB_ID`, …) in [`HostVar`]. The process
+//! environment is read once, into an [`Environment`] ([`Environment::capture`], the only read);
+//! the library takes its values from that, passed down.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+mod environment;
+mod vars;
+
+pub use environment::Environment;
+pub use vars::{env_rows, is_read, EnvVar, HostVar, Var, VarKind, HOST_PREFIXES};
 
 use crate::image::ImageFormat;
 use crate::pool::manifest::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
@@ -158,31 +167,27 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 }
 
 impl Config {
-    /// Defaults, then the system file, the user file and the environment.
-    pub fn load() -> Result<Config, ConfigError> {
+    /// Defaults, then the system file, the user file and the environment `env`.
+    pub fn load(env: &Environment) -> Result<Config, ConfigError> {
         let mut c = Config::default();
-        for path in Self::files() {
+        for path in Self::files(env) {
             c.apply_file(&path)?;
         }
-        c.apply_env(|k| std::env::var(k).ok())?;
+        c.apply_env(|k| env.var(k))?;
         Ok(c)
     }
 
     /// The config files read, lowest precedence first (only those that exist).
-    pub fn files() -> Vec<PathBuf> {
-        let pick = |var: &str, default: Option<PathBuf>| match std::env::var_os(var) {
+    pub fn files(env: &Environment) -> Vec<PathBuf> {
+        let pick = |var: EnvVar, default: Option<PathBuf>| match env.get_os(var) {
             Some(v) if v.is_empty() => None,
             Some(v) => Some(PathBuf::from(v)),
             None => default,
         };
-        let user_default = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
-            .map(|d| d.join("sw-pool/config.toml"));
+        let user_default = env.user_config_dir().map(|d| d.join("sw-pool/config.toml"));
         [
-            pick("SW_POOL_SYSTEM_CONFIG", Some(PathBuf::from(SYSTEM_CONFIG))),
-            pick("SW_POOL_USER_CONFIG", user_default),
+            pick(EnvVar::SystemConfig, Some(PathBuf::from(SYSTEM_CONFIG))),
+            pick(EnvVar::UserConfig, user_default),
         ]
         .into_iter()
         .flatten()
@@ -378,152 +383,6 @@ impl Config {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Every `SW_POOL_*` environment variable, in one place
-
-/// What an environment variable is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VarKind {
-    /// Overrides a config-file key ([`Config`]; `sw-pool config` shows the key with its origin).
-    Setting,
-    /// Names a config file.
-    File,
-    /// An option with no config key.
-    Option,
-    /// Written by sw-pool into a shell's or a job's environment and read back by later calls.
-    State,
-    /// A benchmark or test switch: no flag and no config key; not for users.
-    Test,
-}
-
-impl VarKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VarKind::Setting => "setting",
-            VarKind::File => "file",
-            VarKind::Option => "option",
-            VarKind::State => "state",
-            VarKind::Test => "test switch",
-        }
-    }
-}
-
-macro_rules! env_vars {
-    ($($var:ident $name:literal $kind:ident $default:literal $meaning:literal;)*) => {
-        /// Every `SW_POOL_*` environment variable sw-pool (or its Lmod modulefile) reads. Code
-        /// outside this module reads them only through [`EnvVar::get`] and its siblings, so that
-        /// this list is complete and `sw-pool config` shows each with its value.
-        ///
-        /// | variable | kind | when unset | meaning |
-        /// |---|---|---|---|
-        $(#[doc = concat!("| `", $name, "` | ", stringify!($kind), " | ", $default, " | ", $meaning, " |")])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum EnvVar {
-            $(#[doc = $meaning] $var,)*
-        }
-
-        impl EnvVar {
-            /// All of them, in the order of the table.
-            pub const ALL: &'static [EnvVar] = &[$(EnvVar::$var),*];
-
-            pub const fn name(self) -> &'static str {
-                match self { $(EnvVar::$var => $name,)* }
-            }
-            pub const fn kind(self) -> VarKind {
-                match self { $(EnvVar::$var => VarKind::$kind,)* }
-            }
-            /// What applies when the variable is unset.
-            pub const fn default_text(self) -> &'static str {
-                match self { $(EnvVar::$var => $default,)* }
-            }
-            pub const fn meaning(self) -> &'static str {
-                match self { $(EnvVar::$var => $meaning,)* }
-            }
-        }
-    };
-}
-
-env_vars! {
-    Format "SW_POOL_FORMAT" Setting "squashfs" "config key `format`";
-    ChunkSize "SW_POOL_CHUNK_SIZE" Setting "1MiB" "config key `chunk_size`";
-    SquashfsLevel "SW_POOL_SQUASHFS_LEVEL" Setting "mksquashfs' default" "config key `squashfs_level`";
-    Path "SW_POOL_PATH" Setting "none" "config key `pool_path` (`:`-separated)";
-    Cache "SW_POOL_CACHE" Setting "`$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp`" "config key `cache_dir`";
-    Mount "SW_POOL_MOUNT" Setting "per-user runtime directory" "config key `mount_dir`; also set by `load` for modulefiles";
-    RequireSignature "SW_POOL_REQUIRE_SIGNATURE" Setting "true when a trusted key is installed, else false" "config key `require_signature`";
-    CacheHigh "SW_POOL_CACHE_HIGH" Setting "none" "config key `cache_high_watermark`";
-    CacheLow "SW_POOL_CACHE_LOW" Setting "80 % of high" "config key `cache_low_watermark`";
-    SystemConfig "SW_POOL_SYSTEM_CONFIG" File "`/etc/sw-pool/config.toml`" "the system config file (empty: none)";
-    UserConfig "SW_POOL_USER_CONFIG" File "`~/.config/sw-pool/config.toml`" "the user config file (empty: none)";
-    Shell "SW_POOL_SHELL" Option "from `$SHELL`" "shell syntax of printed environment changes (`--shell`)";
-    Log "SW_POOL_LOG" Option "warn" "log filter for diagnostics on stderr (`--log`)";
-    StateDir "SW_POOL_STATE_DIR" Option "`/run/sw-pool` (root), `$XDG_RUNTIME_DIR/sw-pool`, `/tmp/sw-pool-UID`" "the mount-record store, and the only one searched";
-    TrustedKeys "SW_POOL_TRUSTED_KEYS" Option "`/etc/sw-pool/trusted-keys`, `~/.config/sw-pool/trusted-keys`" "trusted-key directories (`:`-separated)";
-    Spread "SW_POOL_SPREAD" Option "1" "`0`: `load` in a job stays on this node (no srun)";
-    SrunMpi "SW_POOL_SRUN_MPI" Option "pmix" "srun's `--mpi` plugin for `load` in a job (`none`: none)";
-    StallTimeout "SW_POOL_STALL_TIMEOUT" Option "120" "seconds without progress before a broadcast fails";
-    Load "SW_POOL_LOAD" Option "none" "pools the TaskProlog loads in every step (given at submission)";
-    SpankPools "SW_POOL_SPANK_POOLS" State "none" "pools asked for with the SPANK option `--pool` (broadcast once per job)";
-    SpankStep "SW_POOL_SPANK_STEP" State "none" "`batch` in the batch step of a job submitted with `--pool` (set by the SPANK plugin)";
-    SpankDone "SW_POOL_SPANK_DONE" State "none" "the job whose `--pool` pools were broadcast (later steps skip it)";
-    Bin "SW_POOL_BIN" Option "`sw-pool` on PATH" "the sw-pool the pool modulefile runs (read by the modulefile only)";
-    JobPools "SW_POOL_JOB_POOLS" State "none" "pools loaded in this job, for the TaskProlog of later steps";
-    Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";
-    SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
-    SetGwdg "_SW_POOL_SET_GWDG" State "none" "`GWDG_SW_MOUNT` was set by sw-pool (unload unsets it)";
-    FakeNodes "SW_POOL_FAKE_NODES" Test "0" "`1`: every MPI rank is its own node (tests on one machine)";
-    CpAlgorithm "SW_POOL_CP_ALGORITHM" Test "chosen per copy" "broadcast algorithm: `ring`, `two-tree`, `allgather` or `bcast` (benchmarks)";
-    BenchNoVerify "SW_POOL_BENCH_NO_VERIFY" Test "0" "`1`: chunks are NOT verified (benchmarks only)";
-    BenchSlots "SW_POOL_BENCH_SLOTS" Test "no cap" "at most this many chunks per round (benchmarks: the round-latency bound on few nodes)";
-}
-
-impl EnvVar {
-    /// The value, if set (possibly empty).
-    pub fn get(self) -> Option<String> {
-        std::env::var(self.name()).ok()
-    }
-    /// The value, if set and not empty.
-    pub fn get_nonempty(self) -> Option<String> {
-        self.get().filter(|v| !v.is_empty())
-    }
-    /// The raw value, if set (possibly empty, possibly not UTF-8).
-    pub fn get_os(self) -> Option<std::ffi::OsString> {
-        std::env::var_os(self.name())
-    }
-    /// Is it set to exactly `1`?
-    pub fn is_one(self) -> bool {
-        self.get_os().is_some_and(|v| v == "1")
-    }
-    /// Find one by name.
-    pub fn from_name(name: &str) -> Option<EnvVar> {
-        EnvVar::ALL.iter().copied().find(|v| v.name() == name)
-    }
-}
-
-/// `(variable, value, origin, kind)` rows for `sw-pool config`: every variable of [`EnvVar`], with
-/// its value from `get` (the environment; tests pass a map), or what applies when it is unset.
-pub fn env_rows(
-    get: impl Fn(&str) -> Option<String>,
-) -> Vec<(&'static str, String, String, &'static str)> {
-    EnvVar::ALL
-        .iter()
-        .map(|v| match get(v.name()) {
-            Some(val) => (
-                v.name(),
-                val,
-                Origin::Env(v.name()).to_string(),
-                v.kind().as_str(),
-            ),
-            None => (
-                v.name(),
-                format!("({})", v.default_text().replace('`', "")),
-                "unset".to_string(),
-                v.kind().as_str(),
-            ),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,100 +437,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("SW_POOL_REQUIRE_SIGNATURE"), "{e}");
-    }
-
-    /// Every `.rs` file of the workspace's crates, with its path relative to the workspace.
-    fn workspace_sources() -> Vec<(String, String)> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let mut out = Vec::new();
-        let mut stack = vec![root.join("crates")];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    let rel = p.strip_prefix(&root).unwrap().display().to_string();
-                    out.push((rel, std::fs::read_to_string(&p).unwrap()));
-                }
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn every_variable_named_in_the_code_is_listed() {
-        let mut missing = Vec::new();
-        for (path, text) in workspace_sources() {
-            let b = text.as_bytes();
-            let mut i = 0;
-            while let Some(off) = text[i..].find("SW_POOL_") {
-                let start = i + off;
-                let s = if start > 0 && b[start - 1] == b'_' {
-                    start - 1
-                } else {
-                    start
-                };
-                let mut e = start + "SW_POOL_".len();
-                while e < b.len()
-                    && (b[e].is_ascii_uppercase() || b[e].is_ascii_digit() || b[e] == b'_')
-                {
-                    e += 1;
-                }
-                let name = &text[s..e];
-                // `SW_POOL_` alone is a prefix in tests that clear the environment
-                if name != "SW_POOL_" && EnvVar::from_name(name).is_none() {
-                    missing.push(format!("{path}: {name}"));
-                }
-                i = e;
-            }
-        }
-        assert!(
-            missing.is_empty(),
-            "not listed in config::EnvVar: {missing:?}"
-        );
-    }
-
-    #[test]
-    fn variables_are_read_only_here() {
-        // call sites still to be switched to EnvVar by the load-pipeline rework; remove each
-        // entry as its file is switched
-        const PENDING: &[&str] = &[];
-        let mut stray = Vec::new();
-        for (path, text) in workspace_sources() {
-            if path.ends_with("src/config.rs")
-                || path.contains("/tests/")
-                || PENDING.iter().any(|p| path.contains(p))
-            {
-                continue;
-            }
-            for (n, l) in text.lines().enumerate() {
-                if (l.contains("env::var") || l.contains("try_from_env")) && l.contains("SW_POOL_")
-                {
-                    stray.push(format!("{path}:{}: {}", n + 1, l.trim()));
-                }
-            }
-        }
-        assert!(
-            stray.is_empty(),
-            "read them through config::EnvVar: {stray:?}"
-        );
-    }
-
-    #[test]
-    fn env_rows_show_every_variable() {
-        let rows = env_rows(|k| (k == "SW_POOL_SHELL").then(|| "fish".into()));
-        assert_eq!(rows.len(), EnvVar::ALL.len());
-        let shell = rows.iter().find(|r| r.0 == "SW_POOL_SHELL").unwrap();
-        assert_eq!(
-            (shell.1.as_str(), shell.2.as_str()),
-            ("fish", "$SW_POOL_SHELL")
-        );
-        let log = rows.iter().find(|r| r.0 == "SW_POOL_LOG").unwrap();
-        assert_eq!((log.1.as_str(), log.2.as_str()), ("(warn)", "unset"));
-        let mut names: Vec<_> = EnvVar::ALL.iter().map(|v| v.name()).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), EnvVar::ALL.len(), "a name is listed twice");
     }
 }
