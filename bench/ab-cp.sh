@@ -49,7 +49,7 @@ for N in $COUNTS; do
     order="new old"; (( r % 2 )) || order="old new"
     for b in $order; do
       for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done
-      sync; echo 3 > /proc/sys/vm/drop_caches
+      drop
       t=$(now)
       "$TESTBED/mpirun" "$TB/scratch/sw-pool.$b" cp "$TB/shared/bench/f" "$TB/local/f" >/dev/null 2>&1 || { echo "ab-cp: $b failed at N=$N" >&2; exit 1; }
       s=$(el "$t"); times[$b]+="$s "

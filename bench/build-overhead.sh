@@ -6,6 +6,8 @@
 # CASES="ext2 ext4 sqfs sqfs-small" (default: all four) picks the cases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. "$PWD/bench/lib.sh"
 SW=${SW:-$PWD/target/release/sw-pool}  # SW=/path/to/other/sw-pool to measure another build
 RUNS=${RUNS:-3}
 BIG=1GB; FILES=50000
@@ -24,19 +26,21 @@ E2OPTS="-b 4096 -I 256 -m 0 -O ^metadata_csum -U $UUID -E hash_seed=$UUID,root_o
 CASES=${CASES:-ext2 ext4 sqfs sqfs-small}
 want() { [[ " $CASES " == *" $1 "* ]]; }
 n_small=$(( $(find "$W/small" | wc -l) * 11 / 10 + 64 ))
-timeit() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); python3 -c "print(f'{$e - $s:.3f}')"; }
 declare -A T
 run_pair() {  # name, bare command (string), sw-pool command (string)
   local name=$1 bare=$2 ours=$3 _
   for _ in $(seq "$RUNS"); do
     rm -f "$W"/out*; sync
-    T[$name,bare]+="$(timeit bash -c "$bare") "
+    T[$name,bare]+="$(timeit bash -c "$bare" 2>/dev/null) "
     rm -f "$W"/out*; sync
-    T[$name,ours]+="$(timeit bash -c "$ours") "
+    T[$name,ours]+="$(timeit bash -c "$ours" 2>/dev/null) "
   done
 }
-# shellcheck disable=SC2086  # $1 is a list of numbers, split into arguments on purpose
-stats() { python3 -c "import statistics,sys; v=sorted(map(float,sys.argv[1:])); print(f'{statistics.median(v):.2f} {v[0]:.2f} {v[-1]:.2f}')" $1; }
+# stats "T1 T2 ...": the median, the smallest and the largest (2 decimals)
+stats() {
+  local v; v=$(tr ' ' '\n' <<< "$1" | grep . | sort -g)
+  echo "$(median <<< "$v") $(awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f %.2f", lo, hi }' <<< "$v")"
+}
 # warm the page cache with one untimed pass over each tree
 cat "$W/paper/random.data" > /dev/null; find "$W/small" -type f -exec cat {} + > /dev/null
 

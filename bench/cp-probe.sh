@@ -10,7 +10,8 @@
 # (vmstat: us/sy/id). Prints the samples and the per-phase timings; takes the testbed down.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-TESTBED=$REPO/testbed
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 # shellcheck source=../testbed/env.sh
 . "$TESTBED/env.sh"
 N=${1:?N}; SIZE_MIB=${2:-1024}; shift $(( $# >= 2 ? 2 : 1 ))
@@ -28,7 +29,7 @@ echo "uptime before: $(uptime)"
 echo "busiest processes on the machine before the runs:"; top -bn1 -o %CPU | sed -n '8,14p' | cut -c1-120
 for A in "${ALGOS[@]}"; do
   for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/f"; done
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  drop
   # shellcheck disable=SC2016  # expanded by the bash in the namespace, not here
   ip netns exec swp-n1 bash -c 'while :; do echo "$(date +%s.%N) $(cat /sys/class/net/eth0/statistics/rx_bytes)"; sleep 0.5; done' > /tmp/cp-probe.rx &
   p1=$!
@@ -37,12 +38,12 @@ for A in "${ALGOS[@]}"; do
   p2=$!
   vmstat -n 1 > /tmp/cp-probe.vm &
   p3=$!
-  t0=$(date +%s.%N)
+  t0=$(now)
   env_arg=(); [[ $A == default ]] || env_arg=(-x "SW_POOL_CP_ALGORITHM=$A")
   "$TESTBED/mpirun" "${env_arg[@]}" /usr/bin/time -f "rank cpu: user %U s, sys %S s, wall %e s" "$TB/scratch/sw-pool" cp -v "$TB/shared/bench/f" "$TB/local/f" 2>&1 | sed "s/^/[$A] /"
-  t1=$(date +%s.%N)
+  t1=$(now)
   kill "$p1" "$p2" "$p3"; wait "$p1" "$p2" "$p3" 2>/dev/null || true
-  echo "[$A] N=$N wall $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}') s (incl. mpirun start-up)"
+  echo "[$A] N=$N wall $(elapsed "$t0" "$t1") s (incl. mpirun start-up)"
   echo "[$A] node1 rx MB/s per 0.5 s | storage tx MB/s:"
   paste /tmp/cp-probe.rx /tmp/cp-probe.tx | awk -v t0="$t0" 'NR>1 && NF==3 && $3!="" { printf "  t=%5.1f rx %5.1f  stor %5.1f\n", $1-t0, ($2-r)/0.5e6, ($3-s)/0.5e6 } { r=$2; s=$3 }'
   echo "[$A] vmstat (us sy id wa) per second:"

@@ -1,14 +1,18 @@
 # shellcheck shell=bash
-# Helpers shared by the benchmark scripts (bench/*.sh); source it: . "$REPO/bench/lib.sh"
-#   now                 seconds since the epoch, with nanoseconds
-#   el T0               seconds since T0 (2 decimals)
-#   calc EXPR           awk arithmetic (3 decimals)
-#   drop                sync and drop the page cache (the next read comes from the device or the wire)
+# Helpers shared by the benchmark scripts (bench/*.sh, bench/run); source it: . "$REPO/bench/lib.sh"
+# It sources tools/preamble.sh (strict mode, REPO, TESTBED, now, elapsed, drop_caches, median, log,
+# die) and adds:
+#   el T0 [T1]          seconds from T0 to T1 (default: now), 2 decimals (the preamble's elapsed)
+#   sub A B             B - A, 3 decimals
+#   timeit CMD...       runs CMD (its stdout discarded) and prints its wall time in seconds, 3 decimals
+#   calc EXPR           awk arithmetic (3 decimals; the cluster tests' calc keeps 4 significant digits)
+#   drop                the preamble's drop_caches
 #   log MSG...          print and append to $OUT.log
-#   median              the median of the numbers on stdin (space- or newline-separated; 2 decimals)
-now() { date +%s.%N; }
-el() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+# shellcheck source=../tools/preamble.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../tools/preamble.sh"
+el() { elapsed "$@"; }
+sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+timeit() { local s; s=$(now); "$@" >/dev/null; sub "$s" "$(now)"; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+drop() { drop_caches; }
 log() { echo "$*" | tee -a "$OUT.log"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

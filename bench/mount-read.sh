@@ -44,11 +44,11 @@ cp "$W/tree/data/big.bin" "$W/native.bin"
 "$SW" build -q --name bench --version 1 --format ext4 "$W/pool.ext4" "$W/tree"
 mkdir "$W/mnt-sqfs" "$W/mnt-ext4" "$W/inplace-sqfs" "$W/inplace-ext4"
 drop
-s0=$(date +%s.%N); "$SW" mount -q "$W/pool.sqfs" "$W/mnt-sqfs"; s1=$(date +%s.%N)
+s0=$(now); "$SW" mount -q "$W/pool.sqfs" "$W/mnt-sqfs"; s1=$(now)
 drop
-e0=$(date +%s.%N); "$SW" mount -q "$W/pool.ext4" "$W/mnt-ext4"; e1=$(date +%s.%N)
-MOUNT_SQFS=$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')
-MOUNT_EXT4=$(awk -v a="$e0" -v b="$e1" 'BEGIN { printf "%.2f", b - a }')
+e0=$(now); "$SW" mount -q "$W/pool.ext4" "$W/mnt-ext4"; e1=$(now)
+MOUNT_SQFS=$(elapsed "$s0" "$s1")
+MOUNT_EXT4=$(elapsed "$e0" "$e1")
 squashfuse_ll -o ro,nosuid,nodev "$W/pool.sqfs" "$W/inplace-sqfs"
 fuse2fs "$W/pool.ext4" "$W/inplace-ext4" -o ro,nosuid,nodev,fakeroot >/dev/null 2>&1
 
@@ -60,7 +60,8 @@ for k in squashfuse_ll squashfuse_ll-in-place fuse2fs fuse2fs-in-place; do
   [[ $(sha256sum "${FILE[$k]}" | cut -d' ' -f1) == "$ref" ]] || { echo "mount-read: $k reads different bytes" >&2; exit 1; }
 done
 
-t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }'; }
+# not lib.sh's median (2 decimals, the mean of the middle two): the time of the middle run as
+# measured (the lower middle one for an even REPS), as the reports so far give it
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 sha() { sha256sum "$1"; }
 raw() { dd if="$1" of=/dev/null bs=1M status=none; }
@@ -71,8 +72,8 @@ for k in $KEYS; do
   for op in sha raw; do
     cold=() warm=()
     for ((i = 0; i < REPS; i++)); do
-      drop; cold+=("$(t "$op" "$f")")
-      "$op" "$f" >/dev/null 2>&1; warm+=("$(t "$op" "$f")")
+      drop; cold+=("$(timeit "$op" "$f" 2>/dev/null)")
+      "$op" "$f" >/dev/null 2>&1; warm+=("$(timeit "$op" "$f" 2>/dev/null)")
     done
     R[$k.$op.cold]=$(echo "${cold[*]}" | median)
     R[$k.$op.warm]=$(echo "${warm[*]}" | median)

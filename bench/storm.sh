@@ -29,6 +29,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "bench/storm.sh: must run as root (the testbed)" >&2; exit 1; }
 if [ -z "${SWP_CLUSTER_SESSION:-}" ]; then
   SWP_CLUSTER_SESSION=1 exec flock -o -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"
@@ -123,10 +125,10 @@ mkdir -p "$E/pools/storm" "$E/pools/stormrp"
 for mode in needed runpath; do
   dest=$E/pools/storm/1.sqfs; [[ $mode == runpath ]] && dest=$E/pools/stormrp/1.sqfs
   name=storm; [[ $mode == runpath ]] && name=stormrp
-  t=$(date +%s.%N)
+  t=$(now)
   PYTHONPATH=$E/site:$E/pypi STORM_EXTRA=$EXTRA "$SW" bundle --name "$name" --version 1 --link "$mode" \
     --python="$PY" -o "$dest" --trace -- "$PY" -m stormpkg.driver
-  echo "bundle --link $mode: $(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s, pool $(stat -c %s "$dest") bytes"
+  echo "bundle --link $mode: $(awk -v a="$t" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}') s, pool $(stat -c %s "$dest") bytes"
 done
 POOL_SIZE=$(stat -c %s "$E/pools/storm/1.sqfs")
 chmod -R a+rX "$E"
@@ -150,8 +152,6 @@ done
 testbed/exec node1 rm -rf "$TB/local/lmp"
 
 hosts() { local n=$1 p=$2 h="" i; for ((i = 1; i <= n; i++)); do h+="node$i:$p,"; done; echo "${h%,}"; }
-# shellcheck source=lib.sh
-. "$REPO/bench/lib.sh"
 RES=$OUT/runs.jsonl
 : > "$RES"
 MNT=$TB/local/stormmnt
@@ -175,10 +175,10 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     a) pp=$S/site:$S/pypi ;;
     b) pp=$MNT/install/storm/1/python
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/storm/1.sqfs" >/dev/null || rc=$?
-       load_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}') ;;
+       load_s=$(sub "$t0" "$(now)") ;;
     c) pp=$MNT/install/storm/1/python
        testbed/mpirun -np "$n" -H "$h1" sh -c "mkdir -p $MNT && squashfuse_ll -o ro,nosuid,nodev $S/pools/storm/1.sqfs $MNT" >/dev/null || rc=$?
-       load_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}') ;;
+       load_s=$(sub "$t0" "$(now)") ;;
   esac
   out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
         $PY -m stormpkg.driver 2>&1) || rc=$?
@@ -197,7 +197,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
   printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d,"server_syscalls":%d,"strace":%s}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
-    "$(awk -v a="$t0" -v b="$t_end" 'BEGIN{printf "%.3f", b-a}')" "$bytes" \
+    "$(sub "$t0" "$t_end")" "$bytes" \
     $(( ${o1% *} - ${o0% *} )) $(( ${o1#* } - ${o0#* } )) "$sysc" \
     "$([[ -n $st_file ]] && echo "\"$(basename "$st_file")\"" || echo null)" | tee -a "$RES"
 }

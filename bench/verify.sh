@@ -4,6 +4,8 @@
 # Goal: ratio <= 1.1. Writes bench/results/verify-<date>.md.  usage: bench/verify.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. "$PWD/bench/lib.sh"
 SW=$PWD/target/release/sw-pool
 RUNS=${RUNS:-5}
 SIZE=1GB
@@ -16,11 +18,10 @@ head -c "$SIZE" /dev/urandom > "$W/tree/random.data"
 "$SW" -q keygen --out "$W/k"
 "$SW" -q sign --key "$W/k.pem" "$W/pool.sqfs"
 cat "$W/pool.sqfs" > /dev/null
-t() { local s e; s=$(date +%s.%N); "$@" > /dev/null; e=$(date +%s.%N); python3 -c "print(f'{$e - $s:.3f}')"; }
 ours=(); theirs=()
 for _ in $(seq "$RUNS"); do
-  ours+=("$(t "$SW" verify --key "$W/k.pub.pem" "$W/pool.sqfs")")
-  theirs+=("$(t openssl dgst -sha256 "$W/pool.sqfs")")
+  ours+=("$(timeit "$SW" verify --key "$W/k.pub.pem" "$W/pool.sqfs")")
+  theirs+=("$(timeit openssl dgst -sha256 "$W/pool.sqfs")")
 done
 mkdir -p bench/results
 out=bench/results/verify-$(date +%F).md

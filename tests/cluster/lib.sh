@@ -17,9 +17,11 @@
 # "The paper" in the tests is Dieterle, Nolte and Kunkel, *Scalable Software Distribution for
 # HPC-Systems with Software Pools Using MPI and File Systems in User Space* (GWDG); the virtual
 # cluster the tests run on is described in testbed/README.md and docs/architecture.md.
-set -euo pipefail
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TESTBED=$REPO/testbed
+#
+# The preamble tools/preamble.sh, shared with the benchmarks, sets strict mode, REPO and TESTBED and
+# defines now, elapsed, drop_caches, median, log and die.
+# shellcheck source=../../tools/preamble.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../tools/preamble.sh"
 # shellcheck source=../../testbed/env.sh
 . "$TESTBED/env.sh"
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -63,8 +65,7 @@ assert_le() {  # assert_le NAME VALUE MAX [UNIT]
 assert_within() {  # assert_within NAME VALUE LO HI [UNIT]
   if fle "$3" "$2" && fle "$2" "$4"; then pass "$1 ($2${5:-} in [$3, $4])"; else fail "$1" "$2${5:-} not in [$3, $4]"; fi
 }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+# calc EXPR: awk arithmetic, 4 significant digits (bench/lib.sh's calc gives 3 decimals)
 calc() { awk "BEGIN { printf \"%.4g\", $1 }"; }
 require_testbed() {
   if ! "$TESTBED/status" -q; then

@@ -33,7 +33,7 @@ for readers in 1 4; do
   for attempt in 1 2 3; do
     # cold clients: drop the page cache (global), then warm the server's copy (its "RAM cache"),
     # so that the network cap, not the shared disk, is what is measured
-    sync; echo 3 > /proc/sys/vm/drop_caches
+    drop_caches
     cat "$TB/export/$f" > /dev/null
     "$TESTBED/storage-bytes" --mark >/dev/null
     tmp=$(mktemp -d /var/tmp/swp-t02.XXXXXX)

@@ -40,7 +40,7 @@ window_rate() {  # window_rate STAT
 # ingress: node1 reads 150 MB from the storage (storage may send 100 MB/s, node1 may receive 50)
 f=t06-150mb.bin
 head -c 150000000 /dev/urandom > "$TB/export/$f"
-sync; echo 3 > /proc/sys/vm/drop_caches; cat "$TB/export/$f" > /dev/null
+drop_caches; cat "$TB/export/$f" > /dev/null
 t=$(now)
 "$TESTBED/exec" node1 dd if="$TB/shared/$f" of=/dev/null bs=1M status=none &
 rate=$(window_rate tx_bytes)

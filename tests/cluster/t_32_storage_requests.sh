@@ -37,7 +37,7 @@ read_bytes() { since | grep -F "close \"$TB/export/t32-$$/$1\"" | sed -n 's/.* b
 requests() { since | grep -E ' debug[0-9]: request [0-9]+: ' | grep -vc ': request [0-9]*: sent ' || true; }
 load() {  # load NP POOL: load on NP nodes from a cold cache, then unload
   "$TESTBED/exec" all rm -rf "$TB/local/sw-pool-0" >/dev/null 2>&1 || true
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  drop_caches
   mark
   out=$("$TESTBED/mpirun" -np "$1" "$SW" -q load -m "$TB/local/t32mnt" "$S/$2" 2>&1) && rc=0 || rc=$?
   "$TESTBED/mpirun" -np "$1" "$SW" -q unload "$TB/local/t32mnt" >/dev/null 2>&1 || true

@@ -1,0 +1,25 @@
+# shellcheck shell=bash
+# The preamble of the scripts that run on the virtual cluster or measure: sourced by
+# tests/cluster/lib.sh (the cluster tests) and bench/lib.sh (the benchmarks), which add their own
+# helpers; not run on its own. It sets
+#   strict mode         set -euo pipefail
+#   REPO                the repository root
+#   TESTBED             $REPO/testbed (the virtual cluster's scripts and env.sh)
+# and defines
+#   now                 seconds since the epoch, with nanoseconds
+#   elapsed T0 [T1]     seconds from T0 to T1 (default: now), 2 decimals
+#   drop_caches         sync and drop the page cache (machine-wide: the next read comes from the
+#                       device or the wire)
+#   median              the median of the numbers on stdin (space- or newline-separated; 2 decimals)
+#   log MSG...          MSG on stderr (bench/lib.sh and bench/run redefine it: a log file, a time stamp)
+#   die MSG...          log "ERROR: MSG" (with whichever log is defined) and exit 1
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck disable=SC2034  # used by the scripts that source the preamble
+TESTBED=$REPO/testbed
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="${2:-$(now)}" 'BEGIN { printf "%.2f", b - a }'; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+log() { echo "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
