@@ -15,7 +15,7 @@
 
 use std::io::Write;
 
-use swpool_core::config::{EnvVar, Environment, HostVar, HOST_PREFIXES};
+use swpool_core::config::{EnvVar, Environment, HostVar};
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
 use swpool_core::slurm::{self, JobEnv};
@@ -40,99 +40,26 @@ pub fn run(g: &GlobalArgs, a: SlurmArgs, env: &Environment) -> Result<(), Error>
 /// `--pool LIST` at submission: each entry resolves to a pool that the trust policy accepts, or
 /// the submission fails with the reason.
 fn check_pools(list: &str, env: &Environment) -> Result<(), Error> {
-    let specs = slurm::parse_load_var(list);
-    if specs.is_empty() {
-        return Err(Error::other(
-            ExitStatus::Usage,
-            "--pool: give NAME/VERSION[,NAME/VERSION...]".to_string(),
-        ));
-    }
     let cfg = super::config(env)?;
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
-    for spec in specs {
-        let ctx = |e: Error| Error::other(e.exit_status(), format!("--pool={spec}: {e}"));
-        let src = swpool_core::load::resolve(std::path::Path::new(&spec), &cfg.pool_path.value)
-            .map_err(ctx)?;
-        let verdict = swpool_core::load::authorize_in_place(&node, &src).map_err(ctx)?;
-        if let Some(w) = verdict.as_ref().and_then(|v| v.warning(&src)) {
-            crate::eline!("sw-pool: warning: --pool={spec}: {w}");
-        }
+    for w in swpool_core::load::check_pools(&node, list)? {
+        crate::eline!("sw-pool: warning: {w}");
     }
     Ok(())
 }
 
-/// Load each pool on every node of the job with one broadcast: `sw-pool load` spread over the
-/// allocation by `srun --overlap` (as `load` in a batch script does). The step's tasks get no
-/// `SW_POOL_LOAD`, so their TaskProlog does not load per node; they get `SW_POOL_SPANK_DONE`, so
-/// the plugin does not start again inside them.
-fn broadcast(job: &str, nodes: u32, list: &str, env: &Environment) -> Result<(), Error> {
-    let exe = std::env::current_exe().map_err(|e| {
+fn own_exe() -> Result<std::path::PathBuf, Error> {
+    std::env::current_exe().map_err(|e| {
         Error::other(
             ExitStatus::System,
             format!("cannot find our own executable: {e}"),
         )
-    })?;
-    let nodes_s = nodes.to_string();
-    // the allocation as given, not as the caller's environment says (srun's own process, a task)
-    let mut alloc = env.clone();
-    alloc.set(HostVar::SlurmJobId, job);
-    alloc.set(HostVar::SlurmJobNumNodes, &nodes_s);
-    alloc.set(HostVar::SlurmNnodes, &nodes_s);
-    alloc.remove(HostVar::SlurmStepId);
-    alloc
-        .retain(|k, _| !(k.starts_with("PMI") || k.starts_with("OMPI_") || k == "MPI_LOCALNRANKS"));
-    for spec in slurm::parse_load_var(list) {
-        let args = [
-            "load",
-            "-q",
-            "--no-progress",
-            "--shell",
-            "sh",
-            spec.as_str(),
-        ]
-        .map(std::ffi::OsString::from);
-        let cmd = match slurm::spread_command(&alloc, &exe, args.clone()) {
-            Some(c) => c,
-            // one node: no srun needed
-            None => swpool_core::exec::ToolCommand::new(swpool_core::exec::Tool::Srun)
-                .program(&exe)
-                .args(args),
-        };
-        let mut c = cmd.command(env.path_var())?;
-        // srun would apply the plugin's option again (sbatch passes it on to every srun in the
-        // job as SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_pool): the tasks' TaskProlog would then
-        // load the pool on each node before the broadcast does
-        for prefix in HOST_PREFIXES {
-            for k in env.names_with_prefix(prefix) {
-                c.env_remove(k);
-            }
-        }
-        c.env(HostVar::SlurmJobId.name(), job)
-            .env(EnvVar::SpankDone.name(), job)
-            .env(EnvVar::Spread.name(), "0")
-            .env_remove(EnvVar::Load.name())
-            .env_remove(EnvVar::SpankPools.name())
-            .env_remove(EnvVar::SpankStep.name())
-            .env_remove(EnvVar::JobPools.name())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null());
-        let st = c.status().map_err(|e| {
-            Error::other(
-                ExitStatus::Tool,
-                format!("--pool={spec}: cannot run {}: {e}", cmd.cmdline()),
-            )
-        })?;
-        if !st.success() {
-            return Err(Error::other(
-                ExitStatus::Collective,
-                format!(
-                    "--pool={spec}: loading it on the job's {nodes} node(s) failed ({st}); see the messages above"
-                ),
-            ));
-        }
-    }
-    Ok(())
+    })
+}
+
+fn broadcast(job: &str, nodes: u32, list: &str, env: &Environment) -> Result<(), Error> {
+    Ok(slurm::broadcast(&own_exe()?, job, nodes, list, env)?)
 }
 
 fn root_hook(_g: &GlobalArgs, h: HookArgs, kind: &str, env: &Environment) -> Result<(), Error> {
@@ -150,7 +77,11 @@ fn task_prolog(env: &Environment) -> Result<(), Error> {
     let job_id = env.get_nonempty(HostVar::SlurmJobId);
     // the batch step of a job submitted with `--pool` (SPANK plugin): broadcast its pools to every
     // node first, once, so that no node reads them from shared storage on its own
-    let r = spank_batch_broadcast(job_id.as_deref(), env);
+    let r =
+        own_exe().and_then(|exe| Ok(slurm::spank_batch_broadcast(&exe, job_id.as_deref(), env)?));
+    if let Ok(Some(line)) = &r {
+        println!("{line}");
+    }
     if let Err(e) = r {
         let msg = format!("sw-pool: error: task prolog on {node}: {e}");
         println!("print {}", msg.replace('\n', " "));
@@ -183,25 +114,4 @@ fn task_prolog(env: &Environment) -> Result<(), Error> {
             Err(e)
         }
     }
-}
-
-/// In the batch step of a `--pool` job (`SW_POOL_SPANK_STEP=batch`, set by the plugin), before the
-/// script starts: the broadcast, then `export SW_POOL_SPANK_DONE=JOB` so the script's steps skip it.
-fn spank_batch_broadcast(job_id: Option<&str>, env: &Environment) -> Result<(), Error> {
-    let (Some(job), Some(pools)) = (job_id, env.get_nonempty(EnvVar::SpankPools)) else {
-        return Ok(());
-    };
-    if env.get_nonempty(EnvVar::SpankStep).as_deref() != Some("batch")
-        || env.get_nonempty(EnvVar::SpankDone).as_deref() == Some(job)
-    {
-        return Ok(());
-    }
-    let nodes = env
-        .get_nonempty(HostVar::SlurmJobNumNodes)
-        .or_else(|| env.get_nonempty(HostVar::SlurmNnodes))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
-    broadcast(job, nodes, &pools, env)?;
-    println!("export {}={job}", EnvVar::SpankDone.name());
-    Ok(())
 }

@@ -572,7 +572,7 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
 mod mount_image;
 mod task;
 pub use crate::error::LoadError;
-pub use mount_image::{mount_image, MountOutcome, MountRequest};
+pub use mount_image::{check_pools, mount_image, MountOutcome, MountRequest};
 #[cfg(test)]
 use task::last_set;
 pub use task::{ensure, task_prolog};

@@ -114,3 +114,26 @@ fn is_pool(image: &Path) -> Result<bool, Error> {
         Err(e) => Err(e.into()),
     }
 }
+
+/// `--pool LIST` at submission (the SPANK plugin): each entry must resolve to a pool that the
+/// trust policy accepts, else the submission fails with the reason. Returns the verdicts'
+/// warnings, each naming its entry.
+pub fn check_pools(node: &NodeContext, list: &str) -> Result<Vec<String>, Error> {
+    let specs = crate::slurm::parse_load_var(list);
+    if specs.is_empty() {
+        return Err(Error::other(
+            ExitStatus::Usage,
+            "--pool: give NAME/VERSION[,NAME/VERSION...]".to_string(),
+        ));
+    }
+    let mut warnings = Vec::new();
+    for spec in specs {
+        let ctx = |e: Error| Error::other(e.exit_status(), format!("--pool={spec}: {e}"));
+        let src = super::resolve(Path::new(&spec), &node.cfg.pool_path.value).map_err(ctx)?;
+        let verdict = authorize_in_place(node, &src).map_err(ctx)?;
+        if let Some(w) = verdict.as_ref().and_then(|v| v.warning(&src)) {
+            warnings.push(format!("--pool={spec}: {w}"));
+        }
+    }
+    Ok(warnings)
+}

@@ -233,6 +233,9 @@ impl JobEnv {
 
 pub use swpool_sys::syslog::{syslog, Level};
 
+mod broadcast;
+pub use broadcast::{broadcast, spank_batch_broadcast};
+
 /// Job-aware loading: `sw-pool load` (or `unload`) run as a single process in a Slurm allocation
 /// of several nodes (a batch script, an `salloc` shell) re-runs itself as one task per node of the
 /// allocation (`srun --overlap`), so the pool is broadcast to and mounted on every node, and its
@@ -315,6 +318,12 @@ pub enum HookError {
         uid: u32,
         status: i32,
     },
+    #[error("--pool={pool}: on the job's {nodes} node(s): {reason}")]
+    Broadcast {
+        pool: String,
+        nodes: u32,
+        reason: String,
+    },
     #[error(transparent)]
     State(#[from] crate::state::StateError),
     #[error(transparent)]
@@ -327,6 +336,7 @@ impl HookError {
         match self {
             HookError::WrongUser { .. } => ExitStatus::Usage,
             HookError::CleanupFailed { .. } => ExitStatus::System,
+            HookError::Broadcast { .. } => ExitStatus::Collective,
             HookError::State(e) => e.exit_status(),
             HookError::User(e) => e.exit_status(),
         }
