@@ -141,6 +141,16 @@ pub enum LoadError {
     /// A pool the task's environment names (`SW_POOL_JOB_POOLS`, `SW_POOL_LOAD`) is not usable.
     #[error("{var}: {reason}")]
     JobEnv { var: String, reason: String },
+    #[error(
+        "{} is a bare image without a sw-pool manifest: give a MOUNTPOINT",
+        swpool_format::show::show(image)
+    )]
+    BareNeedsMountpoint { image: PathBuf },
+    #[error("--pool: give NAME/VERSION[,NAME/VERSION...]")]
+    NoPoolsGiven,
+    /// One entry of `--pool LIST` is not usable.
+    #[error("--pool={spec}: {source}")]
+    PoolEntry { spec: String, source: Box<Error> },
 }
 
 impl LoadError {
@@ -154,6 +164,9 @@ impl LoadError {
             LoadError::PlanMismatch { .. } | LoadError::PlanDecode(_) => ExitStatus::Internal,
             LoadError::BareRefused { .. } => ExitStatus::Trust,
             LoadError::Lock { .. } => ExitStatus::System,
+            LoadError::BareNeedsMountpoint { .. } => ExitStatus::BadInput,
+            LoadError::NoPoolsGiven => ExitStatus::Usage,
+            LoadError::PoolEntry { source, .. } => source.exit_status(),
         }
     }
 }

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{authorize_in_place, load, LoadRequest, Loaded, NodeContext, Quiet};
-use crate::error::Error;
+use crate::error::{Error, LoadError};
 use crate::mount::{paths, ImageInfo, MountOptions};
 use crate::pool::{ManifestError, Pool};
 use crate::state::{self, AcquireRequest, Acquired};
-use swpool_format::status::ExitStatus;
 
 /// What to mount.
 #[derive(Debug, Clone)]
@@ -73,13 +72,7 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
         None => {
             let info = ImageInfo::inspect(&image)?;
             let Some(pool) = info.pool else {
-                return Err(Error::other(
-                    ExitStatus::BadInput,
-                    format!(
-                        "{} is a bare image without a sw-pool manifest: give a MOUNTPOINT",
-                        image.display()
-                    ),
-                ));
+                return Err(LoadError::BareNeedsMountpoint { image }.into());
             };
             let root =
                 paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
@@ -121,14 +114,14 @@ fn is_pool(image: &Path) -> Result<bool, Error> {
 pub fn check_pools(node: &NodeContext, list: &str) -> Result<Vec<String>, Error> {
     let specs = crate::slurm::parse_load_var(list);
     if specs.is_empty() {
-        return Err(Error::other(
-            ExitStatus::Usage,
-            "--pool: give NAME/VERSION[,NAME/VERSION...]".to_string(),
-        ));
+        return Err(LoadError::NoPoolsGiven.into());
     }
     let mut warnings = Vec::new();
     for spec in specs {
-        let ctx = |e: Error| Error::other(e.exit_status(), format!("--pool={spec}: {e}"));
+        let ctx = |e: Error| LoadError::PoolEntry {
+            spec: spec.clone(),
+            source: Box::new(e),
+        };
         let src = super::resolve(Path::new(&spec), &node.cfg.pool_path.value).map_err(ctx)?;
         let verdict = authorize_in_place(node, &src).map_err(ctx)?;
         if let Some(w) = verdict.as_ref().and_then(|v| v.warning(&src)) {
