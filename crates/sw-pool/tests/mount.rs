@@ -205,6 +205,23 @@ fn bare_tree(c: &Ctx) -> String {
     c.t.s("bare-tree")
 }
 
+/// A bare image `name` of the sample tree made by `tool args…` (`{tree}` and `{out}` filled in),
+/// then damaged by `damage`.
+fn damaged_bare(c: &Ctx, name: &str, tool: &str, args: &[&str], damage: fn(&mut [u8])) -> String {
+    let tree = bare_tree(c);
+    let bad = c.t.s(name);
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{tree}", &tree).replace("{out}", &bad))
+        .collect();
+    let st = Command::new(tool).args(&args).status().unwrap();
+    assert!(st.success(), "{tool} {args:?}");
+    let mut b = std::fs::read(&bad).unwrap();
+    damage(&mut b);
+    std::fs::write(&bad, &b).unwrap();
+    bad
+}
+
 /// Images and mount points that must be refused, with the exit status and the words that tell the
 /// user why; after each, nothing is mounted or recorded. `{img}` is a good squashfs pool, `{mp}` an
 /// empty directory.
@@ -240,17 +257,10 @@ const BAD_INPUTS: &[Case] = &[
     Case {
         name: "bare squashfs image with a corrupt superblock",
         setup: |c| {
-            let tree = bare_tree(c);
-            let bad = c.t.s("bad-bare.sqfs");
-            let st = Command::new("mksquashfs")
-                .args([tree.as_str(), &bad, "-quiet", "-noappend"])
-                .status()
-                .unwrap();
-            assert!(st.success());
-            let mut b = std::fs::read(&bad).unwrap();
-            b[4..96].fill(0);
-            std::fs::write(&bad, &b).unwrap();
-            bad
+            let args = ["{tree}", "{out}", "-quiet", "-noappend"];
+            damaged_bare(c, "bad-bare.sqfs", "mksquashfs", &args, |b| {
+                b[4..96].fill(0)
+            })
         },
         via: Via::Sw,
         args: &["mount", "{input}", "{mp}"],
@@ -263,19 +273,12 @@ const BAD_INPUTS: &[Case] = &[
     Case {
         name: "bare ext4 image with a corrupt superblock",
         setup: |c| {
-            let tree = bare_tree(c);
-            let bad = c.t.s("bad-bare.ext4");
-            let st = Command::new("mke2fs")
-                .args(["-q", "-t", "ext4", "-d", tree.as_str(), &bad, "32M"])
-                .status()
-                .unwrap();
-            assert!(st.success());
-            let mut b = std::fs::read(&bad).unwrap();
-            for x in &mut b[1024 + 0x20..1024 + 0x28] {
-                *x ^= 0xff;
-            }
-            std::fs::write(&bad, &b).unwrap();
-            bad
+            let args = ["-q", "-t", "ext4", "-d", "{tree}", "{out}", "32M"];
+            damaged_bare(c, "bad-bare.ext4", "mke2fs", &args, |b| {
+                b[1024 + 0x20..1024 + 0x28]
+                    .iter_mut()
+                    .for_each(|x| *x ^= 0xff)
+            })
         },
         via: Via::Sw,
         args: &["mount", "{input}", "{mp}"],

@@ -83,6 +83,22 @@ impl<'a> NodeContext<'a> {
             state: StateDir::open_default(env)?,
         })
     }
+
+    /// This user's mount root on this node (`mount_dir`, else the default: one place computes it).
+    pub fn mount_root(&self) -> PathBuf {
+        paths::default_mount_dir(self.cfg.mount_dir.value.as_deref(), self.uid, self.env)
+    }
+
+    /// A pool's default mount point, `<mount root>/NAME/VERSION`, created (by descriptor, for
+    /// root) if missing.
+    pub fn default_mountpoint(&self, name: &str, version: &str) -> Result<PathBuf, Error> {
+        Ok(paths::create_mountpoint(
+            &self.mount_root(),
+            name,
+            version,
+            self.uid,
+        )?)
+    }
 }
 
 /// Observes the pipeline's steps (progress output; tests force races between them).
@@ -249,11 +265,7 @@ fn mount_here(
 ) -> Result<(state::Record, bool), Error> {
     let mp = match &req.mountpoint {
         Some(m) => explicit_mountpoint(m)?,
-        None => {
-            let root =
-                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
-            paths::create_mountpoint(&root, &plan.name, &plan.version, node.uid)?
-        }
+        None => node.default_mountpoint(&plan.name, &plan.version)?,
     };
     let r = state::acquire(
         node.sys,

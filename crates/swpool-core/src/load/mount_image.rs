@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{authorize_in_place, load, LoadRequest, Loaded, NodeContext, Quiet};
 use crate::error::{Error, LoadError};
-use crate::mount::{paths, ImageInfo, MountOptions};
+use crate::mount::{ImageInfo, MountOptions};
 use crate::pool::{ManifestError, Pool};
 use crate::state::{self, AcquireRequest, Acquired};
 
@@ -74,9 +74,7 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
             let Some(pool) = info.pool else {
                 return Err(LoadError::BareNeedsMountpoint { image }.into());
             };
-            let root =
-                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
-            paths::create_mountpoint(&root, &pool.name, &pool.version, node.uid)?
+            node.default_mountpoint(&pool.name, &pool.version)?
         }
     };
     let acquired = state::acquire(

@@ -46,7 +46,7 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         path: lock.clone(),
         source,
     })?;
-    let root = paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
+    let root = node.mount_root();
     let default_mp = root.join(&p.name).join(&p.version);
     let req = LoadRequest {
         pool: p.src.clone(),
@@ -109,8 +109,7 @@ fn requested(node: &NodeContext, job_id: Option<&str>) -> Result<Vec<(JobPool, b
             }
             let pool = Pool::open(&src).map_err(|e| ctx(e.into()))?;
             let m = &pool.manifest;
-            let root =
-                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
+            let root = node.mount_root();
             out.push((
                 JobPool {
                     name: m.name.clone(),
@@ -137,8 +136,7 @@ fn loaded_by_job(node: &NodeContext, spec: &str, job_id: &str) -> Option<JobPool
         .flatten();
     let candidates: Vec<state::Record> = match by_name {
         Some((n, v)) => {
-            let root =
-                paths::default_mount_dir(node.cfg.mount_dir.value.as_deref(), node.uid, node.env);
+            let root = node.mount_root();
             let at = mount::canonical_mountpoint(&root.join(n).join(v)).ok()?;
             let mut r = node.state.find_pool(n, v).ok()?;
             r.retain(|r| r.mount_point == at);
