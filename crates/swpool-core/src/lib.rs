@@ -23,6 +23,7 @@ pub mod slurm;
 pub mod transfer;
 pub mod trust;
 pub mod users;
+pub mod watchdog;
 
 pub use error::{Error, Result};
 pub use swpool_format::status::ExitStatus;

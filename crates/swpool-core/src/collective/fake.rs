@@ -127,6 +127,7 @@ impl FakeCluster {
                 host: format!("fake{}", r / ranks_per_node),
                 shared: shared.clone(),
                 splits: std::sync::atomic::AtomicU64::new(0),
+                watchdog: Default::default(),
             })
             .collect()
     }
@@ -166,6 +167,8 @@ pub struct FakeRank {
     shared: Arc<Shared>,
     /// Leaders' splits so far (every leader splits in the same order).
     splits: std::sync::atomic::AtomicU64,
+    /// Its own watchdog (ranks do not share one).
+    watchdog: crate::watchdog::Watchdog,
 }
 
 impl FakeRank {
@@ -192,6 +195,9 @@ impl Collective for FakeRank {
     }
     fn hostname(&self) -> &str {
         &self.host
+    }
+    fn watchdog(&self) -> &crate::watchdog::Watchdog {
+        &self.watchdog
     }
     fn leader_host(&self, i: usize) -> String {
         format!("fake{i}")

@@ -110,6 +110,8 @@ pub trait Collective {
     fn hostname(&self) -> &str;
     /// Hostname of the leader of node `i` (known on leaders).
     fn leader_host(&self, i: usize) -> String;
+    /// This job's stall watchdog: everything that moves for the job touches it.
+    fn watchdog(&self) -> &crate::watchdog::Watchdog;
     /// Whether several processes take part (messages then name the node).
     fn is_collective(&self) -> bool {
         self.world_size() > 1

@@ -22,8 +22,9 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::engine::LocalResult;
-use super::{watchdog, Stats};
+use super::Stats;
 use crate::plane::{DataPlane, PlaneError};
+use crate::watchdog::Watchdog;
 use swpool_format::status::ExitStatus;
 
 /// Signature of a tree's metadata (paths, types, modes, sizes, mtimes, link targets) and an
@@ -383,12 +384,13 @@ fn encode_hdr(status: u64, len: u64, eof: bool, hash: &[u8; 32]) -> [u8; HDR] {
 
 /// After each chunk: every leader's status (1 = this leader failed); the hosts of the failed ones.
 fn failed_nodes(
+    watch: &Watchdog,
     c: &dyn DataPlane,
     mine: bool,
     hosts: &[String],
 ) -> Result<Vec<String>, PlaneError> {
     let all = c.all_gather_byte(u8::from(mine))?;
-    watchdog::touch();
+    watch.touch();
     Ok(all
         .iter()
         .enumerate()
@@ -422,6 +424,7 @@ fn stop_for(err: &mut Option<(ExitStatus, String)>, failed: &[String]) {
 
 /// Stream the tree from the reader (rank 0 of `comm`, or this process when `comm` is `None`) into
 /// `tmp` on every receiving leader.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn transfer(
     comm: Option<&dyn DataPlane>,
     src: &Path,
@@ -430,6 +433,7 @@ pub(crate) fn transfer(
     hosts: &[String],
     stats: &mut Stats,
     progress: &dyn Fn(u64),
+    watch: &Watchdog,
 ) -> LocalResult<()> {
     let chunk = chunk_size as usize;
     let reader = !matches!(comm, Some(c) if c.rank() != 0);
@@ -477,7 +481,7 @@ pub(crate) fn transfer(
         }));
         loop {
             let next = prod_rx.recv().ok();
-            watchdog::touch();
+            watch.touch();
             let (status, data, eof) = match next {
                 Some(d) => (0u64, d, false),
                 None => {
@@ -509,7 +513,7 @@ pub(crate) fn transfer(
                         broken = Some(e);
                         break;
                     }
-                    watchdog::touch();
+                    watch.touch();
                     stats.bytes_sent += d.len() as u64;
                     done += d.len() as u64;
                     feed(d, &mut err);
@@ -524,7 +528,7 @@ pub(crate) fn transfer(
             }
             if let Some(c) = comm {
                 // a receiver that failed stops the stream now, not at the end
-                let failed = match failed_nodes(c, err.is_some(), hosts) {
+                let failed = match failed_nodes(watch, c, err.is_some(), hosts) {
                     Ok(f) => f,
                     Err(e) => {
                         broken = Some(e);
@@ -552,7 +556,7 @@ pub(crate) fn transfer(
                 broken = Some(e);
                 break;
             }
-            watchdog::touch();
+            watch.touch();
             let status = u64::from_le_bytes(hdr[..8].try_into().unwrap());
             let len = u64::from_le_bytes(hdr[8..16].try_into().unwrap()) as usize;
             let eof = u64::from_le_bytes(hdr[16..24].try_into().unwrap()) != 0;
@@ -574,7 +578,7 @@ pub(crate) fn transfer(
                     broken = Some(e);
                     break;
                 }
-                watchdog::touch();
+                watch.touch();
                 let tv = Instant::now();
                 let got: [u8; 32] = crate::pool::manifest::hash_chunk(&d);
                 stats.verify += tv.elapsed();
@@ -596,7 +600,7 @@ pub(crate) fn transfer(
             if eof {
                 break;
             }
-            let failed = match failed_nodes(c, err.is_some(), hosts) {
+            let failed = match failed_nodes(watch, c, err.is_some(), hosts) {
                 Ok(f) => f,
                 Err(e) => {
                     broken = Some(e);

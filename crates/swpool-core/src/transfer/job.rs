@@ -12,10 +12,10 @@ use mpi::traits::*;
 use crate::plane::mpi::MpiPlane;
 use crate::plane::DataPlane;
 
-use super::watchdog;
 use super::TransferError;
 use crate::collective::{Agreed, Collective, Failure};
 use crate::config::{EnvVar, Environment, HostVar};
+use crate::watchdog::Watchdog;
 use swpool_format::status::ExitStatus;
 
 /// Longest hostname kept in the leader table.
@@ -47,6 +47,7 @@ pub struct Job {
     leader_pid: Option<i32>,
     /// `SW_POOL_FAKE_NODES=1`: one "node" per rank (testing on one machine).
     pub(crate) fake: bool,
+    watchdog: Watchdog,
 }
 
 /// Was this process started by an MPI launcher (mpirun, mpiexec, srun with an MPI plugin)?
@@ -107,6 +108,7 @@ impl Job {
             hostname: h,
             leader_pid: None,
             fake: false,
+            watchdog: Watchdog::default(),
         }
     }
 
@@ -180,6 +182,7 @@ impl Job {
             leader_hosts,
             leader_pid: visible.then_some(leader_pid),
             fake,
+            watchdog: Watchdog::default(),
             mpi: Some(Mpi {
                 world,
                 node,
@@ -209,8 +212,10 @@ impl Job {
     /// the first non-zero exit makes the launcher kill the others. Bounded by the watchdog (10 s).
     pub fn exit_barrier(&self) {
         if let Some(m) = &self.mpi {
-            let _arm = watchdog::arm(Collective::whoami(self), Duration::from_secs(10));
-            let _p = watchdog::phase("the final barrier");
+            let _arm = self
+                .watchdog
+                .arm(Collective::whoami(self), Duration::from_secs(10));
+            let _p = self.watchdog.phase("the final barrier");
             m.world.barrier();
         }
     }
@@ -343,13 +348,13 @@ fn is_zombie(pid: i32) -> bool {
 }
 
 /// Every member's bytes, in rank order, on every member of `comm` (two `MPI_Allgather(v)` calls).
-fn all_gather_bytes(comm: &SimpleCommunicator, mine: &[u8]) -> Vec<Vec<u8>> {
-    let _w = watchdog::phase("agreement");
+fn all_gather_bytes(comm: &SimpleCommunicator, mine: &[u8], watch: &Watchdog) -> Vec<Vec<u8>> {
+    let _w = watch.phase("agreement");
     let n = comm.size() as usize;
     let len = mine.len() as i32;
     let mut counts = vec![0i32; n];
     comm.all_gather_into(&len, &mut counts[..]);
-    watchdog::touch();
+    watch.touch();
     let displs: Vec<i32> = counts
         .iter()
         .scan(0, |acc, &x| {
@@ -364,7 +369,7 @@ fn all_gather_bytes(comm: &SimpleCommunicator, mine: &[u8]) -> Vec<Vec<u8>> {
         let mut part = mpi::datatype::PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
         comm.all_gather_varcount_into(mine, &mut part);
     }
-    watchdog::touch();
+    watch.touch();
     counts
         .iter()
         .zip(&displs)
@@ -391,19 +396,22 @@ impl Collective for Job {
     fn hostname(&self) -> &str {
         &self.hostname
     }
+    fn watchdog(&self) -> &Watchdog {
+        &self.watchdog
+    }
     fn leader_host(&self, i: usize) -> String {
         self.host_of_leader(i)
     }
     fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, Agreed> {
         Ok(match &self.mpi {
             None => vec![mine.to_vec()],
-            Some(m) => all_gather_bytes(&m.world, mine),
+            Some(m) => all_gather_bytes(&m.world, mine, &self.watchdog),
         })
     }
     fn leaders_all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, Agreed> {
         Ok(match self.mpi.as_ref().and_then(|m| m.leaders.as_ref()) {
             None => vec![mine.to_vec()],
-            Some(l) => all_gather_bytes(l, mine),
+            Some(l) => all_gather_bytes(l, mine, &self.watchdog),
         })
     }
     fn leaders_bcast(&self, root: usize, mine: Option<&[u8]>) -> Result<Vec<u8>, Agreed> {
@@ -417,7 +425,7 @@ impl Collective for Job {
                     None => vec![0u8; len[0] as usize],
                 };
                 l.process_at_rank(root as i32).broadcast_into(&mut buf[..]);
-                watchdog::touch();
+                self.watchdog.touch();
                 buf
             }
         })

@@ -8,9 +8,7 @@ use super::prepare::{preflight, Prepared};
 use super::source::{
     chunk_list, holds_identical, inspect_src, known_tail, target_path, write_stamp, Kind, SrcInfo,
 };
-use super::{
-    bad, dir, engine, plan, watchdog, Algorithm, CopyOptions, CopyReport, Stats, TransferError,
-};
+use super::{bad, dir, engine, plan, Algorithm, CopyOptions, CopyReport, Stats, TransferError};
 use crate::collective::{Collective, Local};
 use swpool_format::status::ExitStatus;
 
@@ -21,7 +19,7 @@ pub(super) fn leader_copy(
     opts: &CopyOptions,
 ) -> Result<CopyReport, TransferError> {
     let t0 = Instant::now();
-    let pf = watchdog::phase("preflight");
+    let pf = job.watchdog().phase("preflight");
     // 1. leader 0 inspects SRC and tells the others (and keeps the file open: its transfer reads
     // from it)
     let mut src0: Option<std::fs::File> = None;
@@ -182,6 +180,7 @@ pub(super) fn leader_copy(
                         hosts: &hosts,
                         progress: &progress,
                         bench_slots: opts.bench_slots,
+                        watch: job.watchdog(),
                     };
                     match tcomm.as_deref().filter(|c| c.size() > 1) {
                         Some(c) => {
@@ -206,6 +205,7 @@ pub(super) fn leader_copy(
                 &hosts,
                 &mut stats,
                 &progress,
+                job.watchdog(),
             )
         }
     };
@@ -231,7 +231,7 @@ pub(super) fn leader_copy(
     report.phases.overlapped = stats.pipeline.is_some();
     report.phases.wait_src = stats.wait_src;
     report.phases.wait_dest = stats.wait_dest;
-    let _c = watchdog::phase("commit");
+    let _c = job.watchdog().phase("commit");
     // 4. all-or-nothing
     job.leaders_agree(ready)?;
     let committed: Local<()> = match prepared {

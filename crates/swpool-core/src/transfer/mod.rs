@@ -41,7 +41,7 @@ mod leader;
 pub mod plan;
 mod prepare;
 mod source;
-pub mod watchdog;
+pub use crate::watchdog;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -381,7 +381,7 @@ pub fn copy(
 ) -> Result<CopyReport, TransferError> {
     let _arm = job
         .is_leader()
-        .then(|| watchdog::arm(job.whoami(), opts.stall_timeout));
+        .then(|| job.watchdog().arm(job.whoami(), opts.stall_timeout));
     if !job.is_leader() {
         return outcome_from_leader(job, None);
     }

@@ -62,7 +62,7 @@ pub(super) fn read_chunk(
                 ))
             }
         }
-        watchdog::touch();
+        job.watch.touch();
     }
     stats.bytes_read += len as u64;
     stats.read += t.elapsed();
@@ -185,7 +185,7 @@ pub(super) fn land(
         })?;
         stats.bytes_written += (end - pos) as u64;
         pos = end;
-        watchdog::touch();
+        job.watch.touch();
     }
     // start writing the chunk back now, so that the fsync before the commit finds little left to do
     // (asynchronous; errors surface at that fsync)

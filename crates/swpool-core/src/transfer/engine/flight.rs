@@ -6,7 +6,7 @@ use super::ring::{Advance, Ctx, Ring};
 use super::LocalResult;
 use crate::plane::{DataPlane, PlaneError, Req};
 use crate::transfer::plan::SlotHeader;
-use crate::transfer::watchdog;
+use crate::watchdog::Watchdog;
 use swpool_format::status::ExitStatus;
 
 /// Pending non-blocking requests of the data plane. Once one of them failed, every poll fails:
@@ -37,11 +37,11 @@ impl Reqs {
     }
     /// Test every request once; true when none is pending. A failed request is gone (its buffer
     /// free) and fails the poll.
-    pub(super) fn poll(&mut self, plane: &dyn DataPlane) -> LocalResult<bool> {
+    pub(super) fn poll(&mut self, plane: &dyn DataPlane, watch: &Watchdog) -> LocalResult<bool> {
         let mut failed = self.1.clone();
         self.0.retain(|&r| match plane.test(r) {
             Ok(true) => {
-                watchdog::touch();
+                watch.touch();
                 false
             }
             Ok(false) => true,
@@ -116,9 +116,14 @@ pub(super) struct Flight {
 impl Flight {
     /// Drive the round on; true when its data has arrived everywhere it has to (on this leader).
     /// A ring hands each block to the writer itself (through `ctx`).
-    pub(super) fn progress(&mut self, plane: &dyn DataPlane, ctx: &mut Ctx) -> LocalResult<bool> {
+    pub(super) fn progress(
+        &mut self,
+        plane: &dyn DataPlane,
+        watch: &Watchdog,
+        ctx: &mut Ctx,
+    ) -> LocalResult<bool> {
         loop {
-            if !self.reqs.poll(plane)? {
+            if !self.reqs.poll(plane, watch)? {
                 return Ok(false);
             }
             let Some(ring) = self.ring.as_mut() else {

@@ -50,10 +50,10 @@ use flight::{plane_err, Backoff, Flight, Landed, Reqs};
 use ring::{BlockPool, Ctx, Ring};
 
 use super::plan::{self, Chunk, Slot, SlotHeader, BLOCK_LEN};
-use super::watchdog;
 use super::{Algorithm, Stats};
 use crate::plane::DataPlane;
 use crate::pool::manifest::ZeroHashes;
+use crate::watchdog::Watchdog;
 use swpool_format::status::ExitStatus;
 
 /// Piece size for reads and writes.
@@ -99,6 +99,8 @@ pub(crate) struct FileJob<'a> {
     pub progress: &'a (dyn Fn(u64) + Sync),
     /// The benchmark switch `SW_POOL_BENCH_SLOTS` on this leader ([`super::CopyOptions`]).
     pub bench_slots: Option<u64>,
+    /// The job's stall watchdog: touched whenever something moves.
+    pub watch: &'a Watchdog,
 }
 
 /// The benchmark switch `SW_POOL_BENCH_SLOTS=K` (`job.bench_slots`): at most K chunks per round, so
@@ -327,10 +329,10 @@ pub(crate) fn distribute(
                 land: land_tx.as_ref().filter(|_| !stopped),
             };
             for f in flights.iter_mut() {
-                f.progress(plane, &mut ctx)?;
+                f.progress(plane, job.watch, &mut ctx)?;
             }
             while let Some(f) = flights.front_mut() {
-                if !f.progress(plane, &mut ctx)? {
+                if !f.progress(plane, job.watch, &mut ctx)? {
                     break;
                 }
                 let mut f = flights.pop_front().unwrap();
@@ -479,8 +481,8 @@ pub(crate) fn distribute(
                     unsafe { plane.iallgather(block.as_ptr(), BLOCK_LEN, f.hdr.as_mut_ptr()) };
                 f.reqs.add(posted)?;
                 {
-                    let _p = watchdog::phase("distribution");
-                    while !f.reqs.poll(plane)? {
+                    let _p = job.watch.phase("distribution");
+                    while !f.reqs.poll(plane, job.watch)? {
                         bo.after(pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?);
                     }
                 }
@@ -543,7 +545,7 @@ pub(crate) fn distribute(
         })();
         // every leader completes the rounds it started (all of them started the same ones)
         let drained: LocalResult<()> = (|| {
-            let _p = watchdog::phase("distribution");
+            let _p = job.watch.phase("distribution");
             while !flights.is_empty() {
                 if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
                     bo.snooze();

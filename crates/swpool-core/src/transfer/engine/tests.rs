@@ -86,9 +86,6 @@ fn run(
     node: impl Fn(usize) -> Node + Send + Sync + 'static,
     verify_source: bool,
 ) -> Vec<Outcome> {
-    let _one = crate::transfer::watchdog::TEST_LOCK
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
     let src = fx.src.clone();
     let root = fx.root.clone();
     let chunks = Arc::new(fx.chunks.clone());
@@ -120,6 +117,7 @@ fn run(
                             verify: true,
                             hosts,
                             progress: &|_| {},
+                            watch: &Default::default(),
                             bench_slots: None,
                         };
                         let mut stats = Stats::default();

@@ -27,7 +27,7 @@ use super::ring::BlockPool;
 use super::{finish, spawn_reader, spawn_writers, FileJob, LocalResult, Read, Written, WRITERS};
 use crate::plane::DataPlane;
 use crate::transfer::plan::{self, SlotHeader, BLOCK_LEN};
-use crate::transfer::{watchdog, Stats};
+use crate::transfer::Stats;
 use swpool_format::status::ExitStatus;
 
 /// Receives a rank keeps posted per tree (and chunks rank 0 keeps in flight per tree).
@@ -207,7 +207,7 @@ impl Mover<'_, '_> {
                     i += 1;
                     continue;
                 }
-                if !e.reqs.poll(self.plane)? {
+                if !e.reqs.poll(self.plane, self.job.watch)? {
                     waiting |= receiving;
                     i += 1;
                     continue;
@@ -293,7 +293,7 @@ impl Mover<'_, '_> {
         ready_rx: &Receiver<Read>,
         stats: &mut Stats,
     ) -> LocalResult<()> {
-        let _p = watchdog::phase("distribution");
+        let _p = self.job.watch.phase("distribution");
         // the reader's send buffers
         let mut owed = plan::send_buffers(WINDOW).min(self.count);
         let mut c = 0usize;
@@ -372,7 +372,7 @@ impl Mover<'_, '_> {
 
     /// Every other rank: keep receives posted, forward, write.
     fn forwarder(&mut self, pool: &mut BlockPool, stats: &mut Stats) -> LocalResult<()> {
-        let _p = watchdog::phase("distribution");
+        let _p = self.job.watch.phase("distribution");
         loop {
             // post receives for the next chunks of each tree
             for (tree, &tag) in TAGS.iter().enumerate() {
@@ -420,7 +420,7 @@ impl Mover<'_, '_> {
 
     /// Complete every send and every receive (cancelled ones included) still in flight.
     fn drain(&mut self, pool: &mut BlockPool) -> LocalResult<()> {
-        let _p = watchdog::phase("distribution");
+        let _p = self.job.watch.phase("distribution");
         while self.queues.iter().any(|q| !q.is_empty()) {
             let moved = self.pump(pool)?;
             self.bo.after(moved);
