@@ -4,6 +4,9 @@
 //! Distribution for HPC-Systems with Software Pools Using MPI and File Systems in User Space*); "the
 //! paper" in comments is that paper.
 
+// stdout is written through `output::out` only: `print!` panics when the write fails
+#![deny(clippy::print_stdout)]
+
 mod cli;
 mod cmd;
 mod output;
@@ -20,7 +23,7 @@ fn main() -> ExitCode {
     output::init_logging(&cli.global, &env);
     install_signal_cleanup();
     swpool_core::transfer::watchdog::on_stall(stalled);
-    match cmd::run(cli, &env) {
+    match cmd::run(cli, &env).and_then(|()| output::stdout_status()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             output::print_error(&e);

@@ -1,7 +1,16 @@
 //! The output layer: user messages (stdout for results, stderr for notes and warnings) apart from
 //! `tracing` logs (stderr, with host and pid on every line; `--log LEVEL` or `SW_POOL_LOG`).
+//!
+//! Everything the binary writes on stdout goes through [`out`] (the crate denies `print!` and
+//! `println!`, which panic when the write fails): a reader that went away (`sw-pool list | head -1`,
+//! EPIPE) ends the output, not the command, which finishes its work and exits with its own
+//! status: a command with side effects (mount, unload, cleanup, a collective one whose ranks must
+//! meet at the end) is never cut in the middle. Any other failed write (a full disk) is reported
+//! once, at the end, as status 6 ([`stdout_status`]).
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use crate::cli::GlobalArgs;
 
@@ -33,14 +42,14 @@ impl Printer {
     /// A result line (stdout), unless quiet or JSON.
     pub fn result(&self, line: impl AsRef<str>) {
         if self.verbosity > Verbosity::Quiet && !self.json {
-            println!("{}", line.as_ref());
+            outln(line.as_ref());
         }
     }
 
     /// Detail shown with `-v` (stdout, as the paper's timing lines).
     pub fn verbose(&self, line: impl AsRef<str>) {
         if self.verbosity >= Verbosity::Verbose && !self.json {
-            println!("{}", line.as_ref());
+            outln(line.as_ref());
         }
     }
 
@@ -54,8 +63,56 @@ impl Printer {
     /// A JSON document (stdout), when `--json` was given.
     pub fn json(&self, v: &serde_json::Value) {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(v).expect("json"));
+            json(v);
         }
+    }
+}
+
+/// Set by the first failed write to stdout: the rest of the output is dropped.
+static STDOUT_FAILED: AtomicBool = AtomicBool::new(false);
+/// The first failed write's error, unless the reader had gone away (reported by [`stdout_status`]).
+static STDOUT_ERROR: Mutex<Option<std::io::Error>> = Mutex::new(None);
+
+/// Write `bytes` on stdout in one write(2) and flush (see [`eline`]). A failed write never panics
+/// and drops the rest of the output (see the module's documentation).
+pub fn out(bytes: &[u8]) {
+    use std::io::Write as _;
+    if STDOUT_FAILED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_all(bytes).and_then(|()| o.flush()) {
+        STDOUT_FAILED.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            let mut first = STDOUT_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert(e);
+        }
+    }
+}
+
+/// One line on stdout (see [`out`]).
+pub fn outln(line: &str) {
+    out(format!("{line}\n").as_bytes());
+}
+
+/// A JSON document on stdout (see [`out`]).
+pub fn json(v: &serde_json::Value) {
+    outln(&serde_json::to_string_pretty(v).expect("a JSON value serialises"));
+}
+
+/// At the end of a command that succeeded: a failed write to stdout, other than to a reader that
+/// went away, is the system's refusal (status 6), as for any other file.
+pub fn stdout_status() -> Result<(), swpool_core::Error> {
+    let first = STDOUT_ERROR
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    match first {
+        None => Ok(()),
+        Some(e) => Err(swpool_core::Error::other(
+            swpool_core::ExitStatus::System,
+            format!("cannot write to standard output: {e}"),
+        )),
     }
 }
 
@@ -118,12 +175,9 @@ pub fn shell(
     }
 }
 
-/// Print shell code on stdout in one write (see [`eline`]).
+/// Print shell code on stdout in one write (see [`out`]).
 pub fn shell_code(code: &str) {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(code.as_bytes());
-    let _ = out.flush();
+    out(code.as_bytes());
 }
 
 /// A progress bar on stderr, when it is a terminal and nothing asked for none (world rank 0 only).

@@ -45,6 +45,6 @@ pub fn run(_g: &GlobalArgs, a: EnvArgs, env: &Environment) -> Result<(), Error> 
         env::load_changes(&now, &pm)
     };
     let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
-    print!("{code}");
+    crate::output::shell_code(&code);
     Ok(())
 }

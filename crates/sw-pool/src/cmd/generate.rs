@@ -7,7 +7,10 @@ pub fn run(a: GenerateArgs) -> Result<(), Error> {
     match a.what {
         GenerateWhat::Completions { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "sw-pool", &mut std::io::stdout());
+            // into memory first: clap_complete panics when its writer fails (a closed stdout)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "sw-pool", &mut script);
+            crate::output::out(&script);
             Ok(())
         }
         GenerateWhat::Man { dir } => {

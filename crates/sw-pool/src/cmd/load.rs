@@ -54,7 +54,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<()
     }
     if a.json {
         let v = l.report(job.world_size());
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        crate::output::json(&v);
         return Ok(());
     }
     if g.verbose > 0 {

@@ -36,7 +36,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
                 p.warn(w);
             }
             if a.print_mountpoint {
-                println!("{}", l.mount_point.display());
+                crate::output::outln(&l.mount_point.display().to_string());
             }
             print_mounted(&p, &l.record, l.reused, l.timings.mount.as_secs_f64());
             p.verbose(format!(
@@ -63,7 +63,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
                 p.warn(n);
             }
             if a.print_mountpoint {
-                println!("{}", r.record.mount_point.display());
+                crate::output::outln(&r.record.mount_point.display().to_string());
             }
             print_mounted(&p, &r.record, r.reused, r.mount_seconds);
             p.json(&serde_json::to_value(&r).expect("json"));

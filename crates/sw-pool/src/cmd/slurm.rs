@@ -13,8 +13,6 @@
 //!
 //! All three return at once for jobs that never used sw-pool.
 
-use std::io::Write;
-
 use swpool_core::config::{EnvVar, Environment, HostVar};
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
@@ -80,11 +78,11 @@ fn task_prolog(env: &Environment) -> Result<(), Error> {
     let r =
         own_exe().and_then(|exe| Ok(slurm::spank_batch_broadcast(&exe, job_id.as_deref(), env)?));
     if let Ok(Some(line)) = &r {
-        println!("{line}");
+        crate::output::outln(line);
     }
     if let Err(e) = r {
         let msg = format!("sw-pool: error: task prolog on {node}: {e}");
-        println!("print {}", msg.replace('\n', " "));
+        crate::output::outln(&format!("print {}", msg.replace('\n', " ")));
         return Err(e);
     }
     let r = (|| -> Result<String, Error> {
@@ -96,14 +94,13 @@ fn task_prolog(env: &Environment) -> Result<(), Error> {
     })();
     match r {
         Ok(lines) => {
-            print!("{lines}");
-            let _ = std::io::stdout().flush();
+            crate::output::out(lines.as_bytes());
             Ok(())
         }
         Err(e) => {
             // slurmstepd shows `print` lines on the task's stdout
             let msg = format!("sw-pool: error: task prolog on {node}: {e}");
-            println!("print {}", msg.replace('\n', " "));
+            crate::output::outln(&format!("print {}", msg.replace('\n', " ")));
             slurm::syslog(
                 swpool_core::slurm::Level::Error,
                 &format!(
