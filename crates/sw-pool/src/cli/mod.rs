@@ -86,8 +86,7 @@ pub enum Command {
     Config(ConfigArgs),
     /// Put programs, the libraries they load and the files they open into a pool tree or pool
     Bundle(BundleArgs),
-    /// Generate shell completions or man pages
-    #[command(hide = true)]
+    /// Print a shell completion script (bash, zsh, fish, ...) or write the man pages
     Generate(GenerateArgs),
 }
 
@@ -603,6 +602,13 @@ pub struct ConfigArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "EXAMPLES (for one user; `make install` and the Debian package install both for all users):
+  sw-pool generate completions bash > ~/.local/share/bash-completion/completions/sw-pool
+  sw-pool generate completions zsh > ~/.zfunc/_sw-pool     (a directory on $fpath, before compinit)
+  sw-pool generate completions fish > ~/.config/fish/completions/sw-pool.fish
+  sw-pool generate man ~/.local/share/man/man1"
+)]
 pub struct GenerateArgs {
     #[command(subcommand)]
     pub what: GenerateWhat,
@@ -611,9 +617,15 @@ pub struct GenerateArgs {
 #[derive(Debug, Subcommand)]
 pub enum GenerateWhat {
     /// Man pages (sw-pool.1 and one per subcommand) into DIR
-    Man { dir: PathBuf },
+    Man {
+        /// The directory to write them into (created if missing)
+        dir: PathBuf,
+    },
     /// A completion script for SHELL on stdout
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to complete in
+        shell: clap_complete::Shell,
+    },
 }
 
 /// The paper's stand-alone tools are this binary under another name.
