@@ -285,6 +285,8 @@ chmod 755 "$W/job3.sh"
 jid=$(as_user sbatch --parsable -N4 -o "$W/out/job3-%j.out" --chdir=/tmp "$W/job3.sh")
 wait_for 1800 test -e "$W/out/job3-ready"
 before=$("$TESTBED/exec" node3 runuser -u "$TB_USER" -- "$SW" list --job "$jid")
+# the job's output so far (its load's messages), for when the check below fails
+sed 's/^/  job3: /' "$W/out/job3-$jid.out" 2>/dev/null || true
 assert_match "job3: mounted on node3 for the job before the kill" "ok +demo/1.0 .* $jid " "$before"
 scancel --signal=KILL "$jid"
 wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
