@@ -99,6 +99,7 @@ make_test_image() {
 }
 # race_fixture TAG: what the root-mount race tests (t_46, t_47) share, on node1: W (scratch, same
 # path on every node), L (node1's local disk), RACE (a copy of race.py the racing user can read),
+# SW (set by the caller) replaced by a copy in $W,
 # on CMD... (run on node1), a clean-up on exit (stops the racers, unmounts and removes what is under
 # $L, removes $W), and $W/tree with $W/tiny.sqfs built from it
 race_fixture() {
@@ -117,6 +118,10 @@ race_fixture() {
   trap race_cleanup EXIT
   mkdir -p "$W/tree"
   cp "$REPO/tests/cluster/race.py" "$RACE"
+  # the binary where node1 sees it (the checkout may sit in a directory private to this host, e.g.
+  # a clone under /tmp: the nodes have their own /tmp)
+  cp "$SW" "$W/sw-pool"
+  SW=$W/sw-pool
   echo hello > "$W/tree/hello.txt"
   mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
 }
