@@ -104,6 +104,13 @@ impl StateDir {
             .join(format!("{}.json", Self::key(&self.node, mount_point)))
     }
 
+    /// The sidecar holding a record's mount ID (see [`StateDir::write`]).
+    fn mount_id_path(&self, mount_point: &Path) -> PathBuf {
+        self.path
+            .join("mounts")
+            .join(format!("{}.mid", Self::key(&self.node, mount_point)))
+    }
+
     /// Where the FUSE helper's stderr goes for a mount at `mount_point`.
     pub fn log_path(&self, mount_point: &Path) -> PathBuf {
         self.path
@@ -188,29 +195,83 @@ impl StateDir {
                 r.schema
             )));
         }
-        Ok(r)
+        Ok(self.with_sidecar(r))
+    }
+
+    /// A record without `mount_id` in its JSON takes it from its sidecar, when the sidecar was
+    /// written with this very record (`ID HELPER_PID CREATED`: a sidecar left behind by an earlier
+    /// sw-pool's clean-up never lends its ID to a later mount; anything else is ignored — the ID
+    /// only helps find a renamed mount).
+    fn with_sidecar(&self, mut r: Record) -> Record {
+        if r.mount_id.is_none() {
+            let side = self.mount_id_path(&r.mount_point);
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .open(&side);
+            if let Ok(mut f) = opened {
+                let mut s = String::new();
+                let small = f.metadata().is_ok_and(|m| m.is_file() && m.len() < 64);
+                if small && f.read_to_string(&mut s).is_ok() {
+                    let v: Vec<u64> = s
+                        .split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect();
+                    if let [id, pid, created] = v[..] {
+                        if pid == u64::from(r.helper_pid) && created == r.created {
+                            r.mount_id = u32::try_from(id).ok();
+                        }
+                    }
+                }
+            }
+        }
+        r
     }
 
     /// Write a record atomically (a private temporary, fsync, rename, fsync the directory:
     /// [`crate::atomic::write_file`]).
+    ///
+    /// A mount served by a FUSE helper is written in the shape sw-pool wrote before records named
+    /// what serves them (no `serving`: `backend` and `helper_pid` say it; the mount ID in a sidecar
+    /// `<key>.mid`, which earlier versions do not list), so that an earlier sw-pool on the same node
+    /// (whose reader refused unknown fields) still reads, lists and cleans it up. Other kinds are
+    /// written whole.
     pub fn write(&self, r: &Record) -> Result<(), StateError> {
         let dest = self.record_path(&r.mount_point);
-        let mut bytes = serde_json::to_vec_pretty(r).expect("record json");
+        let side = self.mount_id_path(&r.mount_point);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateError::Io { path, source }
+        };
+        let fuse = match &r.serving {
+            None => true,
+            Some(Serving::Fuse { helper, pid }) => *helper == r.backend && *pid == r.helper_pid,
+            Some(_) => false,
+        };
+        let mut shaped = r.clone();
+        if fuse {
+            shaped.serving = None;
+            match shaped.mount_id.take() {
+                Some(id) => {
+                    let line = format!("{id} {} {}\n", r.helper_pid, r.created);
+                    crate::atomic::write_file(&side, line.as_bytes(), true).map_err(io(&side))?
+                }
+                None => remove_if_there(&side)?,
+            }
+        }
+        let mut bytes = serde_json::to_vec_pretty(&shaped).expect("record json");
         bytes.push(b'\n');
-        crate::atomic::write_file(&dest, &bytes, true).map_err(|source| StateError::Io {
-            path: dest.clone(),
-            source,
-        })
+        crate::atomic::write_file(&dest, &bytes, true).map_err(io(&dest))
     }
 
     /// Remove a mount point's record and helper log.
     pub fn remove(&self, mount_point: &Path) -> Result<(), StateError> {
-        for p in [self.record_path(mount_point), self.log_path(mount_point)] {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(StateError::Io { path: p, source }),
-            }
+        for p in [
+            self.record_path(mount_point),
+            self.log_path(mount_point),
+            self.mount_id_path(mount_point),
+        ] {
+            remove_if_there(&p)?;
         }
         Ok(())
     }
@@ -339,4 +400,15 @@ pub fn images_in_use(dir: &StateDir) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+fn remove_if_there(p: &Path) -> Result<(), StateError> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StateError::Io {
+            path: p.to_path_buf(),
+            source,
+        }),
+    }
 }

@@ -530,11 +530,50 @@ fn records_of_other_versions_are_read_or_refused_as_newer() {
     let put =
         |v: &serde_json::Value| std::fs::write(&file, serde_json::to_vec(v).unwrap()).unwrap();
 
-    // an earlier version's record
-    let mut old = written.clone();
-    old.as_object_mut().unwrap().remove("serving");
-    old.as_object_mut().unwrap().remove("mount_id");
-    put(&old);
+    // a FUSE mount's record is written in the earlier shape (an earlier sw-pool, which refused
+    // unknown fields, reads it as its own): no `serving`, the mount ID in a sidecar
+    let keys: Vec<&String> = written.as_object().unwrap().keys().collect();
+    for k in &keys {
+        assert!(
+            [
+                "schema",
+                "mount_point",
+                "image",
+                "format",
+                "backend",
+                "pool",
+                "helper_pid",
+                "uid",
+                "user",
+                "node",
+                "created",
+                "refs",
+                "pending",
+                "source"
+            ]
+            .contains(&k.as_str()),
+            "{k} is not a field of the earlier record shape"
+        );
+    }
+    let side = file.with_extension("mid");
+    let line = std::fs::read_to_string(&side).unwrap();
+    assert!(line.starts_with("901 "), "{line}");
+    let r = e.dir.read(&e.mp).unwrap().unwrap();
+    assert_eq!(
+        (r.serving, r.mount_id),
+        (None, Some(901)),
+        "the ID comes back"
+    );
+
+    // a sidecar left behind by an earlier sw-pool's clean-up lends its ID to no other record
+    let mut later = written.clone();
+    later["created"] = serde_json::json!(written["created"].as_u64().unwrap() + 1);
+    put(&later);
+    assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().mount_id, None);
+
+    // an earlier version's record (no sidecar either)
+    std::fs::remove_file(&side).unwrap();
+    put(&written);
     let r = e.dir.read(&e.mp).unwrap().unwrap();
     assert_eq!((r.serving, r.mount_id), (None, None));
 
