@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::engine::LocalResult;
+use super::engine::{plane_err, LocalResult};
 use super::Stats;
 use crate::plane::{DataPlane, PlaneError};
 use crate::watchdog::Watchdog;
@@ -402,14 +402,6 @@ fn failed_nodes(
                 .unwrap_or_else(|| format!("leader {k}"))
         })
         .collect())
-}
-
-/// A data-plane failure as this leader's outcome.
-fn plane_err(e: PlaneError) -> (ExitStatus, String) {
-    (
-        ExitStatus::Collective,
-        format!("the transfer among the nodes failed: {e}; see the other nodes' messages"),
-    )
 }
 
 /// Record that the stream stops because of `failed` (unless this leader already has its own error).

@@ -61,7 +61,7 @@ impl Reqs {
 }
 
 /// A data-plane failure as this leader's outcome.
-pub(super) fn plane_err(e: PlaneError) -> (ExitStatus, String) {
+pub(crate) fn plane_err(e: PlaneError) -> (ExitStatus, String) {
     (
         ExitStatus::Collective,
         format!("the transfer among the nodes failed: {e}; see the other nodes' messages"),

@@ -45,8 +45,9 @@ mod tree;
 
 pub(crate) use chunk::local;
 use chunk::{fetch_ahead, land, read_chunk, read_only_the_range};
+pub(crate) use flight::plane_err;
 
-use flight::{plane_err, Backoff, Flight, Landed, Reqs};
+use flight::{Backoff, Flight, Landed, Reqs};
 use ring::{BlockPool, Ctx, Ring};
 
 use super::plan::{self, Chunk, Slot, SlotHeader, BLOCK_LEN};
