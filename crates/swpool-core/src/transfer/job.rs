@@ -91,7 +91,18 @@ impl Job {
         if !launched {
             return Ok(Job::single());
         }
-        Job::init_mpi(env.is_one(EnvVar::FakeNodes))
+        // MPI start-up (MPI_Init, the communicator splits, the leaders' table) is collective: a
+        // node that cannot reach another would otherwise hang here for ever. The job's watchdog is
+        // armed around it, so that such a hang ends with exit status 8 in bounded time.
+        let watchdog = Watchdog::default();
+        let _armed = watchdog.arm(
+            format!("{} (MPI start-up)", hostname()),
+            crate::watchdog::default_timeout(env),
+        );
+        let _phase = watchdog.phase("MPI start-up (MPI_Init and the first collectives)");
+        let mut job = Job::init_mpi(env.is_one(EnvVar::FakeNodes))?;
+        job.watchdog = watchdog.clone();
+        Ok(job)
     }
 
     /// A single-process job (no MPI).
