@@ -20,6 +20,8 @@ DEMO_PACKAGES=(
   slurmctld slurmd slurm-client libslurm-dev munge openssh-server openssh-sftp-server openssh-client sshfs iproute2 util-linux procps kmod
   # Lmod (module avail / module load)
   lmod
+  # `sw-pool run/shell --layer` without the site's helper: the rootless writable overlay
+  fuse-overlayfs
 )
 TEST_PACKAGES=(
   # MPICH must also work
@@ -30,6 +32,8 @@ TEST_PACKAGES=(
   csh fish zsh tcl8.6
   # benchmarks and reports
   python3 python3-matplotlib hyperfine time
+  # the environment start benchmark's peers (bench/env-start.sh): bwrap, ch-run, unshare -U
+  bubblewrap charliecloud-runtime uidmap
   # the SimGrid scale model of the broadcast (model/, `make model`)
   python3-simgrid
 )

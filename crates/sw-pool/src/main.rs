@@ -16,6 +16,14 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // pid 1 of an environment (`sw-pool run`/`shell`): before anything else, and single-threaded
+    let mut raw = std::env::args_os();
+    if raw.nth(1).as_deref() == Some(std::ffi::OsStr::new("__enter")) {
+        match raw.next().and_then(|s| s.into_string().ok()) {
+            Some(spec) => swpool_env::init::main(&spec),
+            None => return ExitCode::from(swpool_env::EXIT_SETUP as u8),
+        }
+    }
     let args = cli::multicall_args(std::env::args_os().collect());
     let cli = cli::Cli::parse_from(args);
     // the process environment, read once; everything below takes its values from this

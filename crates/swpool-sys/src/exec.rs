@@ -88,6 +88,8 @@ pub enum Tool {
     LdSo,
     /// `sw-pool bundle --python`: the interpreter's module search path.
     Python3,
+    /// `sw-pool run/shell --layer` without the site's helper: the rootless writable overlay.
+    FuseOverlayfs,
 }
 
 impl Tool {
@@ -111,6 +113,7 @@ impl Tool {
             Tool::Ldconfig => "ldconfig",
             Tool::LdSo => "ld.so",
             Tool::Python3 => "python3",
+            Tool::FuseOverlayfs => "fuse-overlayfs",
         }
     }
 
@@ -130,6 +133,7 @@ impl Tool {
             Tool::Strace => "strace",
             Tool::Ldconfig | Tool::LdSo => "libc-bin",
             Tool::Python3 => "python3",
+            Tool::FuseOverlayfs => "fuse-overlayfs",
         }
     }
 

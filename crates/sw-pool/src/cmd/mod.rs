@@ -7,10 +7,12 @@ mod cleanup;
 mod config;
 mod cp;
 mod env;
+mod environment;
 mod generate;
 mod init;
 mod inspect;
 mod keygen;
+mod layer;
 mod list;
 mod load;
 mod modulefiles;
@@ -51,6 +53,9 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Cleanup(a) => cleanup::run(g, a, env),
         Command::Slurm(a) => slurm::run(g, a, env),
         Command::Env(a) => env::run(g, a, env),
+        Command::Run(a) => environment::run(g, a, env),
+        Command::Shell(a) => environment::shell(g, a, env),
+        Command::Layer(a) => layer::run(g, a, env),
     }
 }
 

@@ -12,6 +12,7 @@
 //! | `squashfs_level` | `SW_POOL_SQUASHFS_LEVEL` | mksquashfs' default | zstd level for squashfs pools |
 //! | `pool_path` | `SW_POOL_PATH` (`:`-separated) | none | directories searched for `name/version` |
 //! | `cache_dir` | `SW_POOL_CACHE` | `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp` | node-local pool cache |
+//! | `layer_dir` | `SW_POOL_LAYER_DIR` | `$XDG_DATA_HOME/sw-pool/layers`, `~/.local/share/sw-pool/layers` | a user's writable layers (`run`, `shell`, `layer`) |
 //! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
 //! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
 //! | `cache_high_watermark` | `SW_POOL_CACHE_HIGH` | none | after a load, a cache above this is pruned … |
@@ -108,6 +109,7 @@ pub struct Config {
     pub pool_path: Setting<Vec<PathBuf>>,
     pub cache_dir: Setting<Option<PathBuf>>,
     pub mount_dir: Setting<Option<PathBuf>>,
+    pub layer_dir: Setting<Option<PathBuf>>,
     pub require_signature: Setting<bool>,
     pub cache_high_watermark: Setting<Option<u64>>,
     pub cache_low_watermark: Setting<Option<u64>>,
@@ -122,6 +124,7 @@ struct FileConfig {
     pool_path: Option<Vec<PathBuf>>,
     cache_dir: Option<PathBuf>,
     mount_dir: Option<PathBuf>,
+    layer_dir: Option<PathBuf>,
     require_signature: Option<bool>,
     cache_high_watermark: Option<String>,
     cache_low_watermark: Option<String>,
@@ -136,6 +139,7 @@ impl Default for Config {
             pool_path: Setting::default(Vec::new()),
             cache_dir: Setting::default(None),
             mount_dir: Setting::default(None),
+            layer_dir: Setting::default(None),
             require_signature: Setting::default(false),
             cache_high_watermark: Setting::default(None),
             cache_low_watermark: Setting::default(None),
@@ -238,6 +242,9 @@ impl Config {
         if let Some(v) = f.mount_dir {
             self.mount_dir.set(Some(v), o());
         }
+        if let Some(v) = f.layer_dir {
+            self.layer_dir.set(Some(v), o());
+        }
         if let Some(v) = f.require_signature {
             self.require_signature.set(v, o());
         }
@@ -294,6 +301,10 @@ impl Config {
         const CA: &str = "SW_POOL_CACHE";
         if let Some(v) = get(CA).filter(|v| !v.is_empty()) {
             self.cache_dir.set(Some(v.into()), Origin::Env(CA));
+        }
+        const LD: &str = "SW_POOL_LAYER_DIR";
+        if let Some(v) = get(LD).filter(|v| !v.is_empty()) {
+            self.layer_dir.set(Some(v.into()), Origin::Env(LD));
         }
         const M: &str = "SW_POOL_MOUNT";
         if let Some(v) = get(M).filter(|v| !v.is_empty()) {
@@ -373,6 +384,11 @@ impl Config {
                 "mount_dir",
                 opt(&self.mount_dir.value, "(per-user runtime directory)"),
                 self.mount_dir.origin.to_string(),
+            ),
+            (
+                "layer_dir",
+                opt(&self.layer_dir.value, "(~/.local/share/sw-pool/layers)"),
+                self.layer_dir.origin.to_string(),
             ),
             (
                 "require_signature",

@@ -74,6 +74,7 @@ env_vars! {
     Path "SW_POOL_PATH" Setting "none" "config key `pool_path` (`:`-separated)";
     Cache "SW_POOL_CACHE" Setting "`$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp`" "config key `cache_dir`";
     Mount "SW_POOL_MOUNT" Setting "per-user runtime directory" "config key `mount_dir`; also set by `load` for modulefiles";
+    LayerDir "SW_POOL_LAYER_DIR" Setting "`$XDG_DATA_HOME/sw-pool/layers`, `~/.local/share/sw-pool/layers`" "config key `layer_dir`";
     RequireSignature "SW_POOL_REQUIRE_SIGNATURE" Setting "true when a trusted key is installed, else false" "config key `require_signature`";
     CacheHigh "SW_POOL_CACHE_HIGH" Setting "none" "config key `cache_high_watermark`";
     CacheLow "SW_POOL_CACHE_LOW" Setting "80 % of high" "config key `cache_low_watermark`";
@@ -93,6 +94,7 @@ env_vars! {
     Bin "SW_POOL_BIN" Option "`sw-pool` on PATH" "the sw-pool the pool modulefile runs (read by the modulefile only)";
     JobPools "SW_POOL_JOB_POOLS" State "none" "pools loaded in this job, for the TaskProlog of later steps";
     Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";
+    Environment "SW_POOL_ENVIRONMENT" State "none" "set inside `run`/`shell`: the environment's layer (`-`: none)";
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
     SetGwdg "_SW_POOL_SET_GWDG" State "none" "`GWDG_SW_MOUNT` was set by sw-pool (unload unsets it)";
     FakeNodes "SW_POOL_FAKE_NODES" Test "0" "`1`: every MPI rank is its own node (tests on one machine)";
@@ -139,10 +141,11 @@ host_vars! {
     Path "PATH" "tools are looked up in its directories before the system ones (not as root)";
     Home "HOME" "`~/.config` when `XDG_CONFIG_HOME` is unset (user config file, trusted keys)";
     XdgConfigHome "XDG_CONFIG_HOME" "the user config file and trusted-keys directory";
+    XdgDataHome "XDG_DATA_HOME" "the default layer directory (`run`, `shell`, `layer`)";
     XdgRuntimeDir "XDG_RUNTIME_DIR" "a user's record store and mount root (when it is the user's private directory)";
     LocalTmpdir "LOCAL_TMPDIR" "the node-local cache's base directory (before `TMPDIR`)";
     Tmpdir "TMPDIR" "the node-local cache's base directory";
-    Shell "SHELL" "shell syntax of printed environment changes, when neither `--shell` nor `SW_POOL_SHELL` says";
+    Shell "SHELL" "shell syntax of printed environment changes, when neither `--shell` nor `SW_POOL_SHELL` says; the shell `sw-pool shell` starts";
     RustLog "RUST_LOG" "passed on to the `sw-pool cleanup` the root Slurm hooks run as the job's user";
     Pythonpath "PYTHONPATH" "`bundle --python`: module directories besides the interpreter's";
     LdLibraryPath "LD_LIBRARY_PATH" "`bundle`: the loader's search path";

@@ -1,0 +1,203 @@
+//! What an environment will be made of, decided from what the node offers ([`Facts`], gathered by
+//! [`crate::probe`]): pure logic, unit-tested.
+//!
+//! Measured on the kernels sw-pool runs on (`docs/architecture.md`, "Environments"):
+//! - the kernel's overlay, mounted in a user's namespace over the host's root-owned `/usr`, mounts
+//!   but fails every write (copy-up must create files owned by uid 0, which the namespace cannot
+//!   map): without privileges it is only usable over lowers the user's namespace maps;
+//! - `fuse-overlayfs -o squash_to_root` works over the host's tree rootless (create, modify, rm,
+//!   rename), at a cost on cold reads and many small writes, and cannot read root-only files
+//!   (0600/0640);
+//! - a site's privileged helper can give the kernel's overlay idmapped lowers (full speed): not
+//!   installed here yet, so [`Method::KernelOverlay`] is chosen only when the helper offers it.
+
+use std::path::{Path, PathBuf};
+
+use crate::EnvError;
+
+/// How the environment's root is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Method {
+    /// No layer: new namespaces and `/proc` only; the host's tree as it is (writes go where they
+    /// would go outside).
+    Plain,
+    /// Rootless: `fuse-overlayfs` with the host's `/` as the lower and the layer as the upper, every
+    /// lower file shown as the namespace's root (the user).
+    FuseOverlay,
+    /// The kernel's overlay over idmapped lowers made by the site's helper.
+    KernelOverlay,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Plain => "namespaces only (no layer)",
+            Method::FuseOverlay => "rootless: fuse-overlayfs over the host's tree",
+            Method::KernelOverlay => "kernel overlay over idmapped lowers (site helper)",
+        }
+    }
+}
+
+/// What the node offers, as [`crate::probe`] found it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Facts {
+    /// `None` when unprivileged user namespaces are allowed; else why not and what to change.
+    pub userns_blocked: Option<String>,
+    /// `None` when this user can open `/dev/fuse` read-write; else why not.
+    pub dev_fuse_blocked: Option<String>,
+    /// Where `fuse-overlayfs` is, if installed.
+    pub fuse_overlayfs: Option<PathBuf>,
+    /// The site's helper offers idmapped lowers.
+    pub helper_idmap: bool,
+}
+
+/// The decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub method: Method,
+    /// Why this method (for `-v`).
+    pub why: String,
+}
+
+/// Choose how to make the environment.
+pub fn choose(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
+    if let Some(why) = &facts.userns_blocked {
+        return Err(EnvError::Unsupported(why.clone()));
+    }
+    if !layer {
+        return Ok(Plan {
+            method: Method::Plain,
+            why: "no --layer: new user, mount and PID namespaces over the host's tree".into(),
+        });
+    }
+    if facts.helper_idmap {
+        return Ok(Plan {
+            method: Method::KernelOverlay,
+            why: "the site's helper makes idmapped lowers: the kernel's overlay, at full speed"
+                .into(),
+        });
+    }
+    if let Some(why) = &facts.dev_fuse_blocked {
+        return Err(EnvError::Unsupported(format!(
+            "a writable layer without the site's helper needs FUSE, but {why}"
+        )));
+    }
+    match &facts.fuse_overlayfs {
+        Some(p) => Ok(Plan {
+            method: Method::FuseOverlay,
+            why: format!(
+                "no site helper for idmapped lowers, and the kernel's overlay cannot write over the \
+                 host's root-owned tree without one: rootless {}",
+                p.display()
+            ),
+        }),
+        None => Err(EnvError::Unsupported(
+            "a writable layer without the site's helper needs fuse-overlayfs, which is not \
+             installed: install the Debian package fuse-overlayfs (or ask the site to install \
+             sw-pool's helper)"
+                .into(),
+        )),
+    }
+}
+
+/// The host's mounts to bind into the new root: the top-most mount points below `/` (a bind is
+/// recursive, so mounts below them come along), except `/proc` (the environment gets its own) and
+/// anything at or below `exclude` (the layer's merged directory).
+pub fn binds(mount_points: &[PathBuf], exclude: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<&PathBuf> = mount_points
+        .iter()
+        .filter(|p| p.is_absolute() && p.as_path() != Path::new("/"))
+        .filter(|p| !p.starts_with("/proc") && !p.starts_with(exclude))
+        .collect();
+    v.sort();
+    v.dedup();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in v {
+        if !out.iter().any(|q| p.starts_with(q)) {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts {
+            fuse_overlayfs: Some("/usr/bin/fuse-overlayfs".into()),
+            ..Facts::default()
+        }
+    }
+
+    #[test]
+    fn no_layer_is_plain() {
+        let mut f = facts();
+        f.fuse_overlayfs = None;
+        f.dev_fuse_blocked = Some("x".into());
+        assert_eq!(choose(false, &f).unwrap().method, Method::Plain);
+    }
+
+    #[test]
+    fn layer_rootless_is_fuse_overlayfs() {
+        assert_eq!(choose(true, &facts()).unwrap().method, Method::FuseOverlay);
+    }
+
+    #[test]
+    fn helper_wins() {
+        let mut f = facts();
+        f.helper_idmap = true;
+        f.dev_fuse_blocked = Some("no".into());
+        assert_eq!(choose(true, &f).unwrap().method, Method::KernelOverlay);
+    }
+
+    #[test]
+    fn what_is_missing_is_named() {
+        let mut f = facts();
+        f.fuse_overlayfs = None;
+        let e = choose(true, &f).unwrap_err().to_string();
+        assert!(
+            e.contains("install the Debian package fuse-overlayfs"),
+            "{e}"
+        );
+        let mut f = facts();
+        f.dev_fuse_blocked = Some("/dev/fuse is mode 0600".into());
+        let e = choose(true, &f).unwrap_err().to_string();
+        assert!(e.contains("/dev/fuse is mode 0600"), "{e}");
+        let mut f = facts();
+        f.userns_blocked = Some("user.max_user_namespaces is 0".into());
+        let e = choose(false, &f).unwrap_err().to_string();
+        assert!(e.contains("max_user_namespaces"), "{e}");
+    }
+
+    #[test]
+    fn binds_are_top_level_and_skip_proc_and_the_layer() {
+        let mp: Vec<PathBuf> = [
+            "/",
+            "/proc",
+            "/proc/sys/fs/binfmt_misc",
+            "/dev",
+            "/dev/pts",
+            "/dev/shm",
+            "/sys",
+            "/home",
+            "/home/u/layers/dev/merged",
+            "/tmp",
+            "/tmp/sw-pool-1000/mnt/demo-1.0",
+            "/dev",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        let b = binds(&mp, Path::new("/home/u/layers/dev/merged"));
+        let want: Vec<PathBuf> = ["/dev", "/home", "/sys", "/tmp"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(b, want);
+        // a prefix that is not a path ancestor does not swallow a mount
+        let mp: Vec<PathBuf> = ["/", "/data", "/data2"].iter().map(PathBuf::from).collect();
+        assert_eq!(binds(&mp, Path::new("/x")).len(), 2);
+    }
+}
