@@ -179,20 +179,26 @@ fn supervise(spec: &Spec) -> i32 {
     }
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args).env("SW_POOL_ENVIRONMENT", &spec.name);
-    if !spec.root {
-        let (uid, gid) = (spec.uid, spec.gid);
-        // the caller's own uid inside: a nested user namespace mapping it to this one's root
-        unsafe {
-            cmd.pre_exec(move || {
+    let (uid, gid, root) = (spec.uid, spec.gid, spec.root);
+    unsafe {
+        cmd.pre_exec(move || {
+            // the command starts with no signal blocked (std leaves the mask as it is; the
+            // handlers installed above are reset by exec)
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            if !root {
+                // the caller's own uid inside: a nested user namespace mapping it to this
+                // one's root
                 if libc::unshare(libc::CLONE_NEWUSER) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 let _ = std::fs::write("/proc/self/setgroups", "deny");
                 std::fs::write("/proc/self/uid_map", format!("{uid} 0 1"))?;
                 std::fs::write("/proc/self/gid_map", format!("{gid} 0 1"))?;
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
     let child = match cmd.spawn() {
         Ok(c) => c,

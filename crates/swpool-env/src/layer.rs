@@ -310,12 +310,12 @@ impl LayerStore {
             whiteouts: 0,
             in_use: in_use(&l.dir.join(LOCK)),
         };
-        walk(&l.upper, &mut |m: &fs::Metadata| {
+        walk(&l.upper, &mut |name: &std::ffi::OsStr, m: &fs::Metadata| {
             s.entries += 1;
             if m.is_file() {
                 s.bytes += m.len();
             }
-            if is_whiteout(m) {
+            if is_whiteout(name, m) {
                 s.whiteouts += 1;
             }
         })
@@ -336,10 +336,17 @@ impl LayerStore {
     }
 }
 
-/// An overlay whiteout: a character device 0/0.
-pub fn is_whiteout(m: &fs::Metadata) -> bool {
+/// An overlay whiteout (a file deleted from a lower): a character device 0/0, or (fuse-overlayfs
+/// where it cannot make device nodes) a file `.wh.NAME`. The opaque-directory markers
+/// `.wh..opq` / `.wh..wh..opq` are not whiteouts.
+pub fn is_whiteout(name: &std::ffi::OsStr, m: &fs::Metadata) -> bool {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::FileTypeExt;
-    m.file_type().is_char_device() && m.rdev() == 0
+    let n = name.as_bytes();
+    if n.starts_with(b".wh..") {
+        return false;
+    }
+    n.starts_with(b".wh.") || (m.file_type().is_char_device() && m.rdev() == 0)
 }
 
 /// The pid written in a lock file.
@@ -359,11 +366,11 @@ fn in_use(p: &Path) -> Option<i32> {
 }
 
 /// Visit every entry below `dir` (not `dir` itself), without following symlinks.
-fn walk(dir: &Path, f: &mut dyn FnMut(&fs::Metadata)) -> io::Result<()> {
+fn walk(dir: &Path, f: &mut dyn FnMut(&std::ffi::OsStr, &fs::Metadata)) -> io::Result<()> {
     for e in fs::read_dir(dir)? {
         let e = e?;
         let m = e.metadata()?;
-        f(&m);
+        f(&e.file_name(), &m);
         if m.is_dir() {
             walk(&e.path(), f)?;
         }

@@ -1,0 +1,370 @@
+//! `sw-pool run` / `shell` / `layer` on this machine: real namespaces, real fuse-overlayfs.
+//!
+//! The unprivileged cases run as uid 65534 with a private, usable `/dev/fuse` (a device node bound
+//! over `/dev/fuse` in a mount namespace of the test's own: the host's may be root-only, as on
+//! machines without udev) — the machine itself is never changed. The cluster suite
+//! (`tests/cluster/t_60_environments.sh`) runs them across nodes under Slurm.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const NOBODY: u32 = 65534;
+
+/// A scratch directory with a usable FUSE device node and a layer store owned by nobody.
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = scratch();
+        let node = dir.path().join("fuse");
+        let ok = Command::new("mknod")
+            .arg("-m")
+            .arg("666")
+            .arg(&node)
+            .args(["c", "10", "229"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mknod");
+        let layers = dir.path().join("layers");
+        std::fs::create_dir(&layers).unwrap();
+        std::fs::set_permissions(&layers, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&layers, Some(NOBODY), Some(NOBODY)).unwrap();
+        Fixture { dir }
+    }
+
+    fn layers(&self) -> PathBuf {
+        self.dir.path().join("layers")
+    }
+
+    /// `sw-pool ARGS` as nobody, with the private /dev/fuse and this fixture's layer store.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("unshare");
+        c.args(["-m", "--propagation", "private", "--", "sh", "-c"])
+            .arg(r#"mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@""#)
+            .arg("sh")
+            .arg(self.dir.path().join("fuse"))
+            .arg(bin())
+            .args(args)
+            .env("SW_POOL_SYSTEM_CONFIG", "")
+            .env("SW_POOL_USER_CONFIG", "")
+            .env("SW_POOL_LAYER_DIR", self.layers())
+            .env("HOME", "/nonexistent")
+            .current_dir("/");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Out {
+        run(&mut self.cmd(args))
+    }
+}
+
+fn have_fuse_overlayfs() -> bool {
+    ["/usr/bin/fuse-overlayfs", "/bin/fuse-overlayfs"]
+        .iter()
+        .any(|p| Path::new(p).exists())
+}
+
+fn ready() -> bool {
+    if !is_root() {
+        skip("needs root to give the test user a private /dev/fuse; run the suite as root");
+        return false;
+    }
+    if !have_fuse_overlayfs() {
+        skip("fuse-overlayfs is not installed (tools/setup-deps.sh installs it)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn run_returns_the_commands_status_and_sees_only_its_processes() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    let o = f.run(&["run", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.code, 7, "{}", o.stderr);
+    // the command is pid 2 (pid 1 is the environment's init) and sees a handful of processes
+    let o = f.run(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ $(id -u); ls /proc | grep -c '^[0-9]'",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut lines = o.stdout.lines();
+    assert_eq!(lines.next(), Some("2 65534"), "{}", o.stdout);
+    let n: u32 = lines.next().unwrap().trim().parse().unwrap();
+    assert!(n <= 5, "{n} processes visible: {}", o.stdout);
+    // --root: uid 0 inside
+    let o = f.run(&["run", "--root", "--", "id", "-u"]);
+    assert_eq!((o.code, o.stdout.trim()), (0, "0"), "{}", o.stderr);
+    // a command that is not there: 127, named
+    let o = f.run(&["run", "--", "/nonexistent/cmd"]);
+    assert_eq!(o.code, 127, "{}", o.stderr);
+    assert!(o.stderr.contains("/nonexistent/cmd"), "{}", o.stderr);
+    // a signal that ends the command: 128 + N
+    let o = f.run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.code, 143, "{}", o.stderr);
+}
+
+#[test]
+fn writes_anywhere_land_in_the_layer_and_the_host_is_unchanged() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    let o = f.run(&["layer", "create", "dev"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let marker = format!("swpool-envtest-{}", std::process::id());
+    let etc_hostname = sha256_file(Path::new("/etc/hostname"));
+    let script = format!(
+        "set -e; printf '#!/bin/sh\\necho hello from the layer\\n' > /usr/local/bin/{marker}; \
+         chmod 755 /usr/local/bin/{marker}; echo changed >> /etc/hostname; mkdir -p /opt/{marker}; \
+         rm /etc/hostname; echo -v: $SW_POOL_ENVIRONMENT"
+    );
+    let o = f.run(&["-v", "run", "--layer", "dev", "--", "sh", "-c", &script]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("-v: dev"), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("fuse-overlayfs"),
+        "-v names the method: {}",
+        o.stderr
+    );
+    // the host: untouched
+    assert!(!Path::new("/usr/local/bin").join(&marker).exists());
+    assert!(!Path::new("/opt").join(&marker).exists());
+    assert_eq!(sha256_file(Path::new("/etc/hostname")), etc_hostname);
+    // the layer: the new files, and a whiteout for the deleted one
+    let upper = f.layers().join("dev/upper");
+    assert!(upper.join("usr/local/bin").join(&marker).is_file());
+    let wh = std::fs::symlink_metadata(upper.join("etc/hostname")).unwrap();
+    assert!(
+        swpool_like_is_whiteout(&wh),
+        "etc/hostname is not a whiteout"
+    );
+    // a later environment sees them
+    let o = f.run(&["run", "--layer", "dev", "--", &marker]);
+    assert_eq!(
+        (o.code, o.stdout.trim()),
+        (0, "hello from the layer"),
+        "{}",
+        o.stderr
+    );
+    let o = f.run(&["run", "--layer", "dev", "--", "test", "-e", "/etc/hostname"]);
+    assert_eq!(o.code, 1, "the deleted file stays deleted: {}", o.stderr);
+    // an environment without the layer does not
+    let o = f.run(&["run", "--", "sh", "-c", &format!("command -v {marker}")]);
+    assert_ne!(o.code, 0, "{}", o.stdout);
+    // du / list show it
+    let o = f.run(&["layer", "du", "dev", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["whiteouts"], 1, "{}", o.stdout);
+    assert!(v["entries"].as_u64().unwrap() >= 6, "{}", o.stdout);
+    let o = f.run(&["layer", "rm", "dev"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = f.run(&["layer", "list"]);
+    assert!(o.stdout.contains("no layers"), "{}", o.stdout);
+}
+
+fn swpool_like_is_whiteout(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// The ids of a process's PID and mount namespaces.
+fn ns_ids(pid: i32) -> Option<(PathBuf, PathBuf)> {
+    Some((
+        std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?,
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?,
+    ))
+}
+
+/// Processes in the PID namespace `pidns` or the mount namespace `mntns`.
+fn members(pidns: &Path, mntns: &Path) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Some((p, m)) = ns_ids(pid) {
+            if p == pidns || m == mntns {
+                v.push(pid);
+            }
+        }
+    }
+    v
+}
+
+fn children(ppid: i32) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            let after = &s[s.rfind(')').unwrap() + 2..];
+            if after.split(' ').nth(1).and_then(|p| p.parse().ok()) == Some(ppid) {
+                v.push(pid);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn kill_9_of_the_environments_init_leaves_no_process_and_no_mount() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    assert_eq!(f.run(&["layer", "create", "k"]).code, 0);
+    let mut child = f
+        .cmd(&[
+            "run",
+            "--layer",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300 & sleep 300",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id() as i32;
+    // pid 1 of the environment: the launcher's child, once both sleeps run in its namespace
+    let t0 = Instant::now();
+    let (init, pidns, mntns) = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the environment did not start"
+        );
+        let found = children(launcher).into_iter().find_map(|c| {
+            let (p, m) = ns_ids(c)?;
+            let sleeps = members(&p, &m)
+                .into_iter()
+                .filter(|&q| {
+                    std::fs::read_to_string(format!("/proc/{q}/comm"))
+                        .is_ok_and(|c| c.trim() == "sleep")
+                })
+                .count();
+            (sleeps == 2).then_some((c, p, m))
+        });
+        if let Some(x) = found {
+            break x;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let before = members(&pidns, &mntns);
+    assert!(
+        before.len() >= 4,
+        "init, sh, 2 sleeps, fuse-overlayfs: {before:?}"
+    );
+    // while it runs, the layer is in use
+    let o = f.run(&["run", "--layer", "k", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("in use"), "{}", o.stderr);
+    let killed = Instant::now();
+    rustix_kill9(init);
+    loop {
+        let left = members(&pidns, &mntns);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "1 s after kill -9 of pid 1, processes of the environment are left: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // no process holds the mount namespace, so every mount of it is gone with it
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(137), "the launcher reports SIGKILL");
+    // and the layer is free again
+    assert_eq!(f.run(&["run", "--layer", "k", "--", "true"]).code, 0);
+}
+
+fn rustix_kill9(pid: i32) {
+    let ok = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn bad_layers_are_refused_with_what_to_do() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    let o = f.run(&["run", "--layer", "nope", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("sw-pool layer create nope"),
+        "{}",
+        o.stderr
+    );
+    let o = f.run(&["layer", "create", "../x"]);
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(o.stderr.contains("not valid"), "{}", o.stderr);
+    // a layer that is a symlink to someone else's directory: refused, not followed
+    let other = f.dir.path().join("other");
+    std::fs::create_dir_all(other.join("upper")).unwrap();
+    std::os::unix::fs::symlink(&other, f.layers().join("planted")).unwrap();
+    let o = f.run(&["run", "--layer", "planted", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("symbolic link"), "{}", o.stderr);
+    // a layer another user owns
+    let theirs = f.layers().join("theirs");
+    for d in ["", "upper", "work", "merged"] {
+        std::fs::create_dir_all(theirs.join(d)).unwrap();
+    }
+    let o = f.run(&["run", "--layer", "theirs", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("belongs to uid 0"), "{}", o.stderr);
+}
+
+#[test]
+fn an_unusable_dev_fuse_is_named() {
+    if !ready() {
+        return;
+    }
+    if std::fs::metadata("/dev/fuse").is_ok_and(|m| m.permissions().mode() & 0o006 == 0o006) {
+        skip("/dev/fuse on this machine is usable by everyone");
+        return;
+    }
+    let f = Fixture::new();
+    assert_eq!(f.run(&["layer", "create", "x"]).code, 0);
+    // without the private device node: the host's root-only /dev/fuse
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(bin())
+        .args(["run", "--layer", "x", "--", "true"])
+        .env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .env("SW_POOL_LAYER_DIR", f.layers())
+        .current_dir("/");
+    let o = run(&mut c);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("/dev/fuse is not usable by uid 65534")
+            && o.stderr.contains("chmod 0666"),
+        "{}",
+        o.stderr
+    );
+}
