@@ -75,7 +75,15 @@ pub fn run(
         verbose: req.verbose,
     };
     let json = serde_json::to_string(&spec).expect("a spec serialises");
-    let status = start(&req.self_exe, &json, spec.uid, spec.gid)?;
+    // pid 1 is `sw-pool-enter` beside the binary when installed (small: fast to start), else the
+    // binary itself as `sw-pool __enter`
+    let small = req.self_exe.with_file_name("sw-pool-enter");
+    let (exe, args): (&std::path::Path, &[&[u8]]) = if small.is_file() {
+        (&small, &[b"sw-pool-enter"])
+    } else {
+        (&req.self_exe, &[b"sw-pool", b"__enter"])
+    };
+    let status = start(exe, args, &json, spec.uid, spec.gid)?;
     Ok(RunOutcome {
         method: p.method,
         why: p.why,
@@ -87,20 +95,24 @@ fn cstr(b: &[u8], what: &str) -> Result<CString, EnvError> {
     CString::new(b).map_err(|_| EnvError::Unsupported(format!("{what} contains a NUL byte")))
 }
 
-/// Clone pid 1, map it, let it exec `exe __enter json`, wait; its exit status.
-fn start(exe: &std::path::Path, json: &str, uid: u32, gid: u32) -> Result<i32, EnvError> {
+/// Clone pid 1, map it, let it exec `exe ARGS.. json`, wait; its exit status.
+fn start(
+    exe: &std::path::Path,
+    args: &[&[u8]],
+    json: &str,
+    uid: u32,
+    gid: u32,
+) -> Result<i32, EnvError> {
     // everything the child touches is made before the clone: between clone and exec it may only
     // make system calls (this process can have other threads)
     let c_exe = cstr(exe.as_os_str().as_bytes(), "the program path")?;
-    let c_arg0 = cstr(b"sw-pool", "")?;
-    let c_arg1 = cstr(b"__enter", "")?;
-    let c_arg2 = cstr(json.as_bytes(), "the environment's specification")?;
-    let argv = [
-        c_arg0.as_ptr(),
-        c_arg1.as_ptr(),
-        c_arg2.as_ptr(),
-        std::ptr::null(),
-    ];
+    let mut c_args = args
+        .iter()
+        .map(|a| cstr(a, "an argument"))
+        .collect::<Result<Vec<_>, _>>()?;
+    c_args.push(cstr(json.as_bytes(), "the environment's specification")?);
+    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|c| c.as_ptr()).collect();
+    argv.push(std::ptr::null());
     let mut fds = [0i32; 2];
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(EnvError::Start {

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Environment start benchmark (issue 29; not a test): 100 starts in a row of `sw-pool run -- true`,
+# with and without a layer, against the peers that install from Debian in the same run — bwrap
+# (bubblewrap), `unshare -Urmpf --mount-proc`, ch-run (charliecloud-runtime) — and the floor
+# (bench/env-floor.c: clone into new user+mount+PID namespaces, map, /proc, exec; and the same plus a
+# kernel overlay over a lower the user owns). SDEE's published figure (seed 003: 100 starts 2.848 s;
+# Docker 16.93 s, Singularity 12.49 s) is shown beside them. Then 128 starts at once (one node's
+# tasks of a job).
+#
+#   bench/env-start.sh [REPS]          (root; default 3 repetitions, median reported)
+#
+# Everything runs as uid 65534 (rootless, as users run it), with a usable /dev/fuse of its own
+# (a device node bound over /dev/fuse in this script's mount namespace; the machine is not changed).
+# rootless podman is not measured: it needs an image store, subuid ranges and an image, none of
+# which a Debian install gives without network access (said in the report). ch-run makes no PID
+# namespace (said in the report). Writes bench/results/env-start-<date>.md and prints it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+REPS=${1:-3}
+SW=$REPO/target/release/sw-pool
+[[ $(id -u) == 0 ]] || { echo "env-start: run as root (it makes a private /dev/fuse)" >&2; exit 1; }
+[[ -x $SW ]] || { echo "env-start: build first (cargo build --release)" >&2; exit 1; }
+# shellcheck source=lib.sh
+. "$REPO/bench/lib.sh"
+W=$(mktemp -d /var/tmp/swp-bench-env.XXXXXX)
+chmod 755 "$W"
+cleanup() { rm -rf "$W"; }
+trap cleanup EXIT
+OUT=$REPO/bench/results/env-start-$(date +%Y%m%d-%H%M)
+: > "$OUT.log"
+
+cc -O2 -Wall -Wextra -o "$W/env-floor" "$REPO/bench/env-floor.c"
+mknod -m 666 "$W/fuse" c 10 229
+install -d -o 65534 -g 65534 -m 700 "$W/layers" "$W/floor" "$W/floor/lower"
+install -d -o 65534 -g 65534 -m 755 "$W/floor/lower/usr"
+# a minimal charliecloud image: /bin/true, its libraries, the directories ch-run binds over
+I=$W/chimg
+mkdir -p "$I"/{bin,dev,proc,sys,etc,home,tmp,root,run,mnt,var/tmp,lib64,usr/bin}
+cp /bin/true "$I/bin/"
+for l in $(ldd /bin/true | grep -o '/lib[^ ]*'); do mkdir -p "$I$(dirname "$l")"; cp "$l" "$I$l"; done
+touch "$I"/etc/{passwd,group,hosts,resolv.conf}
+chmod -R a+rX "$I"
+
+# the inner script runs as nobody: NAME REP SECONDS per line
+cat > "$W/inner.sh" <<'EOS'
+set -euo pipefail
+W=$1 SW=$2 REPS=$3
+now() { date +%s.%N; }
+loop() { # NAME CMD... : 100 starts in a row, REPS times
+  local name=$1; shift
+  "$@" >/dev/null 2>&1 || { echo "$name FAILED: $("$@" 2>&1 | tail -1)"; return 0; }
+  for r in $(seq "$REPS"); do
+    local s; s=$(now)
+    for _ in $(seq 100); do "$@" >/dev/null; done
+    echo "$name $r $(awk -v a="$s" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')"
+  done
+}
+burst() { # NAME CMD... : 128 at once
+  local name=$1; shift
+  local s; s=$(now)
+  for _ in $(seq 128); do "$@" >/dev/null 2>&1 & done
+  wait
+  echo "$name 1 $(awk -v a="$s" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')"
+}
+export SW_POOL_LAYER_DIR=$W/layers SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= HOME=$W USER=nobody
+cd "$W"
+"$SW" layer create bench >/dev/null
+loop floor-ns "$W/env-floor" ns 1
+loop sw-pool-run "$SW" run -- true
+loop unshare-Urmpf unshare -Urmpf --mount-proc true
+loop bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
+loop ch-run ch-run "$W/chimg" -- /bin/true
+loop floor-ovl "$W/env-floor" ovl 1 "$W/floor/lower" "$W/floor"
+loop sw-pool-run-layer "$SW" run --layer bench -- true
+burst burst-sw-pool-run "$SW" run -- true
+burst burst-unshare-Urmpf unshare -Urmpf --mount-proc true
+burst burst-bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
+EOS
+log "# Environment starts: 100 in a row, rootless (uid 65534), median of $REPS ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+log ""
+unshare -m --propagation private -- sh -c 'mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"' \
+  sh "$W/fuse" bash "$W/inner.sh" "$W" "$SW" "$REPS" > "$W/raw.txt"
+cat "$W/raw.txt" >> "$OUT.log"
+med() { awk -v n="$1" '$1 == n { print $3 }' "$W/raw.txt" | median; }
+failed() { grep "^$1 FAILED" "$W/raw.txt" | cut -d' ' -f3- || true; }
+SWR=$(med sw-pool-run)
+{
+  echo "| contender | 100 starts (s) | per start (ms) | ÷ sw-pool run |"
+  echo "|---|---|---|---|"
+  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer; do
+    f=$(failed "$n")
+    if [[ -n $f ]]; then echo "| $n | failed: $f | | |"; continue; fi
+    m=$(med "$n")
+    echo "| $n | $m | $(calc "$m * 10") | $(calc "$m / $SWR") |"
+  done
+  echo "| SDEE (published, seed 003) | 2.848 | 28.5 | $(calc "2.848 / $SWR") |"
+  echo "| Docker / Singularity (published, seed 003) | 16.93 / 12.49 | | |"
+  echo ""
+  echo "128 starts at once (one node's tasks), wall time (s):"
+  echo ""
+  for n in burst-sw-pool-run burst-unshare-Urmpf burst-bwrap; do
+    echo "- $n: $(awk -v n="$n" '$1 == n { print $3 }' "$W/raw.txt")"
+  done
+  echo ""
+  echo "floor-ns / floor-ovl: bench/env-floor.c, one process per start (the launcher's exec included"
+  echo "via a fresh process each time). ch-run makes no PID namespace. podman: not measured (rootless"
+  echo "podman needs an image store, subuid ranges and an image; none without network)."
+} | tee "$OUT.md"
+echo "wrote $OUT.md"
