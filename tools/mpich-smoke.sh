@@ -13,9 +13,13 @@ if ! command -v mpicc.mpich >/dev/null || ! command -v mpirun.mpich >/dev/null; 
   echo "mpich-smoke: mpicc.mpich / mpirun.mpich not found (apt-get install mpich libmpich-dev)"; exit 1
 fi
 (cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool)
+# sw-pool is the front (no MPI); the MPI commands run as sw-pool-full beside it
 BIN=$TARGET/release/sw-pool
-if ! ldd "$BIN" | grep -q 'libmpich'; then
-  echo "mpich-smoke: FAIL: $BIN is not linked against MPICH:"; ldd "$BIN" | grep -i mpi; exit 1
+# (ldd's output is read whole: `ldd | grep -q` fails under pipefail when grep exits first and ldd
+# gets SIGPIPE; it did, once, in the cluster suite)
+libs=$(ldd "$BIN-full")
+if ! grep -q 'libmpich' <<< "$libs"; then
+  echo "mpich-smoke: FAIL: $BIN-full is not linked against MPICH:"; grep -i mpi <<< "$libs"; exit 1
 fi
 D=$(mktemp -d /var/tmp/swp-mpich-smoke.XXXXXX)
 trap 'rm -rf "$D"' EXIT

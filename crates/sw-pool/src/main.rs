@@ -9,6 +9,7 @@
 
 mod cli;
 mod cmd;
+mod environment;
 mod output;
 
 use std::process::ExitCode;

@@ -40,7 +40,7 @@ fn line(s: &LayerSummary) -> String {
 }
 
 pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error> {
-    let store = super::environment::store(a.layer_dir, env)?;
+    let store = crate::environment::store(a.layer_dir, env)?;
     match a.command {
         LayerCommand::List { json: j } => {
             let p = Printer::new(g, j);

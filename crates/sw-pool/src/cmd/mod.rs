@@ -7,7 +7,6 @@ mod cleanup;
 mod config;
 mod cp;
 mod env;
-mod environment;
 mod generate;
 mod init;
 mod inspect;
@@ -53,8 +52,8 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Cleanup(a) => cleanup::run(g, a, env),
         Command::Slurm(a) => slurm::run(g, a, env),
         Command::Env(a) => env::run(g, a, env),
-        Command::Run(a) => environment::run(g, a, env),
-        Command::Shell(a) => environment::shell(g, a, env),
+        Command::Run(a) => crate::environment::run(g, a, env),
+        Command::Shell(a) => crate::environment::shell(g, a, env),
         Command::Layer(a) => layer::run(g, a, env),
     }
 }

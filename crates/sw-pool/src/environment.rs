@@ -12,7 +12,7 @@ use crate::output::Printer;
 
 /// The layer store: `--layer-dir`, config `layer_dir` / `$SW_POOL_LAYER_DIR`, else the default.
 pub fn store(flag: Option<PathBuf>, env: &Environment) -> Result<LayerStore, Error> {
-    let cfg = super::config(env)?;
+    let cfg = swpool_core::config::Config::load(env)?;
     let root = flag
         .or(cfg.layer_dir.value)
         .or_else(|| {
