@@ -79,6 +79,7 @@ burst burst-bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc
 EOS
 log "# Environment starts: 100 in a row, rootless (uid 65534), median of $REPS ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
 log ""
+# shellcheck disable=SC2016  # $1 and $@ are the inner sh's
 unshare -m --propagation private -- sh -c 'mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"' \
   sh "$W/fuse" bash "$W/inner.sh" "$W" "$SW" "$REPS" > "$W/raw.txt"
 cat "$W/raw.txt" >> "$OUT.log"
