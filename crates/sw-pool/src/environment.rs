@@ -67,6 +67,23 @@ fn start(
         self_exe,
         path_var: env.path_var().map(OsString::from),
         verbose: g.verbose > 0,
+        // environments meet their joiners in the user's private state directory on the node
+        state_dir: match swpool_core::state::StateDir::open_default(env) {
+            Ok(d) => Some(d.path().to_path_buf()),
+            Err(e) => {
+                tracing::warn!("no shared environments on this node: {e}");
+                None
+            }
+        },
+        home: env
+            .get_os(HostVar::Home)
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute()),
+        // the tasks of one job step on a node share one environment
+        step_key: env
+            .get(HostVar::SlurmJobId)
+            .zip(env.get(HostVar::SlurmStepId))
+            .and_then(|(j, s)| swpool_env::share::step_key(&j, &s)),
     };
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {

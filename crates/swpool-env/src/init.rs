@@ -8,6 +8,7 @@
 //! mount namespace, with every mount made here, goes away.
 
 use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,11 @@ pub struct Spec {
     /// Shown to the command as `SW_POOL_ENVIRONMENT`.
     pub name: String,
     pub verbose: bool,
+    /// Listen here for starts that join ([`crate::share`]).
+    pub socket: Option<PathBuf>,
+    /// Descriptors inherited from the launcher and held for the environment's life (the layer's
+    /// and the rendezvous' locks).
+    pub keep_fds: Vec<i32>,
 }
 
 /// Signals forwarded to the command.
@@ -62,10 +68,130 @@ pub fn main(spec_json: &str) -> ! {
         Ok(s) => s,
         Err(e) => fail(&format!("bad start specification from the launcher: {e}")),
     };
+    // held here only: neither the FUSE daemon nor a command inherits them
+    for fd in &spec.keep_fds {
+        unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    // bound before the root changes: the path is the host's
+    let listener = spec.socket.as_ref().map(|p| match Listener::bind(p) {
+        Ok(l) => l,
+        Err(e) => fail(&format!("cannot listen on {}: {e}", p.display())),
+    });
     if let Err(e) = setup(&spec) {
         fail(&e);
     }
-    std::process::exit(supervise(&spec))
+    let own_uid = if spec.root {
+        None
+    } else {
+        match own_uid_namespace(spec.uid, spec.gid) {
+            Ok(fd) => Some(fd),
+            Err(e) => fail(&e),
+        }
+    };
+    let code = supervise(&spec, listener.as_ref(), own_uid.as_ref());
+    if let Some(l) = &listener {
+        l.remove();
+    }
+    std::process::exit(code)
+}
+
+/// The rendezvous socket and the directory it is in (removed through the directory: after the
+/// root changed, its path may lead elsewhere).
+struct Listener {
+    sock: std::os::unix::net::UnixListener,
+    dir: OwnedFd,
+    name: OsString,
+}
+
+impl Listener {
+    fn bind(p: &Path) -> std::io::Result<Listener> {
+        let parent = p.parent().unwrap_or(Path::new("/"));
+        let dir = rustix::fs::open(
+            parent,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        let _ = std::fs::remove_file(p);
+        let sock = std::os::unix::net::UnixListener::bind(p)?;
+        sock.set_nonblocking(true)?;
+        Ok(Listener {
+            sock,
+            dir,
+            name: p.file_name().unwrap_or_default().to_os_string(),
+        })
+    }
+
+    fn remove(&self) {
+        let _ = rustix::fs::unlinkat(
+            &self.dir,
+            self.name.as_os_str(),
+            rustix::fs::AtFlags::empty(),
+        );
+    }
+}
+
+/// A user namespace inside this one in which the caller is their own uid (mapped to this one's
+/// root): every command that is not `--root` enters it, so that all of them share one user
+/// namespace (MPI's shared-memory transport needs that: kernel-facts.md F).
+fn own_uid_namespace(uid: u32, gid: u32) -> Result<OwnedFd, String> {
+    let mut p1 = [0i32; 2];
+    let mut p2 = [0i32; 2];
+    unsafe {
+        if libc::pipe2(p1.as_mut_ptr(), libc::O_CLOEXEC) != 0
+            || libc::pipe2(p2.as_mut_ptr(), libc::O_CLOEXEC) != 0
+        {
+            return Err("pipe".into());
+        }
+    }
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        unsafe {
+            let ok = libc::unshare(libc::CLONE_NEWUSER) == 0;
+            if ok {
+                libc::write(p1[1], b"x".as_ptr().cast(), 1);
+                let mut b = [0u8; 1];
+                libc::close(p2[1]);
+                libc::read(p2[0], b.as_mut_ptr().cast(), 1);
+            }
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+    }
+    unsafe {
+        libc::close(p1[1]);
+        libc::close(p2[0]);
+    }
+    let mut b = [0u8; 1];
+    let got = unsafe { libc::read(p1[0], b.as_mut_ptr().cast(), 1) };
+    let r = (|| -> Result<OwnedFd, String> {
+        if got != 1 {
+            return Err("a user namespace for your uid: unshare failed".into());
+        }
+        let w = |f: &str, v: String| {
+            std::fs::write(format!("/proc/{pid}/{f}"), v)
+                .map_err(|e| format!("a user namespace for your uid: {f}: {e}"))
+        };
+        w("setgroups", "deny".into())?;
+        w("uid_map", format!("{uid} 0 1"))?;
+        w("gid_map", format!("{gid} 0 1"))?;
+        rustix::fs::open(
+            format!("/proc/{pid}/ns/user"),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| format!("a user namespace for your uid: {e}"))
+    })();
+    unsafe {
+        libc::close(p1[0]);
+        libc::close(p2[1]); // the child's read returns: it exits
+        let mut st = 0;
+        libc::waitpid(pid, &mut st, 0);
+    }
+    r
 }
 
 fn setup(spec: &Spec) -> Result<(), String> {
@@ -161,25 +287,33 @@ fn mount_overlay(spec: &Spec, l: &Layer) -> Result<(), String> {
     }
 }
 
-/// Start the command, forward signals, reap; the command's exit status.
-fn supervise(spec: &Spec) -> i32 {
+/// Start the command, serve joiners, forward signals, reap; the command's exit status once
+/// nothing of the environment runs any more.
+fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>) -> i32 {
     let Some((prog, args)) = spec.argv.split_first() else {
         fail("no command")
     };
-    // the signals pid 1 forwards reach it only with a handler installed; blocked, they queue for
-    // sigwaitinfo (the command starts with the mask and handlers reset)
+    // what runs now besides pid 1 (the FUSE daemon) is the environment's machinery
+    let infra = processes();
+    // the signals pid 1 forwards reach it only with a handler installed; blocked, they are read
+    // from a signalfd (the command starts with the mask and handlers reset)
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
+    let sigfd = unsafe {
         libc::sigemptyset(&mut set);
         for s in FORWARD.iter().chain(std::iter::once(&libc::SIGCHLD)) {
             libc::sigaddset(&mut set, *s);
             libc::signal(*s, noop as extern "C" fn(libc::c_int) as libc::sighandler_t);
         }
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    if sigfd < 0 {
+        fail(&format!("signalfd: {}", std::io::Error::last_os_error()));
     }
+    let handed = handed_fds(own_uid);
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args).env("SW_POOL_ENVIRONMENT", &spec.name);
-    let (uid, gid, root) = (spec.uid, spec.gid, spec.root);
+    let own = own_uid.map(|f| f.as_raw_fd());
     unsafe {
         cmd.pre_exec(move || {
             // the command starts with no signal blocked (std leaves the mask as it is; the
@@ -187,59 +321,170 @@ fn supervise(spec: &Spec) -> i32 {
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            if !root {
-                // the caller's own uid inside: a nested user namespace mapping it to this
-                // one's root
-                if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+            // the caller's own uid inside, in the user namespace every such command shares
+            if let Some(fd) = own {
+                if libc::setns(fd, libc::CLONE_NEWUSER) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let _ = std::fs::write("/proc/self/setgroups", "deny");
-                std::fs::write("/proc/self/uid_map", format!("{uid} 0 1"))?;
-                std::fs::write("/proc/self/gid_map", format!("{gid} 0 1"))?;
             }
             Ok(())
         });
     }
-    let child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut status: Option<i32> = None;
+    let cmd_pid = match cmd.spawn() {
+        Ok(c) => c.id() as i32,
         Err(e) => {
             eprintln!(
                 "sw-pool: environment: cannot run {}: {e}",
                 prog.to_string_lossy()
             );
-            return if e.kind() == std::io::ErrorKind::NotFound {
+            status = Some(if e.kind() == std::io::ErrorKind::NotFound {
                 EXIT_NOT_FOUND
             } else {
                 EXIT_CANNOT_EXEC
-            };
+            });
+            -1
         }
     };
-    let cmd_pid = child.id() as i32;
+    let mut conns: Vec<std::os::unix::net::UnixStream> = Vec::new();
     loop {
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
-        if sig < 0 {
-            continue; // EINTR
+        if let Some(code) = status {
+            if conns.is_empty() && processes().iter().all(|p| infra.contains(p)) {
+                return code;
+            }
         }
-        if sig != libc::SIGCHLD {
-            unsafe { libc::kill(cmd_pid, sig) };
+        let mut pfds = vec![libc::pollfd {
+            fd: sigfd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(l) = listener {
+            pfds.push(libc::pollfd {
+                fd: l.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let first_conn = pfds.len();
+        for c in &conns {
+            pfds.push(libc::pollfd {
+                fd: c.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // a joined command's own children end without telling pid 1: look again each second
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
+        if n <= 0 {
             continue;
         }
-        // reap everything that ended: the command, and orphans re-parented to pid 1
-        loop {
-            let mut st = 0;
-            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
-            if pid <= 0 {
-                break;
+        if pfds[0].revents != 0 {
+            let mut si: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let sz = std::mem::size_of::<libc::signalfd_siginfo>();
+            while unsafe { libc::read(sigfd, (&mut si as *mut libc::signalfd_siginfo).cast(), sz) }
+                == sz as isize
+            {
+                let sig = si.ssi_signo as i32;
+                if sig != libc::SIGCHLD {
+                    if status.is_none() && cmd_pid > 0 {
+                        unsafe { libc::kill(cmd_pid, sig) };
+                    }
+                    continue;
+                }
+                // reap everything that ended: the command, and orphans re-parented to pid 1
+                loop {
+                    let mut st = 0;
+                    let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+                    if pid <= 0 {
+                        break;
+                    }
+                    if pid == cmd_pid {
+                        let es = std::process::ExitStatus::from_raw(st);
+                        status = Some(match (es.code(), es.signal()) {
+                            (Some(c), _) => c,
+                            (None, Some(s)) => 128 + s,
+                            _ => EXIT_CANNOT_EXEC,
+                        });
+                    }
+                }
             }
-            if pid == cmd_pid {
-                let es = std::process::ExitStatus::from_raw(st);
-                return match (es.code(), es.signal()) {
-                    (Some(c), _) => c,
-                    (None, Some(s)) => 128 + s,
-                    _ => EXIT_CANNOT_EXEC,
-                };
+        }
+        // connections: one byte never comes; readable means closed
+        for i in (0..conns.len()).rev() {
+            if pfds[first_conn + i].revents != 0 {
+                let mut b = [0u8; 16];
+                use std::io::Read;
+                if !matches!(conns[i].read(&mut b), Ok(n) if n > 0) {
+                    conns.remove(i);
+                }
+            }
+        }
+        if let Some(l) = listener {
+            if pfds[1].revents != 0 {
+                while let Ok((c, _)) = l.sock.accept() {
+                    if hand_over(&c, &handed).is_ok() {
+                        conns.push(c);
+                    }
+                }
             }
         }
     }
+}
+
+/// What a joiner gets ([`crate::share::HANDED`]): this environment's user namespace, the one for
+/// the caller's own uid, the mount and PID namespaces, and the root.
+fn handed_fds(own_uid: Option<&OwnedFd>) -> Vec<OwnedFd> {
+    let open = |p: &str, dir: bool| -> OwnedFd {
+        let mut fl = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        if dir {
+            fl |= rustix::fs::OFlags::DIRECTORY;
+        }
+        match rustix::fs::open(p, fl, rustix::fs::Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => fail(&format!("cannot open {p}: {e}")),
+        }
+    };
+    let user = open("/proc/self/ns/user", false);
+    let own = match own_uid {
+        Some(f) => f.try_clone().unwrap_or_else(|e| fail(&format!("dup: {e}"))),
+        // --root environments also serve joiners that are not: they get this one's root
+        None => open("/proc/self/ns/user", false),
+    };
+    vec![
+        user,
+        own,
+        open("/proc/self/ns/mnt", false),
+        open("/proc/self/ns/pid", false),
+        open("/", true),
+    ]
+}
+
+fn hand_over(c: &std::os::unix::net::UnixStream, fds: &[OwnedFd]) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    c.set_nonblocking(false)?;
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    let mut space = [0u8; rustix::cmsg_space!(ScmRights(8))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    anc.push(SendAncillaryMessage::ScmRights(&borrowed));
+    rustix::net::sendmsg(
+        c,
+        &[std::io::IoSlice::new(b"e")],
+        &mut anc,
+        SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// The pids of this environment's processes other than pid 1 (its own `/proc`).
+fn processes() -> Vec<i32> {
+    let mut v: Vec<i32> = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|&p: &i32| p != 1)
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
 }

@@ -3,14 +3,17 @@
 //! re-execute the binary as `__enter` ([`crate::init`]), and wait for it.
 
 use std::ffi::{CString, OsString};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::init::Spec;
 use crate::layer::{Layer, LayerStore};
 use crate::plan::{self, Method};
-use crate::{probe, EnvError};
+use crate::{probe, share, EnvError};
 
 /// What to run, and in what.
 #[derive(Debug, Clone)]
@@ -26,6 +29,14 @@ pub struct RunRequest {
     /// `PATH` as the caller read it (to find fuse-overlayfs).
     pub path_var: Option<OsString>,
     pub verbose: bool,
+    /// The user's private state directory on this node: environments meet their joiners in
+    /// `<dir>/envs` ([`crate::share`]). `None`: never shared.
+    pub state_dir: Option<PathBuf>,
+    /// The caller's home directory: it stays the host's (not in the layer).
+    pub home: Option<PathBuf>,
+    /// Share the environment without a layer under this key (a job step's tasks on a node:
+    /// [`crate::share::step_key`]).
+    pub step_key: Option<String>,
 }
 
 /// What happened, for the caller to print with `-v` and to exit with.
@@ -49,15 +60,63 @@ pub fn run(
     }
     let layer: Option<Layer> = req.layer.as_deref().map(|n| store.get(n)).transpose()?;
     let facts = probe::facts(req.path_var.as_deref());
-    let p = plan::choose(layer.is_some(), &facts)?;
+    let mut p = plan::choose(layer.is_some(), &facts)?;
+    // one environment per layer, and per job step on a node: join it when it runs
+    let key = layer
+        .as_ref()
+        .map(|l| share::layer_key(&l.dir))
+        .or_else(|| req.step_key.clone());
+    let mut share_lock = None;
+    let mut socket = None;
+    if let (Some(key), Some(state)) = (&key, &req.state_dir) {
+        let dir = state.join("envs");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&dir)
+            .map_err(|e| EnvError::io("cannot create", &dir, e))?;
+        let rv = share::Rendezvous::new(&dir, key);
+        match share::find(&rv, Duration::from_secs(10))? {
+            share::Found::Running(conn) => {
+                p.why = format!(
+                    "joining the environment already running for this {} ({})",
+                    if layer.is_some() { "layer" } else { "job step" },
+                    rv.socket.display()
+                );
+                on_plan(&p);
+                return join(req, conn, layer.as_ref(), p);
+            }
+            share::Found::Create(fd) => {
+                share_lock = Some(fd);
+                socket = Some(rv.socket);
+            }
+        }
+    }
     on_plan(&p);
-    let _lock = layer.as_ref().map(|l| store.lock(l)).transpose()?;
+    let lock = layer.as_ref().map(|l| store.lock(l)).transpose()?;
+    // pid 1 holds both locks for the environment's life (inherited: not close-on-exec)
+    let mut keep_fds = Vec::new();
+    for fd in lock
+        .as_ref()
+        .map(|l| l.fd())
+        .into_iter()
+        .chain(share_lock.as_ref().map(|f| f.as_fd()))
+    {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| EnvError::Start {
+            what: "passing the environment's locks on".into(),
+            source: e.into(),
+        })?;
+        keep_fds.push(fd.as_raw_fd());
+    }
     let binds = match &layer {
         Some(l) => {
             let mi = swpool_sys::proc::read_mountinfo()
                 .map_err(|e| EnvError::io("cannot read", "/proc/self/mountinfo", e))?;
             let points: Vec<PathBuf> = mi.into_iter().map(|m| m.mount_point).collect();
-            plan::binds(&points, &l.merged)
+            let mut keep: Vec<PathBuf> = plan::HOST_DIRS.iter().map(PathBuf::from).collect();
+            keep.extend(req.home.clone());
+            keep.retain(|d| d.is_dir());
+            plan::binds(&points, &keep, &l.merged)
         }
         None => Vec::new(),
     };
@@ -73,6 +132,8 @@ pub fn run(
         cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
         argv: req.argv.clone(),
         verbose: req.verbose,
+        socket,
+        keep_fds,
     };
     let json = serde_json::to_string(&spec).expect("a spec serialises");
     // pid 1 is `sw-pool-enter` beside the binary when installed (small: fast to start), else the
@@ -196,4 +257,48 @@ fn wait(pid: i32) -> std::io::Result<i32> {
             return Err(e);
         }
     }
+}
+
+/// Run the command in the running environment `conn` leads to.
+fn join(
+    req: &RunRequest,
+    conn: std::os::unix::net::UnixStream,
+    layer: Option<&Layer>,
+    p: plan::Plan,
+) -> Result<RunOutcome, EnvError> {
+    let fds = share::receive(&conn)?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    share::enter(&fds, req.root, &cwd)?;
+    drop(fds);
+    let (prog, args) = req.argv.split_first().expect("checked");
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args).env(
+        "SW_POOL_ENVIRONMENT",
+        layer.map_or("-", |l| l.name.as_str()),
+    );
+    let status = match cmd.status() {
+        Ok(st) => match (st.code(), st.signal()) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            _ => crate::EXIT_CANNOT_EXEC,
+        },
+        Err(e) => {
+            eprintln!(
+                "sw-pool: environment: cannot run {}: {e}",
+                prog.to_string_lossy()
+            );
+            if e.kind() == std::io::ErrorKind::NotFound {
+                crate::EXIT_NOT_FOUND
+            } else {
+                crate::EXIT_CANNOT_EXEC
+            }
+        }
+    };
+    // the connection closes with this process: pid 1 may end once nothing else runs
+    drop(conn);
+    Ok(RunOutcome {
+        method: p.method,
+        why: p.why,
+        status,
+    })
 }

@@ -65,7 +65,14 @@ pub struct LayerSummary {
 /// descriptor has exited).
 #[derive(Debug)]
 pub struct LayerLock {
-    _fd: OwnedFd,
+    fd: OwnedFd,
+}
+
+impl LayerLock {
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
 }
 
 /// Is `name` a valid layer name?
@@ -269,7 +276,7 @@ impl LayerStore {
         let mut f = fs::File::from(fd);
         let _ = f.set_len(0);
         let _ = write!(f, "{}", std::process::id());
-        Ok(LayerLock { _fd: f.into() })
+        Ok(LayerLock { fd: f.into() })
     }
 
     /// Every layer of the store (none when the store does not exist yet), by name.

@@ -100,12 +100,19 @@ pub fn choose(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
     }
 }
 
-/// The host's mounts to bind into the new root: the top-most mount points below `/` (a bind is
-/// recursive, so mounts below them come along), except `/proc` (the environment gets its own) and
-/// anything at or below `exclude` (the layer's merged directory).
-pub fn binds(mount_points: &[PathBuf], exclude: &Path) -> Vec<PathBuf> {
+/// The host's directories that stay the host's in an environment with a layer, mount points or
+/// not: scratch space shared with the job and other processes, and the runtime directory (sockets).
+/// The user's `$HOME` is added by the caller.
+pub const HOST_DIRS: &[&str] = &["/tmp", "/var/tmp", "/run"];
+
+/// The host's mounts to bind into the new root: the top-most of the mount points below `/` and
+/// the `keep` directories (a bind is recursive, so mounts below them come along), except `/proc`
+/// (the environment gets its own) and anything at or below `exclude` (the layer's merged
+/// directory).
+pub fn binds(mount_points: &[PathBuf], keep: &[PathBuf], exclude: &Path) -> Vec<PathBuf> {
     let mut v: Vec<&PathBuf> = mount_points
         .iter()
+        .chain(keep.iter())
         .filter(|p| p.is_absolute() && p.as_path() != Path::new("/"))
         .filter(|p| !p.starts_with("/proc") && !p.starts_with(exclude))
         .collect();
@@ -190,14 +197,18 @@ mod tests {
         .iter()
         .map(PathBuf::from)
         .collect();
-        let b = binds(&mp, Path::new("/home/u/layers/dev/merged"));
-        let want: Vec<PathBuf> = ["/dev", "/home", "/sys", "/tmp"]
+        let keep: Vec<PathBuf> = ["/run", "/home/u", "/tmp"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let b = binds(&mp, &keep, Path::new("/home/u/layers/dev/merged"));
+        let want: Vec<PathBuf> = ["/dev", "/home", "/run", "/sys", "/tmp"]
             .iter()
             .map(PathBuf::from)
             .collect();
         assert_eq!(b, want);
         // a prefix that is not a path ancestor does not swallow a mount
         let mp: Vec<PathBuf> = ["/", "/data", "/data2"].iter().map(PathBuf::from).collect();
-        assert_eq!(binds(&mp, Path::new("/x")).len(), 2);
+        assert_eq!(binds(&mp, &[], Path::new("/x")).len(), 2);
     }
 }

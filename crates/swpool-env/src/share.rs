@@ -1,0 +1,224 @@
+//! One environment shared by every start with the same key on a node: all tasks of a job step on
+//! the node (MPI needs them in one user and PID namespace: kernel-facts.md F), and every start on
+//! one layer (a layer has one writer). The first start creates it; the others join it.
+//!
+//! Rendezvous, in the user's private state directory on the node (`<state>/envs/`):
+//! - `<key>.lock`: held (flock) by the environment's pid 1 for its whole life, and by the start
+//!   that creates it until then;
+//! - `<key>.sock`: pid 1 listens on it. A joining start connects, receives pid 1's namespaces and
+//!   root as descriptors (`SCM_RIGHTS`: no path is looked up on the joiner's behalf), enters them
+//!   (`setns`, `chroot`), forks its command into the environment's PID namespace, and keeps the
+//!   connection open until the command ends. Pid 1 stays while its own command, a connection or
+//!   any process of the environment remains.
+//!
+//! A socket nobody listens on and a lock nobody holds is a dead environment's: the next start
+//! removes the socket and creates a new one.
+
+use std::io::IoSliceMut;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+
+use crate::EnvError;
+
+/// The descriptors pid 1 hands a joiner, in this order.
+pub const HANDED: [&str; 5] = ["user", "user (your uid)", "mnt", "pid", "root"];
+
+/// Where an environment with `key` meets its joiners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendezvous {
+    pub socket: PathBuf,
+    pub lock: PathBuf,
+}
+
+impl Rendezvous {
+    pub fn new(dir: &Path, key: &str) -> Rendezvous {
+        Rendezvous {
+            socket: dir.join(format!("{key}.sock")),
+            lock: dir.join(format!("{key}.lock")),
+        }
+    }
+}
+
+/// The key of the environment on a layer (its directory names it).
+pub fn layer_key(layer_dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let h = blake3::hash(layer_dir.as_os_str().as_bytes());
+    format!("layer-{}", &h.to_hex()[..16])
+}
+
+/// The key of a job step's environment without a layer.
+pub fn step_key(job: &str, step: &str) -> Option<String> {
+    let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    (ok(job) && ok(step)).then(|| format!("step-{job}.{step}"))
+}
+
+/// What [`find`] found.
+#[derive(Debug)]
+pub enum Found {
+    /// A running environment: the connection to its pid 1.
+    Running(UnixStream),
+    /// None: the lock is ours; pass it to the new pid 1.
+    Create(OwnedFd),
+}
+
+/// Connect to the running environment, or take the lock to create it (waiting up to `wait` while
+/// another start is creating it).
+pub fn find(rv: &Rendezvous, wait: Duration) -> Result<Found, EnvError> {
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Ok(s) = UnixStream::connect(&rv.socket) {
+            return Ok(Found::Running(s));
+        }
+        let fd = rustix::fs::open(
+            &rv.lock,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| EnvError::io("cannot open", &rv.lock, e.into()))?;
+        if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            // nobody holds it: a socket left there is a dead environment's
+            let _ = std::fs::remove_file(&rv.socket);
+            return Ok(Found::Create(fd));
+        }
+        if Instant::now() > deadline {
+            return Err(EnvError::Unsupported(format!(
+                "the environment at {} did not answer within {} s although its lock is held; if \
+                 no sw-pool run of yours is running on this node, remove {}",
+                rv.socket.display(),
+                wait.as_secs(),
+                rv.lock.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Receive pid 1's descriptors ([`HANDED`]); the second is `None` when pid 1 made no namespace
+/// for your own uid (it always does; kept optional for older environments).
+pub fn receive(s: &UnixStream) -> Result<Vec<OwnedFd>, EnvError> {
+    let mut space = [0u8; rustix::cmsg_space!(ScmRights(8))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let r = rustix::net::recvmsg(
+        s.as_fd(),
+        &mut [IoSliceMut::new(&mut byte)],
+        &mut anc,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| EnvError::Start {
+        what: "receiving the environment's namespaces".into(),
+        source: e.into(),
+    })?;
+    let mut fds = Vec::new();
+    for m in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(it) = m {
+            fds.extend(it);
+        }
+    }
+    if r.bytes != 1 || fds.len() != HANDED.len() {
+        return Err(EnvError::Start {
+            what: format!(
+                "the environment handed {} descriptors, not {}",
+                fds.len(),
+                HANDED.len()
+            ),
+            source: std::io::Error::from_raw_os_error(libc::EPROTO),
+        });
+    }
+    Ok(fds)
+}
+
+/// Enter the environment whose descriptors are `fds` ([`HANDED`]): its user (as root, or as your
+/// own uid), mount and PID namespaces and its root; then `cwd`. Only a single-threaded process
+/// can enter a user namespace.
+pub fn enter(fds: &[OwnedFd], root: bool, cwd: &Path) -> Result<(), EnvError> {
+    let step = |what: &str, r: i32| -> Result<(), EnvError> {
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(EnvError::Start {
+                what: format!("joining the environment: {what}"),
+                source: std::io::Error::last_os_error(),
+            })
+        }
+    };
+    unsafe {
+        step(
+            "its user namespace",
+            libc::setns(fds[0].as_raw_fd(), libc::CLONE_NEWUSER),
+        )?;
+        step(
+            "its mount namespace",
+            libc::setns(fds[2].as_raw_fd(), libc::CLONE_NEWNS),
+        )?;
+        step(
+            "its PID namespace",
+            libc::setns(fds[3].as_raw_fd(), libc::CLONE_NEWPID),
+        )?;
+        step("its root", libc::fchdir(fds[4].as_raw_fd()))?;
+    }
+    rustix::process::chroot(".").map_err(|e| EnvError::Start {
+        what: "joining the environment: chroot".into(),
+        source: e.into(),
+    })?;
+    if !root {
+        step("your uid's user namespace", unsafe {
+            libc::setns(fds[1].as_raw_fd(), libc::CLONE_NEWUSER)
+        })?;
+    }
+    if std::env::set_current_dir(cwd).is_err() {
+        let _ = std::env::set_current_dir("/");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        assert_eq!(step_key("123", "0").as_deref(), Some("step-123.0"));
+        assert_eq!(step_key("123", "batch"), Some("step-123.batch".into()));
+        assert_eq!(step_key("../x", "0"), None);
+        assert_eq!(step_key("", "0"), None);
+        let a = layer_key(Path::new("/home/u/layers/dev"));
+        assert!(a.starts_with("layer-") && a.len() == 22, "{a}");
+        assert_ne!(a, layer_key(Path::new("/home/u/layers/dev2")));
+    }
+
+    #[test]
+    fn create_then_wait_then_stale() {
+        let t = tempfile::tempdir().unwrap();
+        let rv = Rendezvous::new(t.path(), "k");
+        let lock = match find(&rv, Duration::from_millis(50)).unwrap() {
+            Found::Create(fd) => fd,
+            Found::Running(_) => panic!("nothing runs"),
+        };
+        // while the lock is held and nobody listens: wait, then a clear error naming the lock
+        let e = find(&rv, Duration::from_millis(30))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("k.lock"), "{e}");
+        // a listener: joined
+        let l = std::os::unix::net::UnixListener::bind(&rv.socket).unwrap();
+        assert!(matches!(
+            find(&rv, Duration::from_millis(50)).unwrap(),
+            Found::Running(_)
+        ));
+        // the environment died: socket left, lock free -> create again, stale socket removed
+        drop(l);
+        drop(lock);
+        assert!(rv.socket.exists());
+        assert!(matches!(
+            find(&rv, Duration::from_millis(50)).unwrap(),
+            Found::Create(_)
+        ));
+        assert!(!rv.socket.exists());
+    }
+}
