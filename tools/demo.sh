@@ -25,7 +25,7 @@ W=$TB/scratch/demo            # scratch for the demo (same path on every node)
 P=$TB/export/pools            # the shared storage (the nodes see it as $SCRATCH = $TB/shared)
 mkdir -p "$W/bin" "$W/trusted" "$W/out" "$P/demo"
 chmod 1777 "$W/out"
-cp "$SW" "$W/bin/sw-pool"
+cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
 
 say "admin: sw-pool init, two packages (hello: a script; cfact: C, compiled now)"
 "$SW" init --name demo --version 1.0 --description "sw-pool demo pool" "$W/demo"

@@ -12,10 +12,10 @@
 require_testbed
 bin=$REPO/target/release/sw-pool
 if [[ ! -x $bin ]]; then
-  (cd "$REPO" && cargo build --release -q -p sw-pool) || true
+  (cd "$REPO" && cargo build --release -q --workspace) || true
 fi
 [[ -x $bin ]] || { fail "sw-pool built" "$bin missing"; finish; }
-install -m 755 "$bin" "$TB/scratch/sw-pool"
+install -m 755 "$bin" "$bin-full" "$bin-enter" "$TB/scratch/"
 SW=$TB/scratch/sw-pool
 read -r -a NODES <<< "$TB_NODES"
 NN=${#NODES[@]}

@@ -28,7 +28,7 @@ trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$W/src" "$W/out" "$E/app/bin" "$E/app/lib" "$E/app/plugins" "$E/pools/app"
 chmod 1777 "$W/out"
-cp "$SW" "$W/bin/sw-pool"
+cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
 SW=$W/bin/sw-pool
 
 # --- the installation on shared storage
