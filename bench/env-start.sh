@@ -32,7 +32,7 @@ OUT=$REPO/bench/results/env-start-$(date +%Y%m%d-%H%M)
 
 cc -O2 -Wall -Wextra -o "$W/env-floor" "$REPO/bench/env-floor.c"
 mknod -m 666 "$W/fuse" c 10 229
-install -d -o 65534 -g 65534 -m 700 "$W/layers" "$W/floor" "$W/floor/lower"
+install -d -o 65534 -g 65534 -m 700 "$W/layers" "$W/state" "$W/floor" "$W/floor/lower"
 install -d -o 65534 -g 65534 -m 755 "$W/floor/lower/usr"
 # a minimal charliecloud image: /bin/true, its libraries, the directories ch-run binds over
 I=$W/chimg
@@ -63,7 +63,8 @@ burst() { # NAME CMD... : 128 at once
   wait
   echo "$name 1 $(awk -v a="$s" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')"
 }
-export SW_POOL_LAYER_DIR=$W/layers SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= HOME=$W USER=nobody
+export SW_POOL_LAYER_DIR=$W/layers SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= HOME=$W USER=nobody \
+  SW_POOL_STATE_DIR=$W/state
 cd "$W"
 "$SW" layer create bench >/dev/null
 loop floor-ns "$W/env-floor" ns 1
@@ -73,7 +74,14 @@ loop bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
 loop ch-run ch-run "$W/chimg" -- /bin/true
 loop floor-ovl "$W/env-floor" ovl 1 "$W/floor/lower" "$W/floor"
 loop sw-pool-run-layer "$SW" run --layer bench -- true
+# the same layer while an environment on it runs: each start joins it
+"$SW" run --layer bench -- sleep 600 & holder=$!
+for _ in $(seq 200); do [ -S "$(ls "$W"/state/envs/layer-*.sock 2>/dev/null | head -1)" ] && break; sleep 0.05; done
+loop sw-pool-run-layer-joined "$SW" run --layer bench -- true
+kill "$holder"; wait "$holder" 2>/dev/null || true
 burst burst-sw-pool-run "$SW" run -- true
+# the tasks of one job step on a node share one environment
+SLURM_JOB_ID=60 SLURM_STEP_ID=0 burst burst-sw-pool-run-step "$SW" run -- true
 burst burst-unshare-Urmpf unshare -Urmpf --mount-proc true
 burst burst-bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
 EOS
@@ -89,7 +97,7 @@ SWR=$(med sw-pool-run)
 {
   echo "| contender | 100 starts (s) | per start (ms) | ÷ sw-pool run |"
   echo "|---|---|---|---|"
-  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer; do
+  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-joined; do
     f=$(failed "$n")
     if [[ -n $f ]]; then echo "| $n | failed: $f | | |"; continue; fi
     m=$(med "$n")
@@ -100,12 +108,16 @@ SWR=$(med sw-pool-run)
   echo ""
   echo "128 starts at once (one node's tasks), wall time (s):"
   echo ""
-  for n in burst-sw-pool-run burst-unshare-Urmpf burst-bwrap; do
+  for n in burst-sw-pool-run burst-sw-pool-run-step burst-unshare-Urmpf burst-bwrap; do
     echo "- $n: $(awk -v n="$n" '$1 == n { print $3 }' "$W/raw.txt")"
   done
   echo ""
   echo "floor-ns / floor-ovl: bench/env-floor.c, one process per start (the launcher's exec included"
-  echo "via a fresh process each time). ch-run makes no PID namespace. podman: not measured (rootless"
-  echo "podman needs an image store, subuid ranges and an image; none without network)."
+  echo "via a fresh process each time). sw-pool-run-layer: each start makes the environment (a fresh"
+  echo "fuse-overlayfs mount: the program and its libraries are read through a cold FUSE mount);"
+  echo "sw-pool-run-layer-joined: an environment on the layer runs, each start joins it."
+  echo "burst-sw-pool-run-step: 128 starts with one job step's SLURM_JOB_ID/SLURM_STEP_ID (one"
+  echo "environment for all). ch-run makes no PID namespace. podman: not measured (rootless podman"
+  echo "needs an image store, subuid ranges and an image; none without network)."
 } | tee "$OUT.md"
 echo "wrote $OUT.md"

@@ -80,7 +80,9 @@ pub fn main(spec_json: &str) -> ! {
     if let Err(e) = setup(&spec) {
         fail(&e);
     }
-    let own_uid = if spec.root {
+    // a shared environment makes the namespace for the caller's uid once, for every command; an
+    // environment of one command makes it in that command (one fork less per start)
+    let own_uid = if listener.is_none() {
         None
     } else {
         match own_uid_namespace(spec.uid, spec.gid) {
@@ -310,10 +312,15 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
     if sigfd < 0 {
         fail(&format!("signalfd: {}", std::io::Error::last_os_error()));
     }
-    let handed = handed_fds(own_uid);
+    let handed = listener.map(|_| handed_fds(own_uid)).unwrap_or_default();
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args).env("SW_POOL_ENVIRONMENT", &spec.name);
-    let own = own_uid.map(|f| f.as_raw_fd());
+    let own = if spec.root {
+        None
+    } else {
+        own_uid.map(|f| f.as_raw_fd())
+    };
+    let (uid, gid, nested) = (spec.uid, spec.gid, !spec.root && own_uid.is_none());
     unsafe {
         cmd.pre_exec(move || {
             // the command starts with no signal blocked (std leaves the mask as it is; the
@@ -326,6 +333,13 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 if libc::setns(fd, libc::CLONE_NEWUSER) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+            } else if nested {
+                if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let _ = std::fs::write("/proc/self/setgroups", "deny");
+                std::fs::write("/proc/self/uid_map", format!("{uid} 0 1"))?;
+                std::fs::write("/proc/self/gid_map", format!("{gid} 0 1"))?;
             }
             Ok(())
         });
@@ -447,7 +461,6 @@ fn handed_fds(own_uid: Option<&OwnedFd>) -> Vec<OwnedFd> {
     let user = open("/proc/self/ns/user", false);
     let own = match own_uid {
         Some(f) => f.try_clone().unwrap_or_else(|e| fail(&format!("dup: {e}"))),
-        // --root environments also serve joiners that are not: they get this one's root
         None => open("/proc/self/ns/user", false),
     };
     vec![

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Environments on the virtual cluster (issue 29), as the unprivileged test user under Slurm:
+# - `srun -N4 sw-pool run -- CMD`: every task in its own node's environment (PID namespace: only
+#   the environment's processes visible; the user's own uid);
+# - a layer on each node's local disk: `srun -N4 sw-pool run --layer L -- sh -c 'install a program
+#   into /usr/local/bin'`, then `srun -N4 sw-pool run --layer L -- PROGRAM` runs it on 4 nodes, and
+#   the host's /usr/local/bin is unchanged on every node (hash of its listing);
+# - MPI inside `run`: `srun --mpi=pmix -N4 --ntasks-per-node=2 sw-pool run -- mpi-selftest`: the two
+#   tasks of a node share one environment (one user and PID namespace: what Open MPI's shared
+#   memory needs), 8 ranks, one digest;
+# - two users on one node: neither sees the other's processes, nor can use the other's layers;
+# - nothing left: no environment process, no rendezvous socket, no fuse-overlayfs mount.
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_testbed
+cd /
+SW=$REPO/target/release/sw-pool
+[[ -x $SW && -x $SW-enter ]] || { fail "sw-pool built" "$SW or $SW-enter missing (make build)"; finish; }
+W=$TB/scratch/t60-$$
+uid=$(id -u "$TB_USER")
+LD=$TB/local/t60-layers-$uid   # node-local: each node has its own $TB/local
+cleanup() {
+  for n in $TB_NODES; do
+    "$TESTBED/exec" "$n" rm -rf "$LD" "$TB/local/t60-layers-$(id -u "$TB_USER2")" >/dev/null 2>&1 || true
+  done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+mkdir -p "$W/bin"
+cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+SW=$W/bin/sw-pool
+bin=$REPO/target/release/mpi-selftest
+[[ -x $bin ]] || (cd "$REPO" && cargo build --release -q -p mpi-selftest) || true
+cp "$bin" "$W/bin/" 2>/dev/null || true
+chmod -R a+rX "$W"
+cd "$W"
+swrun() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" srun --chdir="$W" "$@"; }
+
+# 1. one environment per node, the user's own uid, only its own processes visible
+out=$(swrun -N4 "$SW" run -- sh -c 'echo "$(hostname) uid=$(id -u) procs=$(ls /proc | grep -c "^[0-9]")"' 2>&1 || true)
+assert_eq "srun -N4 sw-pool run: 4 nodes answered" 4 "$(grep -c "uid=$uid " <<< "$out" || true)"
+assert_eq "... on 4 distinct nodes" 4 "$(awk '/uid=/ {print $1}' <<< "$out" | sort -u | wc -l)"
+maxp=$(grep -o 'procs=[0-9]*' <<< "$out" | cut -d= -f2 | sort -n | tail -1)
+assert_le "... each sees only its environment's processes" "${maxp:-99}" 6
+[[ $(grep -c "uid=$uid " <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
+
+# 2. a layer per node: install into /usr/local/bin, run it on 4 nodes; the hosts are unchanged
+before=$(for n in $TB_NODES; do "$TESTBED/exec" "$n" sh -c 'ls -la /usr/local/bin | sha256sum'; done | sort -u)
+out=$(swrun -N4 sh -c "$SW layer create dev >/dev/null && $SW -v run --layer dev -- sh -c 'printf \"#!/bin/sh\\necho t60 from \\\$(hostname) in \\\$SW_POOL_ENVIRONMENT\\n\" > /usr/local/bin/t60hello && chmod 755 /usr/local/bin/t60hello'" 2>&1)
+rc=$?
+assert_eq "srun -N4: create a node-local layer and install into /usr/local/bin" 0 "$rc"
+assert_match "... -v names the rootless method" "fuse-overlayfs" "$out"
+[[ $rc == 0 ]] || printf '  %s\n' "$out"
+out=$(swrun -N4 "$SW" run --layer dev -- t60hello 2>&1 || true)
+assert_eq "srun -N4 sw-pool run --layer dev -- t60hello: runs on 4 nodes" 4 "$(grep -c '^t60 from node[0-9] in dev$' <<< "$out" || true)"
+[[ $(grep -c '^t60 from' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
+after=$(for n in $TB_NODES; do "$TESTBED/exec" "$n" sh -c 'ls -la /usr/local/bin | sha256sum'; done | sort -u)
+assert_eq "the hosts' /usr/local/bin is unchanged on every node" "$before" "$after"
+n1=$("$TESTBED/exec" node1 sh -c "test -x $LD/dev/upper/usr/local/bin/t60hello && echo yes" || true)
+assert_eq "the program is in node1's layer" yes "$n1"
+out=$(swrun -N1 "$SW" run -- sh -c 'command -v t60hello || echo absent' 2>&1 || true)
+assert_eq "an environment without the layer does not have it" absent "$out"
+
+# 3. MPI inside run: 4 nodes x 2 tasks, the tasks of a node in one environment
+if [[ -x $W/bin/mpi-selftest ]]; then
+  out=$(swrun --mpi=pmix -N4 --ntasks-per-node=2 "$SW" run -- "$W/bin/mpi-selftest" 2>&1 || true)
+  lines=$(grep -E '^rank [0-9]+/8 host node[0-9]+ sha256 [0-9a-f]{64}$' <<< "$out" || true)
+  assert_eq "MPI in sw-pool run, 4 nodes x 2 tasks: 8 ranks answered" 8 "$(grep -c . <<< "$lines")"
+  assert_eq "... on 4 nodes" 4 "$(awk '{print $4}' <<< "$lines" | sort -u | wc -l)"
+  assert_eq "... one digest on every rank" 1 "$(awk '{print $6}' <<< "$lines" | sort -u | grep -c .)"
+  [[ $(grep -c . <<< "$lines") == 8 ]] || printf '  %s\n' "$(tail -20 <<< "$out")"
+  # the two tasks of a node were in one environment: one PID namespace per node
+  out=$(swrun -N4 --ntasks-per-node=2 "$SW" run -- sh -c 'echo "$(hostname) $(readlink /proc/self/ns/pid) $(readlink /proc/self/ns/user)"' 2>&1 || true)
+  assert_eq "... two tasks per node: one PID and user namespace per node (4 distinct)" 4 "$(awk '{print $2, $3}' <<< "$out" | sort -u | grep -c .)"
+  assert_eq "... 8 tasks answered" 8 "$(grep -c '^node' <<< "$out" || true)"
+else
+  fail "mpi-selftest built" "$REPO/target/release/mpi-selftest missing"
+fi
+
+# 4. two users on one node: processes and layers kept apart
+on1() { "$TESTBED/exec" node1 "$@"; }
+on1 runuser -u "$TB_USER" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" sh -c "cd /; exec $SW run -- sleep 6" >/dev/null 2>&1 &
+sleeper=$!
+wait_for 100 on1 pgrep -u "$TB_USER" -x sleep || fail "swuser's environment runs on node1" "no sleep of $TB_USER on node1 after 10 s"
+out=$(on1 runuser -u "$TB_USER2" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= sh -c "cd /; $SW run -- sh -c 'for p in /proc/[0-9]*; do cat \$p/comm; done'" 2>&1 || true)
+assert_eq "swuser2's environment does not see swuser's processes" 0 "$(grep -c '^sleep$' <<< "$out" || true)"
+out=$(on1 runuser -u "$TB_USER2" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" sh -c "cd /; $SW run --layer dev -- true" 2>&1)
+rc=$?
+assert_eq "swuser2 cannot use swuser's layer (exit 125)" 125 "$rc"
+assert_match "... and is told why" "belongs to uid $uid|Permission denied" "$out"
+# its command ends by itself; the environment goes with it
+wait "$sleeper" 2>/dev/null || true
+
+# 5. nothing left on any node
+for n in $TB_NODES; do
+  m=$("$TESTBED/exec" "$n" grep -c fuse-overlayfs /proc/self/mountinfo || true)
+  p=$("$TESTBED/exec" "$n" pgrep -u "$TB_USER" -f 'sw-pool-enter|fuse-overlayfs' | grep -c . || true)
+  s=$("$TESTBED/exec" "$n" sh -c "ls /tmp/sw-pool-$uid*/envs/*.sock 2>/dev/null | grep -c ." || true)
+  assert_eq "$n: no environment left (mounts, processes, sockets)" "0 0 0" "${m:-0} ${p:-0} ${s:-0}"
+done
+finish
