@@ -2,8 +2,9 @@
 # make demo: the main job end to end on the built-in virtual cluster (4 nodes, real Slurm, Open MPI,
 # FUSE and Lmod). An admin builds and signs a pool with two real packages (a C program compiled now,
 # and a script) and puts it on the throttled shared storage; a user's Slurm job loads it on all four
-# nodes with one command, uses both packages through `module load` on every node, and unloads it;
-# nothing stays mounted. The cluster is taken down at the end.
+# nodes with one command, uses both packages through `module load` on every node, installs a tool
+# into /usr/local/bin inside an isolated environment with a writable layer on every node (the host
+# stays unchanged), and unloads the pool; nothing stays mounted. The cluster is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -69,6 +70,8 @@ echo "--- module avail"
 module avail 2>&1 | sed -n '1,4p'
 echo "--- on every node: module load hello/1.0 cfact/2.0"
 srun -n4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 cfact/2.0; hello; echo "  \$(hostname): \$(cfact 12)"' | sort
+echo "--- on every node: an isolated environment with a writable layer on the node's disk"
+srun -n4 --ntasks-per-node=1 $W/env-step.sh | sort
 echo "--- sw-pool unload demo/1.0"
 code=\$(srun --mpi=pmix -n4 --ntasks-per-node=1 sw-pool unload demo/1.0)
 eval "\$code"
@@ -76,6 +79,17 @@ echo "MODULEPATH after unload: '\${MODULEPATH:-}'"
 srun -n4 --ntasks-per-node=1 $W/count-fuse.sh | sort
 EOS
 chmod 755 "$W/job.sh"
+cat > "$W/env-step.sh" <<EOS
+#!/bin/sh
+# a layer on this node's local disk; a tool installed into /usr/local/bin inside lands in it
+set -e
+export SW_POOL_LAYER_DIR=$TB/local/demo-layers-\$(id -u)
+sw-pool layer create demo >/dev/null
+sw-pool run --layer demo -- sh -c 'printf "#!/bin/sh\\necho \\"  \\\$(hostname): demo-tool runs from the layer (\\\$SW_POOL_ENVIRONMENT)\\"\\n" > /usr/local/bin/demo-tool; chmod 755 /usr/local/bin/demo-tool'
+sw-pool run --layer demo -- demo-tool
+test ! -e /usr/local/bin/demo-tool && echo "  \$(hostname): the host's /usr/local/bin has no demo-tool"
+EOS
+chmod 755 "$W/env-step.sh"
 cat > "$W/count-fuse.sh" <<'EOS'
 #!/bin/sh
 echo "  $(hostname): $(awk '$3 ~ /^fuse/ && $3 != "fuse.sshfs"' /proc/self/mounts | wc -l) FUSE mounts besides the shared storage"
