@@ -34,10 +34,12 @@ impl Fixture {
             .unwrap()
             .success();
         assert!(ok, "mknod");
-        let layers = dir.path().join("layers");
-        std::fs::create_dir(&layers).unwrap();
-        std::fs::set_permissions(&layers, std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::os::unix::fs::chown(&layers, Some(NOBODY), Some(NOBODY)).unwrap();
+        for d in ["layers", "state"] {
+            let p = dir.path().join(d);
+            std::fs::create_dir(&p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
         Fixture { dir }
     }
 
@@ -57,6 +59,9 @@ impl Fixture {
             .env("SW_POOL_SYSTEM_CONFIG", "")
             .env("SW_POOL_USER_CONFIG", "")
             .env("SW_POOL_LAYER_DIR", self.layers())
+            .env("SW_POOL_STATE_DIR", self.dir.path().join("state"))
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("SLURM_STEP_ID")
             .env("HOME", "/nonexistent")
             .current_dir("/");
         c
@@ -389,5 +394,66 @@ fn an_unusable_dev_fuse_is_named() {
             && o.stderr.contains("chmod 0666"),
         "{}",
         o.stderr
+    );
+}
+
+#[test]
+fn the_tasks_of_a_job_step_started_at_once_share_one_environment() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    let kids: Vec<_> = (0..16)
+        .map(|_| {
+            f.cmd(&[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "readlink /proc/self/ns/pid; readlink /proc/self/ns/user; sleep 0.3",
+            ])
+            .env("SLURM_JOB_ID", "77")
+            .env("SLURM_STEP_ID", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for k in kids {
+        let o = k.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        seen.insert(String::from_utf8_lossy(&o.stdout).into_owned());
+    }
+    assert_eq!(
+        seen.len(),
+        1,
+        "16 tasks of one step, one PID and user namespace: {seen:?}"
+    );
+    // another step: another environment
+    let o = f.run(&["run", "--", "readlink", "/proc/self/ns/pid"]);
+    assert!(
+        !seen.iter().next().unwrap().starts_with(o.stdout.trim()),
+        "{}",
+        o.stdout
+    );
+    // the environment is gone with its last task: nothing listens any more
+    let envs = f.dir.path().join("state/envs");
+    let socks = std::fs::read_dir(&envs)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sock")
+        })
+        .count();
+    assert_eq!(
+        socks,
+        0,
+        "a rendezvous socket was left in {}",
+        envs.display()
     );
 }
