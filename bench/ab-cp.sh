@@ -38,6 +38,9 @@ trap '"$TESTBED/down" -q || true' EXIT
 for N in $COUNTS; do
   "$TESTBED/up" -n "$N" --node-rate 400mbit --storage-rate 800mbit >/dev/null
   read -r -a NODES <<< "$(<"$TB/run/nodes")"
+  # a build with the front: the full program is the one that copies (it runs under any name)
+  [[ ! -x $NEW-full ]] || NEW=$NEW-full
+  [[ ! -x $OLD-full ]] || OLD=$OLD-full
   install -m 755 "$NEW" "$TB/scratch/sw-pool.new"
   install -m 755 "$OLD" "$TB/scratch/sw-pool.old"
   mkdir -p "$TB/export/bench"

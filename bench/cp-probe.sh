@@ -21,6 +21,7 @@ trap '"$TESTBED/down" -q || true' EXIT
 "$TESTBED/up" -n "$N" --node-rate 400mbit --storage-rate 800mbit >/dev/null
 read -r -a NODES <<< "$(<"$TB/run/nodes")"
 install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
+for x in full enter; do [[ ! -x $SW_BIN-$x ]] || install -m 755 "$SW_BIN-$x" "$TB/scratch/sw-pool-$x"; done
 S=$((SIZE_MIB << 20))
 mkdir -p "$TB/export/bench"
 [[ -s $TB/export/bench/f && $(stat -c %s "$TB/export/bench/f") == "$S" ]] || head -c "$S" /dev/urandom > "$TB/export/bench/f"

@@ -76,6 +76,7 @@ for N in $COUNTS; do
   read -r -a NODES <<< "$(<"$TB/run/nodes")"
   mkdir -p "$TB/scratch/cpv-$$" "$TB/export/cpv-$$"
   install -m 755 "$SW_BIN" "$TB/scratch/cpv-$$/sw-pool"
+  for x in full enter; do [[ ! -x $SW_BIN-$x ]] || install -m 755 "$SW_BIN-$x" "$TB/scratch/cpv-$$/sw-pool-$x"; done
   SW=$TB/scratch/cpv-$$/sw-pool
   cp --sparse=always "$B/pool.ext2" "$TB/export/cpv-$$/pool.ext2"
   chmod -R a+rX "$TB/export/cpv-$$"

@@ -47,6 +47,7 @@ for N in $COUNTS; do
   "$TESTBED/up" -n "$N" --node-rate $NODE_RATE --storage-rate $STOR_RATE >/dev/null
   read -r -a NODES <<< "$(<"$TB/run/nodes")"
   install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
+  for x in full enter; do [[ ! -x $SW_BIN-$x ]] || install -m 755 "$SW_BIN-$x" "$TB/scratch/sw-pool-$x"; done
   SW=$TB/scratch/sw-pool
   mkdir -p "$TB/export/bench"
   [[ -s $TB/export/bench/f && $(stat -c %s "$TB/export/bench/f") == "$S" ]] || head -c "$S" /dev/urandom > "$TB/export/bench/f"

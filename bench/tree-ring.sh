@@ -35,6 +35,7 @@ max_n=0; for n in $NS; do if (( n > max_n )); then max_n=$n; fi; done
 "$TESTBED/up" -n "$max_n" --node-rate "$NODE_RATE" --storage-rate 800mbit --sftp-log >/dev/null
 read -r -a NODES <<< "$(<"$TB/run/nodes")"
 install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
+for x in full enter; do [[ ! -x $SW_BIN-$x ]] || install -m 755 "$SW_BIN-$x" "$TB/scratch/sw-pool-$x"; done
 SW=$TB/scratch/sw-pool
 mkdir -p "$TB/export/bench"
 cd "$TB/scratch"
