@@ -236,11 +236,16 @@ impl LayerStore {
     pub fn get(&self, name: &str) -> Result<Layer, EnvError> {
         check_name(name)?;
         let l = self.paths(name);
-        if fs::symlink_metadata(&l.dir).is_err() {
-            return Err(EnvError::NoSuchLayer {
-                name: name.into(),
-                root: self.root.clone(),
-            });
+        match fs::symlink_metadata(&l.dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(EnvError::NoSuchLayer {
+                    name: name.into(),
+                    root: self.root.clone(),
+                })
+            }
+            // another user's store (0700): say so, not that the layer is missing
+            Err(e) => return Err(EnvError::io("cannot use layer", &l.dir, e)),
         }
         self.check_private(&self.root)?;
         self.check_private(&l.dir)?;
