@@ -1,5 +1,6 @@
 # shellcheck shell=sh
-# sw-pool shell integration (installed as /etc/profile.d/sw-pool.sh by `make install`).
+# sw-pool shell integration (installed as /etc/profile.d/sw-pool.sh by `make install`; the same
+# function is what `sw-pool shell-init bash|zsh|ksh` prints, for ~/.bashrc: eval "$(sw-pool shell-init bash)").
 #
 # Like Lmod's `module` function: `sw-pool load POOL`, `sw-pool unload POOL` and `sw-pool env MOUNTPOINT`
 # print shell code (MODULEPATH, SW_POOL_MOUNT, GWDG_SW_MOUNT, SW_POOL_LOADED) that this function
@@ -21,7 +22,7 @@ sw-pool() {
   done
   case "$__swp_sub" in
     load|unload|env)
-      __swp_out=$(SW_POOL_SHELL=sh command sw-pool "$@")
+      __swp_out=$(SW_POOL_SHELL=sh SW_POOL_SHELL_FUNCTION=1 command sw-pool "$@")
       __swp_rc=$?
       if [ "$__swp_rc" -eq 0 ]; then eval "$__swp_out"; fi
       return "$__swp_rc" ;;

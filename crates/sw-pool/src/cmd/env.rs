@@ -7,6 +7,8 @@ use swpool_core::{Error, ExitStatus};
 use crate::cli::{EnvArgs, GlobalArgs};
 
 pub fn run(_g: &GlobalArgs, a: EnvArgs, env: &Environment) -> Result<(), Error> {
+    // shell code on a terminal changes nothing: say what to run instead of half-acting
+    super::shell_init::refuse_on_terminal(env, false)?;
     let shell: Shell = crate::output::shell(a.shell.as_deref(), env)?;
     // unload works for a mount point that is gone too (its MODULEPATH entry must still go)
     let mp = match mount::canonical_mountpoint(&a.mountpoint) {

@@ -16,6 +16,7 @@ mod list;
 mod load;
 mod modulefiles;
 mod mount;
+mod shell_init;
 mod sign;
 mod slurm;
 mod umount;
@@ -55,6 +56,8 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Run(a) => crate::environment::run(g, a, env),
         Command::Shell(a) => crate::environment::shell(g, a, env),
         Command::Layer(a) => layer::run(g, a, env),
+        Command::ShellInit(a) => shell_init::init(a),
+        Command::ShellExec(a) => shell_init::exec(a),
     }
 }
 

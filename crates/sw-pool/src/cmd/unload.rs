@@ -13,6 +13,8 @@ use crate::cli::{GlobalArgs, UnloadArgs};
 use crate::eline;
 
 pub fn run(g: &GlobalArgs, a: UnloadArgs, env: &Environment) -> Result<(), Error> {
+    // shell code on a terminal changes nothing: say what to run instead of half-acting
+    super::shell_init::refuse_on_terminal(env, false)?;
     super::spread_over_allocation(env)?;
     let job = Job::init(env)?;
     let r = unload(g, &a, &job, env);

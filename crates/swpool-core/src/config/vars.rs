@@ -94,6 +94,7 @@ env_vars! {
     Bin "SW_POOL_BIN" Option "`sw-pool` on PATH" "the sw-pool the pool modulefile runs (read by the modulefile only)";
     JobPools "SW_POOL_JOB_POOLS" State "none" "pools loaded in this job, for the TaskProlog of later steps";
     Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";
+    ShellFunction "SW_POOL_SHELL_FUNCTION" State "none" "`1`: set by the shell function (`sw-pool shell-init`) that evaluates the output of `load`, `unload` and `env`";
     Environment "SW_POOL_ENVIRONMENT" State "none" "set inside `run`/`shell`: the environment's layer (`-`: none)";
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
     SetGwdg "_SW_POOL_SET_GWDG" State "none" "`GWDG_SW_MOUNT` was set by sw-pool (unload unsets it)";

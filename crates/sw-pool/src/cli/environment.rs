@@ -1,0 +1,128 @@
+//! Command-line definitions of environments (`run`, `shell`, `layer`) and of the shell
+//! integration (`shell-init`, `shell-exec`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// What `run` and `shell` share.
+#[derive(Debug, Args)]
+pub struct EnvironmentArgs {
+    /// The writable layer (made with `sw-pool layer create NAME`): writes anywhere in the
+    /// environment (/usr/local, /opt, /etc, ...) land in it, never on the host or in a pool
+    #[arg(long, value_name = "NAME")]
+    pub layer: Option<String>,
+    /// Be uid 0 inside (mapped to you): apt-get, dpkg -i and `make install` into system paths
+    /// write into the layer. Files only root may read on the host (0600, 0640) stay unreadable
+    #[arg(long)]
+    pub root: bool,
+    /// Where your layers are (default: config `layer_dir`, $SW_POOL_LAYER_DIR,
+    /// ~/.local/share/sw-pool/layers)
+    #[arg(long, value_name = "DIR")]
+    pub layer_dir: Option<PathBuf>,
+}
+
+pub const ENVIRONMENT_HELP: &str = "\
+EXAMPLES:
+  sw-pool layer create dev
+  sw-pool run --layer dev -- sh -c 'cp mytool /usr/local/bin/'
+  sw-pool run --layer dev -- mytool
+  sw-pool shell --layer dev --root            (then: dpkg -i hello.deb)
+
+INSIDE: new user, mount and PID namespaces; /proc shows only the environment's processes; your uid
+(or 0 with --root), $HOME, the job's environment variables, the network, the devices and every
+mount of the node (pools loaded with `sw-pool load` included) as they are; SW_POOL_ENVIRONMENT
+names the layer. When the command (the environment's first process) exits or is killed, every
+process and mount of the environment is gone.
+
+LAYER: the host's / is the read-only lower and the layer the writable upper. Without the site's
+helper this is fuse-overlayfs (rootless; needs /dev/fuse usable by you); -v says which was used.
+One environment uses a layer at a time.
+
+EXIT STATUS: the command's (128+N when signal N ended it); 125 when the environment could not be
+set up, 126 when the command could not be executed, 127 when it was not found.";
+
+#[derive(Debug, Args)]
+#[command(after_help = ENVIRONMENT_HELP)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub env: EnvironmentArgs,
+    /// The command and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = ENVIRONMENT_HELP)]
+pub struct ShellArgs {
+    #[command(flatten)]
+    pub env: EnvironmentArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LayerArgs {
+    /// Where your layers are (default: config `layer_dir`, $SW_POOL_LAYER_DIR,
+    /// ~/.local/share/sw-pool/layers)
+    #[arg(long, value_name = "DIR", global = true)]
+    pub layer_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: LayerCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LayerCommand {
+    /// Your layers: name, size, entries, whether an environment uses it
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a new, empty layer
+    Create { name: String },
+    /// Remove a layer and everything written into it (refused while an environment uses it)
+    Rm { name: String },
+    /// What a layer holds: bytes, entries, deleted host files (whiteouts)
+    Du {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum InitShell {
+    Bash,
+    Zsh,
+    Ksh,
+    Fish,
+    Csh,
+    Tcsh,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "SET UP (once, in your shell's start-up file):
+  bash  ~/.bashrc:                   eval \"$(sw-pool shell-init bash)\"
+  zsh   ~/.zshrc:                    eval \"$(sw-pool shell-init zsh)\"
+  fish  ~/.config/fish/config.fish:  sw-pool shell-init fish | source
+  csh   ~/.cshrc:                    eval \"`sw-pool shell-init csh`\"
+`make install` and the Debian package set it up for bash, zsh and ksh login shells
+(/etc/profile.d/sw-pool.sh). Then `sw-pool load POOL` changes MODULEPATH in the shell it is typed
+in, like Lmod's `module` function; without it, run `eval \"$(sw-pool load POOL)\"`.")]
+pub struct ShellInitArgs {
+    /// The shell to print the function for
+    pub shell: InitShell,
+}
+
+#[derive(Debug, Args)]
+pub struct ShellExecArgs {
+    /// The shell (csh)
+    pub shell: String,
+    /// sw-pool's arguments as typed
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<OsString>,
+}

@@ -1,0 +1,153 @@
+//! `sw-pool shell-init SHELL`: the shell function that makes `load`, `unload` and `env` change the
+//! calling shell (as zoxide, direnv and conda do it); `shell-exec` is csh's half of it.
+//!
+//! The functions live in `etc/` (bash/zsh/ksh: the profile.d file `make install` puts in
+//! /etc/profile.d; fish and csh: `etc/shell/`), embedded here so that the printed function and
+//! the installed one are the same text. csh has no functions: its alias evaluates what
+//! `sw-pool shell-exec csh ARGS` prints — the shell code of `load`, `unload` and `env`, and for every
+//! other subcommand the command line that runs it unchanged. (Its file is the alias alone: csh's
+//! `eval "`...`"` makes one line of its input, so a comment would swallow the alias.)
+
+use std::ffi::OsString;
+
+use swpool_core::{Error, ExitStatus};
+
+use crate::cli::{InitShell, ShellExecArgs, ShellInitArgs};
+
+const POSIX: &str = include_str!("../../../../etc/profile.d/sw-pool.sh");
+const FISH: &str = include_str!("../../../../etc/shell/sw-pool.fish");
+const CSH: &str = include_str!("../../../../etc/shell/sw-pool.csh");
+
+pub fn init(a: ShellInitArgs) -> Result<(), Error> {
+    let text = match a.shell {
+        InitShell::Bash | InitShell::Zsh | InitShell::Ksh => POSIX,
+        InitShell::Fish => FISH,
+        InitShell::Csh | InitShell::Tcsh => CSH,
+    };
+    crate::output::out(text.as_bytes());
+    Ok(())
+}
+
+/// The subcommands whose output is shell code for the calling shell.
+pub const SHELL_CODE: &[&str] = &["load", "unload", "env"];
+
+/// The subcommand in sw-pool's arguments (the first that is not an option), as the functions find
+/// it; `None` for help, version and JSON output (never evaluated).
+pub fn subcommand(args: &[OsString]) -> Option<String> {
+    let mut it = args.iter().map(|a| a.to_string_lossy());
+    let mut sub = None;
+    while let Some(a) = it.next() {
+        match a.as_ref() {
+            "--log" => {
+                it.next();
+            }
+            "-h" | "--help" | "-V" | "--version" | "--json" => return None,
+            s if s.starts_with('-') => {}
+            s => {
+                if sub.is_none() {
+                    sub = Some(s.to_string());
+                }
+            }
+        }
+    }
+    sub
+}
+
+/// One argument quoted for csh: single quotes, `'` and `!` escaped; a newline cannot be quoted.
+fn csh_quote(a: &str) -> Option<String> {
+    if a.contains('\n') {
+        return None;
+    }
+    Some(format!(
+        "'{}'",
+        a.replace('\'', r"'\''").replace('!', r"\!")
+    ))
+}
+
+pub fn exec(a: ShellExecArgs) -> Result<(), Error> {
+    use std::os::unix::process::CommandExt;
+    if !matches!(a.shell.as_str(), "csh" | "tcsh") {
+        return Err(Error::other(
+            ExitStatus::Usage,
+            format!("shell-exec is csh's alias's helper, not for {}", a.shell),
+        ));
+    }
+    let me = std::env::current_exe().map_err(|e| {
+        Error::other(
+            ExitStatus::System,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let front = me.with_file_name("sw-pool");
+    if subcommand(&a.args).is_some_and(|s| SHELL_CODE.contains(&s.as_str())) {
+        // the shell code itself: this process becomes the command
+        let e = std::process::Command::new(&front).args(&a.args).exec();
+        return Err(Error::other(
+            ExitStatus::System,
+            format!("cannot run {}: {e}", front.display()),
+        ));
+    }
+    // anything else: the command line, for the alias to run as it is
+    let mut line = csh_quote(&front.to_string_lossy()).unwrap_or_default();
+    for arg in &a.args {
+        let q = csh_quote(&arg.to_string_lossy()).ok_or_else(|| {
+            Error::other(
+                ExitStatus::Usage,
+                "an argument with a newline cannot be passed through csh's alias: run the sw-pool \
+                 binary directly",
+            )
+        })?;
+        line.push(' ');
+        line.push_str(&q);
+    }
+    line.push('\n');
+    crate::output::out(line.as_bytes());
+    Ok(())
+}
+
+/// `load`, `unload` and `env` print shell code: on a terminal, with no shell function evaluating
+/// it, nothing would change. Refuse before doing anything, and say what to run.
+pub fn refuse_on_terminal(env: &swpool_core::config::Environment, json: bool) -> Result<(), Error> {
+    use std::io::IsTerminal;
+    if json
+        || !std::io::stdout().is_terminal()
+        || env
+            .get(swpool_core::config::EnvVar::ShellFunction)
+            .is_some()
+    {
+        return Ok(());
+    }
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let typed = format!("sw-pool {}", args.join(" "));
+    let shell = env
+        .get(swpool_core::config::HostVar::Shell)
+        .and_then(|s| s.rsplit('/').next().map(String::from))
+        .filter(|s| matches!(s.as_str(), "bash" | "zsh" | "ksh" | "fish" | "csh" | "tcsh"))
+        .unwrap_or_else(|| "bash".into());
+    let (once, eval) = match shell.as_str() {
+        "fish" => (
+            "sw-pool shell-init fish | source".to_string(),
+            format!("{typed} | source"),
+        ),
+        "csh" | "tcsh" => (
+            format!("eval \"`sw-pool shell-init {shell}`\""),
+            format!("eval \"`{typed}`\""),
+        ),
+        _ => (
+            format!("eval \"$(sw-pool shell-init {shell})\""),
+            format!("eval \"$({typed})\""),
+        ),
+    };
+    Err(Error::other(
+        ExitStatus::Usage,
+        format!(
+            "`{typed}` prints shell code for your shell to run, and its output is a terminal: \
+             nothing would change in this shell, so nothing was done. Run `{eval}`, or set up the \
+             shell function once (in your shell's start-up file) with `{once}`; then `{typed}` \
+             works as typed"
+        ),
+    ))
+}
