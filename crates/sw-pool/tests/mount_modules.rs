@@ -283,3 +283,80 @@ sw-pool env /var/tmp/no-pool-here; echo "rc=$?"
         },
     );
 }
+
+#[test]
+fn unload_refuses_under_loaded_modules_in_lmod_and_environment_modules() {
+    unload_under_loaded_modules(Modules::Lmod);
+    unload_under_loaded_modules(Modules::Tcl);
+}
+
+/// Issue 32, point 2: `sw-pool unload` (and `env --unload`) of a pool whose modules are loaded in
+/// the shell refuses, naming them, and changes nothing; once they are unloaded it goes through
+/// and says it unmounted the last reference.
+fn unload_under_loaded_modules(m: Modules) {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let tree = t.p("tree");
+    sample_tree(&tree);
+    std::fs::create_dir_all(t.p("pools/demo")).unwrap();
+    std::fs::create_dir_all(t.p("cache")).unwrap();
+    let o = sw_run(&[
+        "build",
+        "-q",
+        "--gen-modulefiles",
+        &t.s("pools/demo/1.0.sqfs"),
+        tree.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/profile.d/sw-pool.sh");
+    let env = [
+        ("SW_POOL_PATH", t.s("pools")),
+        ("SW_POOL_MOUNT", t.s("m")),
+        ("SW_POOL_CACHE", t.s("cache")),
+    ];
+    let o = modules(
+        m,
+        &format!(
+            r#"source {}
+set +e
+sw-pool load demo/1.0
+module load hello/1.0
+mp=${{MODULEPATH%%/modulefiles*}}
+sw-pool unload demo/1.0; echo "rc=$?"
+sw-pool env --unload "$mp"; echo "env-rc=$?"
+hello
+echo "MOUNTED=$(awk -v m="$mp" '$2 == m' /proc/self/mounts | wc -l)"
+module unload hello/1.0
+sw-pool unload demo/1.0; echo "rc2=$?"
+echo "AFTER=$MODULEPATH MOUNTED=$(awk -v m="$mp" '$2 == m' /proc/self/mounts | wc -l)"
+"#,
+            profile.display()
+        ),
+        &t,
+        &env,
+    );
+    assert_contains_all(
+        &o.stdout,
+        &[
+            "rc=3\n",
+            "env-rc=3\n",
+            "hello from",
+            "MOUNTED=1\n",
+            "rc2=0\n",
+            &format!("AFTER={} MOUNTED=0", t.s("mf")),
+        ],
+        &o.stderr,
+    );
+    assert_contains_all(
+        &o.stderr,
+        &[
+            "module(s) hello/1.0 from",
+            "(`module unload hello/1.0`); nothing was unloaded",
+            "unloaded demo/1.0: that was the last reference",
+        ],
+        &o.stdout,
+    );
+    t.assert_clean();
+}

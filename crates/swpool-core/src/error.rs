@@ -151,6 +151,18 @@ pub enum LoadError {
     /// One entry of `--pool LIST` is not usable.
     #[error("--pool={spec}: {source}")]
     PoolEntry { spec: String, source: Box<Error> },
+    /// Modules of the pool are loaded in the calling shell: unloading the pool under them would
+    /// leave their changes (PATH, ...) behind.
+    #[error(
+        "module(s) {} from {} are loaded in this shell: unload them first (`module unload {}`); nothing was unloaded",
+        modules.join(", "),
+        swpool_format::show::show(mountpoint),
+        modules.join(" ")
+    )]
+    ModulesLoaded {
+        mountpoint: PathBuf,
+        modules: Vec<String>,
+    },
 }
 
 impl LoadError {
@@ -166,6 +178,7 @@ impl LoadError {
             LoadError::Lock { .. } => ExitStatus::System,
             LoadError::BareNeedsMountpoint { .. } => ExitStatus::BadInput,
             LoadError::NoPoolsGiven => ExitStatus::Usage,
+            LoadError::ModulesLoaded { .. } => ExitStatus::BadInput,
             LoadError::PoolEntry { source, .. } => source.exit_status(),
         }
     }

@@ -16,6 +16,10 @@ pub fn run(_g: &GlobalArgs, a: EnvArgs, env: &Environment) -> Result<(), Error> 
         Err(_) if a.unload => swpool_core::exec::absolute(&a.mountpoint),
         Err(e) => return Err(e.into()),
     };
+    if a.unload {
+        // modules of the pool still loaded in this shell would keep their changes
+        swpool_core::load::check_no_modules_loaded(&mp, env)?;
+    }
     let dir = StateDir::open_default(env)?;
     let rec = dir.read(&mp)?;
     if rec.is_none() && !a.unload {

@@ -37,6 +37,17 @@ fn unload(_g: &GlobalArgs, a: &UnloadArgs, job: &Job, env: &Environment) -> Resu
             u.mount_point.display(),
             u.remaining
         );
+    } else if !_g.quiet {
+        let what = u
+            .pool
+            .as_ref()
+            .map(|(n, v)| format!("{n}/{v}"))
+            .unwrap_or_else(|| "the pool".into());
+        eline!(
+            "sw-pool: unloaded {what}: that was the last reference, {} is unmounted{}",
+            u.mount_point.display(),
+            if job.is_mpi() { " on every node" } else { "" }
+        );
     }
     let job_pools = env.get(EnvVar::JobPools);
     let changes = load::unload_environment(&u, &Snapshot::from_env(env), job_pools.as_deref());

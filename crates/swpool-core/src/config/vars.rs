@@ -152,6 +152,8 @@ host_vars! {
     LdLibraryPath "LD_LIBRARY_PATH" "`bundle`: the loader's search path";
     SourceDateEpoch "SOURCE_DATE_EPOCH" "`build`, `bundle`: the build time recorded in the image";
     Modulepath "MODULEPATH" "`load`, `unload`, `env`: the module search path they change";
+    Lmfiles "_LMFILES_" "`unload`, `env --unload`: the modulefiles loaded in the calling shell (Lmod, Environment Modules)";
+    LoadedModules "LOADEDMODULES" "`unload`, `env --unload`: the names of the modules loaded in the calling shell";
     GwdgSwMount "GWDG_SW_MOUNT" "`load`, `unload`, `env`: the mount root the paper's modulefiles read";
     SlurmJobId "SLURM_JOB_ID" "the job a mount belongs to; a Slurm hook's job";
     SlurmJobUid "SLURM_JOB_UID" "the Prolog's and Epilog's job user";

@@ -549,6 +549,8 @@ pub fn unload(
             node.uid,
             node.env,
         )?;
+        // modules of the pool still loaded in the calling shell: nothing is released
+        check_no_modules_loaded(&mp, node.env)?;
         let r = state::release(node.sys, &node.state, &mp, force, job_id)?;
         let pool = pool.or_else(|| {
             r.record
@@ -564,6 +566,53 @@ pub fn unload(
     });
     job.agree(outcome(&released))?;
     Ok(leader_value(job, released.and_then(Result::ok).as_ref())?)
+}
+
+/// The modules loaded in the calling shell (`_LMFILES_`, `LOADEDMODULES`: Lmod and Environment
+/// Modules keep both, in the same order) whose modulefile is in `mountpoint`'s `modulefiles/`.
+pub fn modules_loaded_from(mountpoint: &Path, env: &crate::config::Environment) -> Vec<String> {
+    use crate::config::HostVar;
+    let Some(files) = env.get(HostVar::Lmfiles) else {
+        return Vec::new();
+    };
+    let names: Vec<String> = env
+        .get(HostVar::LoadedModules)
+        .map(|n| n.split(':').map(String::from).collect())
+        .unwrap_or_default();
+    let dir = mountpoint.join("modulefiles");
+    files
+        .split(':')
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let rel = Path::new(f).strip_prefix(&dir).ok()?;
+            Some(
+                names
+                    .get(i)
+                    .filter(|n| !n.is_empty())
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        let r = rel.to_string_lossy();
+                        r.strip_suffix(".lua").unwrap_or(&r).to_string()
+                    }),
+            )
+        })
+        .collect()
+}
+
+/// Refuse to unload a pool whose modules the calling shell still has loaded.
+pub fn check_no_modules_loaded(
+    mountpoint: &Path,
+    env: &crate::config::Environment,
+) -> Result<(), LoadError> {
+    let modules = modules_loaded_from(mountpoint, env);
+    if modules.is_empty() {
+        Ok(())
+    } else {
+        Err(LoadError::ModulesLoaded {
+            mountpoint: mountpoint.to_path_buf(),
+            modules,
+        })
+    }
 }
 
 /// The environment change of an unload.
