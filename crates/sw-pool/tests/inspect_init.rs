@@ -304,3 +304,18 @@ fn config_shows_every_environment_variable() {
         );
     }
 }
+
+/// Issue 32, point 6: `init DIR` names the pool after DIR when --name is absent.
+#[test]
+fn init_takes_the_name_from_the_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("mypool");
+    let o = sw_run(&["init", "--version", "2.1", dir.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("for mypool/2.1"), "{}", o.stdout);
+    let toml = std::fs::read_to_string(dir.join("pool.toml")).unwrap();
+    assert!(toml.contains("name = \"mypool\""), "{toml}");
+    let o = sw_run(&["init", "--version", "1", "/"]);
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(o.stderr.contains("give --name"), "{}", o.stderr);
+}

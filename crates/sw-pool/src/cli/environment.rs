@@ -79,16 +79,25 @@ pub struct LayerArgs {
 pub enum LayerCommand {
     /// Your layers: name, size, entries, whether an environment uses it
     List {
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
     /// Make a new, empty layer
-    Create { name: String },
+    Create {
+        /// The layer's name (letters, digits, '.', '_', '-')
+        name: String,
+    },
     /// Remove a layer and everything written into it (refused while an environment uses it)
-    Rm { name: String },
+    Rm {
+        /// The layer to remove
+        name: String,
+    },
     /// What a layer holds: bytes, entries, deleted host files (whiteouts)
     Du {
+        /// The layer to measure
         name: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },

@@ -44,8 +44,24 @@ pub struct GlobalArgs {
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
     /// Log filter for diagnostics on stderr (error, warn, info, debug, trace); default: $SW_POOL_LOG or warn
-    #[arg(long, global = true, value_name = "LEVEL")]
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = log_filter)]
     pub log: Option<String>,
+}
+
+/// `--log`: levels, or `target=level` directives, comma-separated (a bare word that is not a level
+/// would silently filter for a target of that name).
+fn log_filter(s: &str) -> Result<String, String> {
+    const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+    for part in s.split(',') {
+        let level = part.rsplit_once('=').map_or(part, |(_, l)| l);
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{part:?} is not a log level: use one of {} (or TARGET=LEVEL)",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(s.to_string())
 }
 
 #[derive(Debug, Subcommand)]
@@ -252,10 +268,13 @@ pub struct InspectArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
+    /// The pool's name (pool.toml); default: DIR's last component
     #[arg(long)]
-    pub name: String,
+    pub name: Option<String>,
+    /// The pool's version (pool.toml), e.g. 1.0 or 2026.11
     #[arg(long)]
     pub version: String,
+    /// The pool's one-line description (pool.toml)
     #[arg(long)]
     pub description: Option<String>,
     /// The directory to create (must be empty or absent)
@@ -339,8 +358,10 @@ pub struct UmountArgs {
     /// Drop the reference of this job; default: $SLURM_JOB_ID, else the latest
     #[arg(long, value_name = "ID")]
     pub job_id: Option<String>,
+    /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
+    /// The mount point to release
     pub mountpoint: PathBuf,
 }
 
@@ -352,6 +373,7 @@ gone (record without mount), unrecorded (a sw-pool FUSE mount without record), c
   srun -N4 --ntasks-per-node=1 --mpi=pmix sw-pool list --all-nodes    one table for the job's nodes"
 )]
 pub struct ListArgs {
+    /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
     /// Only mounts this job holds a reference to
@@ -398,6 +420,7 @@ pub struct CleanupArgs {
     /// As root: clean this user's mounts (run as that user)
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
 }
@@ -505,6 +528,7 @@ pub struct SignArgs {
     /// Private key (PEM, PKCS#8 or traditional)
     #[arg(long, value_name = "PRIV.pem")]
     pub key: std::path::PathBuf,
+    /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
     /// The pool file (rewritten with the signature in its trailer)
@@ -522,8 +546,10 @@ pub struct VerifyArgs {
     /// Also check the detached signature POOL.sig over the whole file
     #[arg(long)]
     pub detached: bool,
+    /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
+    /// The pool file to check
     pub pool: std::path::PathBuf,
 }
 
@@ -597,6 +623,7 @@ pub struct CacheArgs {
 pub enum CacheCommand {
     /// Entries, least recently used first: pool, size on disk, mounted or not
     List {
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
@@ -613,6 +640,7 @@ pub enum CacheCommand {
 
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
 }
@@ -676,6 +704,50 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn log_levels_are_checked() {
+        for ok in ["warn", "debug", "swpool_core=trace,warn", "INFO"] {
+            assert!(
+                Cli::try_parse_from(["sw-pool", "--log", ok, "config"]).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in ["bogus", "warn,verbose", "x=loud"] {
+            let e = Cli::try_parse_from(["sw-pool", "--log", bad, "config"]).unwrap_err();
+            assert!(e.to_string().contains("is not a log level"), "{bad}: {e}");
+        }
+    }
+
+    /// Every argument of every (visible) subcommand has a help line (issue 32, point 8).
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let auto = matches!(
+                    a.get_action(),
+                    clap::ArgAction::Help
+                        | clap::ArgAction::HelpShort
+                        | clap::ArgAction::HelpLong
+                        | clap::ArgAction::Version
+                );
+                if a.is_hide_set() || auto {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for s in c.get_subcommands() {
+                if !s.is_hide_set() {
+                    walk(s, &format!("{path} {}", s.get_name()), missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "sw-pool", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
     }
 
     #[test]
