@@ -360,3 +360,42 @@ echo "AFTER=$MODULEPATH MOUNTED=$(awk -v m="$mp" '$2 == m' /proc/self/mounts | w
     );
     t.assert_clean();
 }
+
+/// Issue 32, point 6: `env` and `umount` take NAME/VERSION like `mount`, `load` and `unload`.
+#[test]
+fn env_and_umount_take_name_version() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let tree = t.p("tree");
+    sample_tree(&tree);
+    std::fs::create_dir_all(t.p("pools/demo")).unwrap();
+    let o = sw_run(&[
+        "build",
+        "-q",
+        "--gen-modulefiles",
+        &t.s("pools/demo/1.0.sqfs"),
+        tree.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = modules(
+        Modules::Lmod,
+        r#"set +e
+mp=$(sw-pool mount --print-mountpoint demo/1.0)
+sw-pool env --shell sh demo/1.0 | grep -c "MODULEPATH='$mp/modulefiles"
+sw-pool umount demo/1.0; echo "umount-rc=$?"
+echo "MOUNTED=$(awk -v m="$mp" '$2 == m' /proc/self/mounts | wc -l)"
+sw-pool umount nopool/9.9; echo "missing-rc=$?"
+"#,
+        &t,
+        &[("SW_POOL_PATH", t.s("pools")), ("SW_POOL_MOUNT", t.s("m"))],
+    );
+    assert_contains_all(
+        &o.stdout,
+        &["1\n", "umount-rc=0\n", "MOUNTED=0\n", "missing-rc=3\n"],
+        &o.stderr,
+    );
+    assert!(o.stderr.contains("nopool/9.9 is not loaded"), "{}", o.stderr);
+    t.assert_clean();
+}

@@ -10,10 +10,21 @@ pub fn run(_g: &GlobalArgs, a: EnvArgs, env: &Environment) -> Result<(), Error> 
     // shell code on a terminal changes nothing: say what to run instead of half-acting
     super::shell_init::refuse_on_terminal(env, false)?;
     let shell: Shell = crate::output::shell(a.shell.as_deref(), env)?;
+    // a mount point, or the pool (NAME/VERSION, a pool file) mounted at its default place
+    let named = a.mountpoint.is_file()
+        || (!a.mountpoint.exists()
+            && swpool_core::pool::spec::is_pool_spec(&a.mountpoint.to_string_lossy()));
+    let spec = if named {
+        let cfg = swpool_core::config::Config::load(env)?;
+        let uid = rustix::process::geteuid().as_raw();
+        swpool_core::load::mountpoint_of(&a.mountpoint, cfg.mount_dir.value.as_deref(), uid, env)?.0
+    } else {
+        a.mountpoint.clone()
+    };
     // unload works for a mount point that is gone too (its MODULEPATH entry must still go)
-    let mp = match mount::canonical_mountpoint(&a.mountpoint) {
+    let mp = match mount::canonical_mountpoint(&spec) {
         Ok(p) => p,
-        Err(_) if a.unload => swpool_core::exec::absolute(&a.mountpoint),
+        Err(_) if a.unload => swpool_core::exec::absolute(&spec),
         Err(e) => return Err(e.into()),
     };
     if a.unload {

@@ -11,7 +11,18 @@ pub fn run(g: &GlobalArgs, a: UmountArgs, env: &Environment) -> Result<(), Error
     let dir = StateDir::open_default(env)?;
     let sys = RealSys::new(env.path_var());
     let job = super::mount::job_id(a.job_id, env);
-    let r = state::release(&sys, &dir, &a.mountpoint, a.force, job.as_deref())?;
+    // a mount point, or the pool (NAME/VERSION, a pool file) mounted at its default place
+    let named = a.mountpoint.is_file()
+        || (!a.mountpoint.exists()
+            && swpool_core::pool::spec::is_pool_spec(&a.mountpoint.to_string_lossy()));
+    let mp = if named {
+        let cfg = super::config(env)?;
+        let uid = rustix::process::geteuid().as_raw();
+        swpool_core::load::mountpoint_of(&a.mountpoint, cfg.mount_dir.value.as_deref(), uid, env)?.0
+    } else {
+        a.mountpoint.clone()
+    };
+    let r = state::release(&sys, &dir, &mp, a.force, job.as_deref())?;
     let label = r
         .record
         .as_ref()

@@ -487,8 +487,9 @@ pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Ver
 }
 
 /// The mount point of what `spec` names: a directory is the mount point itself; a pool file or
-/// NAME/VERSION is looked up at `<mount dir>/NAME/VERSION`.
-fn mountpoint_of(
+/// NAME/VERSION is looked up at `<mount dir>/NAME/VERSION` (`umount`, `env` and `unload` take all
+/// three).
+pub fn mountpoint_of(
     spec: &Path,
     mount_dir: Option<&Path>,
     uid: u32,
