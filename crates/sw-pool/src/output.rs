@@ -196,6 +196,22 @@ pub fn progress(show: bool) -> Option<indicatif::ProgressBar> {
     Some(b)
 }
 
+/// A spinner with elapsed time on stderr for work whose size is not known (an image tool that runs
+/// quiet), when stderr is a terminal and `show`; cleared when dropped.
+pub fn spinner(show: bool, msg: String) -> Option<indicatif::ProgressBar> {
+    if !show || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new_spinner();
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+            .expect("template"),
+    );
+    b.set_message(msg);
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    Some(b)
+}
+
 /// The broadcast's progress callback driving `bar`.
 pub fn progress_sink(bar: &indicatif::ProgressBar) -> swpool_core::transfer::ProgressSink {
     let b = bar.clone();

@@ -303,3 +303,48 @@ fn a_mounted_signed_pool_never_serves_changed_bytes() {
     t.ok(&["umount", &mp]);
     t.assert_clean();
 }
+
+/// Issue 32, point 7: `mount POOL` says where the verified copy went (it takes the pool's size on
+/// the node's disk), and that a second mount reused it.
+#[test]
+fn mount_says_where_the_copy_goes() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let tree = t.p("tree");
+    assert_eq!(
+        sw_run(&[
+            "init",
+            "-q",
+            "--name",
+            "w",
+            "--version",
+            "1",
+            t.s("tree").as_str()
+        ])
+        .code,
+        0
+    );
+    std::fs::write(tree.join("f"), b"x").unwrap();
+    let q = t.s("w.sqfs");
+    assert_eq!(sw_run(&["build", "-q", &q, tree.to_str().unwrap()]).code, 0);
+    let mp = t.mkdir("mnt");
+    let o = run(t.sw().args(["mount", &q, &mp]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("verified and copied")
+            && o.stdout.contains("into the node-local cache: "),
+        "{}",
+        o.stdout
+    );
+    t.ok(&["umount", &mp]);
+    let o = run(t.sw().args(["mount", &q, &mp]));
+    assert!(
+        o.stdout.contains("reused the verified copy"),
+        "{}",
+        o.stdout
+    );
+    t.ok(&["umount", &mp]);
+    t.assert_clean();
+}

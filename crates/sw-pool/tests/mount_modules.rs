@@ -396,6 +396,10 @@ sw-pool umount nopool/9.9; echo "missing-rc=$?"
         &["1\n", "umount-rc=0\n", "MOUNTED=0\n", "missing-rc=3\n"],
         &o.stderr,
     );
-    assert!(o.stderr.contains("nopool/9.9 is not loaded"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("nopool/9.9 is not loaded"),
+        "{}",
+        o.stderr
+    );
     t.assert_clean();
 }

@@ -23,14 +23,21 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
     let cfg = super::config(env)?;
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
+    // a pool is copied (verified) into the node-local cache before it is mounted: a bar for it
+    let bar = crate::output::progress(!a.json && !g.quiet && !a.print_mountpoint);
     let req = MountRequest {
         image: a.image.clone(),
         mountpoint: a.mountpoint.clone(),
         options,
         job_id: job_id(a.job_id.clone(), env),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+        progress: bar.as_ref().map(crate::output::progress_sink),
     };
-    match mount_image(&node, &req)? {
+    let outcome = mount_image(&node, &req);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    match outcome? {
         MountOutcome::Pool(l) => {
             if let Some(w) = l.plan.verdict.warning(&l.plan.src) {
                 p.warn(w);
@@ -39,8 +46,14 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
                 crate::output::outln(&l.mount_point.display().to_string());
             }
             print_mounted(&p, &l.record, l.reused, l.timings.mount.as_secs_f64());
-            p.verbose(format!(
-                "verified   {} (copied into {})",
+            // where the copy went (it takes the pool's size on this node's disk)
+            p.result(format!(
+                "{} {} into the node-local cache: {}",
+                if l.copy.skipped_all {
+                    "reused the verified copy of"
+                } else {
+                    "verified and copied"
+                },
                 l.plan.src.display(),
                 l.plan.dest.display()
             ));

@@ -12,7 +12,7 @@ use crate::pool::{ManifestError, Pool};
 use crate::state::{self, AcquireRequest, Acquired};
 
 /// What to mount.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MountRequest {
     /// A pool file, `NAME/VERSION`, or a bare image.
     pub image: PathBuf,
@@ -21,6 +21,8 @@ pub struct MountRequest {
     pub options: MountOptions,
     pub job_id: Option<String>,
     pub timeout: Duration,
+    /// Progress of the copy into the cache.
+    pub progress: Option<crate::transfer::ProgressSink>,
 }
 
 /// How it was mounted.
@@ -53,6 +55,7 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
                 mountpoint: req.mountpoint.clone(),
                 job_id: req.job_id.clone(),
                 timeout: req.timeout,
+                progress: req.progress.clone(),
                 ..LoadRequest::default()
             },
             &Quiet,
