@@ -348,3 +348,24 @@ fn mount_says_where_the_copy_goes() {
     t.ok(&["umount", &mp]);
     t.assert_clean();
 }
+
+/// Issue 32, point 8: `mount DIR POOL` (swapped) says which comes first.
+#[test]
+fn swapped_mount_arguments_get_a_hint() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let pool = t.path().join("p.sqfs");
+    std::fs::write(&pool, b"not really").unwrap();
+    let o = sw_run(&["mount", dir.to_str().unwrap(), pool.to_str().unwrap()]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains(&format!(
+            "`sw-pool mount {} {}`",
+            pool.display(),
+            dir.display()
+        )),
+        "{}",
+        o.stderr
+    );
+}

@@ -493,3 +493,29 @@ fn a_signed_image_smaller_than_its_file_system_is_refused() {
     let o = with_keys(&["mount", s(&small), s(&dir.join("m2"))]);
     expect(&o, 4, "file system claims", "mount");
 }
+
+/// Issue 32, point 6: `config` shows one value for require_signature: the one that applies (with a
+/// trusted key installed and nothing set, `true`, as the trust policy line says).
+#[test]
+fn config_shows_the_require_signature_that_applies() {
+    let t = tempfile::tempdir().unwrap();
+    let keys = t.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    let k = t.path().join("k");
+    assert_eq!(
+        sw_run(&["keygen", "-q", "--out", k.to_str().unwrap()]).code,
+        0
+    );
+    std::fs::copy(t.path().join("k.pub.pem"), keys.join("site.pem")).unwrap();
+    let o = run(sw().args(["config"]).env("SW_POOL_TRUSTED_KEYS", &keys));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let row = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("require_signature"))
+        .unwrap();
+    assert!(
+        row.contains(" true ") && row.contains("trusted key(s) installed"),
+        "{row}"
+    );
+}

@@ -7,16 +7,21 @@ use crate::output::Printer;
 pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error> {
     let cfg = super::config(env)?;
     let p = Printer::new(g, a.json);
-    let rows = cfg.rows();
-    for (k, v, o) in &rows {
-        p.result(format!("{k:<18} {v:<40} ({o})"));
-    }
-    // the effective trust policy: require_signature above, or the default where keys are installed
+    // the effective trust policy: require_signature as set, or the default where keys are installed
     let dirs = swpool_core::trust::TrustedKeys::default_dirs(env);
     let policy = swpool_core::trust::TrustPolicy::from_config(
         &cfg,
         swpool_core::trust::TrustedKeys::load(&dirs),
     );
+    let mut rows = cfg.rows();
+    // one value everywhere: the row shows what applies, with its origin (issue 32, point 6)
+    for r in rows.iter_mut().filter(|r| r.0 == "require_signature") {
+        r.1 = policy.require_signature.to_string();
+        r.2 = policy.origin.to_string();
+    }
+    for (k, v, o) in &rows {
+        p.result(format!("{k:<18} {v:<40} ({o})"));
+    }
     let required = if policy.require_signature {
         "signatures by a trusted key required"
     } else {

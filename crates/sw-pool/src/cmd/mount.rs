@@ -19,6 +19,24 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
     if a.print_mountpoint {
         p.verbosity = crate::output::Verbosity::Quiet; // stdout is the mount point only
     }
+    // `mount DIR POOL`: the arguments swapped (issue 32, point 8)
+    if let Some(m) = a
+        .mountpoint
+        .as_ref()
+        .filter(|m| m.is_file() && a.image.is_dir())
+    {
+        return Err(Error::other(
+            swpool_core::ExitStatus::Usage,
+            format!(
+                "{} is a directory and {} a file: the pool comes first, then the mount point: \
+                 `sw-pool mount {} {}`",
+                a.image.display(),
+                m.display(),
+                m.display(),
+                a.image.display()
+            ),
+        ));
+    }
     let options = MountOptions::parse(a.options.as_deref())?;
     let cfg = super::config(env)?;
     let sys = RealSys::new(env.path_var());
