@@ -410,7 +410,7 @@ fn the_tasks_of_a_job_step_started_at_once_share_one_environment() {
                 "--",
                 "sh",
                 "-c",
-                "readlink /proc/self/ns/pid; readlink /proc/self/ns/user; sleep 0.3",
+                "readlink /proc/self/ns/pid; readlink /proc/self/ns/user; sleep 1",
             ])
             .env("SLURM_JOB_ID", "77")
             .env("SLURM_STEP_ID", "0")
@@ -456,4 +456,64 @@ fn the_tasks_of_a_job_step_started_at_once_share_one_environment() {
         "a rendezvous socket was left in {}",
         envs.display()
     );
+}
+
+/// Ctrl-C reaches the command, which decides what to do; the launcher lives on to report its exit
+/// status. SIGTERM sent to the launcher is passed on to the command.
+#[test]
+fn interrupts_reach_the_command_and_its_status_comes_back() {
+    if !ready() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let f = Fixture::new();
+    for (sig, to_group, script, want) in [
+        (
+            libc_sigint(),
+            true,
+            "trap 'echo got INT; exit 5' INT; sleep 5 & wait",
+            5,
+        ),
+        (
+            libc_sigterm(),
+            false,
+            "trap 'echo got TERM; exit 6' TERM; sleep 5 & wait",
+            6,
+        ),
+    ] {
+        let mut c = f.cmd(&["run", "--", "sh", "-c", script]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        // its own process group, as a terminal's foreground job
+        unsafe {
+            c.pre_exec(|| {
+                setsid();
+                Ok(())
+            });
+        }
+        let child = c.spawn().unwrap();
+        let pid = child.id() as i32;
+        std::thread::sleep(Duration::from_millis(800));
+        let target = if to_group { -pid } else { pid };
+        assert_eq!(unsafe { kill(target, sig) }, 0);
+        let o = child.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(want),
+            "{out} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("got "), "{out}");
+    }
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn setsid() -> i32;
+}
+fn libc_sigint() -> i32 {
+    2
+}
+fn libc_sigterm() -> i32 {
+    15
 }

@@ -289,14 +289,12 @@ fn mount_overlay(spec: &Spec, l: &Layer) -> Result<(), String> {
     }
 }
 
-/// Start the command, serve joiners, forward signals, reap; the command's exit status once
-/// nothing of the environment runs any more.
+/// Start the command, serve joiners, forward signals, reap; the command's exit status once it
+/// has ended and no joiner is connected.
 fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>) -> i32 {
     let Some((prog, args)) = spec.argv.split_first() else {
         fail("no command")
     };
-    // what runs now besides pid 1 (the FUSE daemon) is the environment's machinery
-    let infra = processes();
     // the signals pid 1 forwards reach it only with a handler installed; blocked, they are read
     // from a signalfd (the command starts with the mask and handlers reset)
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -362,8 +360,11 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
     };
     let mut conns: Vec<std::os::unix::net::UnixStream> = Vec::new();
     loop {
+        // the environment ends with its command and its last joiner (as `unshare --fork --pid`
+        // and bwrap end with their command): whatever else still runs in it is killed by the
+        // kernel when pid 1 exits
         if let Some(code) = status {
-            if conns.is_empty() && processes().iter().all(|p| infra.contains(p)) {
+            if conns.is_empty() {
                 return code;
             }
         }
@@ -387,8 +388,7 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 revents: 0,
             });
         }
-        // a joined command's own children end without telling pid 1: look again each second
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
         if n <= 0 {
             continue;
         }
@@ -486,18 +486,4 @@ fn hand_over(c: &std::os::unix::net::UnixStream, fds: &[OwnedFd]) -> std::io::Re
         SendFlags::empty(),
     )?;
     Ok(())
-}
-
-/// The pids of this environment's processes other than pid 1 (its own `/proc`).
-fn processes() -> Vec<i32> {
-    let mut v: Vec<i32> = std::fs::read_dir("/proc")
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .filter(|&p: &i32| p != 1)
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort_unstable();
-    v
 }

@@ -76,19 +76,31 @@ pub fn run(
             .create(&dir)
             .map_err(|e| EnvError::io("cannot create", &dir, e))?;
         let rv = share::Rendezvous::new(&dir, key);
-        match share::find(&rv, Duration::from_secs(10))? {
-            share::Found::Running(conn) => {
-                p.why = format!(
-                    "joining the environment already running for this {} ({})",
-                    if layer.is_some() { "layer" } else { "job step" },
-                    rv.socket.display()
-                );
-                on_plan(&p);
-                return join(req, conn, layer.as_ref(), p);
-            }
-            share::Found::Create(fd) => {
-                share_lock = Some(fd);
-                socket = Some(rv.socket);
+        // an environment that ends while we connect hands nothing over: look again
+        let mut tries = 0;
+        loop {
+            match share::find(&rv, Duration::from_secs(10))? {
+                share::Found::Running(conn) => match share::receive(&conn) {
+                    Ok(fds) => {
+                        p.why = format!(
+                            "joining the environment already running for this {} ({})",
+                            if layer.is_some() { "layer" } else { "job step" },
+                            rv.socket.display()
+                        );
+                        on_plan(&p);
+                        return join(req, conn, fds, layer.as_ref(), p);
+                    }
+                    Err(e) if tries >= 100 => return Err(e),
+                    Err(_) => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                },
+                share::Found::Create(fd) => {
+                    share_lock = Some(fd);
+                    socket = Some(rv.socket);
+                    break;
+                }
             }
         }
     }
@@ -233,6 +245,7 @@ fn start(
         libc::write(wr, b"g".as_ptr().cast(), 1);
         libc::close(wr);
     }
+    let _signals = Forwarding::to(pid);
     wait(pid).map_err(|e| EnvError::Start {
         what: "waiting for the environment".into(),
         source: e,
@@ -263,10 +276,10 @@ fn wait(pid: i32) -> std::io::Result<i32> {
 fn join(
     req: &RunRequest,
     conn: std::os::unix::net::UnixStream,
+    fds: Vec<std::os::fd::OwnedFd>,
     layer: Option<&Layer>,
     p: plan::Plan,
 ) -> Result<RunOutcome, EnvError> {
-    let fds = share::receive(&conn)?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     share::enter(&fds, req.root, &cwd)?;
     drop(fds);
@@ -276,7 +289,9 @@ fn join(
         "SW_POOL_ENVIRONMENT",
         layer.map_or("-", |l| l.name.as_str()),
     );
-    let status = match cmd.status() {
+    let child = cmd.spawn();
+    let _signals = child.as_ref().ok().map(|c| Forwarding::to(c.id() as i32));
+    let status = match child.and_then(|mut c| c.wait()) {
         Ok(st) => match (st.code(), st.signal()) {
             (Some(c), _) => c,
             (None, Some(s)) => 128 + s,
@@ -301,4 +316,45 @@ fn join(
         why: p.why,
         status,
     })
+}
+
+/// While the launcher waits: the terminal's SIGINT and SIGQUIT reach the command (same process
+/// group) and are ignored here, so that the launcher lives to report how the command ended (as
+/// system(3) does); SIGTERM and SIGHUP sent to the launcher are passed on to the environment.
+struct Forwarding {
+    old: [(i32, libc::sighandler_t); 4],
+}
+
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn pass_on(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+impl Forwarding {
+    fn to(pid: i32) -> Forwarding {
+        FORWARD_TO.store(pid, std::sync::atomic::Ordering::Relaxed);
+        let set = |sig: i32, h: libc::sighandler_t| (sig, unsafe { libc::signal(sig, h) });
+        let pass = pass_on as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        Forwarding {
+            old: [
+                set(libc::SIGINT, libc::SIG_IGN),
+                set(libc::SIGQUIT, libc::SIG_IGN),
+                set(libc::SIGTERM, pass),
+                set(libc::SIGHUP, pass),
+            ],
+        }
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        for (sig, h) in self.old {
+            unsafe { libc::signal(sig, h) };
+        }
+        FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
 }
