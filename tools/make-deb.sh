@@ -37,7 +37,7 @@ Architecture: $ARCH
 Maintainer: sw-pool developers <sw-pool@localhost>
 Installed-Size: $size
 Depends: $libdeps, fuse3, squashfuse, fuse2fs, squashfs-tools, e2fsprogs
-Recommends: openmpi-bin, lmod | environment-modules
+Recommends: openmpi-bin, lmod | environment-modules, fuse-overlayfs
 Suggests: slurm-client, slurmd
 Section: admin
 Priority: optional
@@ -52,7 +52,8 @@ Description: software pools for HPC clusters: broadcast with MPI, mounted with F
  scalable-fs-mount names, the Slurm prolog/task prolog/epilog hooks, man
  pages, shell completions, the shell integration in /etc/profile.d, the
  pool modulefiles for Lmod and Environment Modules and the Slurm SPANK
- plugin (--pool for sbatch, salloc and srun).
+ plugin (--pool for sbatch, salloc and srun), and sw-pool run/shell:
+ isolated environments with a writable layer (fuse-overlayfs, rootless).
 EOF
 cat > "$ROOT/DEBIAN/conffiles" <<EOF
 /etc/profile.d/sw-pool.sh

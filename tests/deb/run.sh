@@ -36,6 +36,8 @@ for f in /usr/bin/scalable-fs-cp /usr/bin/scalable-fs-mount /usr/libexec/sw-pool
          /usr/libexec/sw-pool/task-prolog /usr/libexec/sw-pool/epilog; do
   check "$f runs the installed sw-pool" test "$(readlink -f "$f")" = /usr/bin/sw-pool
 done
+check "the full program and pid 1 of environments beside the front" test -x /usr/bin/sw-pool-full -a -x /usr/bin/sw-pool-enter
+check "sw-pool run -- true (an environment, as root)" env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= /usr/bin/sw-pool run -- true
 check "man page sw-pool(1)" test -s /usr/share/man/man1/sw-pool.1
 check "man page sw-pool-load(1)" test -s /usr/share/man/man1/sw-pool-load.1
 check "bash completion" grep -q sw-pool /usr/share/bash-completion/completions/sw-pool
