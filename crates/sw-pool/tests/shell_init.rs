@@ -144,6 +144,21 @@ fn on_a_terminal_without_the_function_load_unload_env_say_what_to_run() {
             "{shell}: {all}"
         );
     }
+    // under a launcher (Open MPI forwards a rank's stdout through a pseudo-terminal) the output
+    // goes back to whoever started the job: never refused (the paper's `mpirun sw-pool -v load`)
+    for var in ["OMPI_COMM_WORLD_SIZE", "SLURM_STEP_ID"] {
+        let mut c = Command::new("script");
+        c.args(["-qec"])
+            .arg(format!("{} env --unload /x", bin().display()))
+            .arg("/dev/null")
+            .env(var, "1")
+            .env("SW_POOL_STATE_DIR", t.path())
+            .env_remove("SW_POOL_SHELL_FUNCTION")
+            .env("SW_POOL_SYSTEM_CONFIG", "")
+            .env("SW_POOL_USER_CONFIG", "");
+        let o = run(&mut c);
+        assert_eq!(o.code, 0, "{var}: {}{}", o.stdout, o.stderr);
+    }
     // on a pipe (what eval and the function read) it prints the code as always
     let o = run(sw()
         .args(["env", "--unload", "/x/demo/1.0"])

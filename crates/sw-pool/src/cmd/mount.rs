@@ -64,17 +64,20 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
                 crate::output::outln(&l.mount_point.display().to_string());
             }
             print_mounted(&p, &l.record, l.reused, l.timings.mount.as_secs_f64());
-            // where the copy went (it takes the pool's size on this node's disk)
-            p.result(format!(
-                "{} {} into the node-local cache: {}",
-                if l.copy.skipped_all {
-                    "reused the verified copy of"
-                } else {
-                    "verified and copied"
-                },
-                l.plan.src.display(),
-                l.plan.dest.display()
-            ));
+            // where the copy went (it takes the pool's size on this node's disk); nothing to say
+            // when the mount itself was there already (a reference added)
+            if !l.reused {
+                p.result(format!(
+                    "{} {} into the node-local cache: {}",
+                    if l.copy.skipped_all {
+                        "reused the verified copy of"
+                    } else {
+                        "verified and copied"
+                    },
+                    l.plan.src.display(),
+                    l.plan.dest.display()
+                ));
+            }
             p.json(&serde_json::json!({
                 "record": l.record,
                 "reused": l.reused,

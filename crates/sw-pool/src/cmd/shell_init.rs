@@ -109,7 +109,13 @@ pub fn exec(a: ShellExecArgs) -> Result<(), Error> {
 /// it, nothing would change. Refuse before doing anything, and say what to run.
 pub fn refuse_on_terminal(env: &swpool_core::config::Environment, json: bool) -> Result<(), Error> {
     use std::io::IsTerminal;
+    // under a launcher (mpirun, srun) stdout is the launcher's forwarding, often a pseudo-terminal
+    // (Open MPI's): the output goes back to whoever started the job (`eval "$(srun ... load)"`,
+    // the paper's `mpirun sw-pool -v load`), so it is never refused there
+    let launched = swpool_core::transfer::job::launched_by_launcher(env).unwrap_or(true)
+        || env.get(swpool_core::config::HostVar::SlurmStepId).is_some();
     if json
+        || launched
         || !std::io::stdout().is_terminal()
         || env
             .get(swpool_core::config::EnvVar::ShellFunction)
