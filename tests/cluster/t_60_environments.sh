@@ -70,8 +70,9 @@ if [[ -x $W/bin/mpi-selftest ]]; then
   [[ $(grep -c . <<< "$lines") == 8 ]] || printf '  %s\n' "$(tail -20 <<< "$out")"
   # the two tasks of a node are in one environment while they run at the same time (as MPI ranks
   # do): one PID and user namespace per node
-  out=$(swrun -N4 --ntasks-per-node=2 "$SW" run -- sh -c 'echo "$(hostname) $(readlink /proc/self/ns/pid) $(readlink /proc/self/ns/user)"; sleep 2' 2>&1 || true)
+  out=$(swrun -N4 --ntasks-per-node=2 "$SW" run -- sh -c 'echo "$(hostname) $(readlink /proc/self/ns/pid) $(readlink /proc/self/ns/user)"; sleep 4' 2>&1 || true)
   assert_eq "... two tasks per node: one PID and user namespace per node (4 distinct)" 4 "$(awk '{print $2, $3}' <<< "$out" | sort -u | grep -c .)"
+  [[ $(awk '{print $2, $3}' <<< "$out" | sort -u | grep -c .) == 4 ]] || printf '  %s\n' "$out"
   assert_eq "... 8 tasks answered" 8 "$(grep -c '^node' <<< "$out" || true)"
 else
   fail "mpi-selftest built" "$REPO/target/release/mpi-selftest missing"

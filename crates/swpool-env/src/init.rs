@@ -364,6 +364,14 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
         // and bwrap end with their command): whatever else still runs in it is killed by the
         // kernel when pid 1 exits
         if let Some(code) = status {
+            // a start that connected while the command ended waits in the backlog: serve it first
+            if let Some(l) = listener {
+                while let Ok((c, _)) = l.sock.accept() {
+                    if hand_over(&c, &handed).is_ok() {
+                        conns.push(c);
+                    }
+                }
+            }
             if conns.is_empty() {
                 return code;
             }
