@@ -173,13 +173,13 @@ fn own_uid_namespace(uid: u32, gid: u32) -> Result<OwnedFd, String> {
         if got != 1 {
             return Err("a user namespace for your uid: unshare failed".into());
         }
-        let w = |f: &str, v: String| {
-            std::fs::write(format!("/proc/{pid}/{f}"), v)
-                .map_err(|e| format!("a user namespace for your uid: {f}: {e}"))
-        };
-        w("setgroups", "deny".into())?;
-        w("uid_map", format!("{uid} 0 1"))?;
-        w("gid_map", format!("{gid} 0 1"))?;
+        crate::write_id_maps(
+            &pid.to_string(),
+            &format!("{uid} 0 1"),
+            &format!("{gid} 0 1"),
+            false,
+        )
+        .map_err(|e| format!("a user namespace for your uid: {e}"))?;
         rustix::fs::open(
             format!("/proc/{pid}/ns/user"),
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
@@ -335,9 +335,7 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 if libc::unshare(libc::CLONE_NEWUSER) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let _ = std::fs::write("/proc/self/setgroups", "deny");
-                std::fs::write("/proc/self/uid_map", format!("{uid} 0 1"))?;
-                std::fs::write("/proc/self/gid_map", format!("{gid} 0 1"))?;
+                crate::write_id_maps("self", &format!("{uid} 0 1"), &format!("{gid} 0 1"), true)?;
             }
             Ok(())
         });
@@ -421,12 +419,7 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                         break;
                     }
                     if pid == cmd_pid {
-                        let es = std::process::ExitStatus::from_raw(st);
-                        status = Some(match (es.code(), es.signal()) {
-                            (Some(c), _) => c,
-                            (None, Some(s)) => 128 + s,
-                            _ => EXIT_CANNOT_EXEC,
-                        });
+                        status = Some(crate::exit_code(std::process::ExitStatus::from_raw(st)));
                     }
                 }
             }

@@ -227,12 +227,12 @@ fn start(
         });
     }
     let pid = pid as i32;
-    let mapped = (|| -> std::io::Result<()> {
-        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
-        std::fs::write(format!("/proc/{pid}/uid_map"), format!("0 {uid} 1"))?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), format!("0 {gid} 1"))?;
-        Ok(())
-    })();
+    let mapped = crate::write_id_maps(
+        &pid.to_string(),
+        &format!("0 {uid} 1"),
+        &format!("0 {gid} 1"),
+        false,
+    );
     if let Err(e) = mapped {
         unsafe { libc::close(wr) }; // the child exits 125 without running anything
         let _ = wait(pid);
@@ -258,12 +258,7 @@ fn wait(pid: i32) -> std::io::Result<i32> {
         let mut st = 0;
         let r = unsafe { libc::waitpid(pid, &mut st, 0) };
         if r == pid {
-            let es = std::process::ExitStatus::from_raw(st);
-            return Ok(match (es.code(), es.signal()) {
-                (Some(c), _) => c,
-                (None, Some(s)) => 128 + s,
-                _ => crate::EXIT_SETUP,
-            });
+            return Ok(crate::exit_code(std::process::ExitStatus::from_raw(st)));
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -292,11 +287,7 @@ fn join(
     let child = cmd.spawn();
     let _signals = child.as_ref().ok().map(|c| Forwarding::to(c.id() as i32));
     let status = match child.and_then(|mut c| c.wait()) {
-        Ok(st) => match (st.code(), st.signal()) {
-            (Some(c), _) => c,
-            (None, Some(s)) => 128 + s,
-            _ => crate::EXIT_CANNOT_EXEC,
-        },
+        Ok(st) => crate::exit_code(st),
         Err(e) => {
             eprintln!(
                 "sw-pool: environment: cannot run {}: {e}",

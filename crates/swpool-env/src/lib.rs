@@ -88,3 +88,35 @@ impl EnvError {
         }
     }
 }
+
+/// Write the id maps of the user namespace of `/proc/<who>` (`self` or a pid): setgroups denied
+/// (`setgroups_may_fail`: a parent namespace denied it already), then one uid and one gid line. An
+/// error names the file.
+pub(crate) fn write_id_maps(
+    who: &str,
+    uid_line: &str,
+    gid_line: &str,
+    setgroups_may_fail: bool,
+) -> std::io::Result<()> {
+    let w = |f: &str, v: &str| {
+        std::fs::write(format!("/proc/{who}/{f}"), v)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{f}: {e}")))
+    };
+    match w("setgroups", "deny") {
+        Err(_) if setgroups_may_fail => {}
+        r => r?,
+    }
+    w("uid_map", uid_line)?;
+    w("gid_map", gid_line)
+}
+
+/// A finished process's status as a shell reports it: its exit code, or 128 + the signal that
+/// ended it.
+pub(crate) fn exit_code(es: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (es.code(), es.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => EXIT_CANNOT_EXEC,
+    }
+}

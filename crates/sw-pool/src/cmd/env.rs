@@ -11,16 +11,13 @@ pub fn run(_g: &GlobalArgs, a: EnvArgs, env: &Environment) -> Result<(), Error> 
     super::shell_init::refuse_on_terminal(env, false)?;
     let shell: Shell = crate::output::shell(a.shell.as_deref(), env)?;
     // a mount point, or the pool (NAME/VERSION, a pool file) mounted at its default place
-    let named = a.mountpoint.is_file()
-        || (!a.mountpoint.exists()
-            && swpool_core::pool::spec::is_pool_spec(&a.mountpoint.to_string_lossy()));
-    let spec = if named {
-        let cfg = swpool_core::config::Config::load(env)?;
-        let uid = rustix::process::geteuid().as_raw();
-        swpool_core::load::mountpoint_of(&a.mountpoint, cfg.mount_dir.value.as_deref(), uid, env)?.0
-    } else {
-        a.mountpoint.clone()
-    };
+    let uid = rustix::process::geteuid().as_raw();
+    let spec = swpool_core::load::named_mountpoint(
+        &a.mountpoint,
+        || Ok(swpool_core::config::Config::load(env)?.mount_dir.value),
+        uid,
+        env,
+    )?;
     // unload works for a mount point that is gone too (its MODULEPATH entry must still go)
     let mp = match mount::canonical_mountpoint(&spec) {
         Ok(p) => p,

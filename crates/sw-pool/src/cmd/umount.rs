@@ -12,16 +12,13 @@ pub fn run(g: &GlobalArgs, a: UmountArgs, env: &Environment) -> Result<(), Error
     let sys = RealSys::new(env.path_var());
     let job = super::mount::job_id(a.job_id, env);
     // a mount point, or the pool (NAME/VERSION, a pool file) mounted at its default place
-    let named = a.mountpoint.is_file()
-        || (!a.mountpoint.exists()
-            && swpool_core::pool::spec::is_pool_spec(&a.mountpoint.to_string_lossy()));
-    let mp = if named {
-        let cfg = super::config(env)?;
-        let uid = rustix::process::geteuid().as_raw();
-        swpool_core::load::mountpoint_of(&a.mountpoint, cfg.mount_dir.value.as_deref(), uid, env)?.0
-    } else {
-        a.mountpoint.clone()
-    };
+    let uid = rustix::process::geteuid().as_raw();
+    let mp = swpool_core::load::named_mountpoint(
+        &a.mountpoint,
+        || Ok(super::config(env)?.mount_dir.value),
+        uid,
+        env,
+    )?;
     let r = state::release(&sys, &dir, &mp, a.force, job.as_deref())?;
     let label = r
         .record

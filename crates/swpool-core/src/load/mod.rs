@@ -486,6 +486,25 @@ pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Ver
     }
 }
 
+/// What `umount` and `env` were given, as a mount point: a pool file, or NAME/VERSION where no such
+/// path exists, is the pool's default mount point ([`mountpoint_of`]); anything else is taken as
+/// the mount point itself (also one that is gone or stale). `mount_dir` (the configured mount
+/// directory) is asked for only when `spec` names a pool.
+pub fn named_mountpoint(
+    spec: &Path,
+    mount_dir: impl FnOnce() -> Result<Option<PathBuf>, Error>,
+    uid: u32,
+    env: &Environment,
+) -> Result<PathBuf, Error> {
+    let named = spec.is_file()
+        || (!spec.exists() && crate::pool::spec::is_pool_spec(&spec.to_string_lossy()));
+    if named {
+        Ok(mountpoint_of(spec, mount_dir()?.as_deref(), uid, env)?.0)
+    } else {
+        Ok(spec.to_path_buf())
+    }
+}
+
 /// The mount point of what `spec` names: a directory is the mount point itself; a pool file or
 /// NAME/VERSION is looked up at `<mount dir>/NAME/VERSION` (`umount`, `env` and `unload` take all
 /// three).
