@@ -85,7 +85,7 @@ out=$("$TESTBED/mpirun" -np 3 -H "${NODES[0]}:2,${NODES[1]}:1" "$SW" cp --json "
 assert_match "3 ranks on 2 nodes: 2 nodes" '"nodes": 2' "$out"
 hashes_equal "3 ranks spread unevenly" dense "${NODES[0]}" "${NODES[1]}"
 clean_local
-out=$(srun --mpi=pmix -N"$NN" --ntasks-per-node=2 "$SW" cp "$SH/sparse" "$TB/local/cp-sparse" 2>&1) || fail "srun --mpi=pmix" "$out"
+out=$("$REPO/tests/cluster/srun-mpi" -N"$NN" --ntasks-per-node=2 "$SW" cp "$SH/sparse" "$TB/local/cp-sparse" 2>&1) || fail "srun --mpi=pmix" "$out"
 hashes_equal "srun --mpi=pmix, 2 tasks per node" sparse
 # chosen per copy: at most 4 chunks per node take the two trees from one reader, more the ring
 clean_local

@@ -25,7 +25,7 @@ trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$W/keys" "$E/pools/demo" "$W/tree" "$W/out"
 chmod 1777 "$W/out"   # the job's output, written by the unprivileged user
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
 SW=$W/bin/sw-pool
 
 # --- the paper's test pool: head -c 1GB /dev/urandom (64 MB here), sw-pool build -s SIZE test-pool.ext2
@@ -92,7 +92,7 @@ set -e
 source /usr/share/lmod/lmod/init/bash
 export PATH=$W/bin:\$PATH SW_POOL_PATH=$TB/shared/t30-$$/pools SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 unset XDG_RUNTIME_DIR SW_POOL_STATE_DIR MODULEPATH
-code=\$(srun --mpi=pmix -N4 --ntasks-per-node=2 sw-pool load demo/1.0)
+code=\$(srun-mpi -N4 --ntasks-per-node=2 sw-pool load demo/1.0)
 eval "\$code"
 echo "MODULEPATH=\$MODULEPATH"
 srun -n4 -N4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module -t avail 2>&1 | grep -E "^(hello/1.0|cfact/2.0)\\\$" | sort -u | wc -l ; module load hello/1.0 cfact/2.0 && hello && cfact'

@@ -30,6 +30,7 @@ pub mod layer;
 pub mod plan;
 pub mod probe;
 pub mod share;
+pub mod sync;
 
 use std::path::PathBuf;
 

@@ -57,6 +57,40 @@ pub fn step_key(job: &str, step: &str) -> Option<String> {
     (ok(job) && ok(step)).then(|| format!("step-{job}.{step}"))
 }
 
+/// The sockets in `dir` (a state directory's `envs/`) whose environment is gone (nobody holds
+/// their lock): what a `kill -9` of a whole job step leaves. Removed unless `dry_run`; the lock
+/// files stay (empty, and a start may hold one an instant later).
+pub fn remove_stale(dir: &Path, dry_run: bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let sock = e.path();
+        if sock.extension().is_none_or(|x| x != "sock") {
+            continue;
+        }
+        let lock = sock.with_extension("lock");
+        // held while the socket is removed: a start that creates the environment anew takes
+        // this lock first, so its new socket is never the one removed here
+        let fd = rustix::fs::open(
+            &lock,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        let held = match &fd {
+            Ok(fd) => rustix::fs::flock(fd, FlockOperation::NonBlockingLockShared).is_err(),
+            // no lock file: nothing can hold it
+            Err(_) => false,
+        };
+        if !held && (dry_run || std::fs::remove_file(&sock).is_ok()) {
+            out.push(sock);
+        }
+        drop(fd);
+    }
+    out
+}
+
 /// What [`find`] found.
 #[derive(Debug)]
 pub enum Found {

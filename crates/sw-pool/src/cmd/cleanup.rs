@@ -50,7 +50,21 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
     }
     let p = Printer::new(g, a.json);
     let sys = swpool_core::mount::RealSys::new(env.path_var());
-    let actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref(), env)?;
+    let mut actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref(), env)?;
+    // environments killed with their job step (`kill -9`, a cancelled step) leave their
+    // rendezvous socket; nobody holds its lock any more
+    for d in state::candidate_dirs(euid, env) {
+        for sock in swpool_env::share::remove_stale(&d.join("envs"), a.dry_run) {
+            actions.push(Action {
+                mount_point: sock,
+                pool: "-".into(),
+                jobs: a.job.iter().cloned().collect(),
+                action: "socket-removed",
+                detail: "the socket of an environment that is gone".into(),
+                done: !a.dry_run,
+            });
+        }
+    }
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
         "node": hostname(),

@@ -77,7 +77,8 @@ pub struct Action {
     /// `name/version` or the image's file name; `-` for a mount without a record.
     pub pool: String,
     pub jobs: Vec<String>,
-    /// `released`, `unmounted`, `record-removed`, `helper-killed`, `holder-killed`, `failed`.
+    /// `released`, `unmounted`, `record-removed`, `helper-killed`, `holder-killed`, `socket-removed`
+    /// (an environment's, `sw-pool cleanup`), `failed`.
     pub action: &'static str,
     pub detail: String,
     pub done: bool,
