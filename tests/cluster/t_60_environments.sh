@@ -33,6 +33,7 @@ bin=$REPO/target/release/mpi-selftest
 [[ -x $bin ]] || (cd "$REPO" && cargo build --release -q -p mpi-selftest) || true
 cp "$bin" "$W/bin/" 2>/dev/null || true
 chmod -R a+rX "$W"
+mkdir -p "$W/out" && chmod 1777 "$W/out"   # job output, written by the unprivileged user
 cd "$W"
 swrun() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" srun --chdir="$W" "$@"; }
 # MPI steps: once more when Open MPI 4.1.4 crashed in its start-up (srun-mpi)
@@ -48,7 +49,10 @@ assert_le "... each sees only its environment's processes" "${maxp:-99}" 6
 
 # 2. a layer per node: install into /usr/local/bin, run it on 4 nodes; the hosts are unchanged
 before=$(for n in $TB_NODES; do "$TESTBED/exec" "$n" sh -c 'ls -la /usr/local/bin | sha256sum'; done | sort -u)
-rc=0; out=$(swrun -N4 sh -c "$SW layer create dev >/dev/null && $SW -v run --layer dev -- sh -c 'printf \"#!/bin/sh\\necho t60 from \\\$(hostname) in \\\$SW_POOL_ENVIRONMENT\\n\" > /usr/local/bin/t60hello && chmod 755 /usr/local/bin/t60hello'" 2>&1) || rc=$?
+# (one step per node: in a step over several nodes `run --layer` works over the job's copy of the
+# layer, see 2b, and what it writes ends with the step)
+rc=0; out=$(for n in $TB_NODES; do swrun -N1 -w "$n" sh -c "$SW layer create dev >/dev/null && $SW -v run --layer dev -- sh -c 'printf \"#!/bin/sh\\necho t60 from \\\$(hostname) in \\\$SW_POOL_ENVIRONMENT\\n\" > /usr/local/bin/t60hello && chmod 755 /usr/local/bin/t60hello'" 2>&1 || echo "FAILED on $n"; done) || rc=$?
+grep -q '^FAILED on' <<< "$out" && rc=1
 assert_eq "srun -N4: create a node-local layer and install into /usr/local/bin" 0 "$rc"
 assert_match "... -v names the rootless method" "fuse-overlayfs" "$out"
 [[ $rc == 0 ]] || printf '  %s\n' "$out"
@@ -61,6 +65,49 @@ n1=$("$TESTBED/exec" node1 sh -c "test -x $LD/dev/upper/usr/local/bin/t60hello &
 assert_eq "the program is in node1's layer" yes "$n1"
 out=$(swrun -N1 "$SW" run -- sh -c 'command -v t60hello || echo absent' 2>&1 || true)
 assert_eq "an environment without the layer does not have it" absent "$out"
+
+# 2b. the layer synced to the job's nodes: node1's layer (node 0 of the job reads it) gains a
+# program and deletes a host file; in a batch job `sw-pool layer sync dev` copies it to every node,
+# where `srun -N4 sw-pool run --layer dev` runs over the copy under a fresh upper (nothing written
+# in the job reaches the layer); a second job after a 1 MiB change moves that file only
+rc=0; out=$(swrun -N1 -w node1 "$SW" run --layer dev -- sh -c 'printf "#!/bin/sh\necho only1\n" > /usr/local/bin/t60only1 && chmod 755 /usr/local/bin/t60only1 && rm -f /etc/motd && head -c 1048576 /dev/zero > /usr/local/t60data' 2>&1) || rc=$?
+assert_eq "node1's layer gains a program and a 1 MiB file, and deletes /etc/motd" 0 "$rc"
+cat > "$W/sync-job.sh" <<EOS
+#!/bin/bash
+export SW_POOL_LAYER_DIR=$LD SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
+[[ \${1:-} == auto ]] || $SW layer sync dev --json || exit 3
+srun -N4 $SW run --layer dev -- sh -c 'echo "RUN \$(hostname) \$(t60only1) motd=\$(test -e /etc/motd && echo yes || echo no)"; echo x > /usr/local/bin/jobwrite'
+EOS
+chmod 755 "$W/sync-job.sh"
+syncjob() {  # syncjob TAG [auto]: run the job, print its output
+  local jid
+  jid=$(as_user sbatch --parsable -N4 -o "$W/out/sync-$1-%j.out" --chdir="$W" "$W/sync-job.sh" "${2:-}")
+  wait_for 1200 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  cat "$W/out/sync-$1-$jid.out" 2>/dev/null || true
+}
+out=$(syncjob 1)
+assert_match "layer sync in a batch job: 4 nodes, all updated" '"nodes": 4' "$out"
+assert_match "... only the 2 new files moved (t60hello came with the earlier step's sync)" '"files_sent": 2,' "$out"
+assert_eq "srun -N4 run --layer dev over the job's copy: node1's program on 4 nodes, /etc/motd deleted" 4 "$(grep -c '^RUN node[1-4] only1 motd=no$' <<< "$out" || true)"
+[[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
+n1=$("$TESTBED/exec" node1 sh -c "test -e $LD/dev/upper/usr/local/bin/jobwrite && echo written || echo clean" || true)
+assert_eq "what the job wrote did not reach the layer" clean "$n1"
+for n in $TB_NODES; do
+  left=$("$TESTBED/exec" "$n" sh -c "ls -d $TB/local/sw-pool-$uid/layers/dev-*/run/* 2>/dev/null | grep -c . || true")
+  assert_eq "$n: the job's per-node upper is gone" 0 "$left"
+done
+# one file changes: only it moves
+swrun -N1 -w node1 "$SW" run --layer dev -- sh -c 'head -c 1048576 /dev/urandom > /usr/local/t60data' >/dev/null 2>&1 || true
+out=$(syncjob 2)
+assert_match "after a 1 MiB change: one file moves" '"files_sent": 1,' "$out"
+assert_match "... of 1 MiB" '"bytes_sent": 1048576,' "$out"
+assert_eq "... and the job still runs over the new copy on 4 nodes" 4 "$(grep -c '^RUN node[1-4] only1 motd=no$' <<< "$out" || true)"
+grep -E '"(seconds|bytes_read|nodes_updated)"' <<< "$out" | sed 's/^/  /'
+# without `layer sync`: `srun -N4 run --layer dev` in a new job syncs it first (task 0 starts it)
+swrun -N1 -w node1 "$SW" run --layer dev -- sh -c 'printf "#!/bin/sh\necho only1b\n" > /usr/local/bin/t60only1' >/dev/null 2>&1 || true
+out=$(syncjob 3 auto)
+assert_eq "srun -N4 run --layer dev in a job without a sync: synced first, the new program on 4 nodes" 4 "$(grep -c '^RUN node[1-4] only1b motd=no$' <<< "$out" || true)"
+[[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
 
 # 3. MPI inside run: 4 nodes x 2 tasks, the tasks of a node in one environment
 if [[ -x $W/bin/mpi-selftest ]]; then

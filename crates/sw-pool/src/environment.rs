@@ -60,6 +60,17 @@ fn start(
         Ok(x) => x,
         Err(e) => setup_failed(&format!("cannot find our own executable: {e}")),
     };
+    let step_key = env
+        .get(HostVar::SlurmJobId)
+        .zip(env.get(HostVar::SlurmStepId))
+        .and_then(|(j, s)| swpool_env::share::step_key(&j, &s));
+    let synced = match &a.layer {
+        Some(name) => match synced_copy(&store, name, step_key.as_deref(), env) {
+            Ok(s) => s,
+            Err(e) => setup_failed(&e),
+        },
+        None => None,
+    };
     let req = RunRequest {
         argv,
         layer: a.layer,
@@ -80,10 +91,8 @@ fn start(
             .map(PathBuf::from)
             .filter(|h| h.is_absolute()),
         // the tasks of one job step on a node share one environment
-        step_key: env
-            .get(HostVar::SlurmJobId)
-            .zip(env.get(HostVar::SlurmStepId))
-            .and_then(|(j, s)| swpool_env::share::step_key(&j, &s)),
+        step_key,
+        synced,
     };
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {
@@ -100,5 +109,141 @@ fn start(
             std::process::exit(out.status)
         }
         Err(e) => setup_failed(&e),
+    }
+}
+
+/// In a job: the layer's copy `sw-pool layer sync` made on this node for the job, if any (then
+/// the environment stacks a fresh node-local upper on it; else it writes into the layer itself).
+fn synced_copy(
+    store: &LayerStore,
+    name: &str,
+    step_key: Option<&str>,
+    env: &Environment,
+) -> Result<Option<swpool_env::Synced>, Error> {
+    let Some(job) = env.get(HostVar::SlurmJobId).filter(|j| !j.is_empty()) else {
+        return Ok(None);
+    };
+    let cfg = swpool_core::config::Config::load(env)?;
+    let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+    let uid = rustix::process::getuid().as_raw();
+    // a step over several nodes: the layer goes to them first (unless this job has synced it)
+    let step_nodes: u32 = env
+        .get(HostVar::SlurmStepNumNodes)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let cache = if step_nodes > 1 {
+        Some(swpool_core::cache::dir(&base, uid, true)?)
+    } else {
+        swpool_core::cache::existing_dir(&base, uid)?
+    };
+    let Some(cache) = cache else {
+        return Ok(None);
+    };
+    let layers = swpool_core::cache::layers_dir(&cache);
+    if step_nodes <= 1 && !layers.is_dir() {
+        return Ok(None);
+    }
+    let copies = swpool_env::sync::NodeCopies::open(&layers, name, &store.paths(name).dir)
+        .map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+    let state = match copies.for_job(&job) {
+        Some(s) => s,
+        None if step_nodes > 1 => step_sync(&copies, name, &job, step_nodes, env)?,
+        None => return Ok(None),
+    };
+    // fuse-overlayfs takes its directories in a comma- and colon-separated option
+    let bad = |p: &std::path::Path| p.to_str().is_none_or(|s| s.contains([',', ':']));
+    if bad(&state) {
+        return Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "the node-local copy of layer {name} is at {}, a path with ',' or ':' that fuse-overlayfs cannot take: choose another cache_dir",
+                state.display()
+            ),
+        ));
+    }
+    let run_key = step_key
+        .map(String::from)
+        .unwrap_or_else(|| format!("job-{job}-{}", std::process::id()));
+    let scratch = copies.dir().join("run").join(run_key);
+    Ok(Some(swpool_env::Synced {
+        copies,
+        state,
+        scratch,
+    }))
+}
+
+/// `run --layer NAME` in a step over several nodes whose job has no copy of the layer yet: task 0
+/// syncs it to the step's nodes (`srun --overlap` of `sw-pool layer sync`, one task per node,
+/// collective) while every task waits for its node's copy (or the sync's failure).
+fn step_sync(
+    copies: &swpool_env::sync::NodeCopies,
+    name: &str,
+    job: &str,
+    nodes: u32,
+    env: &Environment,
+) -> Result<PathBuf, Error> {
+    let fail = |m: String| Error::other(ExitStatus::Collective, m);
+    if env.get(HostVar::SlurmProcid).as_deref() == Some("0") {
+        let nodelist = env
+            .get(HostVar::SlurmStepNodelist)
+            .ok_or_else(|| fail("SLURM_STEP_NODELIST is not set: cannot sync the layer to the step's nodes; run `sw-pool layer sync` first".into()))?;
+        let exe = std::env::current_exe()
+            .map_err(|e| fail(format!("cannot find our own executable: {e}")))?;
+        let full = exe.with_file_name("sw-pool-full");
+        let prog = if full.is_file() { full } else { exe };
+        let mut cmd = std::process::Command::new("srun");
+        cmd.args([
+            "--overlap".to_string(),
+            format!("--jobid={job}"),
+            format!("--nodes={nodes}"),
+            format!("--ntasks={nodes}"),
+            "--ntasks-per-node=1".into(),
+            format!("--nodelist={nodelist}"),
+            "--kill-on-bad-exit=1".into(),
+            "--mpi=pmix".into(),
+            "--export=ALL,SW_POOL_SPREAD=0".into(),
+        ])
+        .arg(&prog)
+        .args(["-q", "layer", "sync", name]);
+        // the new step's own MPI and task variables, not this task's
+        for p in swpool_core::config::STEP_PREFIXES {
+            for k in env.names_with_prefix(p) {
+                cmd.env_remove(k);
+            }
+        }
+        for v in swpool_core::config::STEP_NAMES {
+            cmd.env_remove(v.name());
+        }
+        tracing::debug!("syncing layer {name} to the step's nodes: {cmd:?}");
+        let st = cmd.status().map_err(|e| {
+            fail(format!(
+                "cannot run srun to sync layer {name} to the step's nodes: {e}"
+            ))
+        })?;
+        if !st.success() {
+            if let Some(why) = copies.failed(job) {
+                return Err(fail(why));
+            }
+            return Err(fail(format!(
+                "syncing layer {name} to the step's {nodes} nodes failed (srun exit {}); run `sw-pool layer sync {name}` in the job to see why",
+                swpool_env::exit_code(st)
+            )));
+        }
+    }
+    // every task: the node's copy, made by the sync's task on this node
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        if let Some(s) = copies.for_job(job) {
+            return Ok(s);
+        }
+        if let Some(why) = copies.failed(job) {
+            return Err(fail(format!("the sync of layer {name} failed: {why}")));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(fail(format!(
+                "no copy of layer {name} reached this node within 600 s (task 0 of the step syncs it): run `sw-pool layer sync {name}` in the job first"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

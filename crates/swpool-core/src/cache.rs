@@ -79,6 +79,12 @@ pub fn dir(base: &Path, uid: u32, create: bool) -> Result<PathBuf, CacheError> {
     Ok(cache)
 }
 
+/// The user's node-local copies of layers ([`swpool_env::sync`]), beside the cache directory
+/// `cache` ([`dir`]): `<base>/sw-pool-<uid>/layers`.
+pub fn layers_dir(cache: &Path) -> PathBuf {
+    crate::atomic::parent_dir(cache).join("layers")
+}
+
 /// The user's cache directory under `base` when it exists (`None`: no pool was ever cached there),
 /// checked like [`dir`].
 pub fn existing_dir(base: &Path, uid: u32) -> Result<Option<PathBuf>, CacheError> {

@@ -28,6 +28,9 @@ pub struct Spec {
     pub root: bool,
     pub method: Method,
     pub layer: Option<Layer>,
+    /// A read-only lower above the host's tree (the job's copy of the layer on this node).
+    #[serde(default)]
+    pub lower: Option<PathBuf>,
     pub fuse_overlayfs: Option<PathBuf>,
     /// Host mounts to bind into the new root.
     pub binds: Vec<PathBuf>,
@@ -267,8 +270,14 @@ fn mount_overlay(spec: &Spec, l: &Layer) -> Result<(), String> {
                 .fuse_overlayfs
                 .clone()
                 .ok_or("fuse-overlayfs was not found")?;
+            // the job's copy of the layer above the host's tree (fuse-overlayfs reads its
+            // whiteouts in the `.wh.NAME` form)
+            let lower = match &spec.lower {
+                Some(c) => format!("{}:/", c.display()),
+                None => "/".into(),
+            };
             let opts = format!(
-                "lowerdir=/,upperdir={},workdir={},squash_to_root",
+                "lowerdir={lower},upperdir={},workdir={},squash_to_root",
                 l.upper.display(),
                 l.work.display()
             );

@@ -37,6 +37,20 @@ pub struct RunRequest {
     /// Share the environment without a layer under this key (a job step's tasks on a node:
     /// [`crate::share::step_key`]).
     pub step_key: Option<String>,
+    /// The layer's copy synced to this node for the job ([`crate::sync`]): used as the read-only
+    /// lower under a fresh upper in `scratch`, removed when the environment ends.
+    pub synced: Option<Synced>,
+}
+
+/// A job's copy of a layer on this node.
+#[derive(Debug, Clone)]
+pub struct Synced {
+    pub copies: crate::sync::NodeCopies,
+    /// The state (a directory of `copies`).
+    pub state: PathBuf,
+    /// A node-local directory for the environment's upper, work and merged directories (made
+    /// fresh by the start that creates the environment, removed by it at the end).
+    pub scratch: PathBuf,
 }
 
 /// What happened, for the caller to print with `-v` and to exit with.
@@ -58,9 +72,28 @@ pub fn run(
     if req.argv.is_empty() {
         return Err(EnvError::Unsupported("no command to run".into()));
     }
-    let layer: Option<Layer> = req.layer.as_deref().map(|n| store.get(n)).transpose()?;
+    let synced = req.synced.as_ref().filter(|_| req.layer.is_some());
+    let layer: Option<Layer> = match (req.layer.as_deref(), synced) {
+        // the job's copy: the environment's own directories on this node
+        (Some(n), Some(s)) => Some(Layer {
+            name: n.to_string(),
+            dir: s.scratch.clone(),
+            upper: s.scratch.join(crate::layer::UPPER),
+            work: s.scratch.join(crate::layer::WORK),
+            merged: s.scratch.join(crate::layer::MERGED),
+        }),
+        (n, _) => n.map(|n| store.get(n)).transpose()?,
+    };
     let facts = probe::facts(req.path_var.as_deref());
     let mut p = plan::choose(layer.is_some(), &facts)?;
+    if let Some(s) = synced {
+        p.why = format!(
+            "{}; the layer is the job's copy on this node ({}) under a fresh upper ({}) that ends with the environment",
+            p.why,
+            s.state.display(),
+            s.scratch.display()
+        );
+    }
     // one environment per layer, and per job step on a node: join it when it runs
     let key = layer
         .as_ref()
@@ -105,7 +138,25 @@ pub fn run(
         }
     }
     on_plan(&p);
-    let lock = layer.as_ref().map(|l| store.lock(l)).transpose()?;
+    // the job's copy: its state held for the environment's life, its upper made fresh (a dead
+    // environment's leftovers under this key are ours: its rendezvous lock was free)
+    let mut held = None;
+    if let (Some(s), Some(l)) = (synced, &layer) {
+        held = Some(s.copies.hold(&s.state)?);
+        crate::layer::remove_tree(&s.scratch)
+            .map_err(|e| EnvError::io("cannot remove", &s.scratch, e))?;
+        for d in [&l.dir, &l.upper, &l.work, &l.merged] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(d)
+                .map_err(|e| EnvError::io("cannot create", d, e))?;
+        }
+    }
+    let lock = match synced {
+        Some(_) => None,
+        None => layer.as_ref().map(|l| store.lock(l)).transpose()?,
+    };
     // pid 1 holds both locks for the environment's life (inherited: not close-on-exec)
     let mut keep_fds = Vec::new();
     for fd in lock
@@ -113,6 +164,7 @@ pub fn run(
         .map(|l| l.fd())
         .into_iter()
         .chain(share_lock.as_ref().map(|f| f.as_fd()))
+        .chain(held.as_ref().map(|f| f.as_fd()))
     {
         rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| EnvError::Start {
             what: "passing the environment's locks on".into(),
@@ -138,6 +190,7 @@ pub fn run(
         root: req.root,
         method: p.method,
         name: layer.as_ref().map_or("-".into(), |l| l.name.clone()),
+        lower: synced.map(|s| s.state.clone()),
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         binds,
@@ -156,7 +209,14 @@ pub fn run(
     } else {
         (&req.self_exe, &[b"sw-pool", b"__enter"])
     };
-    let status = start(exe, args, &json, spec.uid, spec.gid)?;
+    let status = start(exe, args, &json, spec.uid, spec.gid);
+    // what the environment wrote on this node ends with it
+    if let Some(s) = synced {
+        if let Err(e) = crate::layer::remove_tree(&s.scratch) {
+            tracing::warn!("cannot remove {}: {e}", s.scratch.display());
+        }
+    }
+    let status = status?;
     Ok(RunOutcome {
         method: p.method,
         why: p.why,

@@ -175,7 +175,8 @@ impl LayerStore {
         self.check_private(&self.root).map(drop)
     }
 
-    fn paths(&self, name: &str) -> Layer {
+    /// The directories a layer named `name` has (or would have), unchecked.
+    pub fn paths(&self, name: &str) -> Layer {
         let dir = self.root.join(name);
         Layer {
             name: name.into(),

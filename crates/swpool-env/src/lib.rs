@@ -34,7 +34,7 @@ pub mod sync;
 
 use std::path::PathBuf;
 
-pub use launch::{run, RunOutcome, RunRequest};
+pub use launch::{run, RunOutcome, RunRequest, Synced};
 pub use layer::{LayerStore, LayerSummary};
 pub use plan::{Method, Plan};
 
@@ -113,7 +113,7 @@ pub(crate) fn write_id_maps(
 
 /// A finished process's status as a shell reports it: its exit code, or 128 + the signal that
 /// ended it.
-pub(crate) fn exit_code(es: std::process::ExitStatus) -> i32 {
+pub fn exit_code(es: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     match (es.code(), es.signal()) {
         (Some(c), _) => c,

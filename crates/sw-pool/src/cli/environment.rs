@@ -93,6 +93,26 @@ pub enum LayerCommand {
         /// The layer to remove
         name: String,
     },
+    /// Copy a layer to node-local storage on every node of the job (collective, like `load`);
+    /// afterwards only what changed moves. `run --layer NAME` in the job then uses the copy, under
+    /// a fresh per-node upper that ends with the environment (nodes never write into the layer)
+    #[command(
+        after_help = "IN A JOB: in a batch script `sw-pool layer sync NAME` runs itself once per node (srun --overlap); or `srun --mpi=pmix -N NODES --ntasks-per-node=1 sw-pool layer sync NAME`.
+Then `srun sw-pool run --layer NAME -- CMD` runs every task over the node's copy.
+The layer is read once, by the first node; each node keeps its copies in
+<cache base>/sw-pool-<uid>/layers (the cache base: --cache-dir, config cache_dir, $LOCAL_TMPDIR)."
+    )]
+    Sync {
+        /// The layer to copy
+        name: String,
+        /// The node-local base directory for the copies (default: config `cache_dir`,
+        /// $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// Print the result as JSON
+        #[arg(long)]
+        json: bool,
+    },
     /// What a layer holds: bytes, entries, deleted host files (whiteouts)
     Du {
         /// The layer to measure

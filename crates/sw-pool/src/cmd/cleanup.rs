@@ -52,7 +52,26 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
     let sys = swpool_core::mount::RealSys::new(env.path_var());
     let mut actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref(), env)?;
     // environments killed with their job step (`kill -9`, a cancelled step) leave their
-    // rendezvous socket; nobody holds its lock any more
+    // rendezvous socket and, over a synced layer, their node-local upper; nobody holds their lock
+    let envs: Vec<std::path::PathBuf> = state::candidate_dirs(euid, env)
+        .into_iter()
+        .map(|d| d.join("envs"))
+        .collect();
+    let cfg = super::config(env)?;
+    let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+    if let Ok(Some(cache)) = swpool_core::cache::existing_dir(&base, euid) {
+        let layers = swpool_core::cache::layers_dir(&cache);
+        for d in swpool_env::sync::remove_stale_runs(&layers, &envs, a.dry_run) {
+            actions.push(Action {
+                mount_point: d,
+                pool: "-".into(),
+                jobs: a.job.iter().cloned().collect(),
+                action: "upper-removed",
+                detail: "the node-local upper of an environment that is gone".into(),
+                done: !a.dry_run,
+            });
+        }
+    }
     for d in state::candidate_dirs(euid, env) {
         for sock in swpool_env::share::remove_stale(&d.join("envs"), a.dry_run) {
             actions.push(Action {

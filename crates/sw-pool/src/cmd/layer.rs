@@ -1,4 +1,4 @@
-//! `sw-pool layer list|create|rm|du`: a user's writable layers.
+//! `sw-pool layer list|create|rm|du|sync`: a user's writable layers.
 
 use swpool_core::config::Environment;
 use swpool_core::size::Bytes;
@@ -71,6 +71,11 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             store.remove(&name).map_err(err)?;
             Printer::new(g, false).result(format!("removed layer {name}"));
         }
+        LayerCommand::Sync {
+            name,
+            cache_dir,
+            json: j,
+        } => sync(g, &store, &name, cache_dir, j, env)?,
         LayerCommand::Du { name, json: j } => {
             let p = Printer::new(g, j);
             let l = store.get(&name).map_err(err)?;
@@ -78,6 +83,98 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             p.result(line(&s));
             p.json(&json(&s));
         }
+    }
+    Ok(())
+}
+
+/// `layer sync NAME`: collective (spread over the allocation from a batch script).
+fn sync(
+    g: &GlobalArgs,
+    store: &swpool_env::LayerStore,
+    name: &str,
+    cache_dir: Option<std::path::PathBuf>,
+    j: bool,
+    env: &Environment,
+) -> Result<(), Error> {
+    use swpool_core::collective::Collective;
+    use swpool_core::config::HostVar;
+    super::spread_over_allocation(env)?;
+    let cfg = super::config(env)?;
+    let job = swpool_core::transfer::Job::init(env)?;
+    let uid = rustix::process::getuid().as_raw();
+    // the layer is read by node 0 only; there it must be yours, and no environment may be
+    // writing it meanwhile
+    let mut _writer_lock = None;
+    let checked: Result<(), (ExitStatus, String)> = if job.world_rank() == 0 {
+        store
+            .get(name)
+            .and_then(|l| store.lock(&l))
+            .map(|l| _writer_lock = Some(l))
+            .map_err(|e| {
+                let e = err(e);
+                (e.exit_status(), e.to_string())
+            })
+    } else {
+        Ok(())
+    };
+    let layer = store.paths(name);
+    let base =
+        swpool_core::cache::base_dir(cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), env);
+    let node_layers = swpool_core::cache::dir(&base, uid, true)
+        .map(|c| swpool_core::cache::layers_dir(&c))
+        .map_err(|e| (e.exit_status(), e.to_string()));
+    let r = job
+        .agree(checked.and(node_layers.clone().map(|_| ())))
+        .map_err(Error::from)
+        .and_then(|()| {
+            let req = swpool_core::transfer::layer::LayerSync {
+                name: name.to_string(),
+                layer_dir: layer.dir.clone(),
+                upper: layer.upper.clone(),
+                node_layers: node_layers.clone().expect("agreed"),
+                job: env.get(HostVar::SlurmJobId),
+                chunk_size: cfg.chunk_size.value,
+            };
+            swpool_core::transfer::layer::sync_layer(&job, &req).map_err(Error::from)
+        });
+    let rep = match r {
+        Ok(rep) => rep,
+        Err(e) => {
+            // tasks of the job waiting for this node's copy (`run --layer`) stop waiting
+            if let (Some(j), Ok(nl)) = (env.get(HostVar::SlurmJobId), &node_layers) {
+                if let Ok(c) = swpool_env::sync::NodeCopies::open(nl, name, &layer.dir) {
+                    let _ = c.mark_failed(&j, &e.to_string());
+                }
+            }
+            return super::finish_collective(job, Err(e));
+        }
+    };
+    if job.world_rank() == 0 {
+        let p = Printer::new(g, j);
+        p.result(format!(
+            "layer {name}: state {} on {} node(s) ({} updated): {} files, {}; moved {} files, {} in {:.2} s",
+            &rep.generation[..12],
+            rep.nodes,
+            rep.nodes_updated,
+            rep.files,
+            Bytes(rep.bytes),
+            rep.files_sent,
+            Bytes(rep.bytes_sent),
+            rep.seconds
+        ));
+        p.json(&serde_json::json!({
+            "layer": name,
+            "generation": rep.generation,
+            "path": rep.path,
+            "nodes": rep.nodes,
+            "nodes_updated": rep.nodes_updated,
+            "files": rep.files,
+            "bytes": rep.bytes,
+            "files_sent": rep.files_sent,
+            "bytes_sent": rep.bytes_sent,
+            "bytes_read": rep.bytes_read,
+            "seconds": rep.seconds,
+        }));
     }
     Ok(())
 }

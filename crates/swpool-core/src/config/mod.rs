@@ -32,7 +32,10 @@ mod environment;
 mod vars;
 
 pub use environment::Environment;
-pub use vars::{env_rows, is_read, EnvVar, HostVar, Var, VarKind, HOST_PREFIXES};
+pub use vars::{
+    env_rows, is_read, EnvVar, HostVar, Var, VarKind, HOST_PREFIXES, SPANK_PREFIX, STEP_NAMES,
+    STEP_PREFIXES,
+};
 
 use crate::image::ImageFormat;
 use crate::pool::manifest::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};

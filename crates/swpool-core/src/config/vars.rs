@@ -161,6 +161,9 @@ host_vars! {
     SlurmJobUser "SLURM_JOB_USER" "the Prolog's and Epilog's job user, by name (for messages)";
     SlurmStepId "SLURM_STEP_ID" "`load` in a job step stays on its node; srun without MPI is refused";
     SlurmJobNumNodes "SLURM_JOB_NUM_NODES" "the nodes `load` in a batch script spreads over";
+    SlurmStepNumNodes "SLURM_STEP_NUM_NODES" "`run --layer` in a step of several nodes syncs the layer to them";
+    SlurmStepNodelist "SLURM_STEP_NODELIST" "the nodes `run --layer` syncs the layer to";
+    SlurmProcid "SLURM_PROCID" "task 0 of a step starts the layer's sync for `run --layer`";
     SlurmNnodes "SLURM_NNODES" "the same, from older Slurm";
     SlurmNtasks "SLURM_NTASKS" "srun with several tasks but without MPI is refused";
     SlurmNprocs "SLURM_NPROCS" "the same, from older Slurm";
@@ -173,8 +176,25 @@ host_vars! {
 
 /// Variables read as a group, by the start of their names: the SPANK plugin's options as `sbatch`
 /// passes them on (`SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_pool`), which the `--pool` broadcast
-/// removes from its srun's environment.
-pub const HOST_PREFIXES: &[&str] = &["SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_"];
+/// removes from its srun's environment, and a job step's task and MPI variables
+/// ([`STEP_PREFIXES`]).
+pub const HOST_PREFIXES: &[&str] = &[
+    SPANK_PREFIX,
+    // a job step's own task and MPI variables, which `run --layer`'s sync in a step does not pass
+    // on to the step it starts ([`STEP_PREFIXES`])
+    "SLURM_STEP_",
+    "PMI",
+    "OMPI_",
+];
+
+/// The SPANK plugin's options as `sbatch` passes them on.
+pub const SPANK_PREFIX: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_";
+
+/// The variables (by the start of their names, and [`STEP_NAMES`]) of a job step's task that a
+/// new step started from it must not inherit.
+pub const STEP_PREFIXES: &[&str] = &["SLURM_STEP_", "PMI", "OMPI_"];
+/// See [`STEP_PREFIXES`].
+pub const STEP_NAMES: &[HostVar] = &[HostVar::SlurmProcid, HostVar::MpiLocalnranks];
 
 /// A variable sw-pool reads: one of [`EnvVar`] or [`HostVar`].
 pub trait Var: Copy {

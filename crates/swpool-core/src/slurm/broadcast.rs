@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{parse_load_var, spread_command, HookError};
-use crate::config::{EnvVar, Environment, HostVar, HOST_PREFIXES};
+use crate::config::{EnvVar, Environment, HostVar, SPANK_PREFIX};
 
 /// Load each pool of `list` on every node of job `job` (`nodes` nodes) with one broadcast:
 /// `exe load` spread over the allocation by `srun --overlap` (as `load` in a batch script does).
@@ -54,10 +54,8 @@ pub fn broadcast(
         // srun would apply the plugin's option again (sbatch passes it on to every srun in the
         // job as SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_pool): the tasks' TaskProlog would then
         // load the pool on each node before the broadcast does
-        for prefix in HOST_PREFIXES {
-            for k in env.names_with_prefix(prefix) {
-                c.env_remove(k);
-            }
+        for k in env.names_with_prefix(SPANK_PREFIX) {
+            c.env_remove(k);
         }
         c.env(HostVar::SlurmJobId.name(), job)
             .env(EnvVar::SpankDone.name(), job)

@@ -78,7 +78,7 @@ pub struct Action {
     pub pool: String,
     pub jobs: Vec<String>,
     /// `released`, `unmounted`, `record-removed`, `helper-killed`, `holder-killed`, `socket-removed`
-    /// (an environment's, `sw-pool cleanup`), `failed`.
+    /// and `upper-removed` (an environment's, `sw-pool cleanup`), `failed`.
     pub action: &'static str,
     pub detail: String,
     pub done: bool,

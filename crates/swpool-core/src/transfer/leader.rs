@@ -206,6 +206,7 @@ pub(super) fn leader_copy(
                 &mut stats,
                 &progress,
                 job.watchdog(),
+                None,
             )
         }
     };

@@ -37,6 +37,7 @@
 mod dir;
 mod engine;
 pub mod job;
+pub mod layer;
 mod leader;
 pub mod plan;
 mod prepare;

@@ -1,0 +1,389 @@
+//! `sw-pool layer sync`: a user's layer onto node-local storage on every node of a job (seed 003's
+//! self-deployment), read from where it lives once, and afterwards only what changed.
+//!
+//! Collective, every step agreed among the node leaders:
+//! 1. node 0 lists the layer ([`Manifest::scan`]) and tells the others (the manifest names the new
+//!    state: a digest of it);
+//! 2. each node compares it with its current copy ([`Manifest::needs`]: files whose size, mtime or
+//!    mode differ) and all learn the union of what the nodes need;
+//! 3. the nodes that need a new state, and node 0 (the reader), prepare it beside their current one
+//!    ([`NodeCopies::prepare`]: unchanged files hard-linked) and take part in one directory stream
+//!    carrying the directories and the needed files only ([`super::dir`]: one reader, chunks
+//!    hashed and checked on every receiver);
+//! 4. every node checks its new tree against the manifest; only when all did, each installs it
+//!    (rename) and switches `current` (rename): a node has the old state or the new one, never a
+//!    mix, and a failure anywhere changes nothing anywhere.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use swpool_env::sync::{encode_set, union_sets, Kind, Manifest, NodeCopies};
+use swpool_format::status::ExitStatus;
+
+use super::{dir, Stats, TransferError};
+use crate::collective::{leader_value, Collective, Local};
+
+/// What to sync.
+#[derive(Debug, Clone)]
+pub struct LayerSync {
+    /// The layer's name (for messages and the node-local directory's name).
+    pub name: String,
+    /// The layer's directory (its identity on the nodes) and its `upper` (what is copied).
+    pub layer_dir: PathBuf,
+    pub upper: PathBuf,
+    /// The user's node-local `layers` directory.
+    pub node_layers: PathBuf,
+    /// Mark the state as this job's (environments of the job then use it).
+    pub job: Option<String>,
+    pub chunk_size: u64,
+}
+
+/// What happened, the same on every rank.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LayerSyncReport {
+    /// The state every node now holds.
+    pub generation: String,
+    /// Its path on every node.
+    pub path: PathBuf,
+    pub nodes: usize,
+    /// Nodes that installed a new state (the others had it).
+    pub nodes_updated: usize,
+    pub files: usize,
+    pub bytes: u64,
+    /// Files and bytes that moved (the union of what the nodes lacked).
+    pub files_sent: usize,
+    pub bytes_sent: u64,
+    /// Bytes read from the layer by the reader.
+    pub bytes_read: u64,
+    pub seconds: f64,
+}
+
+fn env_err(e: swpool_env::EnvError) -> (ExitStatus, String) {
+    (ExitStatus::System, e.to_string())
+}
+
+/// Sync `r` on every node of `job`. Collective: every rank calls it; only leaders do I/O.
+pub fn sync_layer(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, TransferError> {
+    let _arm = job
+        .is_leader()
+        .then(|| job.watchdog().arm(job.whoami(), Duration::from_secs(600)));
+    let mine = if job.is_leader() {
+        Some(match leader_sync(job, r) {
+            Ok(rep) => Ok(rep),
+            Err(e) => Err((e.exit_status() as u8, e.to_string())),
+        })
+    } else {
+        None
+    };
+    let got: Result<LayerSyncReport, (u8, String)> = if job.world_size() > 1 {
+        leader_value(job, mine.as_ref())?
+    } else {
+        mine.expect("one rank is a leader")
+    };
+    got.map_err(|(_, message)| TransferError::Failed {
+        message,
+        status: ExitStatus::Collective,
+    })
+}
+
+fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, TransferError> {
+    let t0 = Instant::now();
+    // 1. the manifest, from node 0
+    let scanned: Option<Local<Manifest>> = (job.node_index() == 0).then(|| {
+        Manifest::scan(&r.upper).map_err(|e| {
+            (
+                swpool_format::status::io_status(&e),
+                format!("cannot list the layer {}: {e}", r.name),
+            )
+        })
+    });
+    let bytes = scanned.as_ref().map(|m| {
+        let v: Result<Vec<u8>, (u8, &str)> = m
+            .as_ref()
+            .map(|m| m.encode())
+            .map_err(|(s, msg)| (*s as u8, msg.as_str()));
+        serde_json::to_vec(&v).expect("json")
+    });
+    let bytes = job.leaders_bcast(0, bytes.as_deref())?;
+    let manifest: Local<Manifest> = match scanned {
+        Some(own) => own,
+        None => match serde_json::from_slice::<Result<Vec<u8>, (u8, String)>>(&bytes) {
+            Ok(Ok(b)) => Manifest::decode(&b).map_err(|e| {
+                (
+                    ExitStatus::Internal,
+                    format!("the layer's list from {} is bad: {e}", job.leader_host(0)),
+                )
+            }),
+            Ok(Err((_, m))) => Err((ExitStatus::Collective, m)),
+            Err(e) => Err((ExitStatus::Internal, format!("bad layer list: {e}"))),
+        },
+    };
+    let m = manifest.map_err(|(status, message)| TransferError::Failed {
+        message: format!("{}: {message}", job.leader_host(0)),
+        status,
+    })?;
+    let gen = m.generation();
+    let n = m.entries.len();
+    let here = job.node_path(&r.node_layers);
+
+    // 2. what each node has and needs
+    let opened: Local<(NodeCopies, swpool_sys::lock::FileLock)> =
+        NodeCopies::open(&here, &r.name, &r.layer_dir)
+            .and_then(|nc| nc.lock().map(|l| (nc, l)))
+            .map_err(env_err);
+    let (have, need) = match &opened {
+        Ok((nc, _)) => {
+            let have = nc.current();
+            let need = match &have {
+                Some((g, _)) if *g == gen => Vec::new(),
+                Some((_, hm)) => m.needs(Some(hm)),
+                None => m.needs(None),
+            };
+            (have, need)
+        }
+        Err(_) => (None, Vec::new()),
+    };
+    let up_to_date = have.as_ref().is_some_and(|(g, _)| *g == gen);
+    job.leaders_agree(opened.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    let (nc, _lock) = opened.expect("agreed");
+    let mut msg = encode_set(n, &need);
+    msg.push(u8::from(up_to_date));
+    let all = job.leaders_all_gather(&msg)?;
+    let flags: Vec<bool> = all.iter().map(|v| v.last() == Some(&1)).collect();
+    let sets: Vec<Vec<u8>> = all
+        .iter()
+        .map(|v| v[..v.len().saturating_sub(1)].to_vec())
+        .collect();
+    let union = union_sets(n, &sets).map_err(|e| TransferError::Failed {
+        message: e,
+        status: ExitStatus::Internal,
+    })?;
+    let mut report = LayerSyncReport {
+        generation: gen.clone(),
+        path: nc.state(&gen),
+        nodes: job.nodes(),
+        nodes_updated: flags.iter().filter(|u| !**u).count(),
+        files: m.entries.iter().filter(|e| e.kind == Kind::File).count(),
+        bytes: m.file_bytes(),
+        files_sent: union.len(),
+        bytes_sent: union.iter().map(|&i| m.entries[i].size).sum(),
+        ..Default::default()
+    };
+    if report.nodes_updated == 0 {
+        let marked: Local<()> = match &r.job {
+            Some(j) => nc.mark_job(j, &gen).map_err(env_err),
+            None => Ok(()),
+        };
+        job.leaders_agree(marked)?;
+        report.seconds = t0.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+
+    // 3. prepare and stream (node 0 reads; it takes part even when it had the state)
+    let member = !up_to_date || job.node_index() == 0;
+    let incoming: HashSet<usize> = union.iter().copied().collect();
+    let prepared = if member {
+        nc.prepare(&m, have.as_ref(), &incoming)
+            .map(Some)
+            .map_err(env_err)
+    } else {
+        Ok(None)
+    };
+    job.leaders_agree(prepared.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    let tmp = prepared.expect("agreed");
+    let plane = job.leaders_plane(member);
+    let hosts: Vec<String> = (0..job.nodes())
+        .filter(|&i| !flags[i] || i == 0)
+        .map(|i| job.leader_host(i))
+        .collect();
+    let only: dir::Only = Some(Arc::new(
+        union.iter().map(|&i| m.entries[i].path.clone()).collect(),
+    ));
+    let mut stats = Stats::default();
+    let streamed: Local<()> = match &tmp {
+        None => Ok(()),
+        Some(t) => dir::transfer(
+            plane.as_deref().filter(|c| c.size() > 1),
+            &r.upper,
+            t.path(),
+            r.chunk_size,
+            &hosts,
+            &mut stats,
+            &|_| {},
+            job.watchdog(),
+            only,
+        ),
+    };
+    drop(plane);
+    // 4. check everywhere, then install everywhere
+    let checked: Local<()> = streamed.and_then(|()| match &tmp {
+        Some(t) => nc.check(t, &m).map_err(env_err),
+        None => Ok(()),
+    });
+    job.leaders_agree(checked)?;
+    let installed: Local<()> = match tmp {
+        Some(t) if !up_to_date => nc.install(t, &m, &gen).map(|_| ()).map_err(env_err),
+        _ => Ok(()),
+    }
+    .and_then(|()| match &r.job {
+        Some(j) => nc.mark_job(j, &gen).map_err(env_err),
+        None => Ok(()),
+    });
+    job.leaders_agree(installed)?;
+    // the states no environment holds any more (a running one keeps its own)
+    nc.prune(&[gen.as_str()]);
+    report.bytes_read = job
+        .leaders_all_gather(&stats.bytes_read.to_le_bytes())?
+        .iter()
+        .map(|b| {
+            b.get(..8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+        })
+        .sum();
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+
+    use super::*;
+    use crate::collective::fake::{FakeCluster, FakeRank};
+
+    fn layer(root: &Path) -> PathBuf {
+        let up = root.join("dev/upper");
+        fs::create_dir_all(up.join("usr/local/bin")).unwrap();
+        fs::create_dir_all(up.join("etc")).unwrap();
+        fs::write(up.join("usr/local/bin/tool"), b"#!/bin/sh\necho tool\n").unwrap();
+        fs::write(up.join("usr/local/big"), vec![5u8; 300_000]).unwrap();
+        fs::write(up.join("etc/.wh.motd"), b"").unwrap();
+        std::os::unix::fs::symlink("bin/tool", up.join("usr/local/t")).unwrap();
+        up
+    }
+
+    fn req(root: &Path, job: &str) -> LayerSync {
+        // each node's private directory (the cache's `sw-pool-<uid>`)
+        for n in 0..8 {
+            fs::create_dir_all(root.join(format!("node{n}"))).unwrap();
+        }
+        LayerSync {
+            name: "dev".into(),
+            layer_dir: root.join("dev"),
+            upper: root.join("dev/upper"),
+            node_layers: root.join("node%n/layers"),
+            job: Some(job.into()),
+            chunk_size: 64 << 10,
+        }
+    }
+
+    fn copies(root: &Path, node: usize) -> NodeCopies {
+        NodeCopies::open(
+            &root.join(format!("node{node}/layers")),
+            "dev",
+            &root.join("dev"),
+        )
+        .unwrap()
+    }
+
+    fn sync_all(nodes: usize, r: &LayerSync) -> Vec<Result<LayerSyncReport, String>> {
+        FakeCluster::run(nodes, 2, |rank: &FakeRank| {
+            sync_layer(rank, r).map_err(|e| e.to_string())
+        })
+    }
+
+    /// First sync: everything moves once; again: nothing; one file changed: that file only, the
+    /// rest hard-linked; every node ends on the same state, the old one pruned.
+    #[test]
+    fn full_then_nothing_then_the_change() {
+        let t = tempfile::tempdir().unwrap();
+        let up = layer(t.path());
+        let r = req(t.path(), "7");
+        let out = sync_all(4, &r);
+        let rep = out[0].clone().unwrap();
+        assert!(out
+            .iter()
+            .all(|o| o.as_ref().unwrap().generation == rep.generation));
+        assert_eq!((rep.nodes, rep.nodes_updated), (4, 4));
+        assert_eq!((rep.files, rep.files_sent), (2, 2));
+        assert_eq!(rep.bytes_sent, 300_000 + 20);
+        for n in 0..4 {
+            let c = copies(t.path(), n);
+            let s = c.for_job("7").unwrap();
+            assert_eq!(
+                fs::read(s.join("usr/local/big")).unwrap(),
+                vec![5u8; 300_000]
+            );
+            assert!(s.join("etc/.wh.motd").is_file());
+            assert_eq!(
+                fs::read_link(s.join("usr/local/t")).unwrap(),
+                Path::new("bin/tool")
+            );
+            assert_eq!(
+                fs::metadata(s.join("usr/local/bin/tool")).unwrap().mode() & 0o777,
+                0o644
+            );
+        }
+        let again = sync_all(4, &r)[0].clone().unwrap();
+        assert_eq!((again.nodes_updated, again.files_sent), (0, 0));
+        assert_eq!(again.generation, rep.generation);
+        // one file changes
+        fs::write(up.join("usr/local/big"), vec![6u8; 1000]).unwrap();
+        let r2 = req(t.path(), "8");
+        let next = sync_all(4, &r2)[0].clone().unwrap();
+        assert_ne!(next.generation, rep.generation);
+        assert_eq!(
+            (next.nodes_updated, next.files_sent, next.bytes_sent),
+            (4, 1, 1000)
+        );
+        for n in 0..4 {
+            let c = copies(t.path(), n);
+            let s = c.for_job("8").unwrap();
+            assert_eq!(fs::read(s.join("usr/local/big")).unwrap(), vec![6u8; 1000]);
+            // job 7's state went: no environment held it
+            assert!(c.for_job("7").is_none());
+            assert_eq!(c.current().unwrap().0, next.generation);
+        }
+    }
+
+    /// A new node (no copy) gets everything while the others take part in one stream.
+    #[test]
+    fn a_node_without_a_copy() {
+        let t = tempfile::tempdir().unwrap();
+        layer(t.path());
+        let r = req(t.path(), "1");
+        sync_all(3, &r);
+        crate::atomic::TempDir::create(&t.path().join("x"), "y").ok();
+        swpool_env::layer::remove_tree(&t.path().join("node2/layers")).unwrap();
+        let rep = sync_all(3, &r)[0].clone().unwrap();
+        assert_eq!((rep.nodes_updated, rep.files_sent), (1, 2));
+        assert!(copies(t.path(), 2).for_job("1").is_some());
+    }
+
+    /// A node that cannot hold the copy fails the sync on every rank with one message naming it,
+    /// and no node's current state changes.
+    #[test]
+    fn one_node_fails_all_fail_nothing_changes() {
+        let t = tempfile::tempdir().unwrap();
+        let up = layer(t.path());
+        let r = req(t.path(), "1");
+        let first = sync_all(3, &r)[0].clone().unwrap();
+        fs::write(up.join("usr/local/new"), b"new").unwrap();
+        // node 1's copies directory is taken by a file
+        let d1 = copies(t.path(), 1).dir().to_path_buf();
+        swpool_env::layer::remove_tree(&d1).unwrap();
+        fs::write(&d1, b"in the way").unwrap();
+        let out = sync_all(3, &r);
+        let msgs: Vec<String> = out.iter().map(|o| o.clone().unwrap_err()).collect();
+        assert!(msgs.iter().all(|m| m == &msgs[0]), "{msgs:?}");
+        assert!(msgs[0].contains("fake1"), "{}", msgs[0]);
+        for n in [0, 2] {
+            assert_eq!(copies(t.path(), n).current().unwrap().0, first.generation);
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The node side of a synced layer: its states on node-local storage ([`NodeCopies`]).
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{Entry, Kind, Manifest};
+use crate::EnvError;
+
+/// The copies of one layer on this node.
+#[derive(Debug, Clone)]
+pub struct NodeCopies {
+    dir: PathBuf,
+}
+
+const CURRENT: &str = "current";
+
+impl NodeCopies {
+    /// The directory for the layer at `layer_dir` (named `name`) under the user's node-local
+    /// `layers` directory (created 0700).
+    pub fn open(layers: &Path, name: &str, layer_dir: &Path) -> Result<NodeCopies, EnvError> {
+        let key = format!(
+            "{name}-{}",
+            &blake3::hash(layer_dir.as_os_str().as_bytes()).to_hex()[..16]
+        );
+        let dir = layers.join(key);
+        let jobs = dir.join("jobs");
+        for d in [layers, dir.as_path(), jobs.as_path()] {
+            match fs::DirBuilder::new().mode(0o700).create(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(EnvError::io("cannot create", d, e)),
+            }
+            let m = fs::symlink_metadata(d).map_err(|e| EnvError::io("cannot read", d, e))?;
+            if !m.is_dir() || m.uid() != rustix::process::getuid().as_raw() || m.mode() & 0o022 != 0
+            {
+                return Err(EnvError::NotYours {
+                    path: d.to_path_buf(),
+                    why: "not a private directory".into(),
+                    uid: rustix::process::getuid().as_raw(),
+                });
+            }
+        }
+        Ok(NodeCopies { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of state `gen`.
+    pub fn state(&self, gen: &str) -> PathBuf {
+        self.dir.join(gen)
+    }
+
+    /// Take the directory's lock (a sync changes it).
+    pub fn lock(&self) -> Result<swpool_sys::lock::FileLock, EnvError> {
+        let p = self.dir.join("lock");
+        swpool_sys::lock::FileLock::exclusive(&p).map_err(|e| EnvError::io("cannot lock", p, e))
+    }
+
+    /// The current state and its manifest, if a complete one is here.
+    pub fn current(&self) -> Option<(String, Manifest)> {
+        let gen = fs::read_link(self.dir.join(CURRENT)).ok()?;
+        let gen = gen.to_str()?.to_string();
+        if !valid_gen(&gen) || !self.state(&gen).is_dir() {
+            return None;
+        }
+        let m = Manifest::decode(&fs::read(self.dir.join(format!("{gen}.manifest"))).ok()?).ok()?;
+        Some((gen, m))
+    }
+
+    /// The state synced for job `job`, if it is complete and here.
+    pub fn for_job(&self, job: &str) -> Option<PathBuf> {
+        if !valid_job(job) {
+            return None;
+        }
+        let gen = fs::read_to_string(self.dir.join("jobs").join(job)).ok()?;
+        let gen = gen.trim();
+        (valid_gen(gen) && self.state(gen).is_dir()).then(|| self.state(gen))
+    }
+
+    /// Record that job `job` uses state `gen`.
+    pub fn mark_job(&self, job: &str, gen: &str) -> Result<(), EnvError> {
+        if !valid_job(job) {
+            return Err(EnvError::Unsupported(format!("bad job id {job:?}")));
+        }
+        let p = self.dir.join("jobs").join(job);
+        let _ = fs::remove_file(self.dir.join("jobs").join(format!("{job}.failed")));
+        swpool_sys::atomic::write_file(&p, format!("{gen}\n").as_bytes(), true)
+            .map_err(|e| EnvError::io("cannot write", p, e))
+    }
+
+    /// Record that the sync for job `job` failed on this node, and why (tasks waiting for the
+    /// job's copy stop waiting).
+    pub fn mark_failed(&self, job: &str, why: &str) -> Result<(), EnvError> {
+        if !valid_job(job) {
+            return Err(EnvError::Unsupported(format!("bad job id {job:?}")));
+        }
+        let p = self.dir.join("jobs").join(format!("{job}.failed"));
+        swpool_sys::atomic::write_file(&p, why.as_bytes(), true)
+            .map_err(|e| EnvError::io("cannot write", p, e))
+    }
+
+    /// Why the sync for job `job` failed on this node, if it did.
+    pub fn failed(&self, job: &str) -> Option<String> {
+        if !valid_job(job) {
+            return None;
+        }
+        fs::read_to_string(self.dir.join("jobs").join(format!("{job}.failed"))).ok()
+    }
+
+    /// Start state `m` in a temporary directory: every directory made, every file of `m` not in
+    /// `incoming` hard-linked from the current state `have` (it is the same there), whiteouts
+    /// and symlinks made. The files in `incoming` are then extracted into it; [`Self::commit`]
+    /// checks and moves it into place.
+    pub fn prepare(
+        &self,
+        m: &Manifest,
+        have: Option<&(String, Manifest)>,
+        incoming: &HashSet<usize>,
+    ) -> Result<swpool_sys::atomic::TempDir, EnvError> {
+        let t = swpool_sys::atomic::TempDir::create(&self.dir.join("state"), "tmp")
+            .map_err(|e| EnvError::io("cannot create a temporary directory in", &self.dir, e))?;
+        let root = t.path().to_path_buf();
+        let old_root = have.map(|(g, _)| self.state(g));
+        for (i, e) in m.entries.iter().enumerate() {
+            let p = root.join(&e.path);
+            let r = match e.kind {
+                Kind::Dir => fs::DirBuilder::new().mode(0o700).create(&p),
+                Kind::Symlink => {
+                    std::os::unix::fs::symlink(e.target.as_deref().unwrap_or(Path::new("")), &p)
+                }
+                Kind::Whiteout => fs::File::create(&p)
+                    .and_then(|_| fs::set_permissions(&p, fs::Permissions::from_mode(0o000))),
+                Kind::File if incoming.contains(&i) => Ok(()),
+                Kind::File => match &old_root {
+                    Some(o) => fs::hard_link(o.join(&e.path), &p),
+                    None => Err(io::Error::other("no earlier copy to link from")),
+                },
+            };
+            r.map_err(|x| EnvError::io("cannot make", &p, x))?;
+        }
+        Ok(t)
+    }
+
+    /// Check the tree in `t` against `m` (every entry there, with its kind, size, mode and mtime;
+    /// nothing else), give directories their modes, and move it into place as state `gen`; then
+    /// make it the current state.
+    pub fn commit(
+        &self,
+        t: swpool_sys::atomic::TempDir,
+        m: &Manifest,
+        gen: &str,
+    ) -> Result<PathBuf, EnvError> {
+        self.check(&t, m)?;
+        self.install(t, m, gen)
+    }
+
+    /// Check the tree in `t` against `m` and give its directories their modes (a sync checks on
+    /// every node before any node installs).
+    pub fn check(&self, t: &swpool_sys::atomic::TempDir, m: &Manifest) -> Result<(), EnvError> {
+        let root = t.path().to_path_buf();
+        // directories: modes last, deepest first (a read-only directory would stop the others)
+        for e in m.entries.iter().rev().filter(|e| e.kind == Kind::Dir) {
+            let p = root.join(&e.path);
+            fs::set_permissions(&p, fs::Permissions::from_mode(e.mode | 0o700))
+                .map_err(|x| EnvError::io("cannot chmod", &p, x))?;
+        }
+        let got = Manifest::scan(&root).map_err(|e| EnvError::io("cannot read", &root, e))?;
+        let want: Vec<Entry> = m
+            .entries
+            .iter()
+            .map(|e| Entry {
+                mode: if e.kind == Kind::Dir {
+                    e.mode | 0o700
+                } else {
+                    e.mode
+                },
+                ..e.clone()
+            })
+            .collect();
+        if got.entries != want {
+            let first = want
+                .iter()
+                .zip(got.entries.iter())
+                .find(|(a, b)| a != b)
+                .map(|(a, _)| a.path.display().to_string())
+                .unwrap_or_else(|| "the number of entries".into());
+            return Err(EnvError::Unsupported(format!(
+                "the copy of the layer made in {} does not match the layer (first difference: {first}); nothing was changed",
+                root.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Move a checked tree into place as state `gen` and make it the current state.
+    pub fn install(
+        &self,
+        t: swpool_sys::atomic::TempDir,
+        m: &Manifest,
+        gen: &str,
+    ) -> Result<PathBuf, EnvError> {
+        let mpath = self.dir.join(format!("{gen}.manifest"));
+        swpool_sys::atomic::write_file(&mpath, &m.encode(), true)
+            .map_err(|e| EnvError::io("cannot write", &mpath, e))?;
+        let dest = self.state(gen);
+        if dest.is_dir() {
+            // the same state is here already (made by an earlier sync): keep it
+            drop(t);
+        } else {
+            t.commit(&dest, false)
+                .map_err(|e| EnvError::io("cannot move into place", &dest, e))?;
+        }
+        let tmp_link = self.dir.join(format!(".current.{}", std::process::id()));
+        let _ = fs::remove_file(&tmp_link);
+        std::os::unix::fs::symlink(gen, &tmp_link)
+            .and_then(|()| fs::rename(&tmp_link, self.dir.join(CURRENT)))
+            .map_err(|e| EnvError::io("cannot switch to the new state", &self.dir, e))?;
+        Ok(dest)
+    }
+
+    /// Remove states other than `keep` that no environment uses (their lock is free).
+    pub fn prune(&self, keep: &[&str]) {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(gen) = name.to_str().filter(|g| valid_gen(g)) else {
+                continue;
+            };
+            if keep.contains(&gen) {
+                continue;
+            }
+            let lock = self.dir.join(format!("{gen}.lock"));
+            let free = match fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock)
+            {
+                Ok(f) => {
+                    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                        .is_ok()
+                }
+                Err(_) => false,
+            };
+            if free {
+                let _ = crate::layer::remove_tree(&e.path());
+                let _ = fs::remove_file(self.dir.join(format!("{gen}.manifest")));
+                let _ = fs::remove_file(&lock);
+            }
+        }
+    }
+
+    /// Hold state `gen` for an environment's life (shared: [`Self::prune`] leaves it alone).
+    pub fn hold(&self, gen_dir: &Path) -> Result<fs::File, EnvError> {
+        let gen = gen_dir
+            .file_name()
+            .and_then(|g| g.to_str())
+            .filter(|g| valid_gen(g))
+            .ok_or_else(|| {
+                EnvError::Unsupported(format!("{} is not a layer state", gen_dir.display()))
+            })?;
+        let lock = self.dir.join(format!("{gen}.lock"));
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .map_err(|e| EnvError::io("cannot open", &lock, e))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared)
+            .map_err(|e| EnvError::io("cannot lock", &lock, e.into()))?;
+        Ok(f)
+    }
+}
+
+/// The per-environment directories (`<copies>/run/<key>`) under the user's node-local `layers`
+/// whose environment is gone: nobody holds its rendezvous lock in any of `envs_dirs` (the state
+/// directories' `envs/`). What an environment killed with `kill -9` together with its launcher
+/// leaves; `sw-pool cleanup` removes them (unless `dry_run`).
+pub fn remove_stale_runs(layers: &Path, envs_dirs: &[PathBuf], dry_run: bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir(layers) else {
+        return out;
+    };
+    for copies in rd.flatten() {
+        let Ok(runs) = fs::read_dir(copies.path().join("run")) else {
+            continue;
+        };
+        for r in runs.flatten() {
+            let scratch = r.path();
+            let key = crate::share::layer_key(&scratch);
+            // held while the directory is removed: a start taking this key waits for it
+            let locks: Vec<OwnedFdLock> = envs_dirs
+                .iter()
+                .filter_map(|d| OwnedFdLock::try_shared(&d.join(format!("{key}.lock"))))
+                .collect();
+            if locks.iter().any(|l| !l.free) {
+                continue;
+            }
+            if dry_run || crate::layer::remove_tree(&scratch).is_ok() {
+                out.push(scratch);
+            }
+        }
+    }
+    out
+}
+
+/// A lock file tried with a non-blocking shared `flock` (`free`: nobody held it exclusively).
+struct OwnedFdLock {
+    _fd: std::os::fd::OwnedFd,
+    free: bool,
+}
+
+impl OwnedFdLock {
+    fn try_shared(p: &Path) -> Option<OwnedFdLock> {
+        use rustix::fs::{FlockOperation, Mode, OFlags};
+        let fd = rustix::fs::open(
+            p,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let free = rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared).is_ok();
+        Some(OwnedFdLock { _fd: fd, free })
+    }
+}
+
+fn valid_gen(g: &str) -> bool {
+    g.len() == 32
+        && g.bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+}
+
+fn valid_job(j: &str) -> bool {
+    !j.is_empty()
+        && j.len() <= 64
+        && j.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.')
+        && !j.starts_with('.')
+}
