@@ -255,13 +255,9 @@ impl Read for ChanReader {
     }
 }
 
-/// Which entries of SRC a stream carries: all, or (a layer's update) its directories and the
-/// regular files named here (relative paths; the receivers made the rest themselves).
-pub(crate) type Only = Option<std::sync::Arc<std::collections::HashSet<PathBuf>>>;
-
 /// Write the tree under `root` as a tar stream (sorted, no symlink following, hard links as links).
 /// Returns the bytes of file data read.
-fn produce(root: &Path, w: ChanWriter, only: Only) -> Result<u64, String> {
+fn produce(root: &Path, w: ChanWriter) -> Result<u64, String> {
     let mut b = tar::Builder::new(w);
     b.follow_symlinks(false);
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
@@ -281,11 +277,6 @@ fn produce(root: &Path, w: ChanWriter, only: Only) -> Result<u64, String> {
             let r = rel.join(&name);
             let p = root.join(&r);
             let m = std::fs::symlink_metadata(&p).map_err(|x| e(&p, x))?;
-            if let Some(o) = &only {
-                if !(m.is_dir() || (m.is_file() && o.contains(&r))) {
-                    continue;
-                }
-            }
             let mut h = tar::Header::new_gnu();
             h.set_metadata_in_mode(&m, tar::HeaderMode::Complete);
             let ft = m.file_type();
@@ -313,7 +304,7 @@ fn produce(root: &Path, w: ChanWriter, only: Only) -> Result<u64, String> {
                 h.set_size(0);
                 b.append_link(&mut h, &r, &t).map_err(|x| e(&p, x))?;
             } else if ft.is_file() {
-                if m.nlink() > 1 && only.is_none() {
+                if m.nlink() > 1 {
                     if let Some(first) = links.get(&(m.dev(), m.ino())) {
                         h.set_entry_type(tar::EntryType::Link);
                         h.set_size(0);
@@ -435,7 +426,6 @@ pub(crate) fn transfer(
     stats: &mut Stats,
     progress: &dyn Fn(u64),
     watch: &Watchdog,
-    only: Only,
 ) -> LocalResult<()> {
     let chunk = chunk_size as usize;
     let reader = !matches!(comm, Some(c) if c.rank() != 0);
@@ -479,7 +469,6 @@ pub(crate) fn transfer(
                     buf: Vec::with_capacity(chunk),
                     chunk,
                 },
-                only,
             )
         }));
         loop {

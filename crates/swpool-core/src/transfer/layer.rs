@@ -15,15 +15,17 @@
 //!    mix, and a failure anywhere changes nothing anywhere.
 
 use std::collections::HashSet;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use swpool_env::sync::{encode_set, union_sets, Kind, Manifest, NodeCopies};
+use swpool_env::sync::{encode_set, finish_files, union_sets, Kind, Manifest, NodeCopies};
 use swpool_format::status::ExitStatus;
 
-use super::{dir, Stats, TransferError};
+use super::{engine, Algorithm, Stats, TransferError};
 use crate::collective::{leader_value, Collective, Local};
 
 /// What to sync.
@@ -199,23 +201,41 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         .filter(|&i| !flags[i] || i == 0)
         .map(|i| job.leader_host(i))
         .collect();
-    let only: dir::Only = Some(Arc::new(
-        union.iter().map(|&i| m.entries[i].path.clone()).collect(),
-    ));
+    // the needed files one after the other, moved as one file by the engine: node 0 reads (the
+    // layer may exist on its node only), two pipelined trees, every chunk hashed and checked
+    let layout = Arc::new(Layout::new(&m, &union));
+    let chunks = super::plan::plain_chunks(layout.len, r.chunk_size, &[0..layout.len]);
+    let source = (job.node_index() == 0 || !job.has_data_plane())
+        .then(|| Concat::new(r.upper.clone(), layout.clone(), false));
     let mut stats = Stats::default();
     let streamed: Local<()> = match &tmp {
         None => Ok(()),
-        Some(t) => dir::transfer(
-            plane.as_deref().filter(|c| c.size() > 1),
-            &r.upper,
-            t.path(),
-            r.chunk_size,
-            &hosts,
-            &mut stats,
-            &|_| {},
-            job.watchdog(),
-            only,
-        ),
+        Some(t) => {
+            let sink = Concat::new(t.path().to_path_buf(), layout.clone(), true);
+            let fj = engine::FileJob {
+                src: source.as_ref().map(|s| s as &dyn engine::Source),
+                src_path: &r.upper,
+                out: &sink,
+                out_path: t.path(),
+                chunks: &chunks,
+                chunk_size: r.chunk_size,
+                verify_source: false,
+                verify: true,
+                hosts: &hosts,
+                progress: &|_| {},
+                bench_slots: None,
+                watch: job.watchdog(),
+            };
+            let moved = if chunks.is_empty() {
+                Ok(())
+            } else {
+                match plane.as_deref().filter(|c| c.size() > 1) {
+                    Some(c) => engine::distribute(c, &fj, Algorithm::TwoTree, &mut stats),
+                    None => engine::local(&fj, &mut stats),
+                }
+            };
+            moved.and_then(|()| finish_files(t.path(), &m, &union).map_err(env_err))
+        }
     };
     drop(plane);
     // 4. check everywhere, then install everywhere
@@ -245,6 +265,131 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         .sum();
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The files a sync moves, one after the other: `(path relative to the root, offset, length)`.
+struct Layout {
+    files: Vec<(PathBuf, u64, u64)>,
+    len: u64,
+}
+
+impl Layout {
+    fn new(m: &Manifest, moved: &[usize]) -> Layout {
+        let mut files = Vec::new();
+        let mut off = 0u64;
+        for &i in moved {
+            let e = &m.entries[i];
+            if e.size > 0 {
+                files.push((e.path.clone(), off, e.size));
+                off += e.size;
+            }
+        }
+        Layout { files, len: off }
+    }
+
+    /// The file holding byte `off` (< `len`).
+    fn find(&self, off: u64) -> usize {
+        self.files.partition_point(|(_, start, _)| *start <= off) - 1
+    }
+}
+
+/// The files of a [`Layout`] under `root` as one file: the source on the reader, the sink on every
+/// receiver. A few files stay open (the engine reads and writes in order).
+struct Concat {
+    root: PathBuf,
+    layout: Arc<Layout>,
+    write: bool,
+    open: Mutex<Vec<(usize, Arc<File>)>>,
+}
+
+const OPEN_FILES: usize = 8;
+
+impl Concat {
+    fn new(root: PathBuf, layout: Arc<Layout>, write: bool) -> Concat {
+        Concat {
+            root,
+            layout,
+            write,
+            open: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn file(&self, i: usize) -> std::io::Result<Arc<File>> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, f)) = open.iter().find(|(k, _)| *k == i) {
+            return Ok(f.clone());
+        }
+        let p = self.root.join(&self.layout.files[i].0);
+        let f = std::fs::OpenOptions::new()
+            .read(!self.write)
+            .write(self.write)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&p)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+        let f = Arc::new(f);
+        if open.len() >= OPEN_FILES {
+            open.remove(0);
+        }
+        open.push((i, f.clone()));
+        Ok(f)
+    }
+
+    /// Visit the pieces of `off .. off + len` file by file: `(file, offset in it, range in the
+    /// buffer)`; `f` returns how many bytes it did (fewer: stop there).
+    fn pieces(
+        &self,
+        off: u64,
+        len: usize,
+        mut f: impl FnMut(&File, usize, u64, std::ops::Range<usize>) -> std::io::Result<usize>,
+    ) -> std::io::Result<usize> {
+        let mut done = 0usize;
+        while done < len && off + (done as u64) < self.layout.len {
+            let pos = off + done as u64;
+            let i = self.layout.find(pos);
+            let (_, start, flen) = &self.layout.files[i];
+            let within = pos - start;
+            let n = (len - done).min((flen - within) as usize);
+            let k = f(&*self.file(i)?, i, within, done..done + n)?;
+            done += k;
+            if k < n {
+                break;
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl engine::Source for Concat {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+        self.pieces(off, buf.len(), |f, i, at, r| {
+            let k = FileExt::read_at(f, &mut buf[r.clone()], at)?;
+            if k == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{} is shorter than when the sync listed it: do not change a layer while it is synced",
+                        self.root.join(&self.layout.files[i].0).display()
+                    ),
+                ));
+            }
+            Ok(k)
+        })
+    }
+}
+
+impl engine::Sink for Concat {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        let n = self.pieces(off, buf.len(), |f, _, at, r| {
+            FileExt::write_all_at(f, &buf[r.clone()], at).map(|()| r.len())
+        })?;
+        if n < buf.len() {
+            return Err(std::io::Error::other(format!(
+                "a write past the end of the layer's files ({} bytes at offset {off})",
+                buf.len()
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

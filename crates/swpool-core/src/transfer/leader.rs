@@ -169,7 +169,7 @@ pub(super) fn leader_copy(
                 Err(e) => Err(e),
                 Ok(src_f) => {
                     let fj = engine::FileJob {
-                        src: src_f,
+                        src: src_f.map(|f| f as &dyn engine::Source),
                         src_path: src,
                         out,
                         out_path: tmp.path(),
@@ -206,7 +206,6 @@ pub(super) fn leader_copy(
                 &mut stats,
                 &progress,
                 job.watchdog(),
-                None,
             )
         }
     };

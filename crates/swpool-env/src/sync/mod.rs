@@ -376,7 +376,7 @@ pub fn union_sets(n: usize, sets: &[Vec<u8>]) -> Result<Vec<usize>, String> {
 }
 
 mod node;
-pub use node::{remove_stale_runs, NodeCopies};
+pub use node::{finish_files, remove_stale_runs, NodeCopies};
 
 #[cfg(test)]
 mod tests;

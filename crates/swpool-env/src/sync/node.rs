@@ -115,8 +115,9 @@ impl NodeCopies {
 
     /// Start state `m` in a temporary directory: every directory made, every file of `m` not in
     /// `incoming` hard-linked from the current state `have` (it is the same there), whiteouts
-    /// and symlinks made. The files in `incoming` are then extracted into it; [`Self::commit`]
-    /// checks and moves it into place.
+    /// and symlinks made, the files in `incoming` made empty at their size. Those are then
+    /// written (and given their modes and mtimes: [`finish_files`]); [`Self::commit`] checks the
+    /// tree and moves it into place.
     pub fn prepare(
         &self,
         m: &Manifest,
@@ -136,7 +137,10 @@ impl NodeCopies {
                 }
                 Kind::Whiteout => fs::File::create(&p)
                     .and_then(|_| fs::set_permissions(&p, fs::Permissions::from_mode(0o000))),
-                Kind::File if incoming.contains(&i) => Ok(()),
+                // to be written by the transfer: made at its size (holes read as zeros)
+                Kind::File if incoming.contains(&i) => {
+                    fs::File::create(&p).and_then(|f| f.set_len(e.size))
+                }
                 Kind::File => match &old_root {
                     Some(o) => fs::hard_link(o.join(&e.path), &p),
                     None => Err(io::Error::other("no earlier copy to link from")),
@@ -344,4 +348,30 @@ fn valid_job(j: &str) -> bool {
         && j.bytes()
             .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.')
         && !j.starts_with('.')
+}
+
+/// Give the files of `m` listed in `written` (written into the tree at `root` by the transfer)
+/// their modes and mtimes.
+pub fn finish_files(root: &Path, m: &Manifest, written: &[usize]) -> Result<(), EnvError> {
+    for &i in written {
+        let e = &m.entries[i];
+        let p = root.join(&e.path);
+        fs::set_permissions(&p, fs::Permissions::from_mode(e.mode))
+            .map_err(|x| EnvError::io("cannot chmod", &p, x))?;
+        let ts = rustix::fs::Timespec {
+            tv_sec: e.mtime_ns.div_euclid(1_000_000_000) as i64,
+            tv_nsec: e.mtime_ns.rem_euclid(1_000_000_000) as _,
+        };
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            &p,
+            &rustix::fs::Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|x| EnvError::io("cannot set the mtime of", &p, x.into()))?;
+    }
+    Ok(())
 }

@@ -8,14 +8,14 @@ use super::*;
 /// and bytes that grow with the number of readers). [`fetch_ahead`] keeps reads overlapped instead.
 pub(super) fn read_only_the_range(job: &FileJob) {
     if let Some(f) = job.src {
-        let _ = rustix::fs::fadvise(f, 0, 0, rustix::fs::Advice::Random);
+        f.advise(0, 0, rustix::fs::Advice::Random);
     }
 }
 
 /// Start fetching the reader's next chunk `c` while it reads the current one.
 pub(super) fn fetch_ahead(job: &FileJob, c: &Chunk) {
     if let Some(f) = job.src.filter(|_| c.len > 0) {
-        let _ = rustix::fs::fadvise(f, c.offset, u64::from(c.len), rustix::fs::Advice::WillNeed);
+        f.advise(c.offset, u64::from(c.len), rustix::fs::Advice::WillNeed);
     }
 }
 
@@ -188,17 +188,7 @@ pub(super) fn land(
         job.watch.touch();
     }
     // start writing the chunk back now, so that the fsync before the commit finds little left to do
-    // (asynchronous; errors surface at that fsync)
-    // SAFETY: the fd is open for writing for the whole call; sync_file_range only starts writeback
-    // of the given range and touches no memory of ours.
-    unsafe {
-        libc::sync_file_range(
-            job.out.as_raw_fd(),
-            c.offset as libc::off64_t,
-            c.len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        )
-    };
+    job.out.start_writeback(c.offset, u64::from(c.len));
     stats.write += tw.elapsed();
     Ok(())
 }

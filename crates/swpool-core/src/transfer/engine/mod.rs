@@ -83,11 +83,54 @@ fn io_err(what: &str, e: &std::io::Error) -> (ExitStatus, String) {
 }
 
 /// What the pipeline needs to know.
+/// Where a copy's bytes come from: a file (`cp`, `load`), or the files of a layer one after the
+/// other (`layer sync`, [`super::layer`]).
+pub(crate) trait Source: Sync {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize>;
+    /// A hint for the kernel's read-ahead (`posix_fadvise`); none by default.
+    fn advise(&self, _off: u64, _len: u64, _advice: rustix::fs::Advice) {}
+}
+
+impl Source for File {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+        FileExt::read_at(self, buf, off)
+    }
+    fn advise(&self, off: u64, len: u64, advice: rustix::fs::Advice) {
+        let _ = rustix::fs::fadvise(self, off, len, advice);
+    }
+}
+
+/// Where a copy's bytes go: the temporary file (`cp`, `load`), or the files of a layer's new
+/// state (`layer sync`).
+pub(crate) trait Sink: Sync {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()>;
+    /// Start writing `off .. off + len` back (asynchronously; errors surface at the fsync).
+    fn start_writeback(&self, _off: u64, _len: u64) {}
+}
+
+impl Sink for File {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        FileExt::write_all_at(self, buf, off)
+    }
+    fn start_writeback(&self, off: u64, len: u64) {
+        // SAFETY: the fd is open for writing for the whole call; sync_file_range only starts
+        // writeback of the given range and touches no memory of ours.
+        unsafe {
+            libc::sync_file_range(
+                self.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            )
+        };
+    }
+}
+
 pub(crate) struct FileJob<'a> {
     /// SRC, open on a leader that reads chunks of it (`None` on a leader that only receives).
-    pub src: Option<&'a File>,
+    pub src: Option<&'a dyn Source>,
     pub src_path: &'a std::path::Path,
-    pub out: &'a File,
+    pub out: &'a dyn Sink,
     pub out_path: &'a std::path::Path,
     pub chunks: &'a [Chunk],
     pub chunk_size: u64,
