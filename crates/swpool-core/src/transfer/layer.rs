@@ -204,7 +204,7 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
     // the needed files one after the other, moved as one file by the engine: node 0 reads (the
     // layer may exist on its node only), two pipelined trees, every chunk hashed and checked
     let layout = Arc::new(Layout::new(&m, &union));
-    let chunks = super::plan::plain_chunks(layout.len, r.chunk_size, &[0..layout.len]);
+    let chunks: Vec<super::plan::Chunk> = super::plan::grid(0..layout.len, r.chunk_size).collect();
     let source = (job.node_index() == 0 || !job.has_data_plane())
         .then(|| Concat::new(r.upper.clone(), layout.clone(), false));
     let mut stats = Stats::default();
