@@ -109,6 +109,31 @@ out=$(syncjob 3 auto)
 assert_eq "srun -N4 run --layer dev in a job without a sync: synced first, the new program on 4 nodes" 4 "$(grep -c '^RUN node[1-4] only1b motd=no$' <<< "$out" || true)"
 [[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
 
+# 2c. --root: `dpkg -i` of a small package into node1's layer (rootless: the lock files get
+# stand-ins), then a batch job runs its program on 4 nodes over the job's copy; the host's package
+# database does not know it
+mkdir -p "$W/deb/DEBIAN" "$W/deb/usr/bin"
+printf 'Package: swp-t60\nVersion: 1.0\nArchitecture: all\nMaintainer: sw-pool tests <t@localhost>\nDescription: t_60 test package\n' > "$W/deb/DEBIAN/control"
+printf '#!/bin/sh\necho "swp-t60 from $(hostname)"\n' > "$W/deb/usr/bin/swp-t60"
+chmod 755 "$W/deb/usr/bin/swp-t60"
+dpkg-deb --build --root-owner-group "$W/deb" "$W/swp-t60.deb" >/dev/null
+chmod 644 "$W/swp-t60.deb"
+rc=0; out=$(swrun -N1 -w node1 "$SW" run --root --layer dev -- dpkg -i "$W/swp-t60.deb" 2>&1) || rc=$?
+assert_eq "run --root --layer dev -- dpkg -i (rootless) exits 0" 0 "$rc"
+[[ $rc == 0 ]] || printf '  %s\n' "$out"
+cat > "$W/deb-job.sh" <<EOS
+#!/bin/bash
+export SW_POOL_LAYER_DIR=$LD SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
+srun -N4 $SW run --layer dev -- swp-t60
+EOS
+chmod 755 "$W/deb-job.sh"
+jid=$(as_user sbatch --parsable -N4 -o "$W/out/deb-%j.out" --chdir="$W" "$W/deb-job.sh")
+wait_for 1200 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+out=$(cat "$W/out/deb-$jid.out" 2>/dev/null || true)
+assert_eq "... its program runs on 4 nodes through srun sw-pool run --layer dev" 4 "$(grep -c '^swp-t60 from node[1-4]$' <<< "$out" || true)"
+[[ $(grep -c '^swp-t60 from' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
+assert_eq "... and the host's dpkg does not know the package" 1 "$(dpkg -s swp-t60 >/dev/null 2>&1 && echo 0 || echo 1)"
+
 # 3. MPI inside run: 4 nodes x 2 tasks, the tasks of a node in one environment
 if [[ -x $W/bin/mpi-selftest ]]; then
   out=$(swrun_mpi -N4 --ntasks-per-node=2 "$SW" run -- "$W/bin/mpi-selftest" 2>&1 || true)

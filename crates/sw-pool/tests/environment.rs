@@ -517,3 +517,69 @@ fn libc_sigint() -> i32 {
 fn libc_sigterm() -> i32 {
     15
 }
+
+/// `--root` without the site's helper: `dpkg -i` of a package installs into the layer (the
+/// package manager's root-only lock files get stand-ins, `rootfix`), its program runs from the
+/// layer, and the host's package database does not know it.
+#[test]
+fn dpkg_install_as_root_lands_in_the_layer() {
+    if !ready() {
+        return;
+    }
+    if !Path::new("/usr/bin/dpkg-deb").exists() {
+        skip("dpkg-deb is not installed");
+        return;
+    }
+    let f = Fixture::new();
+    let pkg = format!("swp-envtest-{}", std::process::id());
+    let root = f.dir.path().join("pkg");
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        format!(
+            "Package: {pkg}\nVersion: 1.0\nArchitecture: all\nMaintainer: sw-pool tests <t@localhost>\nDescription: test package\n"
+        ),
+    )
+    .unwrap();
+    let prog = root.join("usr/bin").join(&pkg);
+    std::fs::write(&prog, "#!/bin/sh\necho installed by dpkg\n").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let deb = f.dir.path().join("pkg.deb");
+    let built = Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(&root)
+        .arg(&deb)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(built.success());
+    std::fs::set_permissions(&deb, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = f.run(&["layer", "create", "deb"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = f.run(&[
+        "run",
+        "--root",
+        "--layer",
+        "deb",
+        "--",
+        "dpkg",
+        "-i",
+        deb.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "dpkg -i in the layer: {}{}", o.stdout, o.stderr);
+    let o = f.run(&["run", "--layer", "deb", "--", &pkg]);
+    assert_eq!(
+        (o.code, o.stdout.trim()),
+        (0, "installed by dpkg"),
+        "{}",
+        o.stderr
+    );
+    let o = f.run(&["run", "--layer", "deb", "--", "dpkg", "-s", &pkg]);
+    assert!(o.stdout.contains("install ok installed"), "{}", o.stdout);
+    // the host: neither the program nor the package
+    assert!(!Path::new("/usr/bin").join(&pkg).exists());
+    let host = Command::new("dpkg").args(["-s", &pkg]).output().unwrap();
+    assert!(!host.status.success(), "the host's dpkg knows {pkg}");
+}

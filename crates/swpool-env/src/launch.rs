@@ -153,6 +153,9 @@ pub fn run(
                 .map_err(|e| EnvError::io("cannot create", d, e))?;
         }
     }
+    if let (true, Method::FuseOverlay, Some(l)) = (req.root, p.method, &layer) {
+        crate::rootfix::seed(&l.upper);
+    }
     let lock = match synced {
         Some(_) => None,
         None => layer.as_ref().map(|l| store.lock(l)).transpose()?,

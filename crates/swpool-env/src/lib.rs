@@ -29,6 +29,7 @@ pub mod launch;
 pub mod layer;
 pub mod plan;
 pub mod probe;
+pub mod rootfix;
 pub mod share;
 pub mod sync;
 

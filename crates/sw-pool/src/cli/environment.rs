@@ -40,6 +40,14 @@ LAYER: the host's / is the read-only lower and the layer the writable upper. Wit
 helper this is fuse-overlayfs (rootless; needs /dev/fuse usable by you); -v says which was used.
 One environment uses a layer at a time.
 
+--root WITHOUT THE SITE'S HELPER: uid 0 inside is you; files only root may read on the host stay
+unreadable. The package managers' (empty) lock files get empty stand-ins in the layer and the layer
+gets APT::Sandbox::User root, so dpkg -i and apt-get install work; /etc/shadow does not.
+
+IN A JOB: after `sw-pool layer sync NAME` (or by itself in a step over several nodes) every node
+runs over its own copy of the layer under a fresh upper; what the job writes is discarded with the
+environment, never written into the layer.
+
 EXIT STATUS: the command's (128+N when signal N ended it); 125 when the environment could not be
 set up, 126 when the command could not be executed, 127 when it was not found.";
 

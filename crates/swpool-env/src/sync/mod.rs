@@ -112,6 +112,7 @@ impl Manifest {
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
             names.sort();
             let mut subdirs = Vec::new();
+            let mut here = Vec::new();
             for name in names {
                 let r = rel.join(&name);
                 let p = upper.join(&r);
@@ -173,8 +174,12 @@ impl Manifest {
                     tracing::warn!(path = %p.display(), "skipping a special file in the layer (socket, fifo or device)");
                     continue;
                 };
-                entries.push(e);
+                here.push(e);
             }
+            // in the order of the names the copy has (a whiteout `x` is `.wh.x` there), so that a
+            // copy scans to the same list
+            here.sort_by(|a, b| a.path.cmp(&b.path));
+            entries.extend(here);
             stack.extend(subdirs.into_iter().rev());
         }
         Ok(Manifest { entries })

@@ -151,3 +151,42 @@ fn set_mtime(p: &Path, ns: i128) {
     )
     .unwrap();
 }
+
+/// A whiteout sorts by the name the copy gives it (`.wh.NAME`), so a copy scans to the same list.
+#[test]
+fn whiteouts_sort_as_in_the_copy() {
+    if !rustix::process::geteuid().is_root() {
+        return; // a character device 0/0 needs root outside a user namespace
+    }
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("info");
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("a"), b"1").unwrap();
+    fs::write(d.join("z"), b"2").unwrap();
+    let dev = rustix::fs::makedev(0, 0);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        d.join("m"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::empty(),
+        dev,
+    )
+    .unwrap();
+    let m = Manifest::scan(t.path()).unwrap();
+    let names: Vec<String> = m
+        .entries
+        .iter()
+        .map(|e| e.path.display().to_string())
+        .collect();
+    assert_eq!(names, ["info", "info/.wh.m", "info/a", "info/z"]);
+    // the copy's form scans to the same list
+    let c = tempfile::tempdir().unwrap();
+    fs::create_dir(c.path().join("info")).unwrap();
+    for (n, b) in [("a", b"1"), ("z", b"2")] {
+        fs::write(c.path().join("info").join(n), b).unwrap();
+    }
+    fs::write(c.path().join("info/.wh.m"), b"").unwrap();
+    let mc = Manifest::scan(c.path()).unwrap();
+    let kinds: Vec<Kind> = mc.entries.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, m.entries.iter().map(|e| e.kind).collect::<Vec<_>>());
+}
