@@ -21,7 +21,7 @@ uid=$(id -u "$TB_USER")
 LD=$TB/local/t60-layers-$uid   # node-local: each node has its own $TB/local
 cleanup() {
   for n in $TB_NODES; do
-    "$TESTBED/exec" "$n" rm -rf "$LD" "$TB/local/t60-layers-$(id -u "$TB_USER2")" >/dev/null 2>&1 || true
+    "$TESTBED/exec" "$n" rm -rf "$LD" "$TB/local/t60-layers-$(id -u "$TB_USER2")" "$TB/local/t60-keep-$uid" >/dev/null 2>&1 || true
   done
   rm -rf "$W"
 }
@@ -125,6 +125,8 @@ cat > "$W/deb-job.sh" <<EOS
 #!/bin/bash
 export SW_POOL_LAYER_DIR=$LD SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 srun -N4 $SW run --layer dev -- swp-t60
+srun -N4 mkdir -p $TB/local/t60-keep-$uid
+srun -N4 $SW run --layer dev --keep-upper $TB/local/t60-keep-$uid -- sh -c 'echo kept > /usr/local/t60kept'
 EOS
 chmod 755 "$W/deb-job.sh"
 jid=$(as_user sbatch --parsable -N4 -o "$W/out/deb-%j.out" --chdir="$W" "$W/deb-job.sh")
@@ -133,6 +135,9 @@ out=$(cat "$W/out/deb-$jid.out" 2>/dev/null || true)
 assert_eq "... its program runs on 4 nodes through srun sw-pool run --layer dev" 4 "$(grep -c '^swp-t60 from node[1-4]$' <<< "$out" || true)"
 [[ $(grep -c '^swp-t60 from' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
 assert_eq "... and the host's dpkg does not know the package" 1 "$(dpkg -s swp-t60 >/dev/null 2>&1 && echo 0 || echo 1)"
+kept=$(for n in $TB_NODES; do "$TESTBED/exec" "$n" sh -c "cat $TB/local/t60-keep-$uid/$n/usr/local/t60kept 2>/dev/null"; done | grep -c '^kept$' || true)
+assert_eq "--keep-upper DIR: each node's writes kept in DIR/<node>" 4 "$kept"
+[[ $kept == 4 ]] || printf '  %s\n' "$out"
 
 # 3. MPI inside run: 4 nodes x 2 tasks, the tasks of a node in one environment
 if [[ -x $W/bin/mpi-selftest ]]; then

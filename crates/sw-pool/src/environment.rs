@@ -66,11 +66,17 @@ fn start(
         .and_then(|(j, s)| swpool_env::share::step_key(&j, &s));
     let synced = match &a.layer {
         Some(name) => match synced_copy(&store, name, step_key.as_deref(), env) {
-            Ok(s) => s,
+            Ok(s) => s.map(|s| swpool_env::Synced {
+                keep_upper: a.keep_upper.clone(),
+                ..s
+            }),
             Err(e) => setup_failed(&e),
         },
         None => None,
     };
+    if a.keep_upper.is_some() && synced.is_none() {
+        setup_failed(&"--keep-upper applies in a job over the layer's node-local copy (after `sw-pool layer sync`); here the environment writes into the layer itself");
+    }
     let req = RunRequest {
         argv,
         layer: a.layer,
@@ -169,6 +175,7 @@ fn synced_copy(
         copies,
         state,
         scratch,
+        keep_upper: None,
     }))
 }
 

@@ -51,6 +51,8 @@ pub struct Synced {
     /// A node-local directory for the environment's upper, work and merged directories (made
     /// fresh by the start that creates the environment, removed by it at the end).
     pub scratch: PathBuf,
+    /// Keep the upper here (`--keep-upper DIR`: `DIR/<node>`) instead of removing it.
+    pub keep_upper: Option<PathBuf>,
 }
 
 /// What happened, for the caller to print with `-v` and to exit with.
@@ -213,8 +215,13 @@ pub fn run(
         (&req.self_exe, &[b"sw-pool", b"__enter"])
     };
     let status = start(exe, args, &json, spec.uid, spec.gid);
-    // what the environment wrote on this node ends with it
+    // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
+        if let Some(dest) = &s.keep_upper {
+            if let Err(e) = keep_upper(&s.scratch.join(crate::layer::UPPER), dest) {
+                eprintln!("sw-pool: environment: {e}; what it wrote is lost");
+            }
+        }
         if let Err(e) = crate::layer::remove_tree(&s.scratch) {
             tracing::warn!("cannot remove {}: {e}", s.scratch.display());
         }
@@ -410,5 +417,44 @@ impl Drop for Forwarding {
             unsafe { libc::signal(sig, h) };
         }
         FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Move an environment's upper to `dir/<node>` (replacing an earlier one of this node): a rename
+/// on the same file system, else a copy (`cp -a`, which keeps modes, times and whiteouts).
+fn keep_upper(upper: &std::path::Path, dir: &std::path::Path) -> Result<(), String> {
+    let node = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let dest = dir.join(&node);
+    if !dir.is_dir() {
+        return Err(format!("--keep-upper {}: not a directory", dir.display()));
+    }
+    crate::layer::remove_tree(&dest)
+        .map_err(|e| format!("cannot replace {}: {e}", dest.display()))?;
+    match std::fs::rename(upper, &dest) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let st = std::process::Command::new("cp")
+                .arg("-a")
+                .arg("--")
+                .arg(upper)
+                .arg(&dest)
+                .status()
+                .map_err(|e| {
+                    format!("cannot run cp to keep the upper in {}: {e}", dest.display())
+                })?;
+            if st.success() {
+                Ok(())
+            } else {
+                let _ = crate::layer::remove_tree(&dest);
+                Err(format!(
+                    "cp -a of the upper to {} failed ({st})",
+                    dest.display()
+                ))
+            }
+        }
+        Err(e) => Err(format!("cannot move the upper to {}: {e}", dest.display())),
     }
 }

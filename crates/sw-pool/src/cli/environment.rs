@@ -21,6 +21,11 @@ pub struct EnvironmentArgs {
     /// ~/.local/share/sw-pool/layers)
     #[arg(long, value_name = "DIR")]
     pub layer_dir: Option<PathBuf>,
+    /// In a job over the layer's node-local copy: keep what the environment wrote (its upper) in
+    /// DIR/<node> when it ends, instead of discarding it (DIR must exist; a node's earlier one is
+    /// replaced)
+    #[arg(long, value_name = "DIR", requires = "layer")]
+    pub keep_upper: Option<PathBuf>,
 }
 
 pub const ENVIRONMENT_HELP: &str = "\
