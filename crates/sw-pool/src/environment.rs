@@ -4,22 +4,61 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use swpool_core::config::{Environment, HostVar};
-use swpool_core::{Error, ExitStatus};
+use swpool_core::ExitStatus;
 use swpool_env::{LayerStore, RunRequest};
 
 use crate::cli::{EnvironmentArgs, GlobalArgs, RunArgs, ShellArgs};
 use crate::output::Printer;
 
+/// An error of `run`/`shell`: its message and exit status. The front never formats a
+/// `swpool_core::Error` (its trust variants would link libcrypto into the front: measured ~0.8 ms
+/// more per start, a fifth of it).
+#[derive(Debug)]
+pub struct Failed {
+    pub status: ExitStatus,
+    pub message: String,
+}
+
+impl Failed {
+    pub fn new(status: ExitStatus, m: impl std::fmt::Display) -> Failed {
+        Failed {
+            status,
+            message: m.to_string(),
+        }
+    }
+
+    /// Print it as every sw-pool error is printed (one write).
+    pub fn print(&self) {
+        crate::eline!("sw-pool: error: {}", self.message);
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<Failed> for swpool_core::Error {
+    fn from(f: Failed) -> swpool_core::Error {
+        swpool_core::Error::other(f.status, f.message)
+    }
+}
+
+fn config(env: &Environment) -> Result<swpool_core::config::Config, Failed> {
+    swpool_core::config::Config::load(env).map_err(|e| Failed::new(ExitStatus::BadInput, e))
+}
+
 /// The layer store: `--layer-dir`, config `layer_dir` / `$SW_POOL_LAYER_DIR`, else the default.
-pub fn store(flag: Option<PathBuf>, env: &Environment) -> Result<LayerStore, Error> {
-    let cfg = swpool_core::config::Config::load(env)?;
+pub fn store(flag: Option<PathBuf>, env: &Environment) -> Result<LayerStore, Failed> {
+    let cfg = config(env)?;
     let root = flag
         .or(cfg.layer_dir.value)
         .or_else(|| {
             LayerStore::default_root(env.get_os(HostVar::XdgDataHome), env.get_os(HostVar::Home))
         })
         .ok_or_else(|| {
-            Error::other(
+            Failed::new(
                 ExitStatus::BadInput,
                 "no layer directory: $HOME is not set; give --layer-dir DIR (or config `layer_dir`)",
             )
@@ -27,11 +66,11 @@ pub fn store(flag: Option<PathBuf>, env: &Environment) -> Result<LayerStore, Err
     Ok(LayerStore::new(root, rustix::process::getuid().as_raw()))
 }
 
-pub fn run(g: &GlobalArgs, a: RunArgs, env: &Environment) -> Result<(), Error> {
+pub fn run(g: &GlobalArgs, a: RunArgs, env: &Environment) -> Result<(), Failed> {
     start(g, a.env, a.cmd, env)
 }
 
-pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Error> {
+pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Failed> {
     let sh = env
         .get_os(HostVar::Shell)
         .filter(|s| !s.is_empty())
@@ -46,10 +85,10 @@ fn start(
     a: EnvironmentArgs,
     argv: Vec<OsString>,
     env: &Environment,
-) -> Result<(), Error> {
+) -> Result<(), Failed> {
     let p = Printer::new(g, false);
     let setup_failed = |e: &dyn std::fmt::Display| -> ! {
-        crate::output::print_error(&Error::other(ExitStatus::BadInput, e));
+        Failed::new(ExitStatus::BadInput, e).print();
         std::process::exit(swpool_env::EXIT_SETUP)
     };
     let store = match store(a.layer_dir, env) {
@@ -77,6 +116,7 @@ fn start(
     if a.keep_upper.is_some() && synced.is_none() {
         setup_failed(&"--keep-upper applies in a job over the layer's node-local copy (after `sw-pool layer sync`); here the environment writes into the layer itself");
     }
+    let synced_or_layer = a.layer.clone();
     let req = RunRequest {
         argv,
         layer: a.layer,
@@ -85,12 +125,16 @@ fn start(
         path_var: env.path_var().map(OsString::from),
         verbose: g.verbose > 0,
         // environments meet their joiners in the user's private state directory on the node
-        state_dir: match swpool_core::state::StateDir::open_default(env) {
-            Ok(d) => Some(d.path().to_path_buf()),
-            Err(e) => {
-                tracing::warn!("no shared environments on this node: {e}");
-                None
-            }
+        // (only one with a layer or of a job step is shared)
+        state_dir: match (&synced_or_layer, &step_key) {
+            (None, None) => None,
+            _ => match swpool_core::state::StateDir::open_default(env) {
+                Ok(d) => Some(d.path().to_path_buf()),
+                Err(e) => {
+                    tracing::warn!("no shared environments on this node: {e}");
+                    None
+                }
+            },
         },
         home: env
             .get_os(HostVar::Home)
@@ -125,11 +169,11 @@ fn synced_copy(
     name: &str,
     step_key: Option<&str>,
     env: &Environment,
-) -> Result<Option<swpool_env::Synced>, Error> {
+) -> Result<Option<swpool_env::Synced>, Failed> {
     let Some(job) = env.get(HostVar::SlurmJobId).filter(|j| !j.is_empty()) else {
         return Ok(None);
     };
-    let cfg = swpool_core::config::Config::load(env)?;
+    let cfg = config(env)?;
     let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
     let uid = rustix::process::getuid().as_raw();
     // a step over several nodes: the layer goes to them first (unless this job has synced it)
@@ -138,9 +182,12 @@ fn synced_copy(
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
     let cache = if step_nodes > 1 {
-        Some(swpool_core::cache::dir(&base, uid, true)?)
+        Some(
+            swpool_core::cache::dir(&base, uid, true)
+                .map_err(|e| Failed::new(e.exit_status(), e))?,
+        )
     } else {
-        swpool_core::cache::existing_dir(&base, uid)?
+        swpool_core::cache::existing_dir(&base, uid).map_err(|e| Failed::new(e.exit_status(), e))?
     };
     let Some(cache) = cache else {
         return Ok(None);
@@ -150,7 +197,7 @@ fn synced_copy(
         return Ok(None);
     }
     let copies = swpool_env::sync::NodeCopies::open(&layers, name, &store.paths(name).dir)
-        .map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+        .map_err(|e| Failed::new(ExitStatus::BadInput, e))?;
     let state = match copies.for_job(&job) {
         Some(s) => s,
         None if step_nodes > 1 => step_sync(&copies, name, &job, step_nodes, env)?,
@@ -159,7 +206,7 @@ fn synced_copy(
     // fuse-overlayfs takes its directories in a comma- and colon-separated option
     let bad = |p: &std::path::Path| p.to_str().is_none_or(|s| s.contains([',', ':']));
     if bad(&state) {
-        return Err(Error::other(
+        return Err(Failed::new(
             ExitStatus::BadInput,
             format!(
                 "the node-local copy of layer {name} is at {}, a path with ',' or ':' that fuse-overlayfs cannot take: choose another cache_dir",
@@ -188,8 +235,8 @@ fn step_sync(
     job: &str,
     nodes: u32,
     env: &Environment,
-) -> Result<PathBuf, Error> {
-    let fail = |m: String| Error::other(ExitStatus::Collective, m);
+) -> Result<PathBuf, Failed> {
+    let fail = |m: String| Failed::new(ExitStatus::Collective, m);
     if env.get(HostVar::SlurmProcid).as_deref() == Some("0") {
         let nodelist = env
             .get(HostVar::SlurmStepNodelist)

@@ -43,11 +43,12 @@ fn main() -> ExitCode {
         cli::Command::Shell(a) => environment::shell(g, a, &env),
         _ => return exec_full(&argv),
     };
-    match r.and_then(|()| output::stdout_status()) {
+    // (run and shell exit with their command's status; they return only on failure)
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            output::print_error(&e);
-            ExitCode::from(e.exit_status().code() as u8)
+            e.print();
+            ExitCode::from(e.status.code() as u8)
         }
     }
 }

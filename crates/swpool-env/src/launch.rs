@@ -86,7 +86,7 @@ pub fn run(
         }),
         (n, _) => n.map(|n| store.get(n)).transpose()?,
     };
-    let facts = probe::facts(req.path_var.as_deref());
+    let facts = probe::facts(req.path_var.as_deref(), layer.is_some());
     let mut p = plan::choose(layer.is_some(), &facts)?;
     if let Some(s) = synced {
         p.why = format!(

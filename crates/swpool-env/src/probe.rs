@@ -7,12 +7,17 @@ use std::path::Path;
 use crate::plan::Facts;
 use swpool_sys::exec::Tool;
 
-/// Look at this node (cheap: a few reads and one `access`).
-pub fn facts(path_var: Option<&OsStr>) -> Facts {
+/// Look at this node (cheap: a few reads and one `access`); what only a layer needs (FUSE,
+/// fuse-overlayfs) only when `layer`.
+pub fn facts(path_var: Option<&OsStr>, layer: bool) -> Facts {
     Facts {
         userns_blocked: userns_blocked(),
-        dev_fuse_blocked: dev_fuse_blocked(Path::new("/dev/fuse")),
-        fuse_overlayfs: Tool::FuseOverlayfs.locate(path_var).ok(),
+        dev_fuse_blocked: layer
+            .then(|| dev_fuse_blocked(Path::new("/dev/fuse")))
+            .flatten(),
+        fuse_overlayfs: layer
+            .then(|| Tool::FuseOverlayfs.locate(path_var).ok())
+            .flatten(),
         helper_idmap: false,
     }
 }
