@@ -71,6 +71,13 @@ pub fn main(spec_json: &str) -> ! {
         Ok(s) => s,
         Err(e) => fail(&format!("bad start specification from the launcher: {e}")),
     };
+    run(spec)
+}
+
+/// Pid 1's work, from the launcher's [`Spec`]: in `sw-pool-enter` (exec'd), or directly in the
+/// launcher's cloned child when the launcher is single-threaded ([`crate::launch`]). Never
+/// returns.
+pub fn run(spec: Spec) -> ! {
     // held here only: neither the FUSE daemon nor a command inherits them
     for fd in &spec.keep_fds {
         unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };

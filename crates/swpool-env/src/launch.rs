@@ -214,7 +214,10 @@ pub fn run(
     } else {
         (&req.self_exe, &[b"sw-pool", b"__enter"])
     };
-    let status = start(exe, args, &json, spec.uid, spec.gid);
+    // a single-threaded launcher (the front) runs pid 1 in its cloned child directly: one exec
+    // and one program start less per environment
+    let direct = single_threaded().then_some(&spec);
+    let status = start(exe, args, &json, spec.uid, spec.gid, direct);
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
         if let Some(dest) = &s.keep_upper {
@@ -238,16 +241,31 @@ fn cstr(b: &[u8], what: &str) -> Result<CString, EnvError> {
     CString::new(b).map_err(|_| EnvError::Unsupported(format!("{what} contains a NUL byte")))
 }
 
-/// Clone pid 1, map it, let it exec `exe ARGS.. json`, wait; its exit status.
+/// Whether this process has one thread (`/proc/self/status`): only then may its cloned child
+/// run more than system calls (no lock another thread held at the clone).
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .map(|n| n.trim() == "1")
+        })
+        .unwrap_or(false)
+}
+
+/// Clone pid 1, map it, let it exec `exe ARGS.. json` (or, with `direct`, run pid 1's work in
+/// the child), wait; its exit status.
 fn start(
     exe: &std::path::Path,
     args: &[&[u8]],
     json: &str,
     uid: u32,
     gid: u32,
+    direct: Option<&Spec>,
 ) -> Result<i32, EnvError> {
     // everything the child touches is made before the clone: between clone and exec it may only
-    // make system calls (this process can have other threads)
+    // make system calls when this process has other threads
     let c_exe = cstr(exe.as_os_str().as_bytes(), "the program path")?;
     let mut c_args = args
         .iter()
@@ -276,6 +294,10 @@ fn start(
             let mut b = [0u8; 1];
             if libc::read(rd, b.as_mut_ptr().cast(), 1) != 1 {
                 libc::_exit(crate::EXIT_SETUP); // the launcher could not map us
+            }
+            if let Some(spec) = direct {
+                libc::close(rd);
+                crate::init::run(spec.clone());
             }
             libc::execv(c_exe.as_ptr(), argv.as_ptr());
             libc::_exit(crate::EXIT_CANNOT_EXEC);
