@@ -31,6 +31,11 @@ pub struct Spec {
     /// A read-only lower above the host's tree (the job's copy of the layer on this node).
     #[serde(default)]
     pub lower: Option<PathBuf>,
+    /// The namespace maps the caller's uid and gid to themselves (not to 0): pid 1, never
+    /// exec'd, keeps its capabilities in it, and the command runs as the caller without a
+    /// nested user namespace (a plain environment started by a single-threaded launcher).
+    #[serde(default)]
+    pub identity: bool,
     pub fuse_overlayfs: Option<PathBuf>,
     /// Host mounts to bind into the new root.
     pub binds: Vec<PathBuf>,
@@ -334,7 +339,11 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
     } else {
         own_uid.map(|f| f.as_raw_fd())
     };
-    let (uid, gid, nested) = (spec.uid, spec.gid, !spec.root && own_uid.is_none());
+    let (uid, gid, nested) = (
+        spec.uid,
+        spec.gid,
+        !spec.root && own_uid.is_none() && !spec.identity,
+    );
     unsafe {
         cmd.pre_exec(move || {
             // the command starts with no signal blocked (std leaves the mask as it is; the

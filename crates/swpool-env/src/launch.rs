@@ -196,6 +196,7 @@ pub fn run(
         method: p.method,
         name: layer.as_ref().map_or("-".into(), |l| l.name.clone()),
         lower: synced.map(|s| s.state.clone()),
+        identity: false,
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         binds,
@@ -216,8 +217,17 @@ pub fn run(
     };
     // a single-threaded launcher (the front) runs pid 1 in its cloned child directly: one exec
     // and one program start less per environment
-    let direct = single_threaded().then_some(&spec);
-    let status = start(exe, args, &json, spec.uid, spec.gid, direct);
+    let mut spec = spec;
+    let direct = single_threaded();
+    spec.identity = direct && !spec.root && spec.socket.is_none() && spec.method == Method::Plain;
+    let status = start(
+        exe,
+        args,
+        &json,
+        spec.uid,
+        spec.gid,
+        direct.then_some(&spec),
+    );
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
         if let Some(dest) = &s.keep_upper {
@@ -319,10 +329,14 @@ fn start(
         });
     }
     let pid = pid as i32;
+    let inside = |id: u32| match direct {
+        Some(s) if s.identity => id,
+        _ => 0,
+    };
     let mapped = crate::write_id_maps(
         &pid.to_string(),
-        &format!("0 {uid} 1"),
-        &format!("0 {gid} 1"),
+        &format!("{} {uid} 1", inside(uid)),
+        &format!("{} {gid} 1", inside(gid)),
         false,
     );
     if let Err(e) = mapped {
