@@ -3,8 +3,9 @@
 # FUSE and Lmod). An admin builds and signs a pool with two real packages (a C program compiled now,
 # and a script) and puts it on the throttled shared storage; a user's Slurm job loads it on all four
 # nodes with one command, uses both packages through `module load` on every node, installs a tool
-# into /usr/local/bin inside an isolated environment with a writable layer on every node (the host
-# stays unchanged), and unloads the pool; nothing stays mounted. The cluster is taken down at the end.
+# into /usr/local/bin inside an isolated environment with a writable layer on one node, syncs the
+# layer to every node and runs the tool there (the hosts stay unchanged), and unloads the pool;
+# nothing stays mounted. The cluster is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -70,8 +71,12 @@ echo "--- module avail"
 module avail 2>&1 | sed -n '1,4p'
 echo "--- on every node: module load hello/1.0 cfact/2.0"
 srun -n4 --ntasks-per-node=1 bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 cfact/2.0; hello; echo "  \$(hostname): \$(cfact 12)"' | sort
-echo "--- on every node: an isolated environment with a writable layer on the node's disk"
-srun -n4 --ntasks-per-node=1 $W/env-step.sh | sort
+echo "--- an isolated environment with a writable layer: a tool installed into /usr/local/bin on node1,"
+echo "    the layer synced to every node's disk (sw-pool layer sync), the tool run on every node"
+export SW_POOL_LAYER_DIR=$TB/local/demo-layers-\$(id -u)
+srun -N1 -n1 -w node1 $W/env-step.sh
+sw-pool layer sync demo
+srun -n4 --ntasks-per-node=1 sh -c 'sw-pool run --layer demo -- demo-tool; test ! -e /usr/local/bin/demo-tool && echo "  \$(hostname): the host'"'"'s /usr/local/bin has no demo-tool"' | sort
 echo "--- sw-pool unload demo/1.0"
 code=\$(srun --mpi=pmix -n4 --ntasks-per-node=1 sw-pool unload demo/1.0)
 eval "\$code"
@@ -83,11 +88,9 @@ cat > "$W/env-step.sh" <<EOS
 #!/bin/sh
 # a layer on this node's local disk; a tool installed into /usr/local/bin inside lands in it
 set -e
-export SW_POOL_LAYER_DIR=$TB/local/demo-layers-\$(id -u)
 sw-pool layer create demo >/dev/null
 sw-pool run --layer demo -- sh -c 'printf "#!/bin/sh\\necho \\"  \\\$(hostname): demo-tool runs from the layer (\\\$SW_POOL_ENVIRONMENT)\\"\\n" > /usr/local/bin/demo-tool; chmod 755 /usr/local/bin/demo-tool'
-sw-pool run --layer demo -- demo-tool
-test ! -e /usr/local/bin/demo-tool && echo "  \$(hostname): the host's /usr/local/bin has no demo-tool"
+echo "  \$(hostname): demo-tool installed into the layer"
 EOS
 chmod 755 "$W/env-step.sh"
 cat > "$W/count-fuse.sh" <<'EOS'
