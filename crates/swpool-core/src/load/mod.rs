@@ -356,7 +356,8 @@ pub fn load(
         // an entry changed since it was verified is checked again (or dropped and copied anew)
         cache::revalidate(&plan.dest, &plan.digest);
     }
-    let report: CopyReport = copy(job, &plan.src, &plan.dest, &opts)?;
+    let report: CopyReport = copy(job, &plan.src, &plan.dest, &opts)
+        .map_err(crate::transfer::TransferError::for_cache)?;
     if leader {
         // every chunk of it was verified (as it landed, or just now)
         let _ = cache::record_verified(&plan.dest);

@@ -273,6 +273,12 @@ fn a_full_disk_on_node_2_fails_every_node() {
     };
     let m = failed_alike(&s, &run(&s, 2, f, &Quiet), "not enough space", 1);
     assert!(m.contains("free space on this node"), "{m}");
+    // the advice names how a user moves the cache (load has no DEST)
+    assert!(
+        m.contains("--cache-dir") && m.contains("SW_POOL_CACHE"),
+        "{m}"
+    );
+    assert!(!m.contains("DEST"), "{m}");
 }
 
 #[test]

@@ -76,7 +76,30 @@ pub enum TransferError {
     Agreed(#[from] Agreed),
 }
 
+/// How a full disk's message ends for `cp`; [`TransferError::for_cache`] says it for the
+/// node-local cache (`load`, `mount`), whose destination the user chooses differently.
+pub(crate) const ANOTHER_DEST: &str = "choose another DEST";
+
 impl TransferError {
+    /// The same error, its advice about the destination said for the node-local cache.
+    pub fn for_cache(self) -> TransferError {
+        const CACHE: &str =
+            "choose another node-local cache directory (--cache-dir, config cache_dir, $SW_POOL_CACHE)";
+        match self {
+            TransferError::Failed { message, status } => TransferError::Failed {
+                message: message.replace(ANOTHER_DEST, CACHE),
+                status,
+            },
+            TransferError::Agreed(mut a) => {
+                for f in a.failures.iter_mut() {
+                    f.message = f.message.replace(ANOTHER_DEST, CACHE);
+                }
+                TransferError::Agreed(a)
+            }
+            e => e,
+        }
+    }
+
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             TransferError::Mpi(_) => ExitStatus::System,

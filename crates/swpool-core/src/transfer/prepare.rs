@@ -122,10 +122,11 @@ pub(super) fn preflight(
         return Err(bad(
             ExitStatus::System,
             format!(
-                "not enough space in {}: need {}, {} free; free space on this node or choose another DEST",
+                "not enough space in {}: need {}, {} free; free space on this node or {}",
                 parent.display(),
                 crate::size::Bytes(need),
-                crate::size::Bytes(free)
+                crate::size::Bytes(free),
+                super::ANOTHER_DEST
             ),
         ));
     }
