@@ -237,6 +237,12 @@ fn step_sync(
     env: &Environment,
 ) -> Result<PathBuf, Failed> {
     let fail = |m: String| Failed::new(ExitStatus::Collective, m);
+    // this step's sync records its failure under the step's name (an earlier step's failed sync
+    // in the same job does not stop this one)
+    let step = format!(
+        "{job}.{}",
+        env.get(HostVar::SlurmStepId).unwrap_or_else(|| "0".into())
+    );
     if env.get(HostVar::SlurmProcid).as_deref() == Some("0") {
         let nodelist = env
             .get(HostVar::SlurmStepNodelist)
@@ -255,7 +261,7 @@ fn step_sync(
             format!("--nodelist={nodelist}"),
             "--kill-on-bad-exit=1".into(),
             "--mpi=pmix".into(),
-            "--export=ALL,SW_POOL_SPREAD=0".into(),
+            format!("--export=ALL,SW_POOL_SPREAD=0,SW_POOL_SYNC_FOR={step}"),
         ])
         .arg(&prog)
         .args(["-q", "layer", "sync", name]);
@@ -275,7 +281,7 @@ fn step_sync(
             ))
         })?;
         if !st.success() {
-            if let Some(why) = copies.failed(job) {
+            if let Some(why) = copies.failed(&step) {
                 return Err(fail(why));
             }
             return Err(fail(format!(
@@ -290,7 +296,7 @@ fn step_sync(
         if let Some(s) = copies.for_job(job) {
             return Ok(s);
         }
-        if let Some(why) = copies.failed(job) {
+        if let Some(why) = copies.failed(&step) {
             return Err(fail(format!("the sync of layer {name} failed: {why}")));
         }
         if std::time::Instant::now() > deadline {

@@ -97,7 +97,7 @@ fn sync(
     env: &Environment,
 ) -> Result<(), Error> {
     use swpool_core::collective::Collective;
-    use swpool_core::config::HostVar;
+    use swpool_core::config::{EnvVar, HostVar};
     super::spread_over_allocation(env)?;
     let cfg = super::config(env)?;
     let job = swpool_core::transfer::Job::init(env)?;
@@ -140,10 +140,10 @@ fn sync(
     let rep = match r {
         Ok(rep) => rep,
         Err(e) => {
-            // tasks of the job waiting for this node's copy (`run --layer`) stop waiting
-            if let (Some(j), Ok(nl)) = (env.get(HostVar::SlurmJobId), &node_layers) {
+            // the tasks of the step waiting for this node's copy (`run --layer`) stop waiting
+            if let (Some(step), Ok(nl)) = (env.get(EnvVar::SyncFor), &node_layers) {
                 if let Ok(c) = swpool_env::sync::NodeCopies::open(nl, name, &layer.dir) {
-                    let _ = c.mark_failed(&j, &e.to_string());
+                    let _ = c.mark_failed(&step, &e.to_string());
                 }
             }
             return super::finish_collective(job, Err(e));

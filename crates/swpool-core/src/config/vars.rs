@@ -96,6 +96,7 @@ env_vars! {
     Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";
     ShellFunction "SW_POOL_SHELL_FUNCTION" State "none" "`1`: set by the shell function (`sw-pool shell-init`) that evaluates the output of `load`, `unload` and `env`";
     Environment "SW_POOL_ENVIRONMENT" State "none" "set inside `run`/`shell`: the environment's layer (`-`: none)";
+    SyncFor "SW_POOL_SYNC_FOR" State "none" "the job step (`JOB.STEP`) whose tasks wait for the `layer sync` that `run --layer` started (its failure is recorded for them)";
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
     SetGwdg "_SW_POOL_SET_GWDG" State "none" "`GWDG_SW_MOUNT` was set by sw-pool (unload unsets it)";
     FakeNodes "SW_POOL_FAKE_NODES" Test "0" "`1`: every MPI rank is its own node (tests on one machine)";

@@ -89,13 +89,12 @@ impl NodeCopies {
             return Err(EnvError::Unsupported(format!("bad job id {job:?}")));
         }
         let p = self.dir.join("jobs").join(job);
-        let _ = fs::remove_file(self.dir.join("jobs").join(format!("{job}.failed")));
         swpool_sys::atomic::write_file(&p, format!("{gen}\n").as_bytes(), true)
             .map_err(|e| EnvError::io("cannot write", p, e))
     }
 
-    /// Record that the sync for job `job` failed on this node, and why (tasks waiting for the
-    /// job's copy stop waiting).
+    /// Record that the sync started for job step `job` (`JOB.STEP`) failed on this node, and why
+    /// (the step's tasks waiting for the copy stop waiting).
     pub fn mark_failed(&self, job: &str, why: &str) -> Result<(), EnvError> {
         if !valid_job(job) {
             return Err(EnvError::Unsupported(format!("bad job id {job:?}")));
@@ -105,7 +104,7 @@ impl NodeCopies {
             .map_err(|e| EnvError::io("cannot write", p, e))
     }
 
-    /// Why the sync for job `job` failed on this node, if it did.
+    /// Why the sync started for job step `job` failed on this node, if it did.
     pub fn failed(&self, job: &str) -> Option<String> {
         if !valid_job(job) {
             return None;
