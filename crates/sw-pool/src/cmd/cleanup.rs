@@ -72,8 +72,8 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
             });
         }
     }
-    for d in state::candidate_dirs(euid, env) {
-        for sock in swpool_env::share::remove_stale(&d.join("envs"), a.dry_run) {
+    for d in &envs {
+        for sock in swpool_env::share::remove_stale(d, a.dry_run) {
             actions.push(Action {
                 mount_point: sock,
                 pool: "-".into(),
