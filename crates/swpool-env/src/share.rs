@@ -70,25 +70,42 @@ pub fn remove_stale(dir: &Path, dry_run: bool) -> Vec<PathBuf> {
         if sock.extension().is_none_or(|x| x != "sock") {
             continue;
         }
-        let lock = sock.with_extension("lock");
         // held while the socket is removed: a start that creates the environment anew takes
         // this lock first, so its new socket is never the one removed here
-        let fd = rustix::fs::open(
-            &lock,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        );
-        let held = match &fd {
-            Ok(fd) => rustix::fs::flock(fd, FlockOperation::NonBlockingLockShared).is_err(),
-            // no lock file: nothing can hold it
-            Err(_) => false,
-        };
-        if !held && (dry_run || std::fs::remove_file(&sock).is_ok()) {
+        let lock = LockProbe::shared(&sock.with_extension("lock"));
+        if !lock.held && (dry_run || std::fs::remove_file(&sock).is_ok()) {
             out.push(sock);
         }
-        drop(fd);
+        drop(lock);
     }
     out
+}
+
+/// A rendezvous lock tried with a non-blocking shared `flock`, kept while this value lives (so
+/// that no start takes it meanwhile). `held`: someone holds it exclusively (an environment or a
+/// start creating one); a missing lock file is held by nobody.
+pub(crate) struct LockProbe {
+    _fd: Option<OwnedFd>,
+    pub held: bool,
+}
+
+impl LockProbe {
+    pub(crate) fn shared(lock: &Path) -> LockProbe {
+        match rustix::fs::open(
+            lock,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => LockProbe {
+                held: rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared).is_err(),
+                _fd: Some(fd),
+            },
+            Err(_) => LockProbe {
+                _fd: None,
+                held: false,
+            },
+        }
+    }
 }
 
 /// What [`find`] found.

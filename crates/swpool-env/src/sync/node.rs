@@ -8,6 +8,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{Entry, Kind, Manifest};
+use crate::share::LockProbe;
 use crate::EnvError;
 
 /// The copies of one layer on this node.
@@ -240,13 +241,8 @@ impl NodeCopies {
             if keep.contains(&gen) {
                 continue;
             }
-            let lock = self.dir.join(format!("{gen}.lock"));
-            let free = match fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock)
-            {
+            let lock = self.gen_lock(gen);
+            let free = match open_lock(&lock) {
                 Ok(f) => {
                     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
                         .is_ok()
@@ -270,17 +266,26 @@ impl NodeCopies {
             .ok_or_else(|| {
                 EnvError::Unsupported(format!("{} is not a layer state", gen_dir.display()))
             })?;
-        let lock = self.dir.join(format!("{gen}.lock"));
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock)
-            .map_err(|e| EnvError::io("cannot open", &lock, e))?;
+        let lock = self.gen_lock(gen);
+        let f = open_lock(&lock).map_err(|e| EnvError::io("cannot open", &lock, e))?;
         rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared)
             .map_err(|e| EnvError::io("cannot lock", &lock, e.into()))?;
         Ok(f)
     }
+
+    /// State `gen`'s lock file: shared by every environment on it, exclusive while pruned.
+    fn gen_lock(&self, gen: &str) -> PathBuf {
+        self.dir.join(format!("{gen}.lock"))
+    }
+}
+
+/// Open (create when missing) a state's lock file.
+fn open_lock(p: &Path) -> io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(p)
 }
 
 /// The per-environment directories (`<copies>/run/<key>`) under the user's node-local `layers`
@@ -300,11 +305,11 @@ pub fn remove_stale_runs(layers: &Path, envs_dirs: &[PathBuf], dry_run: bool) ->
             let scratch = r.path();
             let key = crate::share::layer_key(&scratch);
             // held while the directory is removed: a start taking this key waits for it
-            let locks: Vec<OwnedFdLock> = envs_dirs
+            let locks: Vec<LockProbe> = envs_dirs
                 .iter()
-                .filter_map(|d| OwnedFdLock::try_shared(&d.join(format!("{key}.lock"))))
+                .map(|d| LockProbe::shared(&d.join(format!("{key}.lock"))))
                 .collect();
-            if locks.iter().any(|l| !l.free) {
+            if locks.iter().any(|l| l.held) {
                 continue;
             }
             if dry_run || crate::layer::remove_tree(&scratch).is_ok() {
@@ -313,26 +318,6 @@ pub fn remove_stale_runs(layers: &Path, envs_dirs: &[PathBuf], dry_run: bool) ->
         }
     }
     out
-}
-
-/// A lock file tried with a non-blocking shared `flock` (`free`: nobody held it exclusively).
-struct OwnedFdLock {
-    _fd: std::os::fd::OwnedFd,
-    free: bool,
-}
-
-impl OwnedFdLock {
-    fn try_shared(p: &Path) -> Option<OwnedFdLock> {
-        use rustix::fs::{FlockOperation, Mode, OFlags};
-        let fd = rustix::fs::open(
-            p,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        let free = rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared).is_ok();
-        Some(OwnedFdLock { _fd: fd, free })
-    }
 }
 
 fn valid_gen(g: &str) -> bool {
