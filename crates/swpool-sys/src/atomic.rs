@@ -219,6 +219,25 @@ fn unregister(p: &Path) {
     }
 }
 
+/// Give an output its modification (and access) time, `mtime_ns` nanoseconds since the epoch,
+/// without following a symlink at `p`.
+pub fn set_mtime(p: &Path, mtime_ns: i128) -> io::Result<()> {
+    let ts = rustix::fs::Timespec {
+        tv_sec: mtime_ns.div_euclid(1_000_000_000) as i64,
+        tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        p,
+        &rustix::fs::Timestamps {
+            last_access: ts,
+            last_modification: ts,
+        },
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(io::Error::from)
+}
+
 pub fn parent_dir(p: &Path) -> &Path {
     match p.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

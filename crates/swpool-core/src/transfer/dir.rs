@@ -105,19 +105,7 @@ fn parse_pax_time(v: &str) -> Option<(i64, i64)> {
 }
 
 fn set_mtime(p: &Path, sec: i64, nsec: i64) {
-    let ts = rustix::fs::Timespec {
-        tv_sec: sec,
-        tv_nsec: nsec as _,
-    };
-    let _ = rustix::fs::utimensat(
-        rustix::fs::CWD,
-        p,
-        &rustix::fs::Timestamps {
-            last_access: ts,
-            last_modification: ts,
-        },
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    );
+    let _ = crate::atomic::set_mtime(p, i128::from(sec) * 1_000_000_000 + i128::from(nsec));
 }
 
 /// A temporary directory beside DEST ([`crate::atomic::TempDir`]: removed unless committed, also
@@ -172,20 +160,7 @@ impl TempDir {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(mode & 0o7777))
             .map_err(|e| err("chmod", &e))?;
-        let ts = rustix::fs::Timespec {
-            tv_sec: (mtime_ns.div_euclid(1_000_000_000)) as i64,
-            tv_nsec: (mtime_ns.rem_euclid(1_000_000_000)) as _,
-        };
-        rustix::fs::utimensat(
-            rustix::fs::CWD,
-            &self.path,
-            &rustix::fs::Timestamps {
-                last_access: ts,
-                last_modification: ts,
-            },
-            rustix::fs::AtFlags::empty(),
-        )
-        .map_err(|e| err("set the mtime of", &e))?;
+        crate::atomic::set_mtime(&self.path, mtime_ns).map_err(|e| err("set the mtime of", &e))?;
         stamp(&self.path)?;
         // an earlier copy is exchanged atomically (readers see the old tree or the new one)
         self.tmp

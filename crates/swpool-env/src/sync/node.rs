@@ -342,20 +342,8 @@ pub fn finish_files(root: &Path, m: &Manifest, written: &[usize]) -> Result<(), 
         let p = root.join(&e.path);
         fs::set_permissions(&p, fs::Permissions::from_mode(e.mode))
             .map_err(|x| EnvError::io("cannot chmod", &p, x))?;
-        let ts = rustix::fs::Timespec {
-            tv_sec: e.mtime_ns.div_euclid(1_000_000_000) as i64,
-            tv_nsec: e.mtime_ns.rem_euclid(1_000_000_000) as _,
-        };
-        rustix::fs::utimensat(
-            rustix::fs::CWD,
-            &p,
-            &rustix::fs::Timestamps {
-                last_access: ts,
-                last_modification: ts,
-            },
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(|x| EnvError::io("cannot set the mtime of", &p, x.into()))?;
+        swpool_sys::atomic::set_mtime(&p, e.mtime_ns)
+            .map_err(|x| EnvError::io("cannot set the mtime of", &p, x))?;
     }
     Ok(())
 }

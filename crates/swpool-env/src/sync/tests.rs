@@ -136,20 +136,7 @@ fn states_are_made_linked_checked_and_switched() {
 }
 
 fn set_mtime(p: &Path, ns: i128) {
-    let ts = rustix::fs::Timespec {
-        tv_sec: ns.div_euclid(1_000_000_000) as i64,
-        tv_nsec: ns.rem_euclid(1_000_000_000) as _,
-    };
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        p,
-        &rustix::fs::Timestamps {
-            last_access: ts,
-            last_modification: ts,
-        },
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .unwrap();
+    swpool_sys::atomic::set_mtime(p, ns).unwrap();
 }
 
 /// A whiteout sorts by the name the copy gives it (`.wh.NAME`), so a copy scans to the same list.
