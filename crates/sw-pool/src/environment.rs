@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use swpool_core::config::{Environment, HostVar};
+use swpool_core::config::{Config, Environment, HostVar};
 use swpool_core::ExitStatus;
 use swpool_env::{LayerStore, RunRequest};
 
@@ -45,15 +45,14 @@ impl From<Failed> for swpool_core::Error {
     }
 }
 
-fn config(env: &Environment) -> Result<swpool_core::config::Config, Failed> {
-    swpool_core::config::Config::load(env).map_err(|e| Failed::new(ExitStatus::BadInput, e))
+fn config(env: &Environment) -> Result<Config, Failed> {
+    Config::load(env).map_err(|e| Failed::new(ExitStatus::BadInput, e))
 }
 
 /// The layer store: `--layer-dir`, config `layer_dir` / `$SW_POOL_LAYER_DIR`, else the default.
-pub fn store(flag: Option<PathBuf>, env: &Environment) -> Result<LayerStore, Failed> {
-    let cfg = config(env)?;
+pub fn store(flag: Option<PathBuf>, cfg: &Config, env: &Environment) -> Result<LayerStore, Failed> {
     let root = flag
-        .or(cfg.layer_dir.value)
+        .or_else(|| cfg.layer_dir.value.clone())
         .or_else(|| {
             LayerStore::default_root(env.get_os(HostVar::XdgDataHome), env.get_os(HostVar::Home))
         })
@@ -91,7 +90,11 @@ fn start(
         Failed::new(ExitStatus::BadInput, e).print();
         std::process::exit(swpool_env::EXIT_SETUP)
     };
-    let store = match store(a.layer_dir, env) {
+    let cfg = match config(env) {
+        Ok(c) => c,
+        Err(e) => setup_failed(&e),
+    };
+    let store = match store(a.layer_dir, &cfg, env) {
         Ok(s) => s,
         Err(e) => setup_failed(&e),
     };
@@ -104,7 +107,7 @@ fn start(
         .zip(env.get(HostVar::SlurmStepId))
         .and_then(|(j, s)| swpool_env::share::step_key(&j, &s));
     let synced = match &a.layer {
-        Some(name) => match synced_copy(&store, name, step_key.as_deref(), env) {
+        Some(name) => match synced_copy(&store, &cfg, name, step_key.as_deref(), env) {
             Ok(s) => s.map(|s| swpool_env::Synced {
                 keep_upper: a.keep_upper.clone(),
                 ..s
@@ -116,7 +119,8 @@ fn start(
     if a.keep_upper.is_some() && synced.is_none() {
         setup_failed(&"--keep-upper applies in a job over the layer's node-local copy (after `sw-pool layer sync`); here the environment writes into the layer itself");
     }
-    let synced_or_layer = a.layer.clone();
+    // only an environment with a layer or of a job step is shared
+    let shared = a.layer.is_some() || step_key.is_some();
     let req = RunRequest {
         argv,
         layer: a.layer,
@@ -125,17 +129,15 @@ fn start(
         path_var: env.path_var().map(OsString::from),
         verbose: g.verbose > 0,
         // environments meet their joiners in the user's private state directory on the node
-        // (only one with a layer or of a job step is shared)
-        state_dir: match (&synced_or_layer, &step_key) {
-            (None, None) => None,
-            _ => match swpool_core::state::StateDir::open_default(env) {
+        state_dir: shared
+            .then(|| match swpool_core::state::StateDir::open_default(env) {
                 Ok(d) => Some(d.path().to_path_buf()),
                 Err(e) => {
                     tracing::warn!("no shared environments on this node: {e}");
                     None
                 }
-            },
-        },
+            })
+            .flatten(),
         home: env
             .get_os(HostVar::Home)
             .map(PathBuf::from)
@@ -166,6 +168,7 @@ fn start(
 /// the environment stacks a fresh node-local upper on it; else it writes into the layer itself).
 fn synced_copy(
     store: &LayerStore,
+    cfg: &Config,
     name: &str,
     step_key: Option<&str>,
     env: &Environment,
@@ -173,7 +176,6 @@ fn synced_copy(
     let Some(job) = env.get(HostVar::SlurmJobId).filter(|j| !j.is_empty()) else {
         return Ok(None);
     };
-    let cfg = config(env)?;
     let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
     let uid = rustix::process::getuid().as_raw();
     // a step over several nodes: the layer goes to them first (unless this job has synced it)

@@ -40,7 +40,8 @@ fn line(s: &LayerSummary) -> String {
 }
 
 pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error> {
-    let store = crate::environment::store(a.layer_dir, env)?;
+    let cfg = super::config(env)?;
+    let store = crate::environment::store(a.layer_dir, &cfg, env)?;
     match a.command {
         LayerCommand::List { json: j } => {
             let p = Printer::new(g, j);
@@ -75,7 +76,7 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             name,
             cache_dir,
             json: j,
-        } => sync(g, &store, &name, cache_dir, j, env)?,
+        } => sync(g, &store, &cfg, &name, cache_dir, j, env)?,
         LayerCommand::Du { name, json: j } => {
             let p = Printer::new(g, j);
             let l = store.get(&name).map_err(err)?;
@@ -91,6 +92,7 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
 fn sync(
     g: &GlobalArgs,
     store: &swpool_env::LayerStore,
+    cfg: &swpool_core::config::Config,
     name: &str,
     cache_dir: Option<std::path::PathBuf>,
     j: bool,
@@ -99,7 +101,6 @@ fn sync(
     use swpool_core::collective::Collective;
     use swpool_core::config::{EnvVar, HostVar};
     super::spread_over_allocation(env)?;
-    let cfg = super::config(env)?;
     let job = swpool_core::transfer::Job::init(env)?;
     let uid = rustix::process::getuid().as_raw();
     // the layer is read by node 0 only; there it must be yours, and no environment may be
