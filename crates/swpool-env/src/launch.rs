@@ -189,6 +189,9 @@ pub fn run(
         }
         None => Vec::new(),
     };
+    // a single-threaded launcher (the front) runs pid 1 in its cloned child directly: one exec
+    // and one program start less per environment
+    let direct = single_threaded();
     let spec = Spec {
         uid: rustix::process::getuid().as_raw(),
         gid: rustix::process::getgid().as_raw(),
@@ -196,7 +199,7 @@ pub fn run(
         method: p.method,
         name: layer.as_ref().map_or("-".into(), |l| l.name.clone()),
         lower: synced.map(|s| s.state.clone()),
-        identity: false,
+        identity: direct && !req.root && socket.is_none() && p.method == Method::Plain,
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         binds,
@@ -206,28 +209,28 @@ pub fn run(
         socket,
         keep_fds,
     };
-    let json = serde_json::to_string(&spec).expect("a spec serialises");
-    // pid 1 is `sw-pool-enter` beside the binary when installed (small: fast to start), else the
-    // binary itself as `sw-pool __enter`
-    let small = req.self_exe.with_file_name("sw-pool-enter");
-    let (exe, args): (&std::path::Path, &[&[u8]]) = if small.is_file() {
-        (&small, &[b"sw-pool-enter"])
+    let status = if direct {
+        start(Pid1::Run(&spec), spec.uid, spec.gid)
     } else {
-        (&req.self_exe, &[b"sw-pool", b"__enter"])
+        // pid 1 is `sw-pool-enter` beside the binary when installed (small: fast to start), else
+        // the binary itself as `sw-pool __enter`
+        let small = req.self_exe.with_file_name("sw-pool-enter");
+        let (exe, args): (&std::path::Path, &[&[u8]]) = if small.is_file() {
+            (&small, &[b"sw-pool-enter"])
+        } else {
+            (&req.self_exe, &[b"sw-pool", b"__enter"])
+        };
+        let json = serde_json::to_string(&spec).expect("a spec serialises");
+        start(
+            Pid1::Exec {
+                exe,
+                args,
+                json: &json,
+            },
+            spec.uid,
+            spec.gid,
+        )
     };
-    // a single-threaded launcher (the front) runs pid 1 in its cloned child directly: one exec
-    // and one program start less per environment
-    let mut spec = spec;
-    let direct = single_threaded();
-    spec.identity = direct && !spec.root && spec.socket.is_none() && spec.method == Method::Plain;
-    let status = start(
-        exe,
-        args,
-        &json,
-        spec.uid,
-        spec.gid,
-        direct.then_some(&spec),
-    );
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
         if let Some(dest) = &s.keep_upper {
@@ -264,26 +267,41 @@ fn single_threaded() -> bool {
         .unwrap_or(false)
 }
 
-/// Clone pid 1, map it, let it exec `exe ARGS.. json` (or, with `direct`, run pid 1's work in
-/// the child), wait; its exit status.
-fn start(
-    exe: &std::path::Path,
-    args: &[&[u8]],
-    json: &str,
-    uid: u32,
-    gid: u32,
-    direct: Option<&Spec>,
-) -> Result<i32, EnvError> {
+/// How the cloned child becomes pid 1.
+enum Pid1<'a> {
+    /// Run pid 1's work in the child itself (the launcher is single-threaded).
+    Run(&'a Spec),
+    /// Exec `exe ARGS.. json`.
+    Exec {
+        exe: &'a std::path::Path,
+        args: &'a [&'a [u8]],
+        json: &'a str,
+    },
+}
+
+/// Clone pid 1, map it, let it become pid 1 as `how` says, wait; its exit status.
+fn start(how: Pid1<'_>, uid: u32, gid: u32) -> Result<i32, EnvError> {
     // everything the child touches is made before the clone: between clone and exec it may only
     // make system calls when this process has other threads
-    let c_exe = cstr(exe.as_os_str().as_bytes(), "the program path")?;
-    let mut c_args = args
-        .iter()
-        .map(|a| cstr(a, "an argument"))
-        .collect::<Result<Vec<_>, _>>()?;
-    c_args.push(cstr(json.as_bytes(), "the environment's specification")?);
-    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|c| c.as_ptr()).collect();
-    argv.push(std::ptr::null());
+    let (direct, exec) = match how {
+        Pid1::Run(spec) => (Some(spec), None),
+        Pid1::Exec { exe, args, json } => {
+            let c_exe = cstr(exe.as_os_str().as_bytes(), "the program path")?;
+            let mut c_args = args
+                .iter()
+                .map(|a| cstr(a, "an argument"))
+                .collect::<Result<Vec<_>, _>>()?;
+            c_args.push(cstr(json.as_bytes(), "the environment's specification")?);
+            (None, Some((c_exe, c_args)))
+        }
+    };
+    let argv: Option<Vec<*const libc::c_char>> = exec.as_ref().map(|(_, c_args)| {
+        c_args
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    });
     let mut fds = [0i32; 2];
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(EnvError::Start {
@@ -309,7 +327,9 @@ fn start(
                 libc::close(rd);
                 crate::init::run(spec.clone());
             }
-            libc::execv(c_exe.as_ptr(), argv.as_ptr());
+            if let (Some((c_exe, _)), Some(argv)) = (&exec, &argv) {
+                libc::execv(c_exe.as_ptr(), argv.as_ptr());
+            }
             libc::_exit(crate::EXIT_CANNOT_EXEC);
         }
     }
