@@ -105,18 +105,11 @@ fn sync(
     let uid = rustix::process::getuid().as_raw();
     // the layer is read by node 0 only; there it must be yours, and no environment may be
     // writing it meanwhile
-    let mut _writer_lock = None;
-    let checked: Result<(), (ExitStatus, String)> = if job.world_rank() == 0 {
-        store
-            .get(name)
-            .and_then(|l| store.lock(&l))
-            .map(|l| _writer_lock = Some(l))
-            .map_err(|e| {
-                let e = err(e);
-                (e.exit_status(), e.to_string())
-            })
-    } else {
-        Ok(())
+    let writer_lock =
+        (job.world_rank() == 0).then(|| store.get(name).and_then(|l| store.lock(&l)).map_err(err));
+    let checked: Result<(), (ExitStatus, String)> = match &writer_lock {
+        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
+        _ => Ok(()),
     };
     let layer = store.paths(name);
     let base =
