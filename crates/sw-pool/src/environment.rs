@@ -253,20 +253,16 @@ fn step_sync(
             .map_err(|e| fail(format!("cannot find our own executable: {e}")))?;
         let full = exe.with_file_name("sw-pool-full");
         let prog = if full.is_file() { full } else { exe };
-        let mut cmd = std::process::Command::new("srun");
-        cmd.args([
-            "--overlap".to_string(),
-            format!("--jobid={job}"),
-            format!("--nodes={nodes}"),
-            format!("--ntasks={nodes}"),
-            "--ntasks-per-node=1".into(),
-            format!("--nodelist={nodelist}"),
-            "--kill-on-bad-exit=1".into(),
-            "--mpi=pmix".into(),
-            format!("--export=ALL,SW_POOL_SPREAD=0,SW_POOL_SYNC_FOR={step}"),
-        ])
-        .arg(&prog)
-        .args(["-q", "layer", "sync", name]);
+        let mut cmd = swpool_core::slurm::overlap_step(
+            env,
+            &prog,
+            ["-q", "layer", "sync", name].map(OsString::from),
+            u64::from(nodes),
+            Some(&nodelist),
+            &format!(",SW_POOL_SYNC_FOR={step}"),
+        )
+        .command(env.path_var())
+        .map_err(|e| fail(format!("cannot sync layer {name} to the step's nodes: {e}")))?;
         // the new step's own MPI and task variables, not this task's
         for p in swpool_core::config::STEP_PREFIXES {
             for k in env.names_with_prefix(p) {

@@ -272,6 +272,21 @@ pub fn spread_command(
     if nodes <= 1 {
         return None;
     }
+    Some(overlap_step(&env, exe, args, nodes, None, ""))
+}
+
+/// `srun --overlap` of `exe ARGS` as a new step of the job, one task on each of `nodes` nodes
+/// (`nodelist`: exactly these), with MPI as `SW_POOL_SRUN_MPI` says (default `pmix`), not
+/// spreading again (`SW_POOL_SPREAD=0`; `export` adds `,NAME=VALUE` pairs): how `load` in a batch
+/// script and `run --layer`'s sync in a step start their collective.
+pub fn overlap_step(
+    env: &Environment,
+    exe: &std::path::Path,
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    nodes: u64,
+    nodelist: Option<&str>,
+    export: &str,
+) -> crate::exec::ToolCommand {
     // --ntasks: a job's SLURM_NTASKS would make srun ignore --ntasks-per-node=1
     let mut cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Srun)
         .arg("--overlap")
@@ -279,13 +294,16 @@ pub fn spread_command(
         .arg(format!("--ntasks={nodes}"))
         .arg("--ntasks-per-node=1")
         .arg("--kill-on-bad-exit=1")
-        .arg("--export=ALL,SW_POOL_SPREAD=0");
+        .arg(format!("--export=ALL,SW_POOL_SPREAD=0{export}"));
+    if let Some(l) = nodelist {
+        cmd = cmd.arg(format!("--nodelist={l}"));
+    }
     match env.get(EnvVar::SrunMpi) {
         Some(m) if m == "none" => {}
         Some(m) => cmd = cmd.arg(format!("--mpi={m}")),
         None => cmd = cmd.arg("--mpi=pmix"),
     }
-    Some(cmd.arg(exe).args(args))
+    cmd.arg(exe).args(args)
 }
 
 /// Does `uid` have any sw-pool state or sw-pool FUSE mount on this node?
