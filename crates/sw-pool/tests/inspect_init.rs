@@ -283,7 +283,25 @@ fn config_shows_every_environment_variable() {
     assert_eq!(st["value"], d.path().to_str().unwrap());
     assert_eq!(st["origin"], "$SW_POOL_STATE_DIR");
     assert_eq!(get("SW_POOL_SHELL")["origin"], "unset");
-    // the benchmark and test switches are listed too
+    // the benchmark and test switches, and what sw-pool sets for itself, only with --all
+    // (issue 32, point 6: only user-facing variables)
+    for k in [
+        "SW_POOL_BENCH_NO_VERIFY",
+        "SW_POOL_FAKE_NODES",
+        "SW_POOL_LOADED",
+    ] {
+        assert!(
+            vars.iter().all(|r| r["name"] != k),
+            "{k} shown without --all"
+        );
+    }
+    let o = run(sw()
+        .env("SW_POOL_SYSTEM_CONFIG", "")
+        .env("SW_POOL_USER_CONFIG", "")
+        .args(["config", "--all", "--json"]));
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let all = j["environment"].as_array().unwrap().clone();
+    let get = |k: &str| all.iter().find(|r| r["name"] == k).unwrap().clone();
     for k in [
         "SW_POOL_BENCH_NO_VERIFY",
         "SW_POOL_FAKE_NODES",
@@ -291,18 +309,65 @@ fn config_shows_every_environment_variable() {
     ] {
         assert_eq!(get(k)["kind"], "test switch", "{k}");
     }
-    // the table on stdout names every one
+    assert_eq!(get("SW_POOL_LOADED")["kind"], "state");
+    // the table on stdout names every one with --all, and only the user's without
+    let table = |all: bool| {
+        let mut c = sw();
+        c.env("SW_POOL_SYSTEM_CONFIG", "")
+            .env("SW_POOL_USER_CONFIG", "")
+            .arg("config");
+        if all {
+            c.arg("--all");
+        }
+        run(&mut c).stdout
+    };
+    let (short, long) = (table(false), table(true));
+    for v in &all {
+        let name = v["name"].as_str().unwrap();
+        assert!(long.contains(name), "{long}");
+        let users = matches!(v["kind"].as_str(), Some("setting" | "file" | "option"));
+        assert_eq!(
+            short.contains(&format!("{name} ")),
+            users,
+            "{name}: {short}"
+        );
+    }
+}
+
+/// Issue 32, point 6: `config` shows the cache and mount directories this user gets on this
+/// node, not the rule that picks them.
+#[test]
+fn config_shows_the_real_directories() {
+    let d = scratch();
+    let uid = rustix::process::geteuid().as_raw();
     let o = run(sw()
         .env("SW_POOL_SYSTEM_CONFIG", "")
         .env("SW_POOL_USER_CONFIG", "")
-        .args(["config"]));
-    for v in vars {
-        assert!(
-            o.stdout.contains(v["name"].as_str().unwrap()),
-            "{}",
-            o.stdout
-        );
-    }
+        .env_remove("LOCAL_TMPDIR")
+        .env_remove("SW_POOL_CACHE")
+        .env("TMPDIR", d.path())
+        .env("SW_POOL_MOUNT", d.path().join("mnt"))
+        .args(["config", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let get = |k: &str| {
+        j["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == k)
+            .unwrap()
+            .clone()
+    };
+    let want = d.path().join(format!("sw-pool-{uid}")).join("cache");
+    assert_eq!(get("cache_dir")["value"], want.to_str().unwrap());
+    assert_eq!(get("cache_dir")["origin"], "default: $TMPDIR");
+    assert_eq!(
+        get("mount_dir")["value"],
+        d.path().join("mnt").to_str().unwrap()
+    );
+    assert_eq!(get("mount_dir")["origin"], "$SW_POOL_MOUNT");
+    assert!(!get("layer_dir")["value"].as_str().unwrap().starts_with('('));
 }
 
 /// Issue 32, point 6: `init DIR` names the pool after DIR when --name is absent.

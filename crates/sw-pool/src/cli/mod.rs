@@ -640,6 +640,9 @@ pub enum CacheCommand {
 
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    /// Also list the variables sw-pool sets for itself (in a shell, a job) and the test switches
+    #[arg(long)]
+    pub all: bool,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

@@ -19,6 +19,38 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error
         r.1 = policy.require_signature.to_string();
         r.2 = policy.origin.to_string();
     }
+    // the directories as they are on this node for this user, not the rule that picks them
+    let uid = rustix::process::geteuid().as_raw();
+    for r in rows.iter_mut() {
+        match r.0 {
+            "cache_dir" => {
+                let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+                let dir = swpool_core::cache::existing_dir(&base, uid)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| swpool_core::userdir::predictable(&base, uid).join("cache"));
+                r.1 = dir.display().to_string();
+                if cfg.cache_dir.value.is_none() {
+                    r.2 = format!("default: {}", cache_base_origin(env));
+                }
+            }
+            "mount_dir" => {
+                r.1 = swpool_core::mount::paths::default_mount_dir(
+                    cfg.mount_dir.value.as_deref(),
+                    uid,
+                    env,
+                )
+                .display()
+                .to_string();
+            }
+            "layer_dir" => {
+                if let Ok(store) = crate::environment::store(None, &cfg, env) {
+                    r.1 = store.root().display().to_string();
+                }
+            }
+            _ => {}
+        }
+    }
     for (k, v, o) in &rows {
         p.result(format!("{k:<18} {v:<40} ({o})"));
     }
@@ -37,11 +69,18 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error
         "trust policy", policy.origin
     ));
     p.result(format!("{:<18} {dir_list}", "trusted keys in"));
-    let vars = swpool_core::config::env_rows(env);
+    // the variables a user sets; --all adds those sw-pool writes for itself and the test switches
+    let vars: Vec<_> = swpool_core::config::env_rows(env)
+        .into_iter()
+        .filter(|(_, _, _, kind)| a.all || matches!(*kind, "setting" | "file" | "option"))
+        .collect();
     p.result(String::new());
     p.result(format!("{:<26} {:<40} origin", "environment", "value"));
     for (k, v, o, _) in &vars {
         p.result(format!("{k:<26} {v:<40} ({o})"));
+    }
+    if !a.all {
+        p.verbose("variables sw-pool sets for itself and test switches: `sw-pool config --all`");
     }
     let files: Vec<String> = swpool_core::config::Config::files(env)
         .iter()
@@ -62,4 +101,17 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error
         "trust_policy": {"require_signature": policy.require_signature, "origin": policy.origin.to_string(), "trusted_keys": policy.keys.keys.len(), "dirs": dirs},
     }));
     Ok(())
+}
+
+/// Which of the default cache bases applies: `$LOCAL_TMPDIR`, `$TMPDIR` or `/tmp`.
+fn cache_base_origin(env: &Environment) -> &'static str {
+    use swpool_core::config::HostVar;
+    let set = |v: HostVar| env.get_os(v).is_some_and(|v| !v.is_empty());
+    if set(HostVar::LocalTmpdir) {
+        "$LOCAL_TMPDIR"
+    } else if set(HostVar::Tmpdir) {
+        "$TMPDIR"
+    } else {
+        "/tmp"
+    }
 }
