@@ -181,19 +181,31 @@ pub fn shell_code(code: &str) {
 }
 
 /// A progress bar on stderr, when it is a terminal and nothing asked for none (world rank 0 only).
+/// It stays hidden until it is given a length ([`reveal`]): a load that finds its pool cached moves
+/// nothing and draws no `0 B/0 B` bar.
 pub fn progress(show: bool) -> Option<indicatif::ProgressBar> {
     if !show || !std::io::stderr().is_terminal() {
         return None;
     }
-    let b = indicatif::ProgressBar::new(0);
+    let b = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
     b.set_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
         )
         .expect("template"),
     );
-    b.enable_steady_tick(std::time::Duration::from_millis(200));
     Some(b)
+}
+
+/// Give a bar from [`progress`] its length, drawing it from the first non-empty one on.
+fn reveal(b: &indicatif::ProgressBar, total: u64) {
+    if b.length() != Some(total) {
+        b.set_length(total);
+        if total > 0 && b.is_hidden() {
+            b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            b.enable_steady_tick(std::time::Duration::from_millis(200));
+        }
+    }
 }
 
 /// A spinner with elapsed time on stderr for work whose size is not known (an image tool that runs
@@ -208,15 +220,52 @@ pub fn spinner(show: bool, msg: String) -> Option<indicatif::ProgressBar> {
             .expect("template"),
     );
     b.set_message(msg);
+    b.tick(); // drawn at once: what runs is named even when it ends before the first tick
     b.enable_steady_tick(std::time::Duration::from_millis(200));
     Some(b)
+}
+
+/// A pass over a pool's image (verify, sign): a byte bar on stderr, labelled `what`, when it is a
+/// terminal and `show`; `progress` is its callback for [`swpool_core::pool::chunks::Progress`].
+pub struct PassBar {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl PassBar {
+    pub fn new(show: bool, what: &str) -> PassBar {
+        let bar = progress(show);
+        if let Some(b) = &bar {
+            b.set_style(
+                indicatif::ProgressStyle::with_template(&format!(
+                    "{what} {{wide_bar}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ETA {{eta}}"
+                ))
+                .expect("template"),
+            );
+        }
+        PassBar { bar }
+    }
+
+    /// Add `done` bytes of `total`.
+    pub fn step(&self, done: u64, total: u64) {
+        if let Some(b) = &self.bar {
+            reveal(b, total);
+            b.inc(done);
+        }
+    }
+
+    /// Remove the bar before the result is printed.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
 }
 
 /// The broadcast's progress callback driving `bar`.
 pub fn progress_sink(bar: &indicatif::ProgressBar) -> swpool_core::transfer::ProgressSink {
     let b = bar.clone();
     std::sync::Arc::new(move |done: u64, total: u64| {
-        b.set_length(total);
+        reveal(&b, total);
         b.set_position(done);
     })
 }

@@ -200,7 +200,10 @@ pub fn revalidate(entry: &Path, digest: &str) -> bool {
     let good = Pool::open(entry).ok().is_some_and(|p| {
         p.manifest.digest == digest
             && p.file.as_ref().is_some_and(|f| {
-                matches!(crate::pool::chunks::verify_image(f, &p.manifest), Ok(None))
+                matches!(
+                    crate::pool::chunks::verify_image(f, &p.manifest, None),
+                    Ok(None)
+                )
             })
     });
     if good {

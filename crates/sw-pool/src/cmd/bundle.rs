@@ -48,6 +48,11 @@ pub fn run(g: &GlobalArgs, a: BundleArgs, env: &Environment) -> Result<(), Error
         pythonpath: env.get_os(HostVar::Pythonpath).map(ToOwned::to_owned),
         path_var: env.path_var().map(ToOwned::to_owned),
     };
+    // tracing, copying the closure and building the image run quiet: show that work goes on
+    let spin = crate::output::spinner(
+        !g.quiet && !a.json,
+        format!("bundling into {}", opts.out.display()),
+    );
     let r = bundle(
         &opts,
         &ImageOptions {
@@ -55,7 +60,11 @@ pub fn run(g: &GlobalArgs, a: BundleArgs, env: &Environment) -> Result<(), Error
             squashfs_level: cfg.squashfs_level.value,
             source_date_epoch,
         },
-    )?;
+    );
+    if let Some(s) = spin {
+        s.finish_and_clear();
+    }
+    let r = r?;
     let excluded = r.files.len() - r.included();
     for f in &r.files {
         let line = match &f.dest {

@@ -6,7 +6,11 @@ use crate::output::Printer;
 
 pub fn run(g: &GlobalArgs, a: SignArgs) -> Result<(), Error> {
     let key = keys::read_private(&a.key)?;
-    let r = sign_pool(&a.pool, &key)?;
+    // every byte is checked before it is signed: on a large pool that takes a while
+    let bar = crate::output::PassBar::new(!a.json && !g.quiet, "checking");
+    let r = sign_pool(&a.pool, &key, Some(&|d, t| bar.step(d, t)));
+    bar.finish();
+    let r = r?;
     let p = Printer::new(g, a.json);
     p.result(format!(
         "signed {} with {} key {}",

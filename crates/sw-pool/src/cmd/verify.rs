@@ -12,7 +12,10 @@ pub fn run(g: &GlobalArgs, a: VerifyArgs, env: &Environment) -> Result<(), Error
         (None, Some(d)) => KeySource::Dirs(vec![d]),
         (None, None) => KeySource::Dirs(TrustedKeys::default_dirs(env)),
     };
-    let r = verify_pool(&a.pool, &source, a.detached)?;
+    let bar = crate::output::PassBar::new(!a.json && !g.quiet, "verifying");
+    let r = verify_pool(&a.pool, &source, a.detached, Some(&|d, t| bar.step(d, t)));
+    bar.finish();
+    let r = r?;
     let p = Printer::new(g, a.json);
     p.result(format!(
         "{}: OK, pool {}/{} ({})",

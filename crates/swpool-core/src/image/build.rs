@@ -519,7 +519,7 @@ fn hash_image(
     manifest: &mut Manifest,
 ) -> Result<(), BuildError> {
     let chunks =
-        crate::pool::chunks::hash_chunks(file, image_size, chunk_size).map_err(|source| {
+        crate::pool::chunks::hash_chunks(file, image_size, chunk_size, None).map_err(|source| {
             BuildError::Io {
                 what: "cannot read back",
                 path: tmp.into(),
@@ -709,7 +709,7 @@ mod tests {
         f.set_len(16 << 20).unwrap();
         f.seek(SeekFrom::Start(5 << 20)).unwrap();
         f.write_all(&[9u8; 100]).unwrap();
-        let h = crate::pool::chunks::hash_chunks(&f, 16 << 20, 1 << 20).unwrap();
+        let h = crate::pool::chunks::hash_chunks(&f, 16 << 20, 1 << 20, None).unwrap();
         assert_eq!(h.len(), 16);
         assert_eq!(h.iter().filter(|x| x.is_some()).count(), 1);
         assert!(h[5].is_some());

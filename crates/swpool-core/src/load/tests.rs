@@ -44,7 +44,7 @@ fn write_pool(path: &Path, seed: u8, key: &openssl::pkey::PKey<openssl::pkey::Pr
     std::io::Write::write_all(&mut f, &image).unwrap();
     write_trailer(&mut f, image.len() as u64, &m.to_json(), &[]).unwrap();
     drop(f);
-    sign_pool(&tmp, key).unwrap();
+    sign_pool(&tmp, key, None).unwrap();
     let _ = std::fs::remove_file(crate::trust::detached_path(&tmp));
     std::fs::rename(&tmp, path).unwrap();
 }

@@ -81,7 +81,13 @@ pub fn detached_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-pub fn sign_pool(path: &Path, key: &PKey<Private>) -> Result<SignReport, TrustError> {
+/// Sign the pool at `path` with `key`, after checking every byte of its image against its manifest
+/// (`progress` is told of each chunk checked).
+pub fn sign_pool(
+    path: &Path,
+    key: &PKey<Private>,
+    progress: crate::pool::chunks::Progress,
+) -> Result<SignReport, TrustError> {
     let alg = Algorithm::of(key)?;
     let fp = fingerprint(key)?;
     let pool = Pool::open(path)?;
@@ -162,6 +168,9 @@ pub fn sign_pool(path: &Path, key: &PKey<Private>) -> Result<SignReport, TrustEr
         if !same {
             bad += 1;
             first_bad.get_or_insert(r.start);
+        }
+        if let Some(p) = progress {
+            p(r.end - r.start, image_size);
         }
     }
     if bad > 0 {

@@ -248,6 +248,7 @@ pub fn verify_pool(
     path: &Path,
     source: &KeySource,
     check_detached: bool,
+    progress: crate::pool::chunks::Progress,
 ) -> Result<VerifyReport, TrustError> {
     let t0 = Instant::now();
     let pool = Pool::open(path)?;
@@ -291,7 +292,7 @@ pub fn verify_pool(
         what: "cannot open",
         source,
     })?;
-    if let Some(mm) = verify_image(&file, m).map_err(|source| TrustError::Io {
+    if let Some(mm) = verify_image(&file, m, progress).map_err(|source| TrustError::Io {
         path: path.into(),
         what: "cannot read",
         source,

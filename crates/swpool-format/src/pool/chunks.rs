@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::manifest::{hash_chunk, Manifest};
 
+/// Told how far a long pass over an image got: `(bytes just done, bytes in all)`; called from
+/// several threads (a progress bar's `inc`).
+pub type Progress<'a> = Option<&'a (dyn Fn(u64, u64) + Sync)>;
+
 /// Hash every chunk of `file[0, image_size)`; `None` for holes and all-zero chunks.
 /// Holes are found with SEEK_DATA/SEEK_HOLE and never read; chunks are hashed on all cores,
 /// each worker with one chunk-sized buffer (memory: workers × chunk size).
@@ -19,6 +23,7 @@ pub fn hash_chunks(
     file: &File,
     image_size: u64,
     chunk_size: u64,
+    progress: Progress,
 ) -> std::io::Result<Vec<Option<[u8; 32]>>> {
     let data = crate::sparse::data_ranges(file, image_size)?;
     let n = Manifest::chunk_count(image_size, chunk_size);
@@ -43,13 +48,15 @@ pub fn hash_chunks(
                         }
                         let start = i * chunk_size;
                         let end = (start + chunk_size).min(image_size);
-                        if !crate::sparse::overlaps_data(data, &(start..end), &mut hint) {
-                            continue;
+                        if crate::sparse::overlaps_data(data, &(start..end), &mut hint) {
+                            let b = &mut buf[..(end - start) as usize];
+                            file.read_exact_at(b, start)?;
+                            if !crate::sparse::is_all_zero(b) {
+                                out.push((i, hash_chunk(b)));
+                            }
                         }
-                        let b = &mut buf[..(end - start) as usize];
-                        file.read_exact_at(b, start)?;
-                        if !crate::sparse::is_all_zero(b) {
-                            out.push((i, hash_chunk(b)));
+                        if let Some(p) = progress {
+                            p(end - start, image_size);
                         }
                     }
                 })
@@ -81,8 +88,12 @@ pub struct Mismatch {
 }
 
 /// Check `file`'s image region against `m`, in one pass over the data (holes are not read).
-pub fn verify_image(file: &File, m: &Manifest) -> std::io::Result<Option<Mismatch>> {
-    let got = hash_chunks(file, m.image_size, m.chunk_size)?;
+pub fn verify_image(
+    file: &File,
+    m: &Manifest,
+    progress: Progress,
+) -> std::io::Result<Option<Mismatch>> {
+    let got = hash_chunks(file, m.image_size, m.chunk_size, progress)?;
     let mut mm = Mismatch {
         chunks: Vec::new(),
         count: 0,
@@ -145,7 +156,7 @@ mod tests {
             f.read_exact_at(&mut b, i * chunk).unwrap();
             want.push((!crate::sparse::is_all_zero(&b)).then(|| hash_chunk(&b)));
         }
-        assert_eq!(hash_chunks(&f, len, chunk).unwrap(), want);
+        assert_eq!(hash_chunks(&f, len, chunk, None).unwrap(), want);
         assert!(want[3].is_none() && want[5].is_none() && want[100].is_some());
     }
 }
