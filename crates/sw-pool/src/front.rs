@@ -18,8 +18,6 @@ mod output;
 use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// The subcommands the front runs itself.
 const HERE: &[&str] = &["run", "shell"];
 
@@ -34,7 +32,7 @@ fn main() -> ExitCode {
     if !runs_here(&argv) {
         return exec_full(&argv);
     }
-    let cli = cli::Cli::parse_from(&argv);
+    let cli = cli::parse_from(&argv);
     let env = swpool_core::config::Environment::capture();
     output::init_logging(&cli.global, &env);
     let g = &cli.global;

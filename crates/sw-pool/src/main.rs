@@ -14,8 +14,6 @@ mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     // pid 1 of an environment (`sw-pool run`/`shell`): before anything else, and single-threaded
     let mut raw = std::env::args_os();
@@ -26,7 +24,7 @@ fn main() -> ExitCode {
         }
     }
     let args = cli::multicall_args(std::env::args_os().collect());
-    let cli = cli::Cli::parse_from(args);
+    let cli = cli::parse_from(args);
     // the process environment, read once; everything below takes its values from this
     let env = swpool_core::config::Environment::capture();
     output::init_logging(&cli.global, &env);

@@ -35,26 +35,30 @@ EXAMPLES:
   sw-pool run --layer dev -- mytool
   sw-pool shell --layer dev --root            (then: dpkg -i hello.deb)
 
-INSIDE: new user, mount and PID namespaces; /proc shows only the environment's processes; your uid
-(or 0 with --root), $HOME, the job's environment variables, the network, the devices and every
-mount of the node (pools loaded with `sw-pool load` included) as they are; SW_POOL_ENVIRONMENT
-names the layer. When the command (the environment's first process) exits or is killed, every
-process and mount of the environment is gone.
+INSIDE: new user, mount and PID namespaces; /proc shows only the environment's
+processes; your uid (or 0 with --root), $HOME, the job's environment variables,
+the network, the devices and every mount of the node (pools loaded with
+`sw-pool load` included) as they are; SW_POOL_ENVIRONMENT names the layer. When
+the command (the environment's first process) exits or is killed, every process
+and mount of the environment is gone.
 
-LAYER: the host's / is the read-only lower and the layer the writable upper. Without the site's
-helper this is fuse-overlayfs (rootless; needs /dev/fuse usable by you); -v says which was used.
+LAYER: the host's / is the read-only lower and the layer the writable upper.
+Without the site's helper this is fuse-overlayfs (rootless; needs /dev/fuse
+usable by you); -v says which was used.
 One environment uses a layer at a time.
 
---root WITHOUT THE SITE'S HELPER: uid 0 inside is you; files only root may read on the host stay
-unreadable. The package managers' (empty) lock files get empty stand-ins in the layer and the layer
-gets APT::Sandbox::User root, so dpkg -i and apt-get install work; /etc/shadow does not.
+--root WITHOUT THE SITE'S HELPER: uid 0 inside is you; files only root may read
+on the host stay unreadable. The package managers' (empty) lock files get empty
+stand-ins in the layer and the layer gets APT::Sandbox::User root, so dpkg -i
+and apt-get install work; /etc/shadow does not.
 
-IN A JOB: after `sw-pool layer sync NAME` (or by itself in a step over several nodes) every node
-runs over its own copy of the layer under a fresh upper; what the job writes is discarded with the
-environment, never written into the layer.
+IN A JOB: after `sw-pool layer sync NAME` (or by itself in a step over several
+nodes) every node runs over its own copy of the layer under a fresh upper; what
+the job writes is discarded with the environment, never written into the layer.
 
-EXIT STATUS: the command's (128+N when signal N ended it); 125 when the environment could not be
-set up, 126 when the command could not be executed, 127 when it was not found.";
+EXIT STATUS: the command's (128+N when signal N ended it); 125 when the
+environment could not be set up, 126 when the command could not be executed,
+127 when it was not found.";
 
 #[derive(Debug, Args)]
 #[command(after_help = ENVIRONMENT_HELP)]
@@ -110,10 +114,14 @@ pub enum LayerCommand {
     /// afterwards only what changed moves. `run --layer NAME` in the job then uses the copy, under
     /// a fresh per-node upper that ends with the environment (nodes never write into the layer)
     #[command(
-        after_help = "IN A JOB: in a batch script `sw-pool layer sync NAME` runs itself once per node (srun --overlap); or `srun --mpi=pmix -N NODES --ntasks-per-node=1 sw-pool layer sync NAME`.
-Then `srun sw-pool run --layer NAME -- CMD` runs every task over the node's copy.
-The layer is read once, by the first node; each node keeps its copies in
-<cache base>/sw-pool-<uid>/layers (the cache base: --cache-dir, config cache_dir, $LOCAL_TMPDIR)."
+        after_help = "IN A JOB: in a batch script, `sw-pool layer sync NAME` runs itself once per
+node (srun --overlap); in a step:
+  srun --mpi=pmix -N NODES --ntasks-per-node=1 sw-pool layer sync NAME
+Then `srun sw-pool run --layer NAME -- CMD` runs each task over its node's copy.
+
+The layer is read once, by the first node. Each node keeps its copies in
+<cache base>/sw-pool-<uid>/layers (the cache base: --cache-dir, config
+cache_dir, $LOCAL_TMPDIR)."
     )]
     Sync {
         /// The layer to copy
@@ -152,9 +160,10 @@ pub enum InitShell {
   zsh   ~/.zshrc:                    eval \"$(sw-pool shell-init zsh)\"
   fish  ~/.config/fish/config.fish:  sw-pool shell-init fish | source
   csh   ~/.cshrc:                    eval \"`sw-pool shell-init csh`\"
-`make install` and the Debian package set it up for bash, zsh and ksh login shells
-(/etc/profile.d/sw-pool.sh). Then `sw-pool load POOL` changes MODULEPATH in the shell it is typed
-in, like Lmod's `module` function; without it, run `eval \"$(sw-pool load POOL)\"`.")]
+`make install` and the Debian package set it up for bash, zsh and ksh login
+shells (/etc/profile.d/sw-pool.sh). Then `sw-pool load POOL` changes MODULEPATH
+in the shell it is typed in, like Lmod's `module` function; without it, run
+`eval \"$(sw-pool load POOL)\"`.")]
 pub struct ShellInitArgs {
     /// The shell to print the function for
     pub shell: InitShell,

@@ -14,8 +14,8 @@ EXIT STATUS:
   1  internal error (a bug: please report it)
   2  usage error (bad command line)
   3  bad input (a missing or wrong path, a bad size, OUT exists without --force)
-  4  not a valid pool or image (wrong magic, damaged manifest, failed consistency check)
-  5  an external tool is missing or failed (mke2fs, mksquashfs, squashfuse_ll, fuse2fs, ...)
+  4  not a valid pool or image (wrong magic, damaged manifest, failed check)
+  5  an external tool is missing or failed (mksquashfs, squashfuse_ll, ...)
   6  the system refused (permission denied, no space left, I/O error)
   7  signature missing, invalid or untrusted
   8  a collective operation failed on another node (the message names it)";
@@ -33,6 +33,92 @@ pub struct Cli {
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The subcommands by what they are for, as `sw-pool --help` lists them (clap lists all in one
+/// block); every visible subcommand is in exactly one group (a test checks).
+pub const GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Build and publish pools",
+        &[
+            "init",
+            "modulefiles",
+            "bundle",
+            "build",
+            "inspect",
+            "keygen",
+            "sign",
+            "verify",
+        ],
+    ),
+    (
+        "Use pools",
+        &[
+            "load",
+            "unload",
+            "mount",
+            "umount",
+            "env",
+            "list",
+            "shell-init",
+        ],
+    ),
+    ("Isolated environments", &["run", "shell", "layer"]),
+    ("Across the nodes of a job", &["cp", "slurm"]),
+    ("Upkeep", &["cache", "cleanup", "config", "generate"]),
+];
+
+/// The command line as users see it: [`Cli`] with its subcommands listed by [`GROUPS`].
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let c = Cli::command();
+    let mut listing = String::new();
+    for (title, names) in GROUPS {
+        listing.push_str(&format!("{title}:\n"));
+        for name in *names {
+            let about = c
+                .find_subcommand(name)
+                .and_then(|s| s.get_about())
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            listing.push_str(&format!("  {name:<12} {}\n", wrapped(&about)));
+        }
+        listing.push('\n');
+    }
+    c.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{listing}\
+         Options:\n{{options}}{{after-help}}"
+    ))
+}
+
+/// `about` wrapped at words to fit an 80-column listing, continuation lines indented under the
+/// first (as clap lists subcommands).
+fn wrapped(about: &str) -> String {
+    const WIDTH: usize = 80 - 15;
+    let mut lines = vec![String::new()];
+    for w in about.split_whitespace() {
+        let line = lines.last_mut().expect("one line");
+        if !line.is_empty() && line.chars().count() + 1 + w.chars().count() > WIDTH {
+            lines.push(w.to_string());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(w);
+        }
+    }
+    lines.join(&format!("\n{:15}", ""))
+}
+
+/// Parse `args` against [`command`] (exits with clap's message and status 2 on a bad command line).
+pub fn parse_from<I, T>(args: I) -> Cli
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    use clap::FromArgMatches;
+    let m = command().get_matches_from(args);
+    Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
 }
 
 #[derive(Debug, Args)]
@@ -125,19 +211,25 @@ pub enum Command {
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:
   sw-pool bundle --name app --version 1.0 --out app-tree /opt/app/bin/app
-  sw-pool bundle --name app --version 1.0 --out app-1.0.sqfs /opt/app/bin/app --trace -- /opt/app/bin/app --selftest
-  sw-pool bundle --name pyapp --version 1 --out pyapp.sqfs --python /sw/venv --trace -- python3 -c 'import numpy'
+  sw-pool bundle --name app --version 1.0 --out app-1.0.sqfs /opt/app/bin/app \\
+      --trace -- /opt/app/bin/app --selftest
+  sw-pool bundle --name pyapp --version 1 --out pyapp.sqfs --python /sw/venv \\
+      --trace -- python3 -c 'import numpy'
 
-The ELF closure follows DT_NEEDED, DT_RPATH / DT_RUNPATH ($ORIGIN), LD_LIBRARY_PATH, ld.so.cache
-(through `ldconfig -p`) and the default directories as glibc's loader does. --trace runs CMD once
-under `strace -f` and adds every file it opened under the traced prefixes (default: the inputs'
-installation prefixes, e.g. /opt/app for /opt/app/bin/app): dlopen()ed plugins, data files, and
-with --python the modules it imported, under python/ (on PYTHONPATH through the modulefile).
-The C library, the loader, MPI, the interconnect stack, Slurm and GPU drivers stay out (they must
-come from the host); install/NAME/VERSION/bundle.json says for every file why it is in or out.
-Library references are rewritten (patchelf) to $ORIGIN-relative paths: no search by the loader,
-wherever the pool is mounted. The output is written to a temporary directory and renamed at the
-end; an OUT ending in .sqfs/.squashfs/.ext2/.ext3/.ext4 is built into a pool file.")]
+The ELF closure follows DT_NEEDED, DT_RPATH / DT_RUNPATH ($ORIGIN),
+LD_LIBRARY_PATH, ld.so.cache (through `ldconfig -p`) and the default
+directories as glibc's loader does. --trace runs CMD once under `strace -f` and
+adds every file it opened under the traced prefixes (default: the inputs'
+installation prefixes, e.g. /opt/app for /opt/app/bin/app): dlopen()ed plugins,
+data files, and with --python the modules it imported, under python/ (on
+PYTHONPATH through the modulefile).
+The C library, the loader, MPI, the interconnect stack, Slurm and GPU drivers
+stay out (they must come from the host); install/NAME/VERSION/bundle.json says
+for every file why it is in or out.
+Library references are rewritten (patchelf) to $ORIGIN-relative paths: no
+search by the loader, wherever the pool is mounted. The output is written to a
+temporary directory and renamed at the end; an OUT ending in
+.sqfs/.squashfs/.ext2/.ext3/.ext4 is built into a pool file.")]
 pub struct BundleArgs {
     /// Package and pool name; default: the first input's file name
     #[arg(long)]
@@ -197,13 +289,18 @@ pub enum LinkArg {
 
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:
-  sw-pool build -s 1020MB test-pool.ext2 test-pool     the paper's call: an ext2 image of 1020 MB
-  sw-pool build demo-1.0.sqfs demo                     squashfs (zstd), sized automatically
+  sw-pool build -s 1020MB test-pool.ext2 test-pool
+      the paper's call: an ext2 image of 1020 MB
+  sw-pool build demo-1.0.sqfs demo
+      squashfs (zstd), sized automatically
   sw-pool build --format ext4 --gen-modulefiles pool.img tree
 
-SIZE accepts coreutils units: KB/MB/GB are powers of 1000, K/M/G and KiB/MiB/GiB powers of 1024.
-Without -s an ext image is sized from the tree: data + metadata + 5 % + 4 MiB (at least 16 MiB).
-The same tree always gives a bit-identical pool; SOURCE_DATE_EPOCH sets the recorded build time.")]
+SIZE accepts coreutils units: KB/MB/GB are powers of 1000, K/M/G and
+KiB/MiB/GiB powers of 1024.
+Without -s an ext image is sized from the tree: data + metadata + 5 % + 4 MiB
+(at least 16 MiB).
+The same tree always gives a bit-identical pool; SOURCE_DATE_EPOCH sets the
+recorded build time.")]
 pub struct BuildArgs {
     /// Image size (ext formats); an upper limit for squashfs
     #[arg(short, long, value_name = "SIZE")]
@@ -313,14 +410,19 @@ pub struct CpArgs {
 
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:
-  sw-pool mount demo-1.0.sqfs $HOME/mnt/demo         mount a pool (squashfs -> squashfuse_ll)
-  scalable-fs-mount test-pool.ext2 $LOCAL_TMPDIR/mnt  the paper's tool (ext2 -> fuse2fs)
-  sw-pool mount demo/1.0                              found on $SW_POOL_PATH, mounted at $SW_POOL_MOUNT/demo/1.0
+  sw-pool mount demo-1.0.sqfs $HOME/mnt/demo
+      mount a pool (squashfs -> squashfuse_ll)
+  scalable-fs-mount test-pool.ext2 $LOCAL_TMPDIR/mnt
+      the paper's tool (ext2 -> fuse2fs)
+  sw-pool mount demo/1.0
+      found on $SW_POOL_PATH, mounted at $SW_POOL_MOUNT/demo/1.0
 
-The format comes from the image's magic, never from its name. Mounts are always ro,nosuid,nodev.
-The mount point must be an empty directory (not a symlink) owned by you or root. Mounting the same pool
-at the same mount point again only adds a reference (see `sw-pool list`); `sw-pool umount` drops one,
-and the last one unmounts. Records live in $XDG_RUNTIME_DIR/sw-pool (root: /run/sw-pool;
+The format comes from the image's magic, never from its name. Mounts are always
+ro,nosuid,nodev.
+The mount point must be an empty directory (not a symlink) owned by you or
+root. Mounting the same pool at the same mount point again only adds a
+reference (see `sw-pool list`); `sw-pool umount` drops one, and the last one
+unmounts. Records live in $XDG_RUNTIME_DIR/sw-pool (root: /run/sw-pool;
 SW_POOL_STATE_DIR overrides).")]
 pub struct MountArgs {
     /// Mount options: only ro, nosuid and nodev are accepted (and always applied); rw is refused
@@ -346,10 +448,11 @@ pub struct MountArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "A mount shared by several users (reference count > 1) loses one reference and stays.
-A busy mount is left mounted and the processes holding it are named; with --force it is detached
-lazily (it disappears when the last process lets go). A stale mount (its FUSE process died) and a
-record whose mount is gone are cleaned up."
+    after_help = "A mount shared by several users (reference count > 1) loses one reference
+and stays. A busy mount is left mounted and the processes holding it are named;
+with --force it is detached lazily (it disappears when the last process lets
+go). A stale mount (its FUSE process died) and a record whose mount is gone are
+cleaned up."
 )]
 pub struct UmountArgs {
     /// Detach lazily when busy; remove an unreadable record
@@ -367,10 +470,13 @@ pub struct UmountArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "STATUS: ok, mounting (right now), stale (FUSE helper died or mount interrupted),
-gone (record without mount), unrecorded (a sw-pool FUSE mount without record), corrupt.
-  sw-pool list --stale                     what `sw-pool cleanup --stale` would clean
-  srun -N4 --ntasks-per-node=1 --mpi=pmix sw-pool list --all-nodes    one table for the job's nodes"
+    after_help = "STATUS: ok, mounting (right now), stale (FUSE helper died or mount
+interrupted), gone (record without mount), unrecorded (a sw-pool FUSE mount
+without record), corrupt.
+  sw-pool list --stale
+      what `sw-pool cleanup --stale` would clean
+  srun -N4 --ntasks-per-node=1 --mpi=pmix sw-pool list --all-nodes
+      one table for the job's nodes"
 )]
 pub struct ListArgs {
     /// Print the result as JSON
@@ -395,12 +501,16 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:
-  sw-pool cleanup --stale --dry-run      what would be cleaned: stale FUSE mounts, records without mount
-  sw-pool cleanup --job 1234             drop job 1234's references; unmount what nobody else uses
-  sw-pool cleanup --all --kill           unmount all of yours, ending (by PID, after naming them) what holds them
+  sw-pool cleanup --stale --dry-run
+      what would be cleaned: stale FUSE mounts, records without mount
+  sw-pool cleanup --job 1234
+      drop job 1234's references; unmount what nobody else uses
+  sw-pool cleanup --all --kill
+      unmount all of yours, ending (by PID, after naming them) what holds them
 
-A mount other jobs still use only loses the selected job's references. Each action is logged to
-syslog (tag sw-pool) with the job id. Run as root with --user, it cleans that user's mounts as that user.")]
+A mount other jobs still use only loses the selected job's references. Each
+action is logged to syslog (tag sw-pool) with the job id. Run as root with
+--user, it cleans that user's mounts as that user.")]
 pub struct CleanupArgs {
     /// Drop this job's references (the last one unmounts)
     #[arg(long, value_name = "JOB_ID")]
@@ -427,12 +537,15 @@ pub struct CleanupArgs {
 
 #[derive(Debug, Args)]
 #[command(after_help = "slurm.conf (see README, \"For admins: Slurm\"):
-  Prolog=/usr/local/libexec/sw-pool/prolog        cleans the job user's stale mounts on the node
-  TaskProlog=/usr/local/libexec/sw-pool/task-prolog   mounts the job's pools on the node, sets MODULEPATH
-  Epilog=/usr/local/libexec/sw-pool/epilog        unmounts what the job mounted, kills leftover helpers
+  Prolog=/usr/local/libexec/sw-pool/prolog
+      cleans the job user's stale mounts on the node
+  TaskProlog=/usr/local/libexec/sw-pool/task-prolog
+      mounts the job's pools on the node, sets MODULEPATH
+  Epilog=/usr/local/libexec/sw-pool/epilog
+      unmounts what the job mounted, kills leftover helpers
   PrologFlags=Alloc
-Hooks do nothing for jobs that did not use sw-pool, drop to the job's user before any work, and are
-safe to run twice.")]
+Hooks do nothing for jobs that did not use sw-pool, drop to the job's user
+before any work, and are safe to run twice.")]
 pub struct SlurmArgs {
     #[command(subcommand)]
     pub hook: SlurmHook,
@@ -479,10 +592,10 @@ pub struct HookArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Use it with eval: eval \"$(sw-pool env $SW_POOL_MOUNT/demo/1.0)\"
-The shell function in /etc/profile.d/sw-pool.sh does this for you (sw-pool load/unload/env)."
-)]
+#[command(after_help = "Use it with eval:
+  eval \"$(sw-pool env demo/1.0)\"
+The shell function (`sw-pool shell-init`) does this for you: then
+`sw-pool env demo/1.0` is enough.")]
 pub struct EnvArgs {
     /// Shell syntax: sh, bash, zsh, fish, csh, tcsh; default: $SW_POOL_SHELL, else $SHELL
     #[arg(long, value_name = "SHELL")]
@@ -496,9 +609,10 @@ pub struct EnvArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Writes KEYNAME.pem (private, mode 0600) and KEYNAME.pub.pem. To make the key trusted on a
-cluster, copy KEYNAME.pub.pem to /etc/sw-pool/trusted-keys/SIGNER.pem (SIGNER names the signer in
-`verify` output). Keys made by `openssl genpkey` work as well."
+    after_help = "Writes KEYNAME.pem (private, mode 0600) and KEYNAME.pub.pem. To make the key
+trusted on a cluster, copy KEYNAME.pub.pem to
+/etc/sw-pool/trusted-keys/SIGNER.pem (SIGNER names the signer in `verify`
+output). Keys made by `openssl genpkey` work as well."
 )]
 pub struct KeygenArgs {
     /// Base name of the key files
@@ -521,9 +635,12 @@ pub enum KeyTypeArg {
 
 #[derive(Debug, Args)]
 #[command(after_help = "Check the detached signature with the openssl CLI:
-  RSA / ECDSA keys:  openssl dgst -sha256 -verify PUB.pem -signature POOL.sig POOL
-  Ed25519 keys:      openssl dgst -sha256 -binary POOL > POOL.sha256
-                     openssl pkeyutl -verify -pubin -inkey PUB.pem -rawin -in POOL.sha256 -sigfile POOL.sig")]
+  RSA / ECDSA keys:
+    openssl dgst -sha256 -verify PUB.pem -signature POOL.sig POOL
+  Ed25519 keys:
+    openssl dgst -sha256 -binary POOL > POOL.sha256
+    openssl pkeyutl -verify -pubin -inkey PUB.pem -rawin -in POOL.sha256 \\
+        -sigfile POOL.sig")]
 pub struct SignArgs {
     /// Private key (PEM, PKCS#8 or traditional)
     #[arg(long, value_name = "PRIV.pem")]
@@ -555,17 +672,20 @@ pub struct VerifyArgs {
 
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:
-  mpirun sw-pool -v load -m $LOCAL_TMPDIR/mnt $SCRATCH/random.ext2    the paper's call (every node)
-  eval \"$(sw-pool load demo/1.0)\"        one node; with /etc/profile.d/sw-pool.sh just `sw-pool load demo/1.0`
+  mpirun sw-pool -v load -m $LOCAL_TMPDIR/mnt $SCRATCH/random.ext2
+      the paper's call (every node)
+  eval \"$(sw-pool load demo/1.0)\"
+      one node; with /etc/profile.d/sw-pool.sh just `sw-pool load demo/1.0`
   srun -N4 --ntasks-per-node=1 sw-pool load --json demo/1.0
 
-Steps: resolve POOL (a file, or NAME/VERSION on $SW_POOL_PATH); read its manifest and apply the trust
-policy (nothing moves if it fails); copy it with the broadcast engine into the node-local cache
-(--cache-dir, $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared
-storage, every chunk verified as it lands; nothing when the cache already holds it); mount it read-only
-at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node; print the environment change (stdout) and, with
--v, per-phase timings (stderr). A failure on any node fails every node the same way and leaves nothing
-mounted.")]
+Steps: resolve POOL (a file, or NAME/VERSION on $SW_POOL_PATH); read its
+manifest and apply the trust policy (nothing moves if it fails); copy it with
+the broadcast engine into the node-local cache (--cache-dir, $SW_POOL_CACHE,
+$LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared storage,
+every chunk verified as it lands; nothing when the cache already holds it);
+mount it read-only at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node;
+print the environment change (stdout) and, with -v, per-phase timings (stderr).
+A failure on any node fails every node the same way and leaves nothing mounted.")]
 pub struct LoadArgs {
     /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
     #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
@@ -650,9 +770,12 @@ pub struct ConfigArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "EXAMPLES (for one user; `make install` and the Debian package install both for all users):
-  sw-pool generate completions bash > ~/.local/share/bash-completion/completions/sw-pool
-  sw-pool generate completions zsh > ~/.zfunc/_sw-pool     (a directory on $fpath, before compinit)
+    after_help = "EXAMPLES (for one user; `make install` and the Debian package install both for
+all users):
+  sw-pool generate completions bash \\
+      > ~/.local/share/bash-completion/completions/sw-pool
+  sw-pool generate completions zsh > ~/.zfunc/_sw-pool
+      (a directory on $fpath, before compinit)
   sw-pool generate completions fish > ~/.config/fish/completions/sw-pool.fish
   sw-pool generate man ~/.local/share/man/man1"
 )]
@@ -707,6 +830,37 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// `--help` lists the subcommands in groups (issue 32, point 8): each visible one in exactly
+    /// one, and the listing fits 80 columns.
+    #[test]
+    fn every_subcommand_is_in_one_group() {
+        let c = Cli::command();
+        for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let n = GROUPS
+                .iter()
+                .filter(|(_, names)| names.contains(&s.get_name()))
+                .count();
+            assert_eq!(n, 1, "{} is in {n} groups", s.get_name());
+        }
+        for (_, names) in GROUPS {
+            for name in *names {
+                assert!(c.find_subcommand(name).is_some(), "{name}");
+            }
+        }
+        let help = command().render_help().to_string();
+        for (title, names) in GROUPS {
+            let at = help.find(&format!("{title}:")).expect(title);
+            for name in *names {
+                assert!(help[at..].contains(&format!("  {name} ")), "{name}: {help}");
+            }
+        }
+        let listing = &help[help.find(GROUPS[0].0).unwrap()..help.find("Options:").unwrap()];
+        for line in listing.lines() {
+            assert!(line.chars().count() <= 80, "{line:?}");
+        }
     }
 
     #[test]
@@ -721,6 +875,33 @@ mod tests {
             let e = Cli::try_parse_from(["sw-pool", "--log", bad, "config"]).unwrap_err();
             assert!(e.to_string().contains("is not a log level"), "{bad}: {e}");
         }
+    }
+
+    /// The help footers (examples, notes) keep their own line breaks on an 80-column terminal:
+    /// every line as written appears whole in the help (issue 32, point 8).
+    #[test]
+    fn help_footers_keep_their_line_breaks() {
+        fn walk(c: &clap::Command, path: &str, broken: &mut Vec<String>) {
+            let help = c.clone().term_width(80).render_long_help().to_string();
+            for text in [c.get_after_help(), c.get_after_long_help()]
+                .into_iter()
+                .flatten()
+            {
+                for line in text.to_string().lines() {
+                    if !help.contains(line.trim_end()) {
+                        broken.push(format!("{path}: {line:?}"));
+                    }
+                }
+            }
+            for s in c.get_subcommands() {
+                if !s.is_hide_set() {
+                    walk(s, &format!("{path} {}", s.get_name()), broken);
+                }
+            }
+        }
+        let mut broken = Vec::new();
+        walk(&command(), "sw-pool", &mut broken);
+        assert!(broken.is_empty(), "footer lines wrapped: {broken:#?}");
     }
 
     /// Every argument of every (visible) subcommand has a help line (issue 32, point 8).

@@ -1,12 +1,11 @@
-use clap::CommandFactory;
 use swpool_core::{Error, ExitStatus};
 
-use crate::cli::{Cli, GenerateArgs, GenerateWhat};
+use crate::cli::{GenerateArgs, GenerateWhat};
 
 pub fn run(a: GenerateArgs) -> Result<(), Error> {
     match a.what {
         GenerateWhat::Completions { shell } => {
-            let mut cmd = Cli::command();
+            let mut cmd = crate::cli::command();
             // into memory first: clap_complete panics when its writer fails (a closed stdout)
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, BIN, &mut script);
@@ -24,7 +23,7 @@ pub fn run(a: GenerateArgs) -> Result<(), Error> {
                 )
             };
             std::fs::create_dir_all(&dir).map_err(io)?;
-            let cmd = Cli::command();
+            let cmd = crate::cli::command();
             clap_mangen::generate_to(cmd, &dir).map_err(io)?;
             Ok(())
         }
