@@ -37,6 +37,12 @@ if mode() == "load" and not mp then
       LmodError("sw-pool could not mount pool " .. name .. "/" .. version .. ":\n" .. out .. "\n")
    end
    mp = out:match("([^\n]*)$")
+   -- what sw-pool said before the mount point (a warning about the pool's trust) is shown, not
+   -- swallowed with the output
+   local said = out:match("^(.*)\n[^\n]*$")
+   if said and said:match("%S") then
+      LmodMessage(said)
+   end
 end
 
 if mp then

@@ -369,3 +369,42 @@ fn swapped_mount_arguments_get_a_hint() {
         o.stderr
     );
 }
+
+/// Issue 32, point 8: the long warning about a pool nothing trusted vouches for is given once a day
+/// per pool on a node; later mounts and loads of it get a one-line reminder.
+#[test]
+fn the_long_trust_warning_is_given_once_a_day() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let img = pool(&t, "squashfs");
+    let mp = t.mkdir("mnt");
+    let long = "nothing vouches for its content";
+    let o = t.ok(&["mount", &img, &mp]);
+    assert!(o.stderr.contains(long), "{}", o.stderr);
+    t.ok(&["umount", &mp]);
+    let o = t.ok(&["mount", &img, &mp]);
+    assert!(!o.stderr.contains(long), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("is unsigned (what to do about it: `sw-pool verify"),
+        "{}",
+        o.stderr
+    );
+    t.ok(&["umount", &mp]);
+    // a day later it is due again
+    let warned = t.state().join("warned");
+    for e in std::fs::read_dir(&warned).unwrap() {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(e.unwrap().path())
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(25 * 3600))
+            .unwrap();
+    }
+    let o = t.ok(&["mount", &img, &mp]);
+    assert!(o.stderr.contains(long), "{}", o.stderr);
+    t.ok(&["umount", &mp]);
+    t.assert_clean();
+}

@@ -203,6 +203,14 @@ module load nope/1 2>&1 || echo "missing module fails"
         ],
         "",
     );
+    // the warning about the unsigned pool reaches the user through the module (issue 32, point 8)
+    // (Lmod wraps the message at the terminal's width)
+    let said = o.stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        said.contains("is unsigned; nothing vouches for its content"),
+        "{}",
+        o.stderr
+    );
     let after = o.stdout.split("AFTER=").nth(1).unwrap_or_default();
     assert!(
         !after.contains(&format!("{}/demo/1.0", root.display())),

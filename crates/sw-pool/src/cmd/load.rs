@@ -51,7 +51,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<()
     if !rank0 {
         return Ok(()); // world rank 0 speaks for the job
     }
-    if let Some(w) = l.plan.verdict.warning(&l.plan.src).filter(|_| !g.quiet) {
+    if let Some(w) = super::trust_warning(env, &l.plan).filter(|_| !g.quiet) {
         eline!("sw-pool: warning: {w}");
     }
     if a.json {

@@ -102,3 +102,26 @@ pub fn finish_collective(
     }
     Ok(())
 }
+
+/// The warning for a pool nothing trusted vouches for: in full once a day per pool on this node
+/// (what it means and what to do), else a one-line reminder; `None` for a trusted pool.
+pub fn trust_warning(env: &Environment, plan: &swpool_core::load::Plan) -> Option<String> {
+    let long = plan.verdict.warning(&plan.src)?;
+    let digest = plan
+        .digest
+        .split_once(':')
+        .map_or(&*plan.digest, |(_, h)| h);
+    let key = format!(
+        "{}-{}",
+        &digest[..digest.len().min(32)],
+        plan.verdict.kind()
+    );
+    let due = swpool_core::state::StateDir::open_default(env)
+        .map(|d| d.warning_due(&key, std::time::Duration::from_secs(24 * 3600)))
+        .unwrap_or(true);
+    if due {
+        Some(long)
+    } else {
+        plan.verdict.reminder(&plan.src)
+    }
+}

@@ -16,6 +16,12 @@ pub fn job_id(flag: Option<String>, env: &Environment) -> Option<String> {
 
 pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error> {
     let mut p = Printer::new(g, a.json);
+    // warnings go to stderr as ever (the pool modulefile shows them); stdout is the mount point
+    let warn = |w: String| {
+        if !g.quiet {
+            crate::eline!("sw-pool: warning: {w}");
+        }
+    };
     if a.print_mountpoint {
         p.verbosity = crate::output::Verbosity::Quiet; // stdout is the mount point only
     }
@@ -57,8 +63,8 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
     }
     match outcome? {
         MountOutcome::Pool(l) => {
-            if let Some(w) = l.plan.verdict.warning(&l.plan.src) {
-                p.warn(w);
+            if let Some(w) = super::trust_warning(env, &l.plan) {
+                warn(w);
             }
             if a.print_mountpoint {
                 crate::output::outln(&l.mount_point.display().to_string());
@@ -91,7 +97,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
             warning,
         } => {
             if let Some(w) = warning {
-                p.warn(w);
+                warn(w);
             }
             for n in &r.notes {
                 p.warn(n);

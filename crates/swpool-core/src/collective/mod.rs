@@ -74,9 +74,14 @@ impl fmt::Display for Agreed {
                 seen.push(x);
             }
         }
-        let line = |x: &Failure| match self.show_rank {
-            true => format!("{} (rank {}): {}", x.host, x.rank, x.message),
-            false => format!("{}: {}", x.host, x.message),
+        // the line starts with the node: a message that names it too ("… on node HOST …", as the
+        // errors of one node's steps do) does not say it twice
+        let line = |x: &Failure| {
+            let message = without_host(&x.message, &x.host);
+            match self.show_rank {
+                true => format!("{} (rank {}): {message}", x.host, x.rank),
+                false => format!("{}: {message}", x.host),
+            }
         };
         match seen.as_slice() {
             [one] => write!(f, "{}", line(one)),
@@ -91,6 +96,12 @@ impl fmt::Display for Agreed {
 }
 
 impl std::error::Error for Agreed {}
+
+/// `message` without the words that name `host` (` on node HOST`, as a step on one node says
+/// where it failed).
+fn without_host(message: &str, host: &str) -> String {
+    message.replace(&format!(" on node {host}"), "")
+}
 
 /// A rank's local outcome of a step: `Ok`, or the status and message it failed with.
 pub type Local<T> = Result<T, (ExitStatus, String)>;
@@ -250,5 +261,12 @@ mod tests {
             "failed on 2 nodes: n1 (rank 1): x; n3 (rank 3): y"
         );
         assert_eq!(b.exit_status(), ExitStatus::Trust);
+        // the node once per message (issue 32, point 8)
+        let c = Agreed {
+            failures: vec![f("n2", 0, "mount point /x on node n2: cannot create it")],
+            own: None,
+            show_rank: false,
+        };
+        assert_eq!(c.to_string(), "n2: mount point /x: cannot create it");
     }
 }

@@ -349,6 +349,12 @@ fn indent(s: &str) -> String {
 
 /// `pid 123 (uid 1000) bash: cwd; pid 456 …`
 pub fn describe_holders(h: &[Holder], hidden: usize) -> String {
+    describe_holders_as(h, hidden, rustix::process::geteuid().is_root())
+}
+
+/// [`describe_holders`] for a caller that is root (`as_root`) or not: only a user is told that
+/// root could see more.
+fn describe_holders_as(h: &[Holder], hidden: usize, as_root: bool) -> String {
     let mut parts: Vec<String> = h
         .iter()
         .map(|h| {
@@ -362,9 +368,15 @@ pub fn describe_holders(h: &[Holder], hidden: usize) -> String {
         })
         .collect();
     if hidden > 0 {
-        parts.push(format!(
-            "{hidden} process(es) of other users could not be inspected (run as root to see them)"
-        ));
+        parts.push(if as_root {
+            format!(
+                "{hidden} process(es) could not be inspected (their /proc entries were unreadable)"
+            )
+        } else {
+            format!(
+                "{hidden} process(es) of other users could not be inspected (root can see them)"
+            )
+        });
     }
     if parts.is_empty() {
         "no process found holding it (a process may have just exited, or another mount namespace uses it)".into()
@@ -683,3 +695,15 @@ fn cleanup_partial(sys: &dyn Sys, mp: &Path) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod busy_text_tests {
+    /// Issue 32, point 8: root is never told to run as root.
+    #[test]
+    fn busy_text_tells_only_users_about_root() {
+        let as_root = super::describe_holders_as(&[], 2, true);
+        assert!(!as_root.contains("root"), "{as_root}");
+        let as_user = super::describe_holders_as(&[], 2, false);
+        assert!(as_user.contains("root can see them"), "{as_user}");
+    }
+}

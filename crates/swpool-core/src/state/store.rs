@@ -73,6 +73,43 @@ impl StateDir {
         &self.path
     }
 
+    /// Whether the long warning named `key` (a pool's digest and what is wrong with it) is due on
+    /// this node: not given in the last `period`. Marks it given now. When the store cannot say,
+    /// it is due (a warning is repeated rather than lost).
+    pub fn warning_due(&self, key: &str, period: std::time::Duration) -> bool {
+        let dir = self.path.join("warned");
+        if ensure_private_dir(&dir, self.uid).is_err() {
+            return true;
+        }
+        let name: String = format!("{}-{key}", self.node)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let stamp = dir.join(name);
+        let recent = std::fs::symlink_metadata(&stamp)
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < period);
+        if !recent {
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .custom_flags(libc_nofollow())
+                .open(&stamp)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        }
+        !recent
+    }
+
     /// Take the store's exclusive lock (blocks until it is free).
     pub fn lock(&self) -> Result<StateLock, StateError> {
         let p = self.path.join("lock");
@@ -411,4 +448,9 @@ fn remove_if_there(p: &Path) -> Result<(), StateError> {
             source,
         }),
     }
+}
+
+/// `O_NOFOLLOW`: a stamp in the private store is never reached through a symlink.
+fn libc_nofollow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }

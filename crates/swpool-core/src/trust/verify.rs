@@ -121,6 +121,34 @@ impl Verdict {
     }
 }
 
+impl Verdict {
+    /// The one-line reminder given instead of [`Verdict::warning`] when that was shown on this
+    /// node in the last day (`None` when trusted).
+    pub fn reminder(&self, pool: &std::path::Path) -> Option<String> {
+        let what = match self {
+            Verdict::Trusted { .. } => return None,
+            Verdict::Unsigned => "unsigned".to_string(),
+            Verdict::UntrustedSigner { fingerprint } => {
+                format!("signed by an untrusted key {fingerprint}")
+            }
+        };
+        Some(format!(
+            "{} is {what} (what to do about it: `sw-pool verify {}`)",
+            pool.display(),
+            pool.display()
+        ))
+    }
+
+    /// A short name for what is wrong (a key for [`crate::state::StateDir::warning_due`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Verdict::Trusted { .. } => "trusted",
+            Verdict::Unsigned => "unsigned",
+            Verdict::UntrustedSigner { .. } => "untrusted",
+        }
+    }
+}
+
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
