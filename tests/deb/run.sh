@@ -67,6 +67,30 @@ check "sw-pool verify --key" sw verify --key "$W/site.pub.pem" "$W/demo-1.0.sqfs
 check "sw-pool inspect" sw inspect "$W/demo-1.0.sqfs"
 check "the paper's build call" sw build -q -s 64MB "$W/test-pool.ext2" "$W/demo"
 
+# --- the README's quick start, verbatim (tools/readme-example quickstart), as a new unprivileged user
+# in a login shell on the installed package: a module loaded from a signed pool. /dev/fuse is 0600
+# on machines without udev: a 0666 node is bound over it in a private mount namespace, as udev
+# would make it (the README states the requirement); the user's mounts end with that namespace.
+qs_user=swp-quick-$$
+chmod 755 "$W"
+if useradd --create-home --home-dir "$W/home" --shell /bin/bash "$qs_user" 2>"$W/useradd.log"; then
+  qs_uid=$(id -u "$qs_user")
+  bash tools/readme-example quickstart > "$W/quickstart.sh"
+  mknod -m 666 "$W/fuse" c 10 229
+  rc=0
+  out=$(unshare --mount --propagation private sh -c "mount --bind '$W/fuse' /dev/fuse && \
+    runuser -l '$qs_user' -c 'set -e; cd; . $W/quickstart.sh; sw-pool cleanup --all >/dev/null'" 2>&1) || rc=$?
+  if [[ $rc == 0 && $out == *"Hello from a pool"* ]]; then
+    pass "the README's quick start, verbatim, as a new user: module loaded from a signed pool"
+  else
+    fail "the README's quick start, verbatim, as a new user" "exit $rc: $(tail -n 15 <<< "$out")"
+  fi
+  userdel -r "$qs_user" >/dev/null 2>&1 || true
+  rm -rf "/tmp/sw-pool-$qs_uid" "/tmp/sw-pool-$qs_uid".*
+else
+  fail "a new user for the quick start" "$(cat "$W/useradd.log")"
+fi
+
 # purge: nothing it installed is left
 if dpkg --purge sw-pool > "$W/dpkg.log" 2>&1; then installed=0; pass "dpkg --purge"; else fail "dpkg --purge" "$(tail -5 "$W/dpkg.log")"; fi
 left=0
