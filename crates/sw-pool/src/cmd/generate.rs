@@ -5,7 +5,7 @@ use crate::cli::{GenerateArgs, GenerateWhat};
 pub fn run(a: GenerateArgs) -> Result<(), Error> {
     match a.what {
         GenerateWhat::Completions { shell } => {
-            let mut cmd = crate::cli::command();
+            let mut cmd = crate::cli::help::command();
             // into memory first: clap_complete panics when its writer fails (a closed stdout)
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, BIN, &mut script);
@@ -23,7 +23,7 @@ pub fn run(a: GenerateArgs) -> Result<(), Error> {
                 )
             };
             std::fs::create_dir_all(&dir).map_err(io)?;
-            let cmd = crate::cli::command();
+            let cmd = crate::cli::help::command();
             clap_mangen::generate_to(cmd, &dir).map_err(io)?;
             Ok(())
         }
