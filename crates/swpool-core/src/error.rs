@@ -51,6 +51,8 @@ pub enum Error {
     Load(#[from] LoadError),
     #[error(transparent)]
     Hook(#[from] crate::slurm::HookError),
+    #[error(transparent)]
+    UserImage(#[from] crate::userimage::UserImageError),
     /// A free-form error with an exit status, for the binary's edge code.
     #[error("{message}")]
     Other { message: String, status: ExitStatus },
@@ -88,6 +90,7 @@ impl Error {
             Error::User(e) => e.exit_status(),
             Error::Load(e) => e.exit_status(),
             Error::Hook(e) => e.exit_status(),
+            Error::UserImage(e) => e.exit_status(),
             Error::Other { status, .. } => *status,
         }
     }

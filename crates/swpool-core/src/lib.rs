@@ -22,6 +22,7 @@ pub mod size;
 pub mod slurm;
 pub mod transfer;
 pub mod trust;
+pub mod userimage;
 pub mod users;
 pub mod watchdog;
 

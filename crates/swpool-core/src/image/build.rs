@@ -613,7 +613,7 @@ fn default_journal_blocks(blocks: u64) -> u64 {
 
 /// A lower bound of the bytes an ext image of this tree needs: what `-s` is checked against before
 /// anything is written (mke2fs' own "could not allocate" is mapped to a clear error as a second line).
-fn ext_min_size(format: ImageFormat, s: &TreeStats) -> u64 {
+pub fn ext_min_size(format: ImageFormat, s: &TreeStats) -> u64 {
     let mut blocks = s.blocks_4k + s.dirent_bytes.div_ceil(4096).max(s.dirs) + s.long_symlinks;
     if format != ImageFormat::Ext4 {
         blocks += s.map_blocks_4k;

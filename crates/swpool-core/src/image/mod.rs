@@ -5,7 +5,7 @@ pub mod check;
 mod ext_times;
 mod tree;
 
-pub use build::{build, BuildError, BuildOptions, BuildReport, Timings};
-pub use tree::{TreeError, TreeStats};
+pub use build::{build, ext_min_size, BuildError, BuildOptions, BuildReport, Timings};
+pub use tree::{scan as scan_tree, TreeError, TreeStats};
 
 pub use swpool_format::format::{detect, detect_bytes, DetectError, ImageFormat};
