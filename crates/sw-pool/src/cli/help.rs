@@ -33,6 +33,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
         ],
     ),
     ("Isolated environments", &["run", "shell", "layer"]),
+    ("Data sets", &["image"]),
     ("Across the nodes of a job", &["cp", "slurm"]),
     ("Upkeep", &["cache", "cleanup", "config", "generate"]),
 ];

@@ -7,8 +7,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod environment;
 pub mod help;
+mod image;
 pub use environment::*;
 pub use help::parse_from;
+pub use image::*;
 
 pub const EXIT_STATUS_HELP: &str = "\
 EXIT STATUS:
@@ -114,6 +116,8 @@ pub enum Command {
     Shell(ShellArgs),
     /// Your writable layers: list, create, rm, du
     Layer(LayerArgs),
+    /// Writable user images for data sets of many small files: create, resize, check
+    Image(ImageArgs),
     /// Print a shell completion script (bash, zsh, fish, ...) or write the man pages
     Generate(GenerateArgs),
     /// Print the shell function that makes `sw-pool load|unload|env` change the calling shell
@@ -341,9 +345,12 @@ reference (see `sw-pool list`); `sw-pool umount` drops one, and the last one
 unmounts. Records live in $XDG_RUNTIME_DIR/sw-pool (root: /run/sw-pool;
 SW_POOL_STATE_DIR overrides).")]
 pub struct MountArgs {
-    /// Mount options: only ro, nosuid and nodev are accepted (and always applied); rw is refused
+    /// Mount options: ro (the default), rw (= --rw), nosuid and nodev (always applied)
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Option<String>,
+    /// Read-write: a user image (`sw-pool image create`), on one node at a time under its lease
+    #[arg(long)]
+    pub rw: bool,
     /// Job id recorded with the mount; default: $SLURM_JOB_ID
     #[arg(long, value_name = "ID")]
     pub job_id: Option<String>,

@@ -8,6 +8,7 @@ mod config;
 mod cp;
 mod env;
 mod generate;
+mod image;
 mod init;
 mod inspect;
 mod keygen;
@@ -56,6 +57,7 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Run(a) => crate::environment::run(g, a, env).map_err(Error::from),
         Command::Shell(a) => crate::environment::shell(g, a, env).map_err(Error::from),
         Command::Layer(a) => layer::run(g, a, env),
+        Command::Image(a) => image::run(g, a, env),
         Command::ShellInit(a) => shell_init::init(a),
         Command::ShellExec(a) => shell_init::exec(a),
     }

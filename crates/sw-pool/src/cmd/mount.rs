@@ -44,6 +44,9 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
         ));
     }
     let options = MountOptions::parse(a.options.as_deref())?;
+    if a.rw || options.writable() {
+        return mount_rw(&a, env, &p);
+    }
     let cfg = super::config(env)?;
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
@@ -109,6 +112,60 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
             p.json(&serde_json::to_value(&r).expect("json"));
         }
     }
+    Ok(())
+}
+
+/// `mount --rw IMG DIR`: a user image, read-write on this node under its lease.
+fn mount_rw(a: &MountArgs, env: &Environment, p: &Printer) -> Result<(), Error> {
+    let Some(mountpoint) = a.mountpoint.clone() else {
+        return Err(Error::other(
+            swpool_core::ExitStatus::Usage,
+            format!(
+                "--rw needs the mount point: `sw-pool mount --rw {} DIR`",
+                a.image.display()
+            ),
+        ));
+    };
+    let sys = RealSys::new(env.path_var());
+    let dir = swpool_core::state::StateDir::open_default(env)?;
+    let (r, taken, report) = swpool_core::load::mount_rw(
+        &sys,
+        &dir,
+        &swpool_core::load::MountRw {
+            image: a.image.clone(),
+            mountpoint,
+            job_id: job_id(a.job_id.clone(), env),
+            timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+        },
+        &super::image::liveness(env),
+        env.path_var(),
+    )?;
+    for (h, why) in &taken.dropped {
+        p.warn(format!(
+            "took over the lease of {} from {} ({why})",
+            a.image.display(),
+            h.describe()
+        ));
+    }
+    // e2fsck -p says what it replayed or fixed only when it did something
+    if report.contains("recovering journal") || report.contains("FIXED") {
+        p.warn(format!(
+            "{} was not unmounted cleanly last time; e2fsck replayed its journal: {}",
+            a.image.display(),
+            report.trim().replace('\n', "; ")
+        ));
+    }
+    for n in &r.notes {
+        p.warn(n);
+    }
+    if a.print_mountpoint {
+        crate::output::outln(&r.record.mount_point.display().to_string());
+    }
+    print_mounted(p, &r.record, r.reused, r.mount_seconds);
+    if !r.reused {
+        p.result("read-write on this node; other nodes may not mount it until `sw-pool umount`");
+    }
+    p.json(&serde_json::to_value(&r).expect("json"));
     Ok(())
 }
 

@@ -278,6 +278,7 @@ fn mount_here(
             timeout: req.timeout,
             once_per_job: req.once_per_job,
             source: Some(plan.src.clone()),
+            lease: None,
         },
     )?;
     Ok((r.record, r.reused))
@@ -652,9 +653,11 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
 }
 
 mod mount_image;
+mod mount_rw;
 mod task;
 pub use crate::error::LoadError;
 pub use mount_image::{check_pools, mount_image, MountOutcome, MountRequest};
+pub use mount_rw::{mount_rw, MountRw};
 #[cfg(test)]
 use task::last_set;
 pub use task::{ensure, task_prolog};

@@ -10,6 +10,8 @@ use crate::error::{Error, LoadError};
 use crate::mount::{ImageInfo, MountOptions};
 use crate::pool::{ManifestError, Pool};
 use crate::state::{self, AcquireRequest, Acquired};
+use crate::userimage::lease;
+use crate::ExitStatus;
 
 /// What to mount.
 #[derive(Clone)]
@@ -39,6 +41,16 @@ pub enum MountOutcome {
 
 /// Mount `req.image` on this node (see the module's documentation).
 pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome, Error> {
+    if req.options.writable() {
+        return Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "{}: rw: pools and images are mounted read-only; a user image is mounted read-write \
+                 under its lease with `sw-pool mount --rw IMG DIR`",
+                req.image.display()
+            ),
+        ));
+    }
     let spec = req.image.to_string_lossy().into_owned();
     let by_name =
         std::fs::symlink_metadata(&req.image).is_err() && crate::pool::spec::is_pool_spec(&spec);
@@ -80,19 +92,40 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
             node.default_mountpoint(&pool.name, &pool.version)?
         }
     };
+    // an ext image mounted read-only is a reader of a user image: it holds a read-only lease, so
+    // that no node mounts it read-write meanwhile (and it is refused while one does)
+    let (lease, mut notes) = read_lease(node, &image, &mountpoint, req.job_id.clone())?;
     let acquired = state::acquire(
         node.sys,
         &node.state,
         &AcquireRequest {
-            image,
+            image: image.clone(),
             mountpoint,
             options: req.options,
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
             source: None,
+            lease: lease.clone(),
         },
-    )?;
+    );
+    let mut acquired = match acquired {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some(h) = &lease {
+                let _ = lease::release(&image, h);
+            }
+            return Err(e.into());
+        }
+    };
+    if let (Some(h), false) = (&lease, acquired.reused) {
+        let mut held = h.clone();
+        held.pid = acquired.record.helper_pid;
+        if let Err(e) = lease::update(&image, &held) {
+            notes.push(e.to_string());
+        }
+    }
+    acquired.notes.extend(notes);
     Ok(MountOutcome::InPlace {
         acquired: Box::new(acquired),
         warning,
@@ -130,4 +163,45 @@ pub fn check_pools(node: &NodeContext, list: &str) -> Result<Vec<String>, Error>
         }
     }
     Ok(warnings)
+}
+
+/// The read-only lease of an ext image mounted in place (`None` for squashfs, which is never
+/// written). Where the image's directory is not writable (another user's data set), no lease can
+/// be recorded: the mount goes ahead with a note saying that a writer elsewhere would not know.
+fn read_lease(
+    node: &NodeContext,
+    image: &std::path::Path,
+    mountpoint: &std::path::Path,
+    job: Option<String>,
+) -> Result<(Option<lease::Holder>, Vec<String>), Error> {
+    if !crate::image::detect(image).is_ok_and(|f| f.is_ext()) {
+        return Ok((None, Vec::new()));
+    }
+    let mp = crate::mount::canonical_mountpoint(mountpoint)?;
+    let mut h = crate::userimage::offline_holder(&mp, lease::Mode::Ro, job);
+    h.mount_point = mp;
+    let live = lease::RealLiveness::here(node.env.path_var());
+    match lease::take(image, &h, &live) {
+        Ok(t) => Ok((
+            Some(h),
+            t.dropped
+                .iter()
+                .map(|(d, why)| format!("dropped a gone holder of {}: {} ({why})", image.display(), d.describe()))
+                .collect(),
+        )),
+        Err(lease::LeaseError::Io { path, source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied
+                || source.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) =>
+        {
+            Ok((
+                None,
+                vec![format!(
+                    "no read-only lease recorded beside {} ({}: {source}): a read-write mount elsewhere would not know of this one",
+                    image.display(),
+                    path.display()
+                )],
+            ))
+        }
+        Err(e) => Err(crate::userimage::UserImageError::from(e).into()),
+    }
 }

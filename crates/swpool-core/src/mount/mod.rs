@@ -2,7 +2,8 @@
 //!
 //! * The format comes from the image's magic ([`crate::image::detect`]), never from its name:
 //!   squashfs → `squashfuse_ll`, ext2/3/4 → `fuse2fs` ([`Backend`]).
-//! * Always `ro,nosuid,nodev` ([`MountOptions`]); `rw` is refused until writable user images exist.
+//! * Always `nosuid,nodev` ([`MountOptions`]); read-only, except a user image mounted `rw` under its
+//!   lease ([`crate::userimage`]).
 //! * The mount point is validated first ([`check_mountpoint`]): it exists, is a directory and not a
 //!   symlink (`lstat`, opened with `O_NOFOLLOW`), belongs to the caller or root, is empty and is not
 //!   already a mount point. The path used is the canonical one, as the kernel reports it.
@@ -45,19 +46,34 @@ const POLL: Duration = Duration::from_millis(10);
 /// (see [`mount_pinned`]).
 const SETTLE: Duration = Duration::from_millis(20);
 
-/// Mount options as sw-pool accepts them: read-only, never setuid, never devices.
+/// Mount options as sw-pool accepts them: never setuid, never devices; read-only unless `rw` (a
+/// user image, under its lease).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MountOptions {
-    _private: (),
+    writable: bool,
 }
 
 impl MountOptions {
     /// The options every sw-pool mount gets.
     pub const FIXED: &'static str = "ro,nosuid,nodev";
 
-    /// Parse `-o OPTS`: `ro`, `nosuid`, `nodev` (the defaults) are accepted; `rw` and everything else
-    /// is refused with a reason.
+    /// The options of a writable mount of a user image.
+    pub const WRITABLE: &'static str = "rw,nosuid,nodev";
+
+    /// A read-write mount (`rw`): a user image, under its lease.
+    pub fn writable(self) -> bool {
+        self.writable
+    }
+
+    /// `rw` (the lease of a user image decides whether it may be).
+    pub fn read_write() -> MountOptions {
+        MountOptions { writable: true }
+    }
+
+    /// Parse `-o OPTS`: `ro`, `nosuid`, `nodev` (the defaults) and `rw` (user images only) are
+    /// accepted; everything else is refused with a reason.
     pub fn parse(opts: Option<&str>) -> Result<MountOptions, MountError> {
+        let mut writable = false;
         for o in opts
             .unwrap_or("")
             .split(',')
@@ -65,14 +81,9 @@ impl MountOptions {
             .filter(|o| !o.is_empty())
         {
             match o {
-                "ro" | "nosuid" | "nodev" => {}
-                "rw" => {
-                    return Err(MountError::Options(
-                        "-o rw: writable mounts are not supported yet (writable user images come in a later \
-                         release); pools are always mounted read-only (ro,nosuid,nodev)"
-                            .into(),
-                    ))
-                }
+                "ro" => writable = false,
+                "nosuid" | "nodev" => {}
+                "rw" => writable = true,
                 "suid" | "dev" => {
                     return Err(MountError::Options(format!(
                         "-o {o}: refused; sw-pool mounts are always nosuid,nodev"
@@ -80,12 +91,12 @@ impl MountOptions {
                 }
                 other => {
                     return Err(MountError::Options(format!(
-                        "-o {other}: unknown option; sw-pool accepts only ro, nosuid and nodev (always applied)"
+                        "-o {other}: unknown option; sw-pool accepts only ro, rw (user images), nosuid and nodev (always applied)"
                     )))
                 }
             }
         }
-        Ok(MountOptions { _private: () })
+        Ok(MountOptions { writable })
     }
 }
 
@@ -131,6 +142,17 @@ impl Backend {
                 .arg(format!("{},fakeroot", MountOptions::FIXED)),
         }
     }
+
+    /// The helper's command line for a read-write mount of a user image (fuse2fs only): the user's
+    /// own files, so no `fakeroot`; `nosuid,nodev` as always.
+    pub fn command_rw(self, image: &Path, mountpoint: &Path) -> ToolCommand {
+        ToolCommand::new(Tool::Fuse2fs)
+            .path(image)
+            .path(mountpoint)
+            .arg("-f")
+            .arg("-o")
+            .arg(MountOptions::WRITABLE)
+    }
 }
 
 impl fmt::Display for Backend {
@@ -148,6 +170,19 @@ pub struct ImageInfo {
     pub backend: Backend,
     /// `name`, `version` and `digest` of a pool; `None` for a bare image.
     pub pool: Option<PoolId>,
+    /// Mounted read-write (a user image under its lease).
+    pub writable: bool,
+}
+
+impl ImageInfo {
+    /// The helper's command line for this image at `mountpoint`.
+    fn helper_command(&self, mountpoint: &Path) -> ToolCommand {
+        if self.writable {
+            self.backend.command_rw(&self.path, mountpoint)
+        } else {
+            self.backend.command(&self.path, mountpoint)
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +265,7 @@ impl ImageInfo {
             format,
             backend: Backend::for_format(format),
             pool,
+            writable: false,
         })
     }
 }
@@ -512,7 +548,7 @@ pub fn mount(
     }
     if sys.euid() != 0 {
         // fusermount3 mounts for us, with its own checks of the mount point
-        let cmd = image.backend.command(&image.path, mp);
+        let cmd = image.helper_command(mp);
         return supervise(sys, image, mp, mp, log, timeout, start, cmd);
     }
     mount_pinned(sys, image, mp, &checked, log, timeout, start)
@@ -551,7 +587,7 @@ fn mount_pinned(
     let stage = sys.stage().map_err(|e| MountError::Staging {
         reason: format!("{}: {e}", pinned::STAGE_ROOT),
     })?;
-    let cmd = image.backend.command(&image.path, &stage);
+    let cmd = image.helper_command(&stage);
     let m = match supervise(sys, image, &stage, mp, log, timeout, start, cmd) {
         Ok(m) => m,
         Err(e) => {

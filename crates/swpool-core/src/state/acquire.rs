@@ -16,6 +16,9 @@ pub struct AcquireRequest {
     pub once_per_job: bool,
     /// The pool file on shared storage it came from (`load`), kept in the record.
     pub source: Option<PathBuf>,
+    /// The lease a read-write mount of a user image holds (taken by the caller, kept in the
+    /// record, given back when the record goes: [`StateDir::remove`]).
+    pub lease: Option<crate::userimage::lease::Holder>,
 }
 
 /// The result of [`acquire`].
@@ -73,7 +76,8 @@ pub fn acquire(
     dir: &StateDir,
     req: &AcquireRequest,
 ) -> Result<Acquired, StateError> {
-    let image = ImageInfo::inspect(&req.image)?;
+    let mut image = ImageInfo::inspect(&req.image)?;
+    image.writable = req.options.writable();
     let mp = mount::canonical_mountpoint(&req.mountpoint)?;
     let _lock = dir.lock()?;
     let mut notes = Vec::new();
@@ -182,6 +186,7 @@ pub fn acquire(
         source: req.source.clone(),
         mount_id: None,
         serving: None,
+        lease: req.lease.clone(),
     };
     dir.write(&rec)?;
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {

@@ -160,6 +160,10 @@ pub struct Record {
     /// `helper_pid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving: Option<Serving>,
+    /// The lease of a user image mounted read-write ([`crate::userimage::lease`]): given back
+    /// when the record goes, after the helper has written everything out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<crate::userimage::lease::Holder>,
 }
 
 impl Record {

@@ -303,6 +303,12 @@ impl StateDir {
 
     /// Remove a mount point's record and helper log.
     pub fn remove(&self, mount_point: &Path) -> Result<(), StateError> {
+        // a user image's lease goes with its record, once its helper has written everything out
+        if let Ok(Some(rec)) = self.read(mount_point) {
+            if let Some(h) = &rec.lease {
+                crate::userimage::end_lease(&rec.image, h, rec.helper_pid);
+            }
+        }
         for p in [
             self.record_path(mount_point),
             self.log_path(mount_point),

@@ -46,6 +46,7 @@ fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
         timeout: Duration::from_secs(5),
         once_per_job: false,
         source: None,
+        lease: None,
     }
 }
 

@@ -116,7 +116,7 @@ pub struct Taken {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("{image} is held {}: {}; a second read-write mount, or read-write while it is mounted read-only, is refused (unmount it there first; a holder whose job or node is gone is taken over by itself)", if .holders.len() == 1 { "" } else { "by several" }, .holders.iter().map(Holder::describe).collect::<Vec<_>>().join("; "))]
+    #[error("{} is in use: {}; a second read-write mount, or read-write while it is mounted read-only, is refused (unmount it there first; a holder whose job ended or whose node rebooted is taken over by itself)", .image.display(), .holders.iter().map(Holder::describe).collect::<Vec<_>>().join("; "))]
     Held {
         image: PathBuf,
         holders: Vec<Holder>,
@@ -341,6 +341,17 @@ pub struct RealLiveness {
     pub path_var: Option<std::ffi::OsString>,
 }
 
+impl RealLiveness {
+    /// This node, with `PATH` for `squeue`.
+    pub fn here(path_var: Option<&std::ffi::OsStr>) -> RealLiveness {
+        RealLiveness {
+            host: crate::users::hostname(),
+            boot_id: boot_id(),
+            path_var: path_var.map(ToOwned::to_owned),
+        }
+    }
+}
+
 impl Liveness for RealLiveness {
     fn check(&self, h: &Holder) -> Alive {
         if h.host == self.host {
@@ -360,7 +371,7 @@ impl Liveness for RealLiveness {
     }
 }
 
-fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     match rustix::process::Pid::from_raw(pid as i32) {
         Some(p) => !matches!(
             rustix::process::test_kill_process(p),

@@ -49,8 +49,10 @@ impl UserImageError {
             UserImageError::NotImage { .. } | UserImageError::Damaged { .. } => {
                 ExitStatus::InvalidPool
             }
-            UserImageError::Io { source, .. } => crate::error::io_status(source),
-            UserImageError::Lease(LeaseError::Io { source, .. }) => crate::error::io_status(source),
+            UserImageError::Io { source, .. } => swpool_format::status::io_status(source),
+            UserImageError::Lease(LeaseError::Io { source, .. }) => {
+                swpool_format::status::io_status(source)
+            }
             UserImageError::Lease(LeaseError::Corrupt { .. }) => ExitStatus::InvalidPool,
             UserImageError::Lease(_) => ExitStatus::BadInput,
             UserImageError::Exec(e) => e.exit_status(),
@@ -283,7 +285,10 @@ pub fn offline_holder(image: &Path, mode: Mode, job: Option<String>) -> Holder {
         user: crate::users::name_of(rustix::process::geteuid().as_raw()),
         job,
         mount_point: image.to_path_buf(),
-        since: crate::state::now(),
+        since: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
     }
 }
 
@@ -347,4 +352,18 @@ pub fn check(
     let r = fsck(image, repair, path_var);
     lease::release(image, &me)?;
     r
+}
+
+/// Give back the lease of a read-write mount whose record goes: first wait (at most a minute) for
+/// its helper to exit, so that everything it buffered is in the image, then drop the holder. A
+/// failure is logged, never fatal: the unmount itself has happened, and a lease whose holder is
+/// gone is recognised by the next taker.
+pub fn end_lease(image: &Path, holder: &Holder, helper_pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while helper_pid != 0 && lease::pid_alive(helper_pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if let Err(e) = lease::release(image, holder) {
+        tracing::warn!("{e}");
+    }
 }
