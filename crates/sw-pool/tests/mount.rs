@@ -346,9 +346,9 @@ const BAD_INPUTS: &[Case] = &[
         via: Via::Sw,
         args: &["mount", "-o", "rw", "{img}", "{mp}"],
         env: &[],
-        expect_status: Status::Is(3),
+        expect_status: Status::Is(4),
         expect_stdout: Stdout::Any,
-        expect_stderr_contains: &["writable mounts are not supported yet"],
+        expect_stderr_contains: &["a pool, which is mounted read-only"],
     },
     Case {
         name: "umount of what is not mounted",

@@ -1,10 +1,10 @@
 //! The lease of a user image: read-write on one node at a time, read-only on any number.
 //!
 //! The lease lives beside the image on the shared file system, as `IMG.lease` (JSON: the holders).
-//! It is changed only under a short lock, `IMG.lease.lock`, taken by `link(2)` of a private
-//! temporary file onto that name: `link` either creates the name or fails with `EEXIST`, atomically,
-//! on every file system sites keep images on (a local one, NFS without lockd, sshfs' `hardlink@openssh.com`),
-//! where `flock` is node-local or missing. Under the lock the holders are read, checked and written
+//! It is changed only under a short lock, `IMG.lease.lock`, taken by creating that name
+//! exclusively (`O_CREAT|O_EXCL`): atomic on every file system sites keep images on (a local one,
+//! NFS v3 and later without lockd, sshfs over SFTP), where `flock` is node-local or missing (and
+//! sshfs refuses `link(2)` without its hard-link extension). Under the lock the holders are read, checked and written
 //! back (to a temporary name, renamed), then the lock name is unlinked.
 //!
 //! A holder that is gone is recognised ([`Liveness`]): on its own node, its host rebooted (another
@@ -174,45 +174,38 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
-/// Take the lock: a temporary file with our identity, linked onto the lock's name.
+/// Take the lock: the lock's name created exclusively (`O_CREAT|O_EXCL`), then our identity
+/// written into it. Exclusive create is atomic on a local file system, on NFS (v3 and later) and
+/// over SFTP (sshfs: `SSH_FXF_EXCL`), where `flock` is node-local or absent and `link(2)` may be
+/// refused (sshfs without the hard-link extension: EPERM).
 fn lock(image: &Path, me: &str) -> Result<LockGuard, LeaseError> {
     let lock = lock_path(image);
-    // a private file with our identity (host, pid, time: unique on a shared directory), linked
-    // onto the lock's name below and removed when the attempt ends
-    let tmp = suffixed(
-        &lock,
-        &format!(
-            ".{}.{}.{}",
-            crate::users::hostname(),
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        ),
-    );
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io("create a temporary file beside", image))?;
-    let tmp = LockGuard { path: tmp }; // removed on every way out
-    f.write_all(me.as_bytes())
-        .map_err(io("write a temporary file beside", image))?;
-    drop(f);
     let start = std::time::Instant::now();
     let mut pause = Duration::from_millis(2);
     loop {
-        match std::fs::hard_link(&tmp.path, &lock) {
-            Ok(()) => return Ok(LockGuard { path: lock }),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+        {
+            Ok(mut f) => {
+                let g = LockGuard { path: lock };
+                let _ = f.write_all(me.as_bytes()); // for the message of a waiter; not needed
+                return Ok(g);
+            }
+            // sshfs reports an existing name as EPERM (SFTP's generic failure): the name is there
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AlreadyExists
+                    || (e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error())
+                        && std::fs::symlink_metadata(&lock).is_ok()) =>
+            {
                 let age = std::fs::symlink_metadata(&lock)
                     .ok()
                     .and_then(|m| m.modified().ok())
                     .and_then(|t| t.elapsed().ok());
                 if age.is_some_and(|a| a > LOCK_STALE) {
                     // its taker died inside the critical section: take it over (one of the racers
-                    // removes it; the link above then decides again)
+                    // removes it; the exclusive create above then decides again)
                     let _ = std::fs::remove_file(&lock);
                     continue;
                 }
@@ -470,7 +463,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("by several") && e.contains("n1") && e.contains("n2"),
+            e.contains("in use") && e.contains("n1") && e.contains("n2"),
             "{e}"
         );
         // a gone holder is dropped and its place taken

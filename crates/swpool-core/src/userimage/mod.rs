@@ -261,6 +261,14 @@ pub fn check_image(image: &Path) -> Result<(), UserImageError> {
             reason: "not a regular file".into(),
         });
     }
+    // a pool (an image with a manifest trailer) is read-only: its manifest vouches for its bytes
+    if crate::pool::Pool::open(image).is_ok() {
+        return Err(UserImageError::NotImage {
+            path: image.to_path_buf(),
+            reason: "a pool, which is mounted read-only (its manifest vouches for every byte)"
+                .into(),
+        });
+    }
     match crate::image::detect(image) {
         Ok(f) if f.is_ext() => Ok(()),
         Ok(f) => Err(UserImageError::NotImage {
