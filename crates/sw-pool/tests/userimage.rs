@@ -75,6 +75,9 @@ fn one_writer_or_many_readers_and_the_lease_follows_the_mounts() {
     let h = lease_holders(&img);
     assert_eq!(h.len(), 1);
     assert_eq!(h[0]["mode"], "rw");
+    // `list` says the image is held read-write here
+    let o = t.ok(&["list"]);
+    assert!(o.stdout.contains("data.img (rw)"), "{}", o.stdout);
     std::fs::write(format!("{rw}/b"), b"written\n").unwrap();
     // a second writer and a reader are refused, naming the holder
     for args in [vec!["mount", "--rw", &img, &ro1], vec!["mount", &img, &ro1]] {

@@ -105,6 +105,14 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
                         .unwrap_or_else(|| "-".into()),
                 })
                 .unwrap_or_else(|| "-".into());
+            // a user image says how it holds its lease: read-write here, or one reader of many
+            let label = match rec.and_then(|r| r.lease.as_ref()) {
+                Some(h) if h.mode == swpool_core::userimage::lease::Mode::Rw => {
+                    format!("{label} (rw)")
+                }
+                Some(_) => format!("{label} (ro)"),
+                None => label,
+            };
             let digest: String = rec
                 .and_then(|r| r.pool.as_ref())
                 .map(|p| {
