@@ -9,7 +9,7 @@ use super::{authorize_in_place, load, LoadRequest, Loaded, NodeContext, Quiet};
 use crate::error::{Error, LoadError};
 use crate::mount::{ImageInfo, MountOptions};
 use crate::pool::{ManifestError, Pool};
-use crate::state::{self, AcquireRequest, Acquired};
+use crate::state::{AcquireRequest, Acquired};
 use crate::userimage::lease;
 use crate::ExitStatus;
 
@@ -94,37 +94,21 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
     };
     // an ext image mounted read-only is a reader of a user image: it holds a read-only lease, so
     // that no node mounts it read-write meanwhile (and it is refused while one does)
-    let (lease, mut notes) = read_lease(node, &image, &mountpoint, req.job_id.clone())?;
-    let acquired = state::acquire(
+    let (lease, notes) = read_lease(node, &image, &mountpoint, req.job_id.clone())?;
+    let mut acquired = super::mount_rw::acquire_leased(
         node.sys,
         &node.state,
         &AcquireRequest {
-            image: image.clone(),
+            image,
             mountpoint,
             options: req.options,
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
             source: None,
-            lease: lease.clone(),
+            lease,
         },
-    );
-    let mut acquired = match acquired {
-        Ok(a) => a,
-        Err(e) => {
-            if let Some(h) = &lease {
-                let _ = lease::release(&image, h);
-            }
-            return Err(e.into());
-        }
-    };
-    if let (Some(h), false) = (&lease, acquired.reused) {
-        let mut held = h.clone();
-        held.pid = acquired.record.helper_pid;
-        if let Err(e) = lease::update(&image, &held) {
-            notes.push(e.to_string());
-        }
-    }
+    )?;
     acquired.notes.extend(notes);
     Ok(MountOutcome::InPlace {
         acquired: Box::new(acquired),
@@ -178,8 +162,7 @@ fn read_lease(
         return Ok((None, Vec::new()));
     }
     let mp = crate::mount::canonical_mountpoint(mountpoint)?;
-    let mut h = crate::userimage::offline_holder(&mp, lease::Mode::Ro, job);
-    h.mount_point = mp;
+    let h = lease::Holder::here(lease::Mode::Ro, &mp, job);
     let live = lease::RealLiveness::here(node.env.path_var());
     match lease::take(image, &h, &live) {
         Ok(t) => Ok((

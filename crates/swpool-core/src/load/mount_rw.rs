@@ -38,36 +38,55 @@ pub fn mount_rw(
             source,
         })?;
     let mp = crate::mount::canonical_mountpoint(&req.mountpoint)?;
-    let mut me = userimage::offline_holder(&mp, Mode::Rw, req.job_id.clone());
-    me.mount_point = mp.clone();
+    let me = lease::Holder::here(Mode::Rw, &mp, req.job_id.clone());
     let taken = lease::take(&image, &me, live).map_err(userimage::UserImageError::from)?;
-    let give_back = |e: crate::Error| {
-        let _ = lease::release(&image, &me);
-        e
+    let report = match userimage::fsck(&image, true, path_var) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = lease::release(&image, &me);
+            return Err(e.into());
+        }
     };
-    let report = userimage::fsck(&image, true, path_var).map_err(|e| give_back(e.into()))?;
-    let acquired = crate::state::acquire(
+    let acquired = acquire_leased(
         sys,
         dir,
         &crate::state::AcquireRequest {
             image: image.clone(),
-            mountpoint: mp.clone(),
+            mountpoint: mp,
             options: crate::mount::MountOptions::read_write(),
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
             source: None,
-            lease: Some(me.clone()),
+            lease: Some(me),
         },
-    )
-    .map_err(|e| give_back(e.into()))?;
-    // the lease now follows the helper's life (another node can tell it is gone)
-    if !acquired.reused {
-        let mut held = me.clone();
+    )?;
+    Ok((acquired, taken, report))
+}
+
+/// [`crate::state::acquire`] of a mount that holds the lease in `req.lease` (taken by the caller):
+/// a failure gives the lease back; a new mount makes the serving helper the holder (another node
+/// of the same boot can then tell it is gone), a failure to say so being a note.
+pub(super) fn acquire_leased(
+    sys: &dyn crate::mount::Sys,
+    dir: &crate::state::StateDir,
+    req: &crate::state::AcquireRequest,
+) -> Result<crate::state::Acquired, crate::Error> {
+    let mut acquired = match crate::state::acquire(sys, dir, req) {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some(h) = &req.lease {
+                let _ = lease::release(&req.image, h);
+            }
+            return Err(e.into());
+        }
+    };
+    if let (Some(h), false) = (&req.lease, acquired.reused) {
+        let mut held = h.clone();
         held.pid = acquired.record.helper_pid;
-        if let Err(e) = lease::update(&image, &held) {
-            tracing::warn!("{e}");
+        if let Err(e) = lease::update(&req.image, &held) {
+            acquired.notes.push(e.to_string());
         }
     }
-    Ok((acquired, taken, report))
+    Ok(acquired)
 }

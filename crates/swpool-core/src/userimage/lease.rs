@@ -62,6 +62,26 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// This process on this node holding the image in `mode` for `mount_point` (an offline
+    /// operation names the image itself); its pid becomes the serving helper's once that runs.
+    pub fn here(mode: Mode, mount_point: &Path, job: Option<String>) -> Holder {
+        let uid = rustix::process::geteuid().as_raw();
+        Holder {
+            mode,
+            host: crate::users::hostname(),
+            boot_id: boot_id(),
+            pid: std::process::id(),
+            uid,
+            user: crate::users::name_of(uid),
+            job,
+            mount_point: mount_point.to_path_buf(),
+            since: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        }
+    }
+
     /// `read-write on node3 (job 1234, pid 567, user alice, at /home/alice/mnt)`
     pub fn describe(&self) -> String {
         format!(
@@ -78,12 +98,13 @@ impl Holder {
         )
     }
 
-    /// The same mount: host, boot, mount point and user.
+    /// The same mount: host, boot, mount point, user and mode.
     fn same_mount(&self, other: &Holder) -> bool {
         self.host == other.host
             && self.boot_id == other.boot_id
             && self.mount_point == other.mount_point
             && self.uid == other.uid
+            && self.mode == other.mode
     }
 }
 
@@ -261,7 +282,8 @@ fn write(image: &Path, l: &LeaseFile) -> Result<(), LeaseError> {
 
 /// Take the image for `me` (its mode, host, …), dropping holders that are gone. Refused while a
 /// holder that may be alive conflicts: any holder for `Rw`, a writer for `Ro`. The same mount taking
-/// it again (a second reference on its node) is not a conflict.
+/// it again (a second reference on its node) is not a conflict, and keeps the holder as it is (its
+/// pid is the serving helper's, which the lease's life follows).
 pub fn take(image: &Path, me: &Holder, live: &dyn Liveness) -> Result<Taken, LeaseError> {
     let _g = lock(image, &me.describe())?;
     let mut l = read(image)?;
@@ -289,8 +311,9 @@ pub fn take(image: &Path, me: &Holder, live: &dyn Liveness) -> Result<Taken, Lea
             holders: conflicts,
         });
     }
-    l.holders.retain(|h| !h.same_mount(me));
-    l.holders.push(me.clone());
+    if !l.holders.iter().any(|h| h.same_mount(me)) {
+        l.holders.push(me.clone());
+    }
     l.schema = 1;
     write(image, &l)?;
     Ok(Taken { dropped })
@@ -441,8 +464,11 @@ mod tests {
         std::fs::write(&img, b"x").unwrap();
         let live = Fake(Mutex::new(vec![]));
         take(&img, &h(Mode::Rw, "n1", 1), &live).unwrap();
-        // the same mount again: fine; another writer or a reader: refused, naming the holder
-        take(&img, &h(Mode::Rw, "n1", 1), &live).unwrap();
+        // the same mount again (another process): fine, and the holder stays as it was; another
+        // writer, a reader, or the same mount point read-only: refused, naming the holder
+        take(&img, &h(Mode::Rw, "n1", 9), &live).unwrap();
+        assert_eq!(holders(&img).unwrap()[0].pid, 1);
+        assert!(take(&img, &h(Mode::Ro, "n1", 9), &live).is_err());
         let e = take(&img, &h(Mode::Rw, "n2", 2), &live)
             .unwrap_err()
             .to_string();

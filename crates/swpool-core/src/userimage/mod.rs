@@ -282,22 +282,23 @@ pub fn check_image(image: &Path) -> Result<(), UserImageError> {
     }
 }
 
-/// The holder an offline operation (resize, check) puts in the lease for its duration.
-pub fn offline_holder(image: &Path, mode: Mode, job: Option<String>) -> Holder {
-    Holder {
-        mode,
-        host: crate::users::hostname(),
-        boot_id: lease::boot_id(),
-        pid: std::process::id(),
-        uid: rustix::process::geteuid().as_raw(),
-        user: crate::users::name_of(rustix::process::geteuid().as_raw()),
-        job,
-        mount_point: image.to_path_buf(),
-        since: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    }
+/// Run `f` with the image held in `mode` by this process (an offline operation: resize, check),
+/// refused while a node has it mounted in a conflicting way; the lease is given back whatever `f`
+/// returns (its error first).
+fn offline<T>(
+    image: &Path,
+    mode: Mode,
+    live: &dyn Liveness,
+    f: impl FnOnce() -> Result<T, UserImageError>,
+) -> Result<T, UserImageError> {
+    check_image(image)?;
+    let me = Holder::here(mode, image, None);
+    lease::take(image, &me, live)?;
+    let r = f();
+    let released = lease::release(image, &me);
+    let r = r?;
+    released?;
+    Ok(r)
 }
 
 /// `sw-pool image resize IMG SIZE`: offline, under an exclusive lease (refused while any node
@@ -309,10 +310,14 @@ pub fn resize(
     live: &dyn Liveness,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<u64, UserImageError> {
-    check_image(image)?;
-    let me = offline_holder(image, Mode::Rw, None);
-    lease::take(image, &me, live)?;
-    let r = (|| {
+    let io = |what: &'static str| {
+        move |source| UserImageError::Io {
+            what,
+            path: image.to_path_buf(),
+            source,
+        }
+    };
+    offline(image, Mode::Rw, live, || {
         fsck(image, true, path_var)?;
         let kib = size / 1024;
         ToolCommand::new(Tool::Resize2fs)
@@ -322,28 +327,14 @@ pub fn resize(
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(image)
-            .map_err(|source| UserImageError::Io {
-                what: "open",
-                path: image.to_path_buf(),
-                source,
-            })?;
+            .map_err(io("open"))?;
         if f.metadata().map(|m| m.len()).unwrap_or(0) > kib * 1024 {
-            f.set_len(kib * 1024).map_err(|source| UserImageError::Io {
-                what: "cut",
-                path: image.to_path_buf(),
-                source,
-            })?;
+            f.set_len(kib * 1024).map_err(io("cut"))?;
         }
-        f.sync_all().map_err(|source| UserImageError::Io {
-            what: "sync",
-            path: image.to_path_buf(),
-            source,
-        })?;
+        f.sync_all().map_err(io("sync"))?;
         fsck(image, false, path_var)?;
         Ok(kib * 1024)
-    })();
-    lease::release(image, &me)?;
-    r
+    })
 }
 
 /// `sw-pool image check IMG [--repair]`: under a lease (read-only for a check, exclusive for a
@@ -354,12 +345,8 @@ pub fn check(
     live: &dyn Liveness,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<String, UserImageError> {
-    check_image(image)?;
-    let me = offline_holder(image, if repair { Mode::Rw } else { Mode::Ro }, None);
-    lease::take(image, &me, live)?;
-    let r = fsck(image, repair, path_var);
-    lease::release(image, &me)?;
-    r
+    let mode = if repair { Mode::Rw } else { Mode::Ro };
+    offline(image, mode, live, || fsck(image, repair, path_var))
 }
 
 /// Give back the lease of a read-write mount whose record goes: first wait (at most a minute) for
