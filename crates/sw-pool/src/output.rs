@@ -25,6 +25,9 @@ pub enum Verbosity {
 pub struct Printer {
     pub verbosity: Verbosity,
     pub json: bool,
+    /// Stdout carries something else (`mount --print-mountpoint`): no result or detail lines
+    /// there; warnings still go to stderr.
+    pub stdout_taken: bool,
 }
 
 impl Printer {
@@ -36,19 +39,23 @@ impl Printer {
         } else {
             Verbosity::Normal
         };
-        Printer { verbosity, json }
+        Printer {
+            verbosity,
+            json,
+            stdout_taken: false,
+        }
     }
 
-    /// A result line (stdout), unless quiet or JSON.
+    /// A result line (stdout), unless quiet, JSON or stdout is taken.
     pub fn result(&self, line: impl AsRef<str>) {
-        if self.verbosity > Verbosity::Quiet && !self.json {
+        if self.verbosity > Verbosity::Quiet && !self.json && !self.stdout_taken {
             outln(line.as_ref());
         }
     }
 
     /// Detail shown with `-v` (stdout, as the paper's timing lines).
     pub fn verbose(&self, line: impl AsRef<str>) {
-        if self.verbosity >= Verbosity::Verbose && !self.json {
+        if self.verbosity >= Verbosity::Verbose && !self.json && !self.stdout_taken {
             outln(line.as_ref());
         }
     }

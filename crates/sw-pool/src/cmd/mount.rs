@@ -16,15 +16,8 @@ pub fn job_id(flag: Option<String>, env: &Environment) -> Option<String> {
 
 pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error> {
     let mut p = Printer::new(g, a.json);
-    // warnings go to stderr as ever (the pool modulefile shows them); stdout is the mount point
-    let warn = |w: String| {
-        if !g.quiet {
-            crate::eline!("sw-pool: warning: {w}");
-        }
-    };
-    if a.print_mountpoint {
-        p.verbosity = crate::output::Verbosity::Quiet; // stdout is the mount point only
-    }
+    // stdout is the mount point only; warnings go to stderr as ever (the pool modulefile shows them)
+    p.stdout_taken = a.print_mountpoint;
     // `mount DIR POOL`: the arguments swapped (issue 32, point 8)
     if let Some(m) = a
         .mountpoint
@@ -67,7 +60,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
     match outcome? {
         MountOutcome::Pool(l) => {
             if let Some(w) = super::trust_warning(env, &l.plan) {
-                warn(w);
+                p.warn(w);
             }
             if a.print_mountpoint {
                 crate::output::outln(&l.mount_point.display().to_string());
@@ -100,7 +93,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
             warning,
         } => {
             if let Some(w) = warning {
-                warn(w);
+                p.warn(w);
             }
             for n in &r.notes {
                 p.warn(n);
