@@ -187,6 +187,17 @@ fn inspect_rejects_what_is_not_a_pool() {
     );
 }
 
+/// The row of `key` in `sw-pool config --json`'s settings.
+fn setting(config: &serde_json::Value, key: &str) -> serde_json::Value {
+    config["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == key)
+        .unwrap()
+        .clone()
+}
+
 #[test]
 fn config_precedence_and_errors() {
     let d = scratch();
@@ -201,15 +212,7 @@ fn config_precedence_and_errors() {
         .args(["config", "--json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    let get = |k: &str| {
-        j["settings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["key"] == k)
-            .unwrap()
-            .clone()
-    };
+    let get = |k: &str| setting(&j, k);
     assert_eq!(get("format")["value"], "ext4");
     assert_eq!(get("format")["origin"], sys.to_str().unwrap());
     assert_eq!(get("chunk_size")["value"], "65536");
@@ -350,15 +353,7 @@ fn config_shows_the_real_directories() {
         .args(["config", "--json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    let get = |k: &str| {
-        j["settings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["key"] == k)
-            .unwrap()
-            .clone()
-    };
+    let get = |k: &str| setting(&j, k);
     let want = d.path().join(format!("sw-pool-{uid}")).join("cache");
     assert_eq!(get("cache_dir")["value"], want.to_str().unwrap());
     assert_eq!(get("cache_dir")["origin"], "default: $TMPDIR");

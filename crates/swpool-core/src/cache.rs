@@ -36,12 +36,21 @@ impl CacheError {
 /// The base directory for caches: `flag`, the configured `cache_dir` (`$SW_POOL_CACHE`),
 /// `$LOCAL_TMPDIR`, `$TMPDIR` (from `env`), `/tmp`.
 pub fn base_dir(flag: Option<&Path>, configured: Option<&Path>, env: &Environment) -> PathBuf {
+    base_dir_from(flag, configured, env).0
+}
+
+/// [`base_dir`] and what chose it: `flag`, `configured`, `$LOCAL_TMPDIR`, `$TMPDIR` or `/tmp`.
+pub fn base_dir_from(
+    flag: Option<&Path>,
+    configured: Option<&Path>,
+    env: &Environment,
+) -> (PathBuf, &'static str) {
     let var = |v: HostVar| env.get_os(v).filter(|v| !v.is_empty()).map(PathBuf::from);
-    flag.map(Path::to_path_buf)
-        .or_else(|| configured.map(Path::to_path_buf))
-        .or_else(|| var(HostVar::LocalTmpdir))
-        .or_else(|| var(HostVar::Tmpdir))
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
+    flag.map(|p| (p.to_path_buf(), "flag"))
+        .or_else(|| configured.map(|p| (p.to_path_buf(), "configured")))
+        .or_else(|| var(HostVar::LocalTmpdir).map(|p| (p, "$LOCAL_TMPDIR")))
+        .or_else(|| var(HostVar::Tmpdir).map(|p| (p, "$TMPDIR")))
+        .unwrap_or_else(|| (PathBuf::from("/tmp"), "/tmp"))
 }
 
 /// The user's cache directory under `base` (created 0700 when `create`), checked: a directory, not

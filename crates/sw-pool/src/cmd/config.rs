@@ -24,14 +24,15 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error
     for r in rows.iter_mut() {
         match r.0 {
             "cache_dir" => {
-                let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+                let (base, chosen_by) =
+                    swpool_core::cache::base_dir_from(None, cfg.cache_dir.value.as_deref(), env);
                 let dir = swpool_core::cache::existing_dir(&base, uid)
                     .ok()
                     .flatten()
                     .unwrap_or_else(|| swpool_core::userdir::predictable(&base, uid).join("cache"));
                 r.1 = dir.display().to_string();
                 if cfg.cache_dir.value.is_none() {
-                    r.2 = format!("default: {}", cache_base_origin(env));
+                    r.2 = format!("default: {chosen_by}");
                 }
             }
             "mount_dir" => {
@@ -101,17 +102,4 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error
         "trust_policy": {"require_signature": policy.require_signature, "origin": policy.origin.to_string(), "trusted_keys": policy.keys.keys.len(), "dirs": dirs},
     }));
     Ok(())
-}
-
-/// Which of the default cache bases applies: `$LOCAL_TMPDIR`, `$TMPDIR` or `/tmp`.
-fn cache_base_origin(env: &Environment) -> &'static str {
-    use swpool_core::config::HostVar;
-    let set = |v: HostVar| env.get_os(v).is_some_and(|v| !v.is_empty());
-    if set(HostVar::LocalTmpdir) {
-        "$LOCAL_TMPDIR"
-    } else if set(HostVar::Tmpdir) {
-        "$TMPDIR"
-    } else {
-        "/tmp"
-    }
 }
