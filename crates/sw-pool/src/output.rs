@@ -255,8 +255,9 @@ impl PassBar {
     /// Add `done` bytes of `total`.
     pub fn step(&self, done: u64, total: u64) {
         if let Some(b) = &self.bar {
-            reveal(b, total);
+            // counted before the bar is revealed, so that its first frame shows the work done
             b.inc(done);
+            reveal(b, total);
         }
     }
 
@@ -272,7 +273,7 @@ impl PassBar {
 pub fn progress_sink(bar: &indicatif::ProgressBar) -> swpool_core::transfer::ProgressSink {
     let b = bar.clone();
     std::sync::Arc::new(move |done: u64, total: u64| {
-        reveal(&b, total);
         b.set_position(done);
+        reveal(&b, total);
     })
 }
