@@ -48,6 +48,7 @@ def long_files():
 # where the environment may be read, and what is checked
 ENV_LAYER = "crates/swpool-core/src/config/"
 ENV_CHECKED = ("crates/swpool-core/src", "crates/swpool-sys/src", "crates/swpool-format/src",
+               "crates/swpool-trust/src",
                "crates/sw-pool/src")
 ENV_READS = re.compile(
     r"\b(?:std::)?env::(?:var|var_os|vars|vars_os)\b"  # std::env::var, env::var_os, ...

@@ -8,11 +8,9 @@ pub fn run(g: &GlobalArgs, a: ConfigArgs, env: &Environment) -> Result<(), Error
     let cfg = super::config(env)?;
     let p = Printer::new(g, a.json);
     // the effective trust policy: require_signature as set, or the default where keys are installed
-    let dirs = swpool_core::trust::TrustedKeys::default_dirs(env);
-    let policy = swpool_core::trust::TrustPolicy::from_config(
-        &cfg,
-        swpool_core::trust::TrustedKeys::load(&dirs),
-    );
+    let dirs = swpool_core::trust::default_dirs(env);
+    let policy =
+        swpool_core::trust::policy_from_config(&cfg, swpool_core::trust::TrustedKeys::load(&dirs));
     let mut rows = cfg.rows();
     // one value everywhere: the row shows what applies, with its origin (issue 32, point 6)
     for r in rows.iter_mut().filter(|r| r.0 == "require_signature") {

@@ -1,6 +1,6 @@
 use swpool_core::config::Environment;
 use swpool_core::size::Bytes;
-use swpool_core::trust::{verify_pool, KeySource, TrustedKeys};
+use swpool_core::trust::{verify_pool, KeySource};
 use swpool_core::Error;
 
 use crate::cli::{GlobalArgs, VerifyArgs};
@@ -10,7 +10,7 @@ pub fn run(g: &GlobalArgs, a: VerifyArgs, env: &Environment) -> Result<(), Error
     let source = match (a.key, a.trusted) {
         (Some(k), _) => KeySource::Key(k),
         (None, Some(d)) => KeySource::Dirs(vec![d]),
-        (None, None) => KeySource::Dirs(TrustedKeys::default_dirs(env)),
+        (None, None) => KeySource::Dirs(swpool_core::trust::default_dirs(env)),
     };
     let bar = crate::output::PassBar::new(!a.json && !g.quiet, "verifying");
     let r = verify_pool(&a.pool, &source, a.detached, Some(&|d, t| bar.step(d, t)));

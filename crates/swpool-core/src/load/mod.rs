@@ -74,9 +74,9 @@ impl<'a> NodeContext<'a> {
         Ok(NodeContext {
             cfg,
             env,
-            policy: TrustPolicy::from_config(
+            policy: crate::trust::policy_from_config(
                 cfg,
-                TrustedKeys::load(&TrustedKeys::default_dirs(env)),
+                TrustedKeys::load(&crate::trust::default_dirs(env)),
             ),
             uid: sys.euid(),
             sys,

@@ -95,7 +95,7 @@ fn node_context<'a>(
     NodeContext {
         cfg,
         env: &NO_ENV,
-        policy: TrustPolicy::from_config(cfg, keys),
+        policy: crate::trust::policy_from_config(cfg, keys),
         uid: s.uid,
         sys,
         state: StateDir::open(&s.root.join(format!("node{n}/state")), s.uid).unwrap(),
@@ -371,20 +371,20 @@ fn signatures_are_required_by_default_where_keys_are_installed() {
         ..Default::default()
     };
     let cfg = Config::default();
-    let p = TrustPolicy::from_config(&cfg, with_keys.clone());
+    let p = crate::trust::policy_from_config(&cfg, with_keys.clone());
     assert!(p.require_signature);
     assert!(
         p.origin.to_string().contains("1 trusted key"),
         "{}",
         p.origin
     );
-    let p = TrustPolicy::from_config(&cfg, crate::trust::TrustedKeys::default());
+    let p = crate::trust::policy_from_config(&cfg, crate::trust::TrustedKeys::default());
     assert!(!p.require_signature);
     // an explicit `require_signature = false` wins
     let mut cfg = Config::default();
     cfg.apply_env(|k| (k == "SW_POOL_REQUIRE_SIGNATURE").then(|| "false".to_string()))
         .unwrap();
-    let p = TrustPolicy::from_config(&cfg, with_keys);
+    let p = crate::trust::policy_from_config(&cfg, with_keys);
     assert!(!p.require_signature);
     assert!(
         p.origin.to_string().contains("SW_POOL_REQUIRE_SIGNATURE"),
@@ -407,7 +407,7 @@ fn a_pool_from_its_trailer_bytes_is_the_pool_of_the_file() {
     assert!(q.file.is_none());
     let policy = TrustPolicy {
         require_signature: true,
-        ..TrustPolicy::from_config(
+        ..crate::trust::policy_from_config(
             &Config::default(),
             crate::trust::TrustedKeys {
                 keys: vec![trusted(&s.key, "site")],

@@ -11,11 +11,11 @@ use openssl::pkey::{PKey, Private};
 use openssl::sign::Signer as SslSigner;
 use sha2::{Digest, Sha256};
 
-use super::keys::{fingerprint, Algorithm};
-use super::{SignatureBlock, TrustError};
-use crate::atomic::TempOutput;
-use crate::pool::trailer::trailer_bytes;
-use crate::pool::Pool;
+use crate::keys::{fingerprint, Algorithm};
+use crate::{SignatureBlock, TrustError};
+use swpool_format::pool::trailer::trailer_bytes;
+use swpool_format::pool::Pool;
+use swpool_sys::atomic::TempOutput;
 
 #[derive(Debug, Clone)]
 pub struct SignReport {
@@ -86,12 +86,12 @@ pub fn detached_path(pool: &Path) -> PathBuf {
 pub fn sign_pool(
     path: &Path,
     key: &PKey<Private>,
-    progress: crate::pool::chunks::Progress,
+    progress: swpool_format::pool::chunks::Progress,
 ) -> Result<SignReport, TrustError> {
     let alg = Algorithm::of(key)?;
     let fp = fingerprint(key)?;
     let pool = Pool::open(path)?;
-    crate::pool::fs_size::check_fits(&pool)?;
+    swpool_format::pool::fs_size::check_fits(&pool)?;
     let io = |what: &'static str| {
         move |source| TrustError::Io {
             path: path.to_path_buf(),
@@ -115,7 +115,7 @@ pub fn sign_pool(
     );
 
     // copy the image (holes kept) to a temporary file, feeding every byte to the detached signer
-    let src = crate::pool::open_regular(path).map_err(io("cannot open"))?;
+    let src = swpool_format::pool::open_regular(path).map_err(io("cannot open"))?;
     let mode = src
         .metadata()
         .map_err(io("cannot stat"))?
@@ -128,8 +128,8 @@ pub fn sign_pool(
     let image_size = pool.manifest.image_size;
     out.set_len(image_size)
         .map_err(io("cannot size a temporary file beside"))?;
-    let data =
-        crate::sparse::data_ranges(&src, image_size).map_err(io("cannot map the data of"))?;
+    let data = swpool_format::sparse::data_ranges(&src, image_size)
+        .map_err(io("cannot map the data of"))?;
     // One pass, chunk by chunk: every byte is hashed against the manifest (a `null` chunk must be
     // all zeros), fed to the detached signer and copied. The signature vouches only for bytes
     // that were checked; a mismatch anywhere and nothing is signed. Memory: one 4 MiB buffer.
@@ -143,7 +143,7 @@ pub fn sign_pool(
         let r = m.chunk_range(i as u64);
         let mut all_zero = true;
         let mut h = blake3::Hasher::new();
-        if crate::sparse::overlaps_data(&data, &r, &mut hint) {
+        if swpool_format::sparse::overlaps_data(&data, &r, &mut hint) {
             let mut off = r.start;
             while off < r.end {
                 let n = ((r.end - off) as usize).min(buf.len());
@@ -151,7 +151,7 @@ pub fn sign_pool(
                     .map_err(io("cannot read"))?;
                 detached.update(&buf[..n])?;
                 h.update(&buf[..n]);
-                if !crate::sparse::is_all_zero(&buf[..n]) {
+                if !swpool_format::sparse::is_all_zero(&buf[..n]) {
                     all_zero = false;
                     out.write_all_at(&buf[..n], off)
                         .map_err(io("cannot write a temporary copy of"))?;

@@ -8,8 +8,8 @@ use openssl::pkey::{Id, PKey, Private, Public};
 use openssl::rsa::Rsa;
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::TempOutput;
 use swpool_format::status::ExitStatus;
+use swpool_sys::atomic::TempOutput;
 
 /// System and user directories of trusted public keys (`NAME.pem`: NAME is the signer's name).
 pub const SYSTEM_TRUSTED_KEYS: &str = "/etc/sw-pool/trusted-keys";
@@ -66,12 +66,12 @@ impl Algorithm {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot read key {}: {source}", crate::exec::show(path))]
+    #[error("cannot read key {}: {source}", swpool_sys::exec::show(path))]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a {what} key in PEM form ({reason}); make one with `sw-pool keygen --out NAME` or `openssl genpkey -algorithm ed25519 -out NAME.pem`", crate::exec::show(path))]
+    #[error("{} is not a {what} key in PEM form ({reason}); make one with `sw-pool keygen --out NAME` or `openssl genpkey -algorithm ed25519 -out NAME.pem`", swpool_sys::exec::show(path))]
     Parse {
         path: PathBuf,
         what: &'static str,
@@ -81,10 +81,10 @@ pub enum KeyError {
     Unsupported(String),
     #[error(
         "{} already exists; use --force to replace it",
-        crate::exec::show(path)
+        swpool_sys::exec::show(path)
     )]
     Exists { path: PathBuf },
-    #[error("cannot write {}: {source}", crate::exec::show(path))]
+    #[error("cannot write {}: {source}", swpool_sys::exec::show(path))]
     Write {
         path: PathBuf,
         source: std::io::Error,
@@ -223,21 +223,6 @@ pub struct TrustedKeys {
 }
 
 impl TrustedKeys {
-    /// The default directories: `$SW_POOL_TRUSTED_KEYS` (`:`-separated) if set, else
-    /// `/etc/sw-pool/trusted-keys` and `~/.config/sw-pool/trusted-keys` (the variables from `env`).
-    pub fn default_dirs(env: &crate::config::Environment) -> Vec<PathBuf> {
-        if let Some(v) = env.get_os(crate::config::EnvVar::TrustedKeys) {
-            return std::env::split_paths(v)
-                .filter(|p| !p.as_os_str().is_empty())
-                .collect();
-        }
-        let mut d = vec![PathBuf::from(SYSTEM_TRUSTED_KEYS)];
-        if let Some(u) = env.user_config_dir() {
-            d.push(u.join("sw-pool/trusted-keys"));
-        }
-        d
-    }
-
     pub fn load(dirs: &[PathBuf]) -> TrustedKeys {
         let mut t = TrustedKeys::default();
         for dir in dirs {

@@ -9,11 +9,11 @@ use openssl::pkey::{PKey, Public};
 use openssl::sign::Verifier;
 use sha2::{Digest, Sha256};
 
-use super::keys::{fingerprint, parse_public, Algorithm, TrustedKey, TrustedKeys};
-use super::sign::detached_path;
-use super::{SignatureBlock, TrustError};
-use crate::pool::chunks::verify_image;
-use crate::pool::Pool;
+use crate::keys::{fingerprint, parse_public, Algorithm, TrustedKey, TrustedKeys};
+use crate::sign::detached_path;
+use crate::{SignatureBlock, TrustError};
+use swpool_format::pool::chunks::verify_image;
+use swpool_format::pool::Pool;
 
 /// Who signed a pool, as far as this machine trusts it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -67,16 +67,14 @@ pub struct TrustPolicy {
 }
 
 impl TrustPolicy {
-    /// Secure by default where a site has keys: unless `require_signature` is set explicitly, a
-    /// signature by a trusted key is required as soon as any trusted key is installed.
-    pub fn from_config(cfg: &crate::config::Config, keys: TrustedKeys) -> TrustPolicy {
-        let s = &cfg.require_signature;
-        let (require, origin) = if s.origin != crate::config::Origin::Default {
-            (s.value, PolicyOrigin::Explicit(s.origin.to_string()))
-        } else if !keys.keys.is_empty() {
-            (true, PolicyOrigin::KeysInstalled(keys.keys.len()))
-        } else {
-            (s.value, PolicyOrigin::NoKeys)
+    /// Secure by default where a site has keys: unless `require_signature` is set explicitly
+    /// (`explicit`: its value and where it was set), a signature by a trusted key is required as
+    /// soon as any trusted key is installed.
+    pub fn new(explicit: Option<(bool, String)>, keys: TrustedKeys) -> TrustPolicy {
+        let (require, origin) = match explicit {
+            Some((value, origin)) => (value, PolicyOrigin::Explicit(origin)),
+            None if !keys.keys.is_empty() => (true, PolicyOrigin::KeysInstalled(keys.keys.len())),
+            None => (false, PolicyOrigin::NoKeys),
         };
         TrustPolicy {
             require_signature: require,
@@ -139,7 +137,7 @@ impl Verdict {
         ))
     }
 
-    /// A short name for what is wrong (a key for [`crate::state::StateDir::warning_due`]).
+    /// A short name for what is wrong (a key for `StateDir::warning_due` in swpool-core).
     pub fn kind(&self) -> &'static str {
         match self {
             Verdict::Trusted { .. } => "trusted",
@@ -276,11 +274,11 @@ pub fn verify_pool(
     path: &Path,
     source: &KeySource,
     check_detached: bool,
-    progress: crate::pool::chunks::Progress,
+    progress: swpool_format::pool::chunks::Progress,
 ) -> Result<VerifyReport, TrustError> {
     let t0 = Instant::now();
     let pool = Pool::open(path)?;
-    crate::pool::fs_size::check_fits(&pool)?;
+    swpool_format::pool::fs_size::check_fits(&pool)?;
     if pool.signature.is_empty() {
         return Err(TrustError::Unsigned {
             path: path.into(),
@@ -315,7 +313,7 @@ pub fn verify_pool(
         }
     };
     let m = &pool.manifest;
-    let file = crate::pool::open_regular(path).map_err(|source| TrustError::Io {
+    let file = swpool_format::pool::open_regular(path).map_err(|source| TrustError::Io {
         path: path.into(),
         what: "cannot open",
         source,
@@ -380,7 +378,7 @@ fn verify_detached(
         what: "cannot read",
         source,
     };
-    let mut f = crate::pool::open_regular(path).map_err(io)?;
+    let mut f = swpool_format::pool::open_regular(path).map_err(io)?;
     let mut buf = vec![0u8; 4 << 20];
     match alg {
         Algorithm::Ed25519 => {

@@ -94,34 +94,34 @@ pub enum TrustError {
     #[error(transparent)]
     Key(#[from] KeyError),
     #[error(transparent)]
-    Manifest(#[from] crate::pool::ManifestError),
-    #[error("{} is not signed; sign it with `sw-pool sign --key PRIV.pem {}`{}", crate::exec::show(path), crate::exec::show(path),
+    Manifest(#[from] swpool_format::pool::ManifestError),
+    #[error("{} is not signed; sign it with `sw-pool sign --key PRIV.pem {}`{}", swpool_sys::exec::show(path), swpool_sys::exec::show(path),
         if *required { " (the trust policy requires a signature: require_signature / SW_POOL_REQUIRE_SIGNATURE / --require-signature)" } else { "" })]
     Unsigned { path: PathBuf, required: bool },
     #[error(
         "{}: the signature block is damaged ({reason}); sign the pool again",
-        crate::exec::show(path)
+        swpool_sys::exec::show(path)
     )]
     BadBlock { path: PathBuf, reason: String },
-    #[error("{} is signed by key {fingerprint}, which is not trusted here; if you trust its owner, check the fingerprint with them and copy their public key into /etc/sw-pool/trusted-keys/NAME.pem (or ~/.config/sw-pool/trusted-keys/)", crate::exec::show(path))]
+    #[error("{} is signed by key {fingerprint}, which is not trusted here; if you trust its owner, check the fingerprint with them and copy their public key into /etc/sw-pool/trusted-keys/NAME.pem (or ~/.config/sw-pool/trusted-keys/)", swpool_sys::exec::show(path))]
     Untrusted { path: PathBuf, fingerprint: String },
     #[error(
         "{} is signed by key {signed_by}, not by the key you gave ({given})",
-        crate::exec::show(path)
+        swpool_sys::exec::show(path)
     )]
     WrongKey {
         path: PathBuf,
         signed_by: String,
         given: String,
     },
-    #[error("{}: the manifest signature does not verify with key {fingerprint} ({name}): the manifest or the signature was changed after signing; do not use this pool", crate::exec::show(path))]
+    #[error("{}: the manifest signature does not verify with key {fingerprint} ({name}): the manifest or the signature was changed after signing; do not use this pool", swpool_sys::exec::show(path))]
     BadSignature {
         path: PathBuf,
         fingerprint: String,
         name: String,
     },
     #[error("{}: the image does not match its signed manifest: {count} of {total} chunks differ, first at byte offset {first_offset}{}; do not use this pool, copy it again from its source",
-        crate::exec::show(path), if *count >= 2 && *count * 2 > *data_chunks { " (the manifest belongs to another image)" } else { "" })]
+        swpool_sys::exec::show(path), if *count >= 2 && *count * 2 > *data_chunks { " (the manifest belongs to another image)" } else { "" })]
     ImageMismatch {
         path: PathBuf,
         count: u64,
@@ -129,16 +129,16 @@ pub enum TrustError {
         data_chunks: u64,
         first_offset: u64,
     },
-    #[error("refusing to sign {}: its image does not match its manifest: {count} of {total} chunks differ, first at byte offset {first_offset}; nothing was signed: rebuild the pool (`sw-pool build`) from the tree you checked", crate::exec::show(path))]
+    #[error("refusing to sign {}: its image does not match its manifest: {count} of {total} chunks differ, first at byte offset {first_offset}; nothing was signed: rebuild the pool (`sw-pool build`) from the tree you checked", swpool_sys::exec::show(path))]
     SignMismatch {
         path: PathBuf,
         count: u64,
         total: u64,
         first_offset: u64,
     },
-    #[error("{}: the detached signature {} does not match the pool file (made for another pool, or the pool changed)", crate::exec::show(path), crate::exec::show(sig))]
+    #[error("{}: the detached signature {} does not match the pool file (made for another pool, or the pool changed)", swpool_sys::exec::show(path), swpool_sys::exec::show(sig))]
     DetachedMismatch { path: PathBuf, sig: PathBuf },
-    #[error("{}: {what}: {source}", crate::exec::show(path))]
+    #[error("{}: {what}: {source}", swpool_sys::exec::show(path))]
     Io {
         path: PathBuf,
         what: &'static str,
