@@ -36,6 +36,9 @@ TEST_PACKAGES=(
   bubblewrap charliecloud-runtime uidmap
   # the SimGrid scale model of the broadcast (model/, `make model`)
   python3-simgrid
+  # the privileged mount helper's tests (called through sudo by an unprivileged user) and the
+  # EROFS pool format (mkfs.erofs)
+  sudo erofs-utils
 )
 case $PROFILE in
   demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;

@@ -11,7 +11,9 @@
 
 pub mod atomic;
 pub mod exec;
+pub mod kmount;
 pub mod lock;
+pub mod loopdev;
 pub mod pinned;
 pub mod proc;
 pub mod process;

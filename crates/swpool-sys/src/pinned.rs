@@ -55,6 +55,10 @@ impl Pinned {
             Mode::empty(),
             ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )?;
+        Self::from_fd(fd)
+    }
+
+    fn from_fd(fd: OwnedFd) -> io::Result<Pinned> {
         let st = rustix::fs::fstat(&fd)?;
         let dir = rustix::fs::openat(
             &fd,
@@ -80,6 +84,54 @@ impl Pinned {
             empty,
             attached: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Open `rel` (relative, no `..`, no symlink anywhere, not crossing a mount) beneath the
+    /// directory `root` was opened on: the kernel refuses any resolution that would leave it
+    /// (`RESOLVE_BENEATH`). For the privileged helper's configured mount roots.
+    pub fn open_beneath(root: &OwnedFd, rel: &Path) -> io::Result<Pinned> {
+        let fd = rustix::fs::openat2(
+            root,
+            rel,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH
+                | ResolveFlags::NO_SYMLINKS
+                | ResolveFlags::NO_MAGICLINKS
+                | ResolveFlags::NO_XDEV,
+        )?;
+        Self::from_fd(fd)
+    }
+
+    /// Open `path` (absolute) with no symlink anywhere in it, as [`Pinned::open`], and return the
+    /// bare descriptor: a root directory for [`Pinned::open_beneath`].
+    pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
+        Ok(rustix::fs::openat2(
+            CWD,
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?)
+    }
+
+    /// The opened directory.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Move a detached mount (`fsmount`'s or `open_tree`'s descriptor) onto this directory; kept
+    /// for [`Pinned::detach`].
+    pub fn attach_tree(&self, tree: OwnedFd) -> io::Result<()> {
+        rustix::mount::move_mount(
+            tree.as_fd(),
+            "",
+            self.fd.as_fd(),
+            "",
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+        )?;
+        *self.attached.lock().unwrap_or_else(|e| e.into_inner()) = Some(tree);
+        Ok(())
     }
 
     /// Move the mount at `stage` onto this directory (see the module documentation).

@@ -16,6 +16,8 @@ pub struct MountEntry {
     pub source: String,
     /// Per-superblock options (for FUSE: `user_id=…,group_id=…`).
     pub super_options: String,
+    /// `MAJ:MIN` of the mounted device (a loop device's for a loop mount).
+    pub dev: String,
 }
 
 impl MountEntry {
@@ -95,6 +97,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             fstype: g[0].to_string(),
             source: unescape(g[1]),
             super_options: g[2].to_string(),
+            dev: f[2].to_string(),
         });
     }
     v

@@ -209,6 +209,7 @@ fn bad_mount_points_are_refused_before_anything_runs() {
                 fstype: "tmpfs".into(),
                 source: "tmpfs".into(),
                 super_options: "rw".into(),
+                dev: "0:0".into(),
             }),
     );
     let e = mount(&sys, &image(), &mp, Path::new("/l"), DEFAULT_TIMEOUT)
@@ -297,6 +298,7 @@ fn refuses_to_unmount_non_fuse() {
         fstype: "ext4".into(),
         source: "/dev/sda1".into(),
         super_options: "rw".into(),
+        dev: "0:0".into(),
     });
     assert!(matches!(
         unmount(&sys, &mp, true),

@@ -187,6 +187,7 @@ fn MountEntryFor(uid: u32, p: &str) -> mount::MountEntry {
         fstype: "fuse.squashfuse_ll".into(),
         source: "squashfuse_ll".into(),
         super_options: format!("ro,user_id={uid},group_id=0"),
+        dev: "0:0".into(),
     }
 }
 

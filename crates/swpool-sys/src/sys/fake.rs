@@ -217,6 +217,7 @@ impl FakeSys {
             fstype: fstype.into(),
             source: "fake".into(),
             super_options: "ro,user_id=0,group_id=0".into(),
+            dev: "0:0".into(),
         }
     }
     /// Advance the fake helper by one poll.

@@ -1,0 +1,220 @@
+//! Who asked: the user who ran `sudo sw-pool-mount-helper …` (sudo's `SUDO_UID`, read once before
+//! the environment is dropped, and trusted only because the real uid is root: only sudo or root
+//! itself can start the helper that way), or root (the Slurm prolog, an admin). The helper touches
+//! a caller's files with the caller's credentials ([`Caller::open_as`]), so it never opens for a
+//! user what that user could not open.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::error::{HelperError, Result};
+
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    groups: Vec<libc::gid_t>,
+}
+
+impl Caller {
+    /// Root, or the user sudo ran the helper for. `sudo_uid` is `SUDO_UID` as sudo set it.
+    pub fn identify(sudo_uid: Option<OsString>) -> Result<Caller> {
+        let (ruid, euid) = (rustix::process::getuid(), rustix::process::geteuid());
+        if !euid.is_root() {
+            return Err(HelperError::refused(
+                "sw-pool-mount-helper must run as root: through sudo (see its --help for the sudoers line) or from a root Slurm prolog",
+            ));
+        }
+        let uid = if !ruid.is_root() {
+            ruid.as_raw() // a setuid-root install: the real uid is the caller
+        } else {
+            match sudo_uid {
+                None => 0,
+                Some(v) => v.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+                    HelperError::refused(format!("SUDO_UID {v:?} is not a user id"))
+                })?,
+            }
+        };
+        Self::of_uid(uid)
+    }
+
+    pub fn of_uid(uid: u32) -> Result<Caller> {
+        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .ok_or_else(|| HelperError::refused(format!("uid {uid} has no passwd entry")))?;
+        let cname = std::ffi::CString::new(user.name.clone())
+            .map_err(|_| HelperError::refused("user name with a NUL byte"))?;
+        let groups = nix::unistd::getgrouplist(&cname, user.gid)
+            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_else(|_| vec![user.gid.as_raw()]);
+        Ok(Caller {
+            uid,
+            gid: user.gid.as_raw(),
+            name: user.name,
+            groups,
+        })
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// Open `path` with the caller's uid, gid and groups (then back to root): never a symlink as
+    /// its last component, never blocking on a FIFO, never a controlling terminal.
+    pub fn open_as(&self, path: &Path, write: bool) -> std::io::Result<File> {
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .custom_flags(
+                    libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+                )
+                .open(path)
+        };
+        if self.is_root() {
+            return open();
+        }
+        let _as = Credentials::become_(self)?;
+        open()
+    }
+}
+
+/// The caller's credentials for the time it lives; root's again when dropped (the helper is
+/// single-threaded, and glibc applies these to every thread anyway).
+struct Credentials {
+    root_groups: Vec<libc::gid_t>,
+}
+
+impl Credentials {
+    fn become_(c: &Caller) -> std::io::Result<Credentials> {
+        let root_groups = nix::unistd::getgroups()
+            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_default();
+        let check = |r: libc::c_int| {
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        // SAFETY: plain syscalls on ids; the slices outlive the calls.
+        unsafe {
+            check(libc::setgroups(c.groups.len(), c.groups.as_ptr()))?;
+            check(libc::setegid(c.gid))?;
+            check(libc::seteuid(c.uid))?;
+        }
+        Ok(Credentials { root_groups })
+    }
+}
+
+impl Drop for Credentials {
+    fn drop(&mut self) {
+        // SAFETY: back to root's ids (the saved set-user-ID is root, so seteuid(0) is allowed).
+        // If any of these failed the helper must not go on as root with mixed ids: abort.
+        unsafe {
+            if libc::seteuid(0) != 0
+                || libc::setegid(0) != 0
+                || libc::setgroups(self.root_groups.len(), self.root_groups.as_ptr()) != 0
+            {
+                libc::abort();
+            }
+        }
+    }
+}
+
+/// A path from the caller: absolute, with no `.`/`..` component, no control character (a newline
+/// would forge lines in the mount table and the logs) and no more than 1024 bytes.
+pub fn check_path(what: &str, p: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = p.as_os_str().as_bytes();
+    if b.len() > 1024 {
+        return Err(HelperError::refused(format!(
+            "{what} is longer than 1024 bytes"
+        )));
+    }
+    if b.iter().any(|c| c.is_ascii_control()) {
+        return Err(HelperError::refused(format!(
+            "{what} {:?} contains a control character (a newline?); refused",
+            p
+        )));
+    }
+    let dots = b
+        .split(|c| *c == b'/')
+        .any(|seg| seg == b"." || seg == b"..");
+    if dots || !swpool_sys::kmount::is_absolute_clean(p) {
+        return Err(HelperError::refused(format!(
+            "{what} {} must be absolute, without '.' or '..' components",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `--job-id J`: accepted from a user only for a job Slurm says is theirs (root: any).
+pub fn check_job(c: &Caller, job: &str, slurm_conf: Option<&Path>) -> Result<()> {
+    if job.is_empty() || job.len() > 32 || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+        return Err(HelperError::refused(format!(
+            "job id {job:?} is not a Slurm job id"
+        )));
+    }
+    if c.is_root() {
+        return Ok(());
+    }
+    let mut cmd = crate::tools::command("squeue")?;
+    cmd.args(["-h", "-j", job, "-o", "%U"]);
+    if let Some(s) = slurm_conf {
+        cmd.env("SLURM_CONF", s);
+    }
+    let out = cmd.output().map_err(|e| {
+        HelperError::new(
+            swpool_format::status::ExitStatus::Tool,
+            format!("squeue: {e}"),
+        )
+    })?;
+    let owner = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || owner.is_empty() {
+        return Err(HelperError::refused(format!(
+            "job {job} is not a running Slurm job ({}); nothing was done",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    if owner != c.uid.to_string() {
+        return Err(HelperError::refused(format!(
+            "job {job} belongs to uid {owner}, not to you ({}, uid {}); nothing was done",
+            c.name, c.uid
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_paths_are_checked() {
+        assert!(check_path("p", Path::new("/a/b")).is_ok());
+        for bad in ["a/b", "/a/../b", "/a/./b", "/a\nb", "/a\tb"] {
+            assert!(check_path("p", Path::new(bad)).is_err(), "{bad}");
+        }
+        assert!(check_path("p", Path::new(&format!("/{}", "x".repeat(2000)))).is_err());
+    }
+
+    #[test]
+    fn job_ids_are_checked_before_slurm_is_asked() {
+        let c = Caller {
+            uid: 1234,
+            gid: 1234,
+            name: "u".into(),
+            groups: vec![],
+        };
+        for bad in ["", "1;rm", "-j", "12 34", &"9".repeat(40)] {
+            let e = check_job(&c, bad, None).unwrap_err().to_string();
+            assert!(e.contains("not a Slurm job id"), "{bad}: {e}");
+        }
+    }
+}

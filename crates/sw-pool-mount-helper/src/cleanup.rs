@@ -1,0 +1,101 @@
+//! `list` and `cleanup`: the helper's mounts on this node, and what is left when jobs end (the
+//! Slurm epilog runs `cleanup --job-id J` as root) or something died.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use swpool_sys::kmount;
+
+use crate::caller::Caller;
+use crate::config::HelperConfig;
+use crate::error::{HelperError, Result};
+use crate::state::{Record, State};
+
+#[derive(Debug, Default, Serialize)]
+pub struct Cleaned {
+    /// References of the job that were dropped.
+    pub released: usize,
+    /// Mount points unmounted (last reference gone, or the job's image).
+    pub unmounted: Vec<PathBuf>,
+    /// Records whose mount had already gone.
+    pub forgotten: usize,
+    /// Loop devices that backed no mount, freed.
+    pub loops_freed: Vec<String>,
+    /// What could not be done (each names the mount and why).
+    pub errors: Vec<String>,
+}
+
+pub fn list() -> Result<Vec<Record>> {
+    Ok(State::open()?.records.mounts)
+}
+
+/// Root only: drop `job`'s references and unmount its images; unmount pools nobody references;
+/// forget records whose mounts are gone; free loop devices that back no mount and whose backing
+/// file is the helper's (its cache, or an image it recorded).
+pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>) -> Result<Cleaned> {
+    if !c.is_root() {
+        return Err(HelperError::refused("cleanup is for root (the Slurm epilog, an admin); release your own mounts with release-pool / umount"));
+    }
+    let mut st = State::open()?;
+    let mut out = Cleaned::default();
+    let mounts = swpool_sys::proc::read_mountinfo()
+        .map_err(|e| HelperError::system(std::path::Path::new("/proc/self/mountinfo"), e))?;
+    let here = crate::state::mount_namespace();
+    let mut keep = Vec::new();
+    let mut recorded_images = Vec::new();
+    for mut r in std::mem::take(&mut st.records.mounts) {
+        if !r.in_namespace(here) {
+            keep.push(r);
+            continue;
+        }
+        if !r.alive(&mounts, here) {
+            out.forgotten += 1;
+            if let Record::Image { image, .. } = &r {
+                recorded_images.push(image.clone());
+            }
+            continue;
+        }
+        let drop_it = match &mut r {
+            Record::Pool { refs, .. } => {
+                if let Some(j) = job {
+                    let before = refs.len();
+                    refs.retain(|x| x.job.as_deref() != Some(j));
+                    out.released += before - refs.len();
+                }
+                refs.is_empty()
+            }
+            Record::Image { job: ij, .. } => job.is_some() && ij.as_deref() == job,
+        };
+        if drop_it {
+            match kmount::unmount_id(r.mount_id(), true) {
+                Ok(_) => out.unmounted.push(r.mount_point().to_path_buf()),
+                Err(e) => {
+                    out.errors
+                        .push(format!("{}: {e}", r.mount_point().display()));
+                    keep.push(r);
+                }
+            }
+        } else {
+            keep.push(r);
+        }
+    }
+    st.records.mounts = keep;
+    st.save()?;
+    let mounts = swpool_sys::proc::read_mountinfo().unwrap_or_default();
+    let mut orphans = swpool_sys::loopdev::orphans(&mounts, &cfg.cache_dir);
+    for a in swpool_sys::loopdev::attached() {
+        if recorded_images.contains(&a.backing_file)
+            && !mounts.iter().any(|m| m.dev == a.devno)
+            && !orphans.contains(&a)
+        {
+            orphans.push(a);
+        }
+    }
+    for a in orphans {
+        match swpool_sys::loopdev::clear(&a.name) {
+            Ok(()) => out.loops_freed.push(a.name),
+            Err(e) => out.errors.push(format!("/dev/{}: {e}", a.name)),
+        }
+    }
+    Ok(out)
+}

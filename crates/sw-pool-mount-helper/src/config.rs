@@ -1,0 +1,137 @@
+//! `/etc/sw-pool/helper.toml`: what the helper may do on this node. The file must be a regular
+//! file of root's that no one else can write (checked on the opened descriptor); without it the
+//! helper refuses everything. Its path is fixed: nothing from the caller chooses it.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::HelperError;
+
+pub const CONFIG_PATH: &str = "/etc/sw-pool/helper.toml";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelperConfig {
+    /// Site pools are mounted once per node at `<pool_mount_root>/<NAME>/<VERSION>`.
+    #[serde(default = "default_pool_mount_root")]
+    pub pool_mount_root: PathBuf,
+    /// The root-owned cache of verified site pools (one copy per node, whoever loads it).
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: PathBuf,
+    /// The site's trusted keys: the only keys the helper accepts (never a user's own).
+    #[serde(default = "default_trusted_keys")]
+    pub trusted_keys: PathBuf,
+    /// A user's own images are mounted only under `<user_mount_root>/<username>/`.
+    #[serde(default = "default_user_mount_root")]
+    pub user_mount_root: PathBuf,
+    /// Kernel mounts of users' own images at all (`false`: pools only).
+    #[serde(default = "yes")]
+    pub user_images: bool,
+    /// Read-write kernel mounts of users' images.
+    #[serde(default = "yes")]
+    pub user_images_rw: bool,
+    /// Programs may run from users' images (`noexec` otherwise); never setuid either way.
+    #[serde(default)]
+    pub user_images_exec: bool,
+    /// `SLURM_CONF` for `squeue` when Slurm's configuration is not at its default path.
+    #[serde(default)]
+    pub slurm_conf: Option<PathBuf>,
+}
+
+fn default_pool_mount_root() -> PathBuf {
+    "/run/sw-pool-site".into()
+}
+fn default_cache_dir() -> PathBuf {
+    "/var/cache/sw-pool/site".into()
+}
+fn default_trusted_keys() -> PathBuf {
+    "/etc/sw-pool/trusted-keys".into()
+}
+fn default_user_mount_root() -> PathBuf {
+    "/run/sw-pool-user".into()
+}
+fn yes() -> bool {
+    true
+}
+
+impl HelperConfig {
+    pub fn load() -> Result<HelperConfig, HelperError> {
+        Self::load_from(Path::new(CONFIG_PATH))
+    }
+
+    pub fn load_from(path: &Path) -> Result<HelperConfig, HelperError> {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| {
+                HelperError::refused(format!(
+                    "the mount helper is not configured on this node: {}: {e}; an admin writes it (see `sw-pool-mount-helper --help`)",
+                    path.display()
+                ))
+            })?;
+        let m = f.metadata().map_err(|e| HelperError::system(path, e))?;
+        if !m.is_file() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+            return Err(HelperError::refused(format!(
+                "{} must be a regular file of root's that only root can write (uid {}, mode {:o}); nothing was done",
+                path.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            )));
+        }
+        let mut s = String::new();
+        f.by_ref()
+            .take(64 * 1024)
+            .read_to_string(&mut s)
+            .map_err(|e| HelperError::system(path, e))?;
+        let c: HelperConfig = toml::from_str(&s)
+            .map_err(|e| HelperError::refused(format!("{}: {}", path.display(), e.message())))?;
+        for (what, p) in [
+            ("pool_mount_root", &c.pool_mount_root),
+            ("cache_dir", &c.cache_dir),
+            ("trusted_keys", &c.trusted_keys),
+            ("user_mount_root", &c.user_mount_root),
+        ] {
+            if !swpool_sys::kmount::is_absolute_clean(p) || p == Path::new("/") {
+                return Err(HelperError::refused(format!(
+                    "{}: {what} = {} must be an absolute path without '.' or '..', and not /",
+                    path.display(),
+                    p.display()
+                )));
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_refusals() {
+        let c: HelperConfig = toml::from_str("").unwrap();
+        assert_eq!(c.pool_mount_root, Path::new("/run/sw-pool-site"));
+        assert!(c.user_images && c.user_images_rw && !c.user_images_exec);
+        assert!(toml::from_str::<HelperConfig>("surprise = 1").is_err());
+    }
+
+    #[test]
+    fn a_file_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("helper.toml");
+        std::fs::write(&p, "user_images = false\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = HelperConfig::load_from(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("only root can write") || e.contains("uid"),
+            "{e}"
+        );
+        std::os::unix::fs::symlink(&p, d.path().join("link")).unwrap();
+        assert!(HelperConfig::load_from(&d.path().join("link")).is_err());
+    }
+}

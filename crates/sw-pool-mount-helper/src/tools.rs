@@ -1,0 +1,27 @@
+//! The tools the helper runs (`e2fsck`, `squeue`): found only in the system directories, started
+//! with an empty environment plus a fixed `PATH`, never through a shell.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::error::{HelperError, Result};
+
+pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `Command` for `name` from [`SAFE_PATH`], environment cleared.
+pub fn command(name: &str) -> Result<Command> {
+    let path = SAFE_PATH
+        .split(':')
+        .map(|d| PathBuf::from(d).join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            HelperError::new(
+                swpool_format::status::ExitStatus::Tool,
+                format!("{name} is not installed in {SAFE_PATH}"),
+            )
+        })?;
+    let mut c = Command::new(path);
+    c.env_clear().env("PATH", SAFE_PATH).env("LC_ALL", "C");
+    c.stdin(std::process::Stdio::null());
+    Ok(c)
+}

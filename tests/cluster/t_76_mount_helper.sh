@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# The privileged mount helper (issue 31), called by unprivileged users through sudo on node1, as a
+# site installs it (testbed/up: the sudoers line, /etc/sw-pool/helper.toml, root's node-private
+# /run/sw-pool). Checks:
+#  - the hostile-input matrix: a mount point that is a symlink (to /etc, to another user's dir),
+#    swapped for one during the call (10 s race, a watcher reading mountinfo throughout), with `..`,
+#    with a newline, outside the configured roots (/etc, /usr, elsewhere on the node's disk); a pool
+#    signed only by a key in the user's own trusted keys, an unsigned pool; an image owned by
+#    another user, a symlink, a FIFO, a device, one the caller cannot read, a crafted corrupt ext4;
+#    a setuid-root program in an image (no privilege, exec or not); LD_PRELOAD, PATH and SW_POOL_*
+#    in the caller's environment ignored. Every refusal is clear, nothing is mounted, no loop device
+#    is left attached.
+#  - two users' jobs on node1 mounting the same site pool: one cache copy, one mount, the second
+#    mount reads nothing from shared storage; the first job's clean-up (the epilog's) leaves the
+#    second job's mount; the last one's removes it and frees the loop device;
+#  - `--job-id` of another user's job is refused.
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_testbed
+cd /
+SW=$REPO/target/release/sw-pool
+HB=$REPO/target/release/sw-pool-mount-helper
+[[ -x $SW && -x $HB ]] || { fail "sw-pool and its helper built" "missing (cargo build --release)"; finish; }
+command -v sudo >/dev/null || { fail "sudo installed" "tools/setup-deps.sh installs it"; finish; }
+H=$TB/sbin/sw-pool-mount-helper
+install -m 0755 -o root -g root "$HB" "$H"
+node=node1
+on() { "$TESTBED/exec" "$node" "$@"; }
+U1=$TB_USER U2=$TB_USER2
+uid1=$(id -u "$U1") uid2=$(id -u "$U2")
+UR=$TB/local/root/users          # helper.toml's user_mount_root on every node
+W=$TB/scratch/t76-$$             # fixtures (fast shared dir, same path on the nodes)
+E=$TB/export/t76-$$              # the storage server's disk (written from here) ...
+S=$TB/shared/t76-$$              # ... which the nodes see as the throttled, counted shared storage
+KEYS=$TB/etc/sw-pool/trusted-keys
+jobs_=()
+cleanup() {
+  touch "$W/stop" 2>/dev/null || true
+  sleep 0.3
+  for j in "${jobs_[@]}"; do scancel "$j" 2>/dev/null || true; done
+  on sh -c "awk -v a='$UR/' -v b='$TB/local/root/site/t76' 'index(\$5, a) == 1 || index(\$5, b) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done" >/dev/null 2>&1 || true
+  on "$H" cleanup >/dev/null 2>&1 || true
+  on rm -rf "$UR/$U1" "$UR/$U2" "$TB/local/root/cache"/t76* >/dev/null 2>&1 || true
+  rm -f "$KEYS/t76-site.pub.pem"
+  cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml" 2>/dev/null || true
+  rm -rf "$W" "$E"
+}
+trap cleanup EXIT
+mkdir -p "$W" "$E" && chmod 1777 "$W"
+cp "$TB/etc/sw-pool/helper.toml" "$W/helper.toml.orig"
+as1() { on runuser -u "$U1" -- "$@"; }
+as2() { on runuser -u "$U2" -- "$@"; }
+loops_of_test() { on sh -c "losetup -a 2>/dev/null | grep -c -e '$W' -e '/t76' || true"; }
+mounts_under() { on awk -v p="$1" 'index($5, p) == 1' /proc/self/mountinfo | wc -l; }
+
+# --- fixtures: a site key (the site's trusted-keys directory), a user's own key, three pools
+"$SW" keygen --out "$W/site" >/dev/null
+"$SW" keygen --out "$W/mine" >/dev/null
+cp "$W/site.pub.pem" "$KEYS/t76-site.pub.pem"
+"$SW" init -q --name t76site --version 1.0 "$W/tree" >/dev/null
+mkdir -p "$W/tree/install/hello/1.0/bin"
+printf '#!/bin/sh\necho "hello from a kernel-mounted pool"\n' > "$W/tree/install/hello/1.0/bin/hello"
+chmod 755 "$W/tree/install/hello/1.0/bin/hello"
+head -c 8M /dev/urandom > "$W/tree/install/hello/1.0/data.bin"   # so a copy shows on the storage counter
+"$SW" build -q "$E/site.pool" "$W/tree"
+"$SW" sign -q --key "$W/site.pem" "$E/site.pool"
+"$SW" build -q "$W/mine.pool" "$W/tree" && "$SW" sign -q --key "$W/mine.pem" "$W/mine.pool"
+"$SW" build -q "$W/unsigned.pool" "$W/tree"
+chmod -R a+rX "$E" "$W/tree" "$W"/*.pool "$W"/*.pem
+on install -d -m 0700 -o "$U1" "/var/tmp/swp-tb-home/$U1/.config/sw-pool/trusted-keys" >/dev/null 2>&1 || true
+if cp "$W/mine.pub.pem" "/var/tmp/swp-tb-home/$U1/.config/sw-pool/trusted-keys/t76-mine.pem" 2>/dev/null; then
+  chown "$U1" "/var/tmp/swp-tb-home/$U1/.config/sw-pool/trusted-keys/t76-mine.pem"
+fi
+
+# images: U1's own (made by U1), U2's (readable by all, and a private one), corrupt, setuid inside
+mkdir -p "$W/src" && echo data > "$W/src/f"
+as1 "$SW" image create -q "$W/u1.img" "$W/src" >/dev/null
+as2 "$SW" image create -q "$W/u2.img" "$W/src" >/dev/null
+as2 sh -c "mkdir -m 700 '$W/u2priv' && '$SW' image create -q '$W/u2priv/p.img' '$W/src' >/dev/null"
+as1 "$SW" image create -q "$W/bad.img" "$W/src" >/dev/null
+debugfs -w -R 'clri <2>' "$W/bad.img" >/dev/null 2>&1   # the root directory's inode, wiped
+as1 ln -s "$W/u1.img" "$W/u1-link.img"
+as1 mkfifo "$W/u1.fifo"
+mkdir -p "$W/suid" && cp /usr/bin/id "$W/suid/id" && chmod 4755 "$W/suid/id"
+mke2fs -q -t ext4 -d "$W/suid" "$W/suid.img" 16M && chown "$U1" "$W/suid.img"
+
+helper1() { as1 sudo -n "$H" "$@"; }
+before_loops=$(loops_of_test)
+refuse() {  # refuse NAME STATUS REGEX CMD...: refused with STATUS, message matching REGEX, nothing mounted
+  local name=$1 want=$2 re=$3 rc=0 out; shift 3
+  out=$("$@" 2>&1) || rc=$?
+  if [[ $rc == "$want" ]] && grep -qE "$re" <<< "$out"; then pass "$name"; else fail "$name" "status $rc: $out"; fi
+}
+
+# --- hostile mount points
+as1 sudo -n "$H" list >/dev/null 2>&1 || true   # creates nothing; $UR/$U1 is made on first mount
+helper1 mount-image "$W/u1.img" "$UR/$U1/first" >/dev/null 2>&1 || true   # makes $UR/$U1 (then refused: no such dir)
+as1 mkdir -p "$UR/$U1/d" "$UR/$U1/race/sub" 
+as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/first" >/dev/null 2>&1 || true
+as2 mkdir -p "$UR/$U2/decoy"
+as1 ln -s /etc "$UR/$U1/to-etc"
+as1 ln -s "$UR/$U2/decoy" "$UR/$U1/to-other"
+refuse "mount point a symlink to /etc: refused" 3 "symlink|not a directory" helper1 mount-image "$W/u1.img" "$UR/$U1/to-etc"
+refuse "mount point a symlink to another user's directory: refused" 3 "symlink|not a directory" helper1 mount-image "$W/u1.img" "$UR/$U1/to-other"
+refuse "a symlink as a parent of the mount point: refused" 3 "symlink" helper1 mount-image "$W/u1.img" "$UR/$U1/to-other/x"
+refuse "'..' in the mount point: refused" 3 "without '.' or '..'" helper1 mount-image "$W/u1.img" "$UR/$U1/d/../../$U2/decoy"
+refuse "'..' in the image path: refused" 3 "without '.' or '..'" helper1 mount-image "$W/../t76-$$/u1.img" "$UR/$U1/d"
+refuse "a newline in the mount point: refused" 3 "control character" helper1 mount-image "$W/u1.img" "$UR/$U1/d
+x"
+refuse "a mount point over /etc: refused" 3 "is not under" helper1 mount-image "$W/u1.img" /etc
+refuse "a mount point over /usr: refused" 3 "is not under" helper1 mount-image "$W/u1.img" /usr
+refuse "a mount point elsewhere on the node's disk: refused" 3 "is not under" helper1 mount-image "$W/u1.img" "$TB/local"
+refuse "a mount point in another user's directory: refused" 3 "is not under" helper1 mount-image "$W/u1.img" "$UR/$U2/decoy"
+
+# --- hostile images and pools
+refuse "an image owned by another user: refused" 3 "belongs to uid $uid2" helper1 mount-image "$W/u2.img" "$UR/$U1/d"
+refuse "an image that is a symlink: refused" 3 "symlink" helper1 mount-image "$W/u1-link.img" "$UR/$U1/d"
+refuse "an image that is a FIFO: refused" 3 "not a regular file" helper1 mount-image "$W/u1.fifo" "$UR/$U1/d"
+refuse "an image that is a device: refused" 3 "not a regular file" helper1 mount-image /dev/null "$UR/$U1/d"
+refuse "an image the caller cannot read: refused" 3 "cannot open it|ermission denied" helper1 mount-image "$W/u2priv/p.img" "$UR/$U1/d"
+refuse "a corrupt ext4 image is not handed to the kernel" 4 "file-system errors" helper1 mount-image "$W/bad.img" "$UR/$U1/d"
+refuse "a pool signed only by a key in the user's own trusted keys: refused" 7 "not trusted|untrusted|site key" helper1 mount-pool "$W/mine.pool"
+refuse "an unsigned pool: refused" 7 "not signed|unsigned|site key" helper1 mount-pool "$W/unsigned.pool"
+refuse "cleanup by a user: refused" 3 "for root" helper1 cleanup
+refuse "--job-id of a job that does not exist: refused" 3 "not a running Slurm job" helper1 mount-pool --job-id 999999 "$S/site.pool"
+assert_eq "nothing mounted by any refusal" 0 "$(mounts_under "$UR/")"
+assert_eq "no loop device left by any refusal" "$before_loops" "$(loops_of_test)"
+
+# --- the caller's environment is ignored: PATH (a fake e2fsck), LD_PRELOAD, SW_POOL_*
+mkdir -p "$W/evil" && printf '#!/bin/sh\ntouch %s/evil-ran\nexit 0\n' "$W" > "$W/evil/e2fsck" && chmod 755 "$W/evil/e2fsck"
+printf '#include <stdlib.h>\n__attribute__((constructor)) static void c(void){ system("touch %s/preload-ran"); }\n' "$W" > "$W/evil.c"
+cc -shared -fPIC -o "$W/evil.so" "$W/evil.c" 2>/dev/null
+refuse "with PATH, LD_PRELOAD and SW_POOL_* set, the real e2fsck still refuses the corrupt image" 4 "file-system errors" \
+  as1 env PATH="$W/evil:/usr/bin:/bin" LD_PRELOAD="$W/evil.so" SW_POOL_CACHE=/etc SW_POOL_SYSTEM_CONFIG="$W/x" sudo -n "$H" mount-image "$W/bad.img" "$UR/$U1/d"
+ran=none; for f in "$W/evil-ran" "$W/preload-ran"; do [[ -e $f ]] && ran=$f; done
+assert_eq "the caller's PATH and LD_PRELOAD ran nothing as root" none "$ran"
+
+# --- a user's image, mounted and unmounted; a setuid-root program inside gains nothing
+if out=$(helper1 mount-image --rw "$W/u1.img" "$UR/$U1/d" 2>&1); then pass "the user's own image is mounted read-write by the kernel"; else fail "own image mounted" "$out"; fi
+opts=$(on awk -v p="$UR/$U1/d" '$5 == p' /proc/self/mountinfo)
+assert_match "kernel ext4 on a loop device, nosuid,nodev,noexec" "nosuid,nodev,noexec.* ext4 /dev/loop" "$opts"
+assert_cmd "the user writes into it" as1 sh -c "echo written > '$UR/$U1/d/new'"
+refuse "a second mount of the same image: refused" 3 "already mounted|crosses a mount" helper1 mount-image "$W/u1.img" "$UR/$U1/race/sub"
+refuse "another user cannot unmount it" 3 "not yours|nothing the helper mounted" as2 sudo -n "$H" umount "$UR/$U1/d"
+if out=$(helper1 umount "$UR/$U1/d" 2>&1); then pass "the owner unmounts it"; else fail "owner unmounts" "$out"; fi
+assert_cmd "the image is fsck-clean after the kernel rw mount" e2fsck -fn "$W/u1.img"
+as1 mkdir -p "$UR/$U1/s"
+helper1 mount-image "$W/suid.img" "$UR/$U1/s" >/dev/null
+rc=0; out=$(as1 "$UR/$U1/s/id" -u 2>&1) || rc=$?
+assert_match "a program in a user image does not run (noexec by default)" "^[1-9][0-9]* .*Permission denied" "$rc $out"
+helper1 umount "$UR/$U1/s" >/dev/null
+printf 'user_images_exec = true\n' >> "$TB/etc/sw-pool/helper.toml"
+helper1 mount-image "$W/suid.img" "$UR/$U1/s" >/dev/null
+assert_eq "a setuid-root program in an image runs as the user (nosuid) where exec is allowed" "$uid1 $uid1" "$(as1 "$UR/$U1/s/id" -u) $(as1 "$UR/$U1/s/id" -ru)"
+helper1 umount "$UR/$U1/s" >/dev/null
+cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml"
+
+# --- the race: the mount point swapped for a symlink to another user's directory during calls
+cp "$REPO/tests/cluster/race.py" "$W/race.py"
+as1 ln -s "$UR/$U2/decoy" "$UR/$U1/race/link"
+as1 python3 "$W/race.py" swap "$UR/$U1/race/sub" "$UR/$U1/race/link" "$W/stop" > "$W/swaps" 2>&1 &
+swapper=$!
+on python3 "$W/race.py" watch "$W/stop" "$UR/" "$UR/$U1/race/" "$UR/$U2/decoy" > "$W/watch" 2>&1 &
+watcher=$!
+ok=0 refused=0 other=0 i=0
+: > "$W/other"
+end=$(( $(date +%s) + 10 ))
+while (( $(date +%s) < end )); do
+  i=$((i + 1)); rc=0
+  out=$(helper1 mount-image "$W/u1.img" "$UR/$U1/race/sub" 2>&1) || rc=$?
+  if [[ $rc == 0 ]]; then
+    ok=$((ok + 1))
+    mp=$(sed -n 's/.*"mount_point":"\([^"]*\)".*/\1/p' <<< "$out")
+    for _ in $(seq 50); do helper1 umount "$mp" >/dev/null 2>&1 && break; as1 sudo -n "$H" umount "$UR/$U1/race/link" >/dev/null 2>&1 && break; sleep 0.01; done
+  elif grep -qE "symlink|not a directory|No such|crosses a mount" <<< "$out"; then
+    refused=$((refused + 1))
+  else
+    other=$((other + 1)); printf '%s\n' "$out" >> "$W/other"
+  fi
+done
+touch "$W/stop"; wait "$swapper" || true; wait "$watcher" || true
+read -r samples inside outside where < "$W/watch" || true
+echo "  $i helper calls in 10 s: $ok mounted, $refused refused, $other other; $(cat "$W/swaps") swaps; $samples mountinfo reads ($inside sightings inside)"
+assert_eq "no mount ever seen in the other user's directory (or outside the intended one)" "0" "${outside:-missing}${where:+ $where}"
+if (( ok >= 1 && refused >= 1 )); then pass "the race was run both ways ($ok mounted, $refused refused)"; else fail "race both ways" "$ok mounted, $refused refused"; fi
+assert_eq "every lost race was refused as a symlink" 0 "$other"
+[[ $other == 0 ]] || head -3 "$W/other" | sed 's/^/  other: /'
+assert_eq "nothing mounted under the users' root after the race" 0 "$(mounts_under "$UR/")"
+assert_eq "no loop device left after the race" "$before_loops" "$(loops_of_test)"
+
+# --- two users' jobs, one site pool: one copy, one mount, the second reads nothing from storage
+j1=$(as_user sbatch --parsable -w "$node" -N1 -o /dev/null -D /tmp --wrap 'sleep 300'); jobs_+=("$j1")
+j2=$(runuser -u "$U2" -- env SLURM_CONF="$SLURM_CONF" sbatch --parsable -w "$node" -N1 -o /dev/null -D /tmp --wrap 'sleep 300'); jobs_+=("$j2")
+wait_for 100 sh -c "squeue -h -j $j1,$j2 -t R | wc -l | grep -qx 2" || fail "both jobs run" "$(squeue)"
+refuse "--job-id of another user's job: refused" 3 "belongs to uid $uid2" helper1 mount-pool --job-id "$j2" "$S/site.pool"
+"$TESTBED/storage-bytes" --mark >/dev/null
+out1=$(helper1 mount-pool --job-id "$j1" "$S/site.pool" 2>&1) || fail "user 1 mounts the site pool" "$out1"
+b1=$("$TESTBED/storage-bytes" --since-mark)
+"$TESTBED/storage-bytes" --mark >/dev/null
+out2=$(as2 sudo -n "$H" mount-pool --job-id "$j2" "$S/site.pool" 2>&1) || fail "user 2 mounts the site pool" "$out2"
+b2=$("$TESTBED/storage-bytes" --since-mark)
+echo "  storage bytes: first mount $b1, second mount $b2 (pool $(stat -c %s "$E/site.pool"))"
+assert_match "the first mount copied the pool into root's cache" '"copied":true' "$out1"
+assert_match "the second mount shares it (2 references, no copy)" '"copied":false.*"refs":2.*"shared":true' "$out2"
+assert_le "the second mount read (almost) nothing from shared storage (bytes)" "$b2" 262144
+mp=$(sed -n 's/.*"mount_point":"\([^"]*\)".*/\1/p' <<< "$out1")
+assert_eq "one mount of the pool on the node" 1 "$(on awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
+assert_eq "one copy in root's cache" 1 "$(on sh -c "ls $TB/local/root/cache | grep -c '^t76site-'")"
+assert_eq "both users run from it" "hello from a kernel-mounted pool hello from a kernel-mounted pool" \
+  "$(as1 "$mp/install/hello/1.0/bin/hello") $(as2 "$mp/install/hello/1.0/bin/hello")"
+on "$H" cleanup --job-id "$j1" >/dev/null
+assert_eq "job 1's clean-up (the epilog's) leaves job 2's mount" 1 "$(on awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
+on "$H" cleanup --job-id "$j2" >/dev/null
+assert_eq "job 2's clean-up unmounts it" 0 "$(on awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
+sleep 0.2
+assert_eq "its loop device is released" 0 "$(on sh -c "losetup -a | grep -c '$TB/local/root/cache/t76site' || true")"
+finish
