@@ -13,7 +13,11 @@
 #  - two users' jobs on node1 mounting the same site pool: one cache copy, one mount, the second
 #    mount reads nothing from shared storage; the first job's clean-up (the epilog's) leaves the
 #    second job's mount; the last one's removes it and frees the loop device;
-#  - `--job-id` of another user's job is refused.
+#  - `--job-id` of another user's job is refused;
+#  - `sw-pool load` of a site-signed pool where the site configured the helper (mount_helper): a
+#    2-node job of user 1 loads it (one broadcast, then the helper's copy and kernel mount on each
+#    node), user 2's load on node1 reads nothing from shared storage and shares the mount, unload
+#    and the job's `cleanup --job-id` give the references back, the last one unmounts.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed
@@ -40,8 +44,9 @@ cleanup() {
   for j in "${jobs_[@]}"; do scancel "$j" 2>/dev/null || true; done
   on sh -c "awk -v a='$UR/' -v b='$TB/local/root/site/t76' 'index(\$5, a) == 1 || index(\$5, b) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done" >/dev/null 2>&1 || true
   on "$H" cleanup >/dev/null 2>&1 || true
-  on rm -rf "$UR/$U1" "$UR/$U2" "$TB/local/root/cache"/t76* >/dev/null 2>&1 || true
-  rm -f "$KEYS/t76-site.pub.pem"
+  on sh -c "rm -rf '$UR/$U1' '$UR/$U2' $TB/local/root/cache/t76*" >/dev/null 2>&1 || true
+  rm -f "$KEYS/t76-site.pub.pem" "$KEYS/t76-site.pem"
+  for n in node1 node2; do "$TESTBED/exec" "$n" sh -c "awk -v b='$TB/local/root/site/t76' 'index(\$5, b) == 1 {print \$5}' /proc/self/mountinfo | while read -r m; do umount -l \"\$m\"; done; rm -f $TB/local/root/cache/t76*; rm -rf /tmp/sw-pool-$uid1 /tmp/sw-pool-$uid2" >/dev/null 2>&1 || true; done
   cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml" 2>/dev/null || true
   rm -rf "$W" "$E"
 }
@@ -212,6 +217,43 @@ on "$H" cleanup --job-id "$j1" >/dev/null
 assert_eq "job 1's clean-up (the epilog's) leaves job 2's mount" 1 "$(on awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
 on "$H" cleanup --job-id "$j2" >/dev/null
 assert_eq "job 2's clean-up unmounts it" 0 "$(on awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
-sleep 0.2
+wait_for 30 on sh -c "! losetup -a | grep -q '$TB/local/root/cache/t76site'" || true
 assert_eq "its loop device is released" 0 "$(on sh -c "losetup -a | grep -c '$TB/local/root/cache/t76site' || true")"
+
+# --- sw-pool load through the helper (the site configured mount_helper)
+for n in node1 node2; do "$TESTBED/exec" "$n" sh -c "rm -f $TB/local/root/cache/t76site-*" 2>/dev/null || true; done
+cp "$W/site.pub.pem" "$KEYS/t76-site.pem"   # the site's key where sw-pool itself looks: /etc/sw-pool/trusted-keys
+SWENV=(env SW_POOL_MOUNT_HELPER="$H" SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=)
+"$TESTBED/storage-bytes" --mark >/dev/null
+rc=0; out=$(as_user "${SWENV[@]}" "$REPO/tests/cluster/srun-mpi" -N 2 -w node1,node2 --chdir=/tmp \
+  sh -c 'echo "JOB=$SLURM_JOB_ID"; exec "$@"' sh "$SW" load "$S/site.pool" 2>&1) || rc=$?
+job=$(sed -n 's/^JOB=//p' <<< "$out" | head -1)
+b1=$("$TESTBED/storage-bytes" --since-mark)
+assert_eq "user 1's 2-node load of a site pool through the helper succeeds" 0 "$rc${rc/#0/}"
+[[ $rc == 0 ]] || echo "$out" | tail -5
+mp=$TB/local/root/site/t76site/1.0
+for n in node1 node2; do
+  assert_eq "$n: the helper's kernel mount at $mp" 1 "$("$TESTBED/exec" "$n" awk -v p="$mp" '$5 == p && / - squashfs \/dev\/loop/' /proc/self/mountinfo | wc -l)"
+done
+assert_le "the 2-node load read the pool from shared storage once (bytes)" "$b1" $(( $(stat -c %s "$E/site.pool") * 11 / 10 ))
+"$TESTBED/storage-bytes" --mark >/dev/null
+rc=0; out=$(as2 "${SWENV[@]}" "$SW" -v load "$S/site.pool" 2>&1) || rc=$?
+b2=$("$TESTBED/storage-bytes" --since-mark)
+assert_eq "user 2's load on node1 succeeds" 0 "$rc${rc/#0/}"
+assert_match "user 2's load moved nothing" "bytes read from .*: 0, sent: 0, written: 0" "$out"
+assert_le "user 2's load read (almost) nothing from shared storage (bytes)" "$b2" 262144
+echo "  sw-pool load: user 1 (2 nodes) $b1 bytes from storage, user 2 (node1) $b2 bytes"
+assert_match "user 2's environment points at the one mount" "MODULEPATH='$mp/modulefiles" "$out"
+assert_eq "both users' records on node1 name the helper's mount" "$mp $mp" \
+  "$(as1 "$SW" list --json | grep -o "\"mount_point\": *\"$mp\"" | head -1 | sed 's/.*: *"//; s/"//') $(as2 "$SW" list --json | grep -o "\"mount_point\": *\"$mp\"" | head -1 | sed 's/.*: *"//; s/"//')"
+rc=0; as2 "$SW" unload t76site/1.0 >/dev/null 2>&1 || rc=$?
+assert_eq "user 2 unloads" 0 "$rc"
+assert_eq "user 1's mount stays on node1 after user 2's unload" 1 "$(on awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
+for n in node1 node2; do
+  rc=0; out=$("$TESTBED/exec" "$n" env SLURM_JOB_ID="$job" SLURM_JOB_UID="$uid1" SLURM_JOB_USER="$U1" "$SW" slurm epilog 2>&1) || rc=$?
+  assert_eq "$n: the Slurm epilog of user 1's job $job (as root) succeeds" 0 "$rc${out:+ $out}"
+  wait_for 30 "$TESTBED/exec" "$n" sh -c "! losetup -a | grep -q '$TB/local/root/cache/t76site'" || true
+  assert_eq "$n: the last reference gone, the helper's mount is gone" 0 "$("$TESTBED/exec" "$n" awk -v p="$mp" '$5 == p' /proc/self/mountinfo | wc -l)"
+  assert_eq "$n: and its loop device" 0 "$("$TESTBED/exec" "$n" sh -c "losetup -a | grep -c '$TB/local/root/cache/t76site' || true")"
+done
 finish

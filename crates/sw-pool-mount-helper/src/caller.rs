@@ -154,6 +154,16 @@ pub fn check_path(what: &str, p: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A job id as Slurm writes them (digits, `_` for array tasks), before anything else looks at it.
+pub fn check_job_form(job: &str) -> Result<()> {
+    if job.is_empty() || job.len() > 32 || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+        return Err(HelperError::refused(format!(
+            "job id {job:?} is not a Slurm job id"
+        )));
+    }
+    Ok(())
+}
+
 /// `--job-id J`: accepted from a user only for a job Slurm says is theirs (root: any).
 pub fn check_job(c: &Caller, job: &str, slurm_conf: Option<&Path>) -> Result<()> {
     if job.is_empty() || job.len() > 32 || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {

@@ -51,9 +51,14 @@ enum Cmd {
     MountPool {
         #[arg(long)]
         job_id: Option<String>,
-        pool: PathBuf,
+        /// Mount the node's cached copy of this digest, without a pool file ({"cached":false} when
+        /// there is none)
+        #[arg(long, required_unless_present = "pool", conflicts_with = "pool")]
+        digest: Option<String>,
+        pool: Option<PathBuf>,
     },
-    /// Drop your reference to a site pool; the last reference unmounts it
+    /// Drop your reference to a site pool (with --job-id: that job's, running or ended); the
+    /// last reference unmounts it
     ReleasePool {
         #[arg(long)]
         job_id: Option<String>,
@@ -119,15 +124,35 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
         }
     };
     let (what, r) = match &cli.cmd {
-        Cmd::MountPool { job_id, pool } => (
-            format!("mount-pool {}", pool.display()),
-            job_ok(job_id)
-                .and_then(|_| pool::mount_pool(&cfg, &c, pool, job_id.as_deref()))
-                .map(json),
-        ),
+        Cmd::MountPool {
+            job_id,
+            digest,
+            pool,
+        } => match pool {
+            Some(pool) => (
+                format!("mount-pool {}", pool.display()),
+                job_ok(job_id)
+                    .and_then(|_| pool::mount_pool(&cfg, &c, pool, job_id.as_deref()))
+                    .map(json),
+            ),
+            None => {
+                let d = digest.clone().unwrap_or_default();
+                (
+                    format!("mount-pool --digest {d}"),
+                    job_ok(job_id)
+                        .and_then(|_| pool::mount_cached(&cfg, &c, &d, job_id.as_deref()))
+                        .map(|m| {
+                            m.map(json)
+                                .unwrap_or_else(|| serde_json::json!({"cached": false}))
+                        }),
+                )
+            }
+        },
         Cmd::ReleasePool { job_id, pool } => (
             format!("release-pool {pool}"),
-            job_ok(job_id)
+            job_id
+                .as_deref()
+                .map_or(Ok(()), caller::check_job_form)
                 .and_then(|_| pool::release_pool(&c, pool, job_id.as_deref()))
                 .map(json),
         ),

@@ -41,6 +41,8 @@ pub struct PoolMounted {
     /// The pool was already mounted on this node; this call added a reference.
     pub shared: bool,
     pub refs: usize,
+    pub format: ImageFormat,
+    pub loop_device: String,
 }
 
 /// The site's trust policy: a signature by a key in `trusted_keys`, required.
@@ -145,6 +147,43 @@ pub fn fs_options(
     }
 }
 
+/// `mount-pool --digest D` (no pool file): mount the node's cached copy of that digest, or say
+/// it has none (`Ok(None)`: the caller brings the pool and asks again with the file).
+pub fn mount_cached(
+    cfg: &HelperConfig,
+    c: &Caller,
+    digest: &str,
+    job: Option<&str>,
+) -> Result<Option<PoolMounted>> {
+    let hex = digest.strip_prefix("blake3:").unwrap_or("");
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(HelperError::refused(format!(
+            "{digest:?} is not a pool digest (blake3:<64 hex digits>)"
+        )));
+    }
+    let suffix = format!("-{}.pool", &hex[..32]);
+    let Ok(rd) = std::fs::read_dir(&cfg.cache_dir) else {
+        return Ok(None);
+    };
+    let found = rd.flatten().map(|e| e.path()).find(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(&suffix) && !n.starts_with('.'))
+    });
+    let Some(cache_file) = found else {
+        return Ok(None);
+    };
+    let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
+    let pool = Pool::open(&cache_file).map_err(|e| HelperError::invalid(e.to_string()))?;
+    if pool.manifest.digest != digest {
+        return Ok(None);
+    }
+    // the site's keys of today decide, not those of the day it was cached
+    let signer = site_verdict(cfg, &pool)?;
+    mount_verified(cfg, c, &pool, signer, job, None).map(Some)
+}
+
+/// `mount-pool POOL`: check the pool the caller gave (their credentials), then mount it.
 pub fn mount_pool(
     cfg: &HelperConfig,
     c: &Caller,
@@ -159,6 +198,20 @@ pub fn mount_pool(
     swpool_format::pool::fs_size::check_fits(&pool)
         .map_err(|e| HelperError::invalid(e.to_string()))?;
     let signer = site_verdict(cfg, &pool)?;
+    let src = pool.file.as_ref().expect("opened from a file");
+    mount_verified(cfg, c, &pool, signer, job, Some(src))
+}
+
+/// Add a reference to the node's mount of `pool`, or make the one verified copy (from `src`, when
+/// the cache has none) and the one mount.
+fn mount_verified(
+    cfg: &HelperConfig,
+    c: &Caller,
+    pool: &Pool,
+    signer: String,
+    job: Option<&str>,
+    src: Option<&File>,
+) -> Result<PoolMounted> {
     let m = &pool.manifest;
     let mut st = State::open()?;
     let new_ref = Ref {
@@ -182,6 +235,7 @@ pub fn mount_pool(
             digest,
             mount_point,
             refs,
+            loop_device,
             ..
         } = r
         {
@@ -206,6 +260,8 @@ pub fn mount_pool(
                 copied: false,
                 shared: true,
                 refs: refs.len(),
+                format: m.format,
+                loop_device: loop_device.clone(),
             };
             st.save()?;
             return Ok(out);
@@ -214,12 +270,17 @@ pub fn mount_pool(
 
     // one verified copy in the root-owned cache
     let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
-    let cache_file = cfg.cache_dir.join(cache_name(&pool));
+    let cache_file = cfg.cache_dir.join(cache_name(pool));
     let copied = if cache_file.is_file() {
         false
     } else {
-        let src = pool.file.as_ref().expect("opened from a file");
-        copy_verified(&pool, src, &cache_file)?;
+        let Some(src) = src else {
+            return Err(HelperError::refused(format!(
+                "{} is not cached on this node",
+                m.digest
+            )));
+        };
+        copy_verified(pool, src, &cache_file)?;
         true
     };
 
@@ -276,7 +337,7 @@ pub fn mount_pool(
         cache_file,
         mount_point: mp.clone(),
         mount_id: id,
-        loop_device,
+        loop_device: loop_device.clone(),
         mnt_ns: here,
         refs: vec![new_ref],
     });
@@ -293,6 +354,8 @@ pub fn mount_pool(
         copied,
         shared: false,
         refs: 1,
+        format: m.format,
+        loop_device,
     })
 }
 

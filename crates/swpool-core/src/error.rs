@@ -119,6 +119,12 @@ pub enum LoadError {
     PlanMismatch { pool: PathBuf },
     #[error("cannot decode node 0's plan: {0}")]
     PlanDecode(String),
+    #[error("{node}: the site's mount helper could not {what}: {reason}")]
+    Helper {
+        node: String,
+        what: String,
+        reason: String,
+    },
     #[error("{} is a bare image without a sw-pool manifest, so no signature can vouch for it, and the trust policy requires one ({origin}); build and sign it as a pool", swpool_format::show::show(image))]
     BareRefused { image: PathBuf, origin: String },
     #[error(
@@ -177,6 +183,7 @@ impl LoadError {
             | LoadError::JobEnv { .. } => ExitStatus::BadInput,
             LoadError::ChangedSinceJob { .. } => ExitStatus::InvalidPool,
             LoadError::PlanMismatch { .. } | LoadError::PlanDecode(_) => ExitStatus::Internal,
+            LoadError::Helper { .. } => ExitStatus::System,
             LoadError::BareRefused { .. } => ExitStatus::Trust,
             LoadError::Lock { .. } => ExitStatus::System,
             LoadError::BareNeedsMountpoint { .. } => ExitStatus::BadInput,

@@ -92,6 +92,10 @@ pub enum Tool {
     Python3,
     /// `sw-pool run/shell --layer` without the site's helper: the rootless writable overlay.
     FuseOverlayfs,
+    /// `sudo -n sw-pool-mount-helper …`: the site's privileged mount helper.
+    Sudo,
+    /// Mkfs.erofs: `build --format erofs`.
+    MkfsErofs,
 }
 
 impl Tool {
@@ -117,6 +121,8 @@ impl Tool {
             Tool::LdSo => "ld.so",
             Tool::Python3 => "python3",
             Tool::FuseOverlayfs => "fuse-overlayfs",
+            Tool::Sudo => "sudo",
+            Tool::MkfsErofs => "mkfs.erofs",
         }
     }
 
@@ -137,6 +143,8 @@ impl Tool {
             Tool::Ldconfig | Tool::LdSo => "libc-bin",
             Tool::Python3 => "python3",
             Tool::FuseOverlayfs => "fuse-overlayfs",
+            Tool::Sudo => "sudo",
+            Tool::MkfsErofs => "erofs-utils",
         }
     }
 

@@ -13,6 +13,7 @@
 //! | `pool_path` | `SW_POOL_PATH` (`:`-separated) | none | directories searched for `name/version` |
 //! | `cache_dir` | `SW_POOL_CACHE` | `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp` | node-local pool cache |
 //! | `layer_dir` | `SW_POOL_LAYER_DIR` | `$XDG_DATA_HOME/sw-pool/layers`, `~/.local/share/sw-pool/layers` | a user's writable layers (`run`, `shell`, `layer`) |
+//! | `mount_helper` | `SW_POOL_MOUNT_HELPER` | none | the site's `sw-pool-mount-helper` (through `sudo -n`) for site-signed pools |
 //! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
 //! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
 //! | `cache_high_watermark` | `SW_POOL_CACHE_HIGH` | none | after a load, a cache above this is pruned … |
@@ -113,6 +114,10 @@ pub struct Config {
     pub cache_dir: Setting<Option<PathBuf>>,
     pub mount_dir: Setting<Option<PathBuf>>,
     pub layer_dir: Setting<Option<PathBuf>>,
+    /// The site's privileged mount helper (`sw-pool-mount-helper`, run through `sudo -n`): `load`
+    /// of a pool signed by a site key mounts it through the helper (one copy and one kernel mount
+    /// per node, for every user) when set.
+    pub mount_helper: Setting<Option<PathBuf>>,
     pub require_signature: Setting<bool>,
     pub cache_high_watermark: Setting<Option<u64>>,
     pub cache_low_watermark: Setting<Option<u64>>,
@@ -128,6 +133,7 @@ struct FileConfig {
     cache_dir: Option<PathBuf>,
     mount_dir: Option<PathBuf>,
     layer_dir: Option<PathBuf>,
+    mount_helper: Option<PathBuf>,
     require_signature: Option<bool>,
     cache_high_watermark: Option<String>,
     cache_low_watermark: Option<String>,
@@ -143,6 +149,7 @@ impl Default for Config {
             cache_dir: Setting::default(None),
             mount_dir: Setting::default(None),
             layer_dir: Setting::default(None),
+            mount_helper: Setting::default(None),
             require_signature: Setting::default(false),
             cache_high_watermark: Setting::default(None),
             cache_low_watermark: Setting::default(None),
@@ -248,6 +255,9 @@ impl Config {
         if let Some(v) = f.layer_dir {
             self.layer_dir.set(Some(v), o());
         }
+        if let Some(v) = f.mount_helper {
+            self.mount_helper.set(Some(v), o());
+        }
         if let Some(v) = f.require_signature {
             self.require_signature.set(v, o());
         }
@@ -312,6 +322,12 @@ impl Config {
         const M: &str = "SW_POOL_MOUNT";
         if let Some(v) = get(M).filter(|v| !v.is_empty()) {
             self.mount_dir.set(Some(v.into()), Origin::Env(M));
+        }
+        const MH: &str = "SW_POOL_MOUNT_HELPER";
+        if let Some(v) = get(MH) {
+            // empty: no helper (a test or a user turning the site's off)
+            let v = (!v.is_empty()).then(|| PathBuf::from(v));
+            self.mount_helper.set(v, Origin::Env(MH));
         }
         const R: &str = "SW_POOL_REQUIRE_SIGNATURE";
         if let Some(v) = get(R) {
@@ -392,6 +408,11 @@ impl Config {
                 "layer_dir",
                 opt(&self.layer_dir.value, "(~/.local/share/sw-pool/layers)"),
                 self.layer_dir.origin.to_string(),
+            ),
+            (
+                "mount_helper",
+                opt(&self.mount_helper.value, "(none: FUSE mounts only)"),
+                self.mount_helper.origin.to_string(),
             ),
             (
                 "require_signature",

@@ -345,6 +345,53 @@ pub fn load(
     let plan: Plan = leader_value(job, own_plan.as_ref())?;
     let resolve_trust = t0.elapsed();
 
+    // the site path (site.rs): a site-signed pool through the site's mount helper, when every
+    // node leader has it; from the node's cached copy where it has one, so that the pool's bytes
+    // move only if some node lacks it
+    let mine = if leader {
+        site::helper_for(node, req, &plan)
+    } else {
+        None
+    };
+    let vote = if leader { u8::from(mine.is_some()) } else { 2 };
+    let site_all = job
+        .all_gather(&[vote])?
+        .iter()
+        .all(|v| v.first() != Some(&0));
+    let helper = if site_all { mine } else { None };
+    let mut site_mounted = None;
+    if site_all {
+        let from_cache = helper
+            .as_ref()
+            .map(|h| site::mount_cached(node.sys, h, &plan.digest, req.job_id.as_deref()));
+        if let Err(e) = job.agree(outcome(&from_cache)) {
+            if let (Some(h), Some(Ok(Some(m)))) = (&helper, &from_cache) {
+                let _ = site::release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
+            }
+            return Err(e.into());
+        }
+        site_mounted = from_cache.and_then(Result::ok).flatten();
+        let needs_bytes = leader && site_mounted.is_none();
+        let any_needs = job
+            .all_gather(&[u8::from(needs_bytes)])?
+            .iter()
+            .any(|v| v.first() == Some(&1));
+        if !any_needs {
+            // every node mounted its own verified copy: nothing read, nothing moved
+            return site::finish(
+                job,
+                node,
+                req,
+                plan,
+                helper.as_deref(),
+                site_mounted,
+                t0,
+                resolve_trust,
+                CopyReport::default(),
+            );
+        }
+    }
+
     // 2.-6. place: the broadcast into the node-local cache, bound to the authorized bytes
     let opts = CopyOptions {
         progress: req.progress.is_some(),
@@ -366,6 +413,40 @@ pub fn load(
 
     // 7. mount on every node, all or nothing
     let tm = Instant::now();
+    if site_all {
+        // the nodes without the node's copy: the helper verifies the local copy into its cache
+        let fresh = match (&helper, &site_mounted) {
+            (Some(h), None) => Some(site::mount_file(
+                node.sys,
+                h,
+                &plan.dest,
+                req.job_id.as_deref(),
+            )),
+            _ => None,
+        };
+        if let Err(e) = job.agree(outcome(&fresh)) {
+            if let (Some(h), Some(Ok(m))) = (&helper, &fresh) {
+                let _ = site::release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
+            }
+            return Err(e.into());
+        }
+        if let Some(Ok(m)) = fresh {
+            site_mounted = Some(m);
+        }
+        let mut l = site::finish(
+            job,
+            node,
+            req,
+            plan,
+            helper.as_deref(),
+            site_mounted,
+            t0,
+            resolve_trust,
+            report,
+        )?;
+        l.timings.mount = tm.elapsed();
+        return Ok(l);
+    }
     let mounted = leader.then(|| mount_here(node, req, &plan));
     if let Err(e) = job.agree(outcome(&mounted)) {
         if let Some(Ok((rec, _))) = &mounted {
@@ -536,6 +617,15 @@ pub fn mountpoint_of(
         .join(&name)
         .join(&version);
     if !mp.is_dir() {
+        // a site pool the site's mount helper mounted for this user is where the helper put it
+        let by_helper = StateDir::open_default(env)
+            .and_then(|d| d.find_pool(&name, &version))
+            .unwrap_or_default()
+            .into_iter()
+            .find(|r| matches!(r.serving, Some(state::Serving::Kernel { .. })));
+        if let Some(r) = by_helper {
+            return Ok((r.mount_point, Some((name, version))));
+        }
         return Err(LoadError::NotLoaded {
             name,
             version,
@@ -656,6 +746,7 @@ mod mount_image;
 mod mount_rw;
 mod task;
 pub use crate::error::LoadError;
+pub mod site;
 pub use mount_image::{check_pools, mount_image, MountOutcome, MountRequest};
 pub use mount_rw::{mount_rw, MountRw};
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Record, StateDir, StateError};
+use super::{Record, Serving, StateDir, StateError};
 use crate::config::Environment;
 use crate::mount::{self, MountError, MountState, Sys};
 
@@ -211,7 +211,31 @@ fn clean_record(
             return Ok(());
         }
     }
-    if st != MountState::Absent {
+    if let (
+        Some(Serving::Kernel {
+            helper: Some(h), ..
+        }),
+        Some(p),
+    ) = (&rec.serving, &rec.pool)
+    {
+        // a site pool the site's mount helper holds for every user: drop this user's reference
+        // there (the job's, or all of this user's); the helper unmounts after the last user
+        if !sel.dry_run {
+            let job = if whole { None } else { sel.job.as_deref() };
+            if let Err(e) = super::helper_release(sys, h, p, job) {
+                act(
+                    out,
+                    sel,
+                    &mp,
+                    &label,
+                    jobs,
+                    "failed",
+                    format!("the site's mount helper: {e}"),
+                );
+                return Ok(());
+            }
+        }
+    } else if st != MountState::Absent {
         let helper = (rec.helper_pid > 1).then_some(rec.helper_pid);
         if !unmount_and_reap(sys, sel, &mp, &label, jobs.clone(), helper, rec.uid, out) {
             return Ok(()); // still mounted: keep the record that says so

@@ -44,7 +44,7 @@ mod store;
 pub use acquire::{acquire, held_by_job, AcquireRequest, Acquired};
 pub use clean::{candidate_dirs, clean, clean_all_stores, clean_as, Action, Selection};
 pub use list::{all_nodes_list, list, node_list, ListEntry, ListFilter, ListStatus, NodeList};
-pub use release::{release, Released};
+pub use release::{helper_release, release, Released};
 pub use store::{images_in_use, StateDir, StateLock};
 
 pub const SCHEMA: u32 = 1;
@@ -107,10 +107,13 @@ pub struct Ref {
 pub enum Serving {
     /// A FUSE helper process (squashfuse_ll, fuse2fs).
     Fuse { helper: Backend, pid: u32 },
-    /// A kernel mount of the image through a loop device.
+    /// A kernel mount of the image through a loop device, made by the site's mount helper
+    /// (`helper`: the one to ask to release it).
     Kernel {
         fstype: String,
         loop_device: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        helper: Option<PathBuf>,
     },
     /// sw-pool's on-demand chunk server (a FUSE server verifying each chunk it serves).
     ChunkServer { pid: u32 },

@@ -85,8 +85,23 @@ pub fn release(
             unmounted: None,
         });
     }
-    let unmounted = match st {
-        MountState::Absent => None,
+    let unmounted = match (&rec.serving, st) {
+        (
+            Some(Serving::Kernel {
+                helper: Some(h), ..
+            }),
+            _,
+        ) => {
+            // the site's helper holds the kernel mount for every user: drop ours there
+            if let Some(p) = &rec.pool {
+                helper_release(sys, h, p, None).map_err(|reason| StateError::Conflict {
+                    mount_point: mp.clone(),
+                    reason: format!("the site's mount helper did not release it: {reason}"),
+                })?;
+            }
+            None
+        }
+        (_, MountState::Absent) => None,
         _ => Some(mount::unmount(sys, &at, force)?),
     };
     dir.remove(&mp)?;
@@ -95,5 +110,29 @@ pub fn release(
         record: Some(rec),
         remaining: 0,
         unmounted,
+    })
+}
+
+/// Drop this user's reference to a site pool at the site's mount helper (`sudo -n HELPER
+/// release-pool NAME/VERSION [--job-id J]`); the last user's unmounts it there.
+pub fn helper_release(
+    sys: &dyn Sys,
+    helper: &Path,
+    pool: &crate::mount::PoolId,
+    job: Option<&str>,
+) -> Result<(), String> {
+    let spec = format!("{}/{}", pool.name, pool.version);
+    let mut cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
+        .arg("-n")
+        .path(helper)
+        .arg("release-pool")
+        .arg(&spec);
+    if let Some(j) = job {
+        cmd = cmd.arg("--job-id").arg(j);
+    }
+    sys.run(&cmd).map(|_| ()).map_err(|e| {
+        e.stderr()
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| e.to_string())
     })
 }

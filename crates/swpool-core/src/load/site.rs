@@ -1,0 +1,287 @@
+//! The site path of `load`: where the site configured its privileged mount helper (`mount_helper`,
+//! `sw-pool-mount-helper` run through `sudo -n`), a pool signed by a key in the **system**
+//! trusted-keys directory is mounted by the helper, once per node for every user and job, by the
+//! kernel, from a copy in root's node cache that the helper verified chunk by chunk and nobody else
+//! can change; the user's record of it (a [`Serving::Kernel`] record) holds the user's references,
+//! and the last one asks the helper to drop the user's reference there.
+//!
+//! Each node leader first asks the helper for the node's cached copy by digest (`mount-pool
+//! --digest D`): where every node has it, nothing is read from shared storage at all. Otherwise the
+//! job's broadcast brings the pool into the users' caches as always (one read of shared storage
+//! per job), and the helper copies from that local copy, verifying it again, into its own cache.
+//! A pool that is not site-signed, a load with an explicit mount point (`-m`), or a node without
+//! the helper takes the per-user FUSE path as before.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::exec::{Tool, ToolCommand};
+use crate::mount::{Backend, PoolId, Sys};
+use crate::state::{self, Record, Ref, Serving, StateDir};
+use crate::trust::Verdict;
+
+use super::{LoadRequest, NodeContext, Plan};
+
+/// What the helper says it mounted.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HelperMounted {
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    pub mount_point: PathBuf,
+    pub copied: bool,
+    pub shared: bool,
+    pub refs: usize,
+    #[serde(default)]
+    pub format: Option<swpool_format::format::ImageFormat>,
+    #[serde(default)]
+    pub loop_device: Option<String>,
+}
+
+/// The helper to use for this load on this node, if the site path applies: a helper is
+/// configured, no mount point was asked for, and the pool is signed by a key from the system
+/// trusted-keys directory (never only a user's own key: the helper would refuse it anyway).
+pub fn helper_for(node: &NodeContext, req: &LoadRequest, plan: &Plan) -> Option<PathBuf> {
+    let helper = node.cfg.mount_helper.value.clone()?;
+    if req.mountpoint.is_some() {
+        return None;
+    }
+    let Verdict::Trusted { fingerprint, .. } = &plan.verdict else {
+        return None;
+    };
+    let key = node.policy.keys.find(fingerprint)?;
+    key.path
+        .starts_with(crate::trust::keys::SYSTEM_TRUSTED_KEYS)
+        .then_some(helper)
+}
+
+fn helper_error(node: &str, what: &str, e: crate::exec::ExecError) -> Error {
+    let reason = e
+        .stderr()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| e.to_string());
+    Error::from(super::LoadError::Helper {
+        node: node.to_string(),
+        what: what.to_string(),
+        reason,
+    })
+}
+
+fn run(sys: &dyn Sys, helper: &Path, args: &[&str]) -> Result<String, crate::exec::ExecError> {
+    let cmd = ToolCommand::new(Tool::Sudo)
+        .arg("-n")
+        .path(helper)
+        .args(args.iter().copied());
+    sys.run(&cmd).map(|o| o.stdout)
+}
+
+fn parse(node: &str, what: &str, out: &str) -> Result<serde_json::Value, Error> {
+    serde_json::from_str(out.trim()).map_err(|e| {
+        Error::from(super::LoadError::Helper {
+            node: node.to_string(),
+            what: what.to_string(),
+            reason: format!("unreadable answer ({e}): {}", out.trim()),
+        })
+    })
+}
+
+impl HelperMounted {
+    pub fn pool_id(&self) -> PoolId {
+        PoolId {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            digest: self.digest.clone(),
+        }
+    }
+}
+
+/// The end of a site-path load on every rank: each leader records its reference, all agree, every
+/// rank gets its node's record (as `load`'s own mount step ends).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn finish(
+    job: &dyn crate::collective::Collective,
+    node: &NodeContext,
+    req: &LoadRequest,
+    plan: Plan,
+    helper: Option<&Path>,
+    mounted: Option<HelperMounted>,
+    t0: std::time::Instant,
+    resolve_trust: std::time::Duration,
+    copy: crate::transfer::CopyReport,
+) -> Result<super::Loaded, Error> {
+    let tm = std::time::Instant::now();
+    let recorded = match (helper, &mounted) {
+        (Some(h), Some(m)) => Some(record(&node.state, req, &plan, m, h, node.uid)),
+        _ => None,
+    };
+    if let Err(e) = job.agree(super::outcome(&recorded)) {
+        if let (Some(h), Some(m)) = (helper, &mounted) {
+            let _ = release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
+            if let Some(Ok((rec, _))) = &recorded {
+                let _ = drop_ref(&node.state, rec, req.job_id.as_deref());
+            }
+        }
+        return Err(e.into());
+    }
+    let own = recorded.and_then(Result::ok);
+    let (record, reused): (Record, bool) = crate::collective::leader_value(job, own.as_ref())?;
+    Ok(super::Loaded {
+        plan,
+        mount_point: record.mount_point.clone(),
+        reused,
+        record,
+        copy,
+        timings: super::Timings {
+            resolve_trust,
+            mount: tm.elapsed(),
+            total: t0.elapsed(),
+        },
+    })
+}
+
+/// Take back the reference [`record`] added (another node failed).
+fn drop_ref(dir: &StateDir, rec: &Record, job: Option<&str>) -> Result<(), Error> {
+    let _lock = dir.lock()?;
+    if let Some(mut r) = dir.read(&rec.mount_point)? {
+        if let Some(i) = r.refs.iter().rposition(|x| x.job_id.as_deref() == job) {
+            r.refs.remove(i);
+        }
+        if r.refs.is_empty() {
+            dir.remove(&r.mount_point)?;
+        } else {
+            dir.write(&r)?;
+        }
+    }
+    Ok(())
+}
+
+/// `mount-pool --digest D`: the node's cached copy, mounted (or referenced), if the node has it.
+pub fn mount_cached(
+    sys: &dyn Sys,
+    helper: &Path,
+    digest: &str,
+    job: Option<&str>,
+) -> Result<Option<HelperMounted>, Error> {
+    let node = crate::users::hostname();
+    let mut args = vec!["mount-pool", "--digest", digest];
+    if let Some(j) = job {
+        args.extend(["--job-id", j]);
+    }
+    let what = "mount the node's copy";
+    let out = run(sys, helper, &args).map_err(|e| helper_error(&node, what, e))?;
+    let v = parse(&node, what, &out)?;
+    if v.get("cached") == Some(&serde_json::Value::Bool(false)) {
+        return Ok(None);
+    }
+    serde_json::from_value(v).map(Some).map_err(|e| {
+        Error::from(super::LoadError::Helper {
+            node,
+            what: what.into(),
+            reason: e.to_string(),
+        })
+    })
+}
+
+/// `mount-pool FILE`: the helper verifies the (local) pool file into its cache and mounts it.
+pub fn mount_file(
+    sys: &dyn Sys,
+    helper: &Path,
+    file: &Path,
+    job: Option<&str>,
+) -> Result<HelperMounted, Error> {
+    let node = crate::users::hostname();
+    let f = file.to_string_lossy();
+    let mut args = vec!["mount-pool"];
+    if let Some(j) = job {
+        args.extend(["--job-id", j]);
+    }
+    args.push(&f);
+    let what = "verify and mount the pool";
+    let out = run(sys, helper, &args).map_err(|e| helper_error(&node, what, e))?;
+    let v = parse(&node, what, &out)?;
+    serde_json::from_value(v).map_err(|e| {
+        Error::from(super::LoadError::Helper {
+            node,
+            what: what.into(),
+            reason: e.to_string(),
+        })
+    })
+}
+
+/// `release-pool NAME/VERSION`: the user's reference at the helper (the last user's unmounts).
+pub fn release(
+    sys: &dyn Sys,
+    helper: &Path,
+    pool: &PoolId,
+    job: Option<&str>,
+) -> Result<(), String> {
+    state::helper_release(sys, helper, pool, job)
+}
+
+/// The user's record of a helper mount: one reference per load, like a FUSE mount's.
+pub fn record(
+    dir: &StateDir,
+    req: &LoadRequest,
+    plan: &Plan,
+    m: &HelperMounted,
+    helper: &Path,
+    uid: u32,
+) -> Result<(Record, bool), Error> {
+    let _lock = dir.lock()?;
+    let r = Ref {
+        job_id: req.job_id.clone(),
+        since: state::now(),
+        pid: std::process::id(),
+    };
+    if let Some(mut rec) = dir.read(&m.mount_point)? {
+        if matches!(rec.serving, Some(Serving::Kernel { .. }))
+            && rec.pool.as_ref().map(|p| &p.digest) == Some(&m.digest)
+        {
+            let has_job_ref =
+                req.job_id.is_some() && rec.refs.iter().any(|x| x.job_id == req.job_id);
+            if !(req.once_per_job && has_job_ref) {
+                rec.refs.push(r);
+                dir.write(&rec)?;
+            }
+            return Ok((rec, true));
+        }
+    }
+    let format = m
+        .format
+        .unwrap_or(swpool_format::format::ImageFormat::Squashfs);
+    let rec = Record {
+        schema: state::SCHEMA,
+        mount_point: m.mount_point.clone(),
+        image: plan.dest.clone(),
+        format,
+        backend: Backend::for_format(format),
+        pool: Some(PoolId {
+            name: m.name.clone(),
+            version: m.version.clone(),
+            digest: m.digest.clone(),
+        }),
+        helper_pid: 0,
+        uid,
+        user: crate::users::name_of(uid),
+        node: dir.node().to_string(),
+        created: state::now(),
+        refs: vec![r],
+        pending: false,
+        source: Some(plan.src.clone()),
+        mount_id: None,
+        serving: Some(Serving::Kernel {
+            fstype: format.as_str().to_string(),
+            loop_device: PathBuf::from(format!(
+                "/dev/{}",
+                m.loop_device.as_deref().unwrap_or("loop")
+            )),
+            helper: Some(helper.to_path_buf()),
+        }),
+        lease: None,
+    };
+    dir.write(&rec)?;
+    Ok((rec, false))
+}
