@@ -32,6 +32,9 @@ install: build
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount
 	install -d $(DESTDIR)$(PREFIX)/libexec/sw-pool
 	for h in prolog task-prolog epilog; do ln -sf ../../bin/sw-pool $(DESTDIR)$(PREFIX)/libexec/sw-pool/$$h; done
+	install -m 0755 target/release/sw-pool-mount-helper $(DESTDIR)$(PREFIX)/libexec/sw-pool/sw-pool-mount-helper
+	install -d $(DESTDIR)$(PREFIX)/share/sw-pool
+	install -m 0644 etc/sw-pool/helper.toml.example $(DESTDIR)$(PREFIX)/share/sw-pool/helper.toml.example
 	$(BIN) generate man $(DESTDIR)$(PREFIX)/share/man/man1
 	$(BIN) generate completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool
 	$(BIN) generate completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sw-pool
@@ -55,7 +58,8 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/share/sw-pool/modules/pool-modulefile.tcl \
 	  $(DESTDIR)$(PREFIX)/lib/sw-pool/sw_pool_spank.so \
 	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/prolog $(DESTDIR)$(PREFIX)/libexec/sw-pool/task-prolog \
-	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog
+	  $(DESTDIR)$(PREFIX)/libexec/sw-pool/epilog $(DESTDIR)$(PREFIX)/libexec/sw-pool/sw-pool-mount-helper \
+	  $(DESTDIR)$(PREFIX)/share/sw-pool/helper.toml.example
 
 # advisories are not checked: that clones the RustSec database from GitHub (see deny.toml)
 lint: setup

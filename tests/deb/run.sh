@@ -36,6 +36,10 @@ for f in /usr/bin/scalable-fs-cp /usr/bin/scalable-fs-mount /usr/libexec/sw-pool
          /usr/libexec/sw-pool/task-prolog /usr/libexec/sw-pool/epilog; do
   check "$f runs the installed sw-pool" test "$(readlink -f "$f")" = /usr/bin/sw-pool
 done
+check "the mount helper is installed root's, mode 0755" test "$(stat -c '%U %a' /usr/libexec/sw-pool/sw-pool-mount-helper)" = "root 755"
+rc=0; out=$(/usr/libexec/sw-pool/sw-pool-mount-helper list 2>&1) || rc=$?
+check "the mount helper does nothing without /etc/sw-pool/helper.toml (status 3, says so)" \
+  test "$rc" = 3 -a -n "$(grep 'not configured on this node' <<< "$out")"
 check "the full program and pid 1 of environments beside the front" test -x /usr/bin/sw-pool-full -a -x /usr/bin/sw-pool-enter
 check "sw-pool run -- true (an environment, as root)" env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= /usr/bin/sw-pool run -- true
 check "man page sw-pool(1)" test -s /usr/share/man/man1/sw-pool.1
