@@ -140,6 +140,7 @@ pub fn fs_options(
 ) {
     match format {
         ImageFormat::Squashfs => ("squashfs", &[]),
+        ImageFormat::Erofs => ("erofs", &[]),
         // never replay a journal in a pool: it is read-only and verified as it is
         ImageFormat::Ext2 | ImageFormat::Ext3 | ImageFormat::Ext4 => {
             ("ext4", &[("norecovery", None)])

@@ -17,6 +17,9 @@ pub enum ImageFormat {
     Ext2,
     Ext3,
     Ext4,
+    /// EROFS (`mkfs.erofs`): mounted by the kernel only (there is no FUSE server for it here), so
+    /// through the site's mount helper.
+    Erofs,
 }
 
 impl ImageFormat {
@@ -26,11 +29,20 @@ impl ImageFormat {
             ImageFormat::Ext2 => "ext2",
             ImageFormat::Ext3 => "ext3",
             ImageFormat::Ext4 => "ext4",
+            ImageFormat::Erofs => "erofs",
         }
     }
 
     pub fn is_ext(self) -> bool {
-        !matches!(self, ImageFormat::Squashfs)
+        matches!(
+            self,
+            ImageFormat::Ext2 | ImageFormat::Ext3 | ImageFormat::Ext4
+        )
+    }
+
+    /// Built by a tool that sizes the image itself (squashfs, EROFS), not into a preset size.
+    pub fn is_packed(self) -> bool {
+        matches!(self, ImageFormat::Squashfs | ImageFormat::Erofs)
     }
 
     /// The format implied by an output file name (`.sqfs`, `.squashfs`, `.ext2`, `.ext3`, `.ext4`).
@@ -40,6 +52,7 @@ impl ImageFormat {
             "ext2" => Some(ImageFormat::Ext2),
             "ext3" => Some(ImageFormat::Ext3),
             "ext4" => Some(ImageFormat::Ext4),
+            "erofs" => Some(ImageFormat::Erofs),
             _ => None,
         }
     }
@@ -59,8 +72,9 @@ impl FromStr for ImageFormat {
             "ext2" => Ok(ImageFormat::Ext2),
             "ext3" => Ok(ImageFormat::Ext3),
             "ext4" => Ok(ImageFormat::Ext4),
+            "erofs" => Ok(ImageFormat::Erofs),
             _ => Err(format!(
-                "unknown format {s:?} (use squashfs, ext4, ext3 or ext2)"
+                "unknown format {s:?} (use squashfs, ext4, ext3, ext2 or erofs)"
             )),
         }
     }
@@ -74,7 +88,7 @@ pub enum DetectError {
         source: std::io::Error,
     },
     #[error(
-        "{} is not a squashfs or ext2/3/4 image (no file-system magic found)",
+        "{} is not a squashfs, ext2/3/4 or EROFS image (no file-system magic found)",
         crate::show::show(path)
     )]
     Unknown { path: PathBuf },
@@ -90,6 +104,8 @@ impl DetectError {
 }
 
 const SQUASHFS_MAGIC: &[u8; 4] = b"hsqs";
+/// EROFS: `EROFS_SUPER_MAGIC_V1` (0xE0F5E1E2, little-endian) at byte 1024.
+pub const EROFS_MAGIC: [u8; 4] = [0xE2, 0xE1, 0xF5, 0xE0];
 const EXT_MAGIC_OFFSET: usize = 1024 + 56;
 const EXT_FEATURE_COMPAT_HAS_JOURNAL: u32 = 0x4;
 const EXT_FEATURE_INCOMPAT_EXTENTS: u32 = 0x40;
@@ -100,6 +116,9 @@ const EXT_FEATURE_INCOMPAT_FLEX_BG: u32 = 0x200;
 pub fn detect_bytes(head: &[u8]) -> Option<ImageFormat> {
     if head.len() >= 4 && &head[..4] == SQUASHFS_MAGIC {
         return Some(ImageFormat::Squashfs);
+    }
+    if head.len() >= 1028 && head[1024..1028] == EROFS_MAGIC {
+        return Some(ImageFormat::Erofs);
     }
     if head.len() >= 1024 + 104 && head[EXT_MAGIC_OFFSET..EXT_MAGIC_OFFSET + 2] == [0x53, 0xEF] {
         let le32 = |o: usize| u32::from_le_bytes(head[1024 + o..1024 + o + 4].try_into().unwrap());
@@ -147,6 +166,21 @@ pub fn detect(path: &Path) -> Result<ImageFormat, DetectError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn erofs_is_detected_by_its_magic_and_is_not_ext() {
+        let mut head = vec![0u8; 2048];
+        head[1024..1028].copy_from_slice(&EROFS_MAGIC);
+        assert_eq!(detect_bytes(&head), Some(ImageFormat::Erofs));
+        assert!(!ImageFormat::Erofs.is_ext() && ImageFormat::Erofs.is_packed());
+        assert_eq!("erofs".parse::<ImageFormat>(), Ok(ImageFormat::Erofs));
+        assert_eq!(
+            ImageFormat::from_extension(Path::new("p.erofs")),
+            Some(ImageFormat::Erofs)
+        );
+        head[1027] = 0;
+        assert_eq!(detect_bytes(&head), None);
+    }
 
     #[test]
     fn extensions() {

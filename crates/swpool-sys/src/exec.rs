@@ -96,6 +96,8 @@ pub enum Tool {
     Sudo,
     /// Mkfs.erofs: `build --format erofs`.
     MkfsErofs,
+    /// Fsck.erofs: `inspect --check` of an EROFS pool.
+    FsckErofs,
 }
 
 impl Tool {
@@ -123,6 +125,7 @@ impl Tool {
             Tool::FuseOverlayfs => "fuse-overlayfs",
             Tool::Sudo => "sudo",
             Tool::MkfsErofs => "mkfs.erofs",
+            Tool::FsckErofs => "fsck.erofs",
         }
     }
 
@@ -144,7 +147,7 @@ impl Tool {
             Tool::Python3 => "python3",
             Tool::FuseOverlayfs => "fuse-overlayfs",
             Tool::Sudo => "sudo",
-            Tool::MkfsErofs => "erofs-utils",
+            Tool::MkfsErofs | Tool::FsckErofs => "erofs-utils",
         }
     }
 

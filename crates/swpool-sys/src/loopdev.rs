@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
 const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
 const LO_FLAGS_READ_ONLY: u32 = 1;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 const LO_NAME_SIZE: usize = 64;
@@ -174,12 +175,37 @@ pub fn attached() -> Vec<Attached> {
     v
 }
 
+/// The device and inode of the file `/dev/NAME` is attached to (`LOOP_GET_STATUS64`).
+pub fn backing_id(name: &str) -> Option<(u64, u64)> {
+    let dev = std::fs::File::open(format!("/dev/{name}")).ok()?;
+    // SAFETY: all-zero is a valid `loop_info64` (integers and byte arrays).
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: LOOP_GET_STATUS64 writes one `struct loop_info64` into `info`, laid out as the
+    // kernel's.
+    let r = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_GET_STATUS64, &mut info as *mut _) };
+    (r == 0).then_some((info.lo_device, info.lo_inode))
+}
+
+/// Is the file at `path` (in this mount namespace) the very file `a` is attached to? Loop devices
+/// are the machine's, and a path names different files in different namespaces (the testbed's
+/// nodes share one kernel), so the path alone proves nothing.
+pub fn backs(a: &Attached, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(path) else {
+        return false;
+    };
+    // the kernel reports the backing device in its old 16-bit encoding when it fits
+    let dev = m.dev();
+    let old = (libc::major(dev) as u64) << 8 | libc::minor(dev) as u64;
+    backing_id(&a.name).is_some_and(|(d, i)| i == m.ino() && (d == dev || d == old))
+}
+
 /// Attached devices that back no mount in `mounts` (by device number) and whose backing file is
-/// under `dir`.
+/// under `dir` **in this namespace** (the same device and inode, [`backs`]).
 pub fn orphans(mounts: &[crate::proc::MountEntry], dir: &Path) -> Vec<Attached> {
     attached()
         .into_iter()
-        .filter(|a| a.backing_file.starts_with(dir))
+        .filter(|a| a.backing_file.starts_with(dir) && backs(a, &a.backing_file))
         .filter(|a| !mounts.iter().any(|m| m.dev == a.devno))
         .collect()
 }

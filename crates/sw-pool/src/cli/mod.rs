@@ -269,6 +269,8 @@ pub enum FormatArg {
     Ext4,
     Ext3,
     Ext2,
+    /// Mounted by the kernel only, through the site's mount helper (no FUSE server for EROFS)
+    Erofs,
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         FormatArg::Ext4 => ImageFormat::Ext4,
         FormatArg::Ext3 => ImageFormat::Ext3,
         FormatArg::Ext2 => ImageFormat::Ext2,
+        FormatArg::Erofs => ImageFormat::Erofs,
     });
     // the configured default format applies only when neither --format nor OUT's extension says
     let format = format

@@ -13,7 +13,7 @@ pub struct CheckReport {
     pub summary: String,
 }
 
-/// `e2fsck -fn` for ext images, `unsquashfs -stat` for squashfs; read-only, never repairs. The
+/// `e2fsck -fn` for ext images, `unsquashfs -stat` for squashfs, `fsck.erofs` for EROFS; read-only, never repairs. The
 /// tool is looked up in `path_var` (the value of `PATH`; see [`crate::exec::Tool::locate`]).
 pub fn check(
     path: &Path,
@@ -22,6 +22,7 @@ pub fn check(
 ) -> Result<CheckReport, ExecError> {
     let cmd = match format {
         ImageFormat::Squashfs => ToolCommand::new(Tool::Unsquashfs).arg("-stat").path(path),
+        ImageFormat::Erofs => ToolCommand::new(Tool::FsckErofs).path(path),
         _ => ToolCommand::new(Tool::E2fsck)
             .arg("-fn")
             .end_of_options()

@@ -536,6 +536,13 @@ pub fn mount(
     timeout: Duration,
 ) -> Result<Mounted, MountError> {
     let start = sys.now();
+    if image.format == ImageFormat::Erofs {
+        return Err(MountError::Image {
+            path: image.path.clone(),
+            reason: "is an EROFS image, which only the kernel mounts here (there is no FUSE server for EROFS on this system): load it where the site's mount helper is configured (`mount_helper`), or build the pool as squashfs for FUSE".into(),
+            status: ExitStatus::BadInput,
+        });
+    }
     let checked = check_mountpoint(sys, mp)?;
     if let Err(e) = sys.open_fuse_device() {
         let uid = sys.euid();

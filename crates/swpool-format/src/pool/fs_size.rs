@@ -4,7 +4,8 @@
 //!
 //! - ext2/3/4: `s_blocks_count` (low 32 bits, plus the high 32 bits when the `64bit` feature is
 //!   set) × `1024 << s_log_block_size`;
-//! - squashfs: `bytes_used` (the kernel and squashfuse read nothing past it).
+//! - squashfs: `bytes_used` (the kernel and squashfuse read nothing past it);
+//! - EROFS: `blocks` × `1 << blkszbits`.
 
 use std::os::unix::fs::FileExt;
 
@@ -18,6 +19,7 @@ const HEAD: usize = 2048;
 pub enum FsSize {
     Ext(u64),
     Squashfs(u64),
+    Erofs(u64),
     /// Neither: nothing to check (the mount helper will refuse it).
     Unknown,
 }
@@ -32,6 +34,19 @@ pub fn parse(head: &[u8]) -> Result<FsSize, String> {
     if head.len() >= 96 && &head[0..4] == b"hsqs" {
         let used = u64::from_le_bytes(head[40..48].try_into().expect("8 bytes"));
         return Ok(FsSize::Squashfs(used));
+    }
+    if head.len() >= 1024 + 40 && head[1024..1028] == crate::format::EROFS_MAGIC {
+        let sb = &head[1024..];
+        let bits = sb[12];
+        if !(9..=16).contains(&bits) {
+            return Err(format!(
+                "EROFS superblock: block size 1 << {bits} is not plausible"
+            ));
+        }
+        return le32(sb, 36)
+            .checked_mul(1u64 << bits)
+            .map(FsSize::Erofs)
+            .ok_or_else(|| "EROFS superblock: size overflows".to_string());
     }
     if head.len() >= 1024 + 0x160 && head[1024 + 0x38..1024 + 0x3a] == [0x53, 0xef] {
         let sb = &head[1024..];
@@ -69,6 +84,7 @@ pub fn bytes_past_fs(file: &std::fs::File, len: u64) -> std::io::Result<Option<S
             ("squashfs", used.div_ceil(4096).saturating_mul(4096))
         }
         Ok(FsSize::Ext(size)) if size >= 2048 => ("ext", size),
+        Ok(FsSize::Erofs(size)) if size >= 2048 => ("EROFS", size),
         _ => return Ok(None),
     };
     Ok((len > end).then(|| {
@@ -97,7 +113,7 @@ pub fn check_fits(pool: &Pool) -> Result<FsSize, ManifestError> {
     };
     let fs = parse(&head).map_err(corrupt)?;
     let size = match fs {
-        FsSize::Ext(n) | FsSize::Squashfs(n) => n,
+        FsSize::Ext(n) | FsSize::Squashfs(n) | FsSize::Erofs(n) => n,
         FsSize::Unknown => return Ok(fs),
     };
     if size > image {
@@ -112,6 +128,17 @@ pub fn check_fits(pool: &Pool) -> Result<FsSize, ManifestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn erofs_size_is_blocks_times_block_size_and_implausible_ones_are_refused() {
+        let mut head = vec![0u8; 2048];
+        head[1024..1028].copy_from_slice(&crate::format::EROFS_MAGIC);
+        head[1024 + 12] = 12; // 4 KiB blocks
+        head[1024 + 36..1024 + 40].copy_from_slice(&5u32.to_le_bytes());
+        assert_eq!(parse(&head), Ok(FsSize::Erofs(5 * 4096)));
+        head[1024 + 12] = 40;
+        assert!(parse(&head).is_err());
+    }
 
     #[test]
     fn squashfs_and_ext_sizes() {
