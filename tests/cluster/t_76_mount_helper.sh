@@ -47,13 +47,19 @@ cleanup() {
   on sh -c "awk -v a='$UR/' -v b='$TB/local/root/site/t76' 'index(\$5, a) == 1 || index(\$5, b) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done" >/dev/null 2>&1 || true
   on "$H" cleanup >/dev/null 2>&1 || true
   on sh -c "rm -rf '$UR/$U1' '$UR/$U2' $TB/local/root/cache/t76*" >/dev/null 2>&1 || true
-  rm -f "$KEYS/t76-site.pub.pem" "$KEYS/t76-site.pem"
+  # the user's own trusted key: left behind, it would make every later load of theirs require signatures
+  rm -f "$KEYS/t76-site.pub.pem" "$KEYS/t76-site.pem" "/var/tmp/swp-tb-home/$U1/.config/sw-pool/trusted-keys/t76-mine.pem"
+  rmdir "/var/tmp/swp-tb-home/$U1/.config/sw-pool/trusted-keys" "/var/tmp/swp-tb-home/$U1/.config/sw-pool" 2>/dev/null || true
   for n in node1 node2; do "$TESTBED/exec" "$n" sh -c "awk -v b='$TB/local/root/site/t76' 'index(\$5, b) == 1 {print \$5}' /proc/self/mountinfo | while read -r m; do umount -l \"\$m\"; done; rm -f $TB/local/root/cache/t76*; rm -rf /tmp/sw-pool-$uid1 /tmp/sw-pool-$uid2" >/dev/null 2>&1 || true; done
   cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml" 2>/dev/null || true
   rm -rf "$W" "$E"
 }
 trap cleanup EXIT
 mkdir -p "$W" "$E" && chmod 1777 "$W"
+# the binaries where the nodes see them (the checkout may sit in a directory private to this host,
+# e.g. a clone under /tmp: the nodes have their own /tmp)
+cp "$SW" "$SW-full" "$SW-enter" "$W/"
+SW=$W/sw-pool
 cp "$TB/etc/sw-pool/helper.toml" "$W/helper.toml.orig"
 as1() { on runuser -u "$U1" -- "$@"; }
 as2() { on runuser -u "$U2" -- "$@"; }
