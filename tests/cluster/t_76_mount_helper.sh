@@ -231,6 +231,8 @@ assert_eq "job 2's clean-up unmounts it" 0 "$(on awk -v p="$mp" '$5 == p' /proc/
 for _ in $(seq 100); do [[ -z $(node_loops "$node") ]] && break; sleep 0.1; done
 assert_eq "its loop device is released" "" "$(node_loops "$node")"
 
+scancel "$j1" "$j2" 2>/dev/null || true   # their CPUs: the 2-node load below needs node1
+
 # --- a loop device left attached to the helper's cache without a mount (no autoclear: what a
 #     crashed older helper or an admin's losetup leaves) is freed by cleanup; other nodes' are not
 orphan=$(on sh -c "losetup -f --show $TB/local/root/cache/t76site-*")
