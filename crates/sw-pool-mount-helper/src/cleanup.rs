@@ -50,19 +50,32 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>) -> Result<Clea
         }
         if !r.alive(&mounts, here) {
             out.forgotten += 1;
+            // its shadows hold the pool's file system (and loop device) on their own
+            if let Record::Pool { shadows, .. } = &mut r {
+                let mut errs = Vec::new();
+                out.unmounted
+                    .extend(crate::shadow::remove(shadows, &mut errs));
+                out.errors.extend(errs);
+            }
             if let Record::Image { image, .. } = &r {
                 recorded_images.push(image.clone());
             }
             continue;
         }
         let drop_it = match &mut r {
-            Record::Pool { refs, .. } => {
+            Record::Pool { refs, shadows, .. } => {
                 if let Some(j) = job {
                     let before = refs.len();
                     refs.retain(|x| x.job.as_deref() != Some(j));
                     out.released += before - refs.len();
                 }
-                refs.is_empty()
+                if !refs.iter().any(|x| x.shadow) {
+                    let mut errs = Vec::new();
+                    out.unmounted
+                        .extend(crate::shadow::remove(shadows, &mut errs));
+                    out.errors.extend(errs);
+                }
+                refs.is_empty() && shadows.is_empty()
             }
             Record::Image { job: ij, .. } => job.is_some() && ij.as_deref() == job,
         };

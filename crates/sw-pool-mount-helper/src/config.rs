@@ -36,6 +36,10 @@ pub struct HelperConfig {
     /// Programs may run from users' images (`noexec` otherwise); never setuid either way.
     #[serde(default)]
     pub user_images_exec: bool,
+    /// Shadow mounts: a site pool's `install/<pkg>/<ver>` is bound over `<shadow_root>/<pkg>/<ver>`
+    /// where that directory exists (the original software, e.g. under `/sw`). Unset: no shadows.
+    #[serde(default)]
+    pub shadow_root: Option<PathBuf>,
     /// `SLURM_CONF` for `squeue` when Slurm's configuration is not at its default path.
     #[serde(default)]
     pub slurm_conf: Option<PathBuf>,
@@ -94,7 +98,10 @@ impl HelperConfig {
             ("cache_dir", &c.cache_dir),
             ("trusted_keys", &c.trusted_keys),
             ("user_mount_root", &c.user_mount_root),
-        ] {
+        ]
+        .into_iter()
+        .chain(c.shadow_root.as_ref().map(|p| ("shadow_root", p)))
+        {
             if !swpool_sys::kmount::is_absolute_clean(p) || p == Path::new("/") {
                 return Err(HelperError::refused(format!(
                     "{}: {what} = {} must be an absolute path without '.' or '..', and not /",

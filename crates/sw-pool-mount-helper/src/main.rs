@@ -4,7 +4,9 @@
 //! - `mount-pool [--job-id J] POOL`: a pool signed by a **site** key, verified into the node's
 //!   root-owned cache once and kernel-mounted once at `<pool_mount_root>/<NAME>/<VERSION>` for
 //!   every user (`pool.rs`);
-//! - `release-pool [--job-id J] NAME/VERSION`: drop the caller's reference;
+//! - `shadow [--job-id J] POOL`: the same, and the pool's `install/<pkg>/<ver>` bound over
+//!   `<shadow_root>/<pkg>/<ver>` where that original exists (`shadow.rs`);
+//! - `release-pool [--job-id J] [--shadow] NAME/VERSION`: drop the caller's reference(s);
 //! - `mount-image [--rw] [--job-id J] IMG DIR`: the caller's own ext4 image under
 //!   `<user_mount_root>/<user>/` (`image.rs`); `umount DIR`;
 //! - `list`; `cleanup [--job-id J]` (root).
@@ -18,6 +20,7 @@ mod config;
 mod error;
 mod image;
 mod pool;
+mod shadow;
 mod state;
 mod tools;
 
@@ -57,11 +60,21 @@ enum Cmd {
         digest: Option<String>,
         pool: Option<PathBuf>,
     },
+    /// Mount a site pool as mount-pool does and shadow the original software: each
+    /// install/<pkg>/<ver> of the pool over <shadow_root>/<pkg>/<ver> where that directory exists
+    Shadow {
+        #[arg(long)]
+        job_id: Option<String>,
+        pool: PathBuf,
+    },
     /// Drop your reference to a site pool (with --job-id: that job's, running or ended); the
     /// last reference unmounts it
     ReleasePool {
         #[arg(long)]
         job_id: Option<String>,
+        /// Only the reference a `shadow` took; the shadows go with the last one
+        #[arg(long)]
+        shadow: bool,
         /// NAME/VERSION
         pool: String,
     },
@@ -132,7 +145,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             Some(pool) => (
                 format!("mount-pool {}", pool.display()),
                 job_ok(job_id)
-                    .and_then(|_| pool::mount_pool(&cfg, &c, pool, job_id.as_deref()))
+                    .and_then(|_| pool::mount_pool(&cfg, &c, pool, job_id.as_deref(), false))
                     .map(json),
             ),
             None => {
@@ -140,7 +153,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
                 (
                     format!("mount-pool --digest {d}"),
                     job_ok(job_id)
-                        .and_then(|_| pool::mount_cached(&cfg, &c, &d, job_id.as_deref()))
+                        .and_then(|_| pool::mount_cached(&cfg, &c, &d, job_id.as_deref(), false))
                         .map(|m| {
                             m.map(json)
                                 .unwrap_or_else(|| serde_json::json!({"cached": false}))
@@ -148,12 +161,25 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
                 )
             }
         },
-        Cmd::ReleasePool { job_id, pool } => (
-            format!("release-pool {pool}"),
+        Cmd::Shadow { job_id, pool } => (
+            format!("shadow {}", pool.display()),
+            job_ok(job_id)
+                .and_then(|_| shadow::shadow(&cfg, &c, pool, job_id.as_deref()))
+                .map(json),
+        ),
+        Cmd::ReleasePool {
+            job_id,
+            shadow,
+            pool,
+        } => (
+            format!(
+                "release-pool{} {pool}",
+                if *shadow { " --shadow" } else { "" }
+            ),
             job_id
                 .as_deref()
                 .map_or(Ok(()), caller::check_job_form)
-                .and_then(|_| pool::release_pool(&c, pool, job_id.as_deref()))
+                .and_then(|_| pool::release_pool(&c, pool, job_id.as_deref(), *shadow))
                 .map(json),
         ),
         Cmd::MountImage {

@@ -155,6 +155,7 @@ pub fn mount_cached(
     c: &Caller,
     digest: &str,
     job: Option<&str>,
+    shadow: bool,
 ) -> Result<Option<PoolMounted>> {
     let hex = digest.strip_prefix("blake3:").unwrap_or("");
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -181,7 +182,7 @@ pub fn mount_cached(
     }
     // the site's keys of today decide, not those of the day it was cached
     let signer = site_verdict(cfg, &pool)?;
-    mount_verified(cfg, c, &pool, signer, job, None).map(Some)
+    mount_verified(cfg, c, &pool, signer, (job, shadow), None).map(Some)
 }
 
 /// `mount-pool POOL`: check the pool the caller gave (their credentials), then mount it.
@@ -190,6 +191,7 @@ pub fn mount_pool(
     c: &Caller,
     path: &Path,
     job: Option<&str>,
+    shadow: bool,
 ) -> Result<PoolMounted> {
     crate::caller::check_path("pool", path)?;
     let file = c
@@ -200,17 +202,17 @@ pub fn mount_pool(
         .map_err(|e| HelperError::invalid(e.to_string()))?;
     let signer = site_verdict(cfg, &pool)?;
     let src = pool.file.as_ref().expect("opened from a file");
-    mount_verified(cfg, c, &pool, signer, job, Some(src))
+    mount_verified(cfg, c, &pool, signer, (job, shadow), Some(src))
 }
 
-/// Add a reference to the node's mount of `pool`, or make the one verified copy (from `src`, when
-/// the cache has none) and the one mount.
+/// Add a reference (for `job`; a shadow reference when the flag is set) to the node's mount of
+/// `pool`, or make the one verified copy (from `src`, when the cache has none) and the one mount.
 fn mount_verified(
     cfg: &HelperConfig,
     c: &Caller,
     pool: &Pool,
     signer: String,
-    job: Option<&str>,
+    (job, shadow): (Option<&str>, bool),
     src: Option<&File>,
 ) -> Result<PoolMounted> {
     let m = &pool.manifest;
@@ -219,6 +221,7 @@ fn mount_verified(
         uid: c.uid,
         user: c.name.clone(),
         job: job.map(str::to_string),
+        shadow,
     };
 
     // already mounted on this node?
@@ -341,6 +344,7 @@ fn mount_verified(
         loop_device: loop_device.clone(),
         mnt_ns: here,
         refs: vec![new_ref],
+        shadows: Vec::new(),
     });
     if let Err(e) = st.save() {
         let _ = kmount::unmount_id(id, true);
@@ -375,11 +379,20 @@ pub struct PoolReleased {
     pub mount_point: PathBuf,
     pub refs: usize,
     pub unmounted: bool,
+    /// Shadow mounts removed (the last shadow reference went).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unshadowed: Vec<PathBuf>,
 }
 
-/// Drop the caller's reference (with `job`: that job's; root with `all`: every reference) to
-/// NAME/VERSION; unmount when none is left.
-pub fn release_pool(c: &Caller, spec: &str, job: Option<&str>) -> Result<PoolReleased> {
+/// Drop the caller's references (with `job`: that job's; with `shadow_only`: only those a
+/// `shadow` took) to NAME/VERSION; the shadows go with the last shadow reference, the mount with
+/// the last reference.
+pub fn release_pool(
+    c: &Caller,
+    spec: &str,
+    job: Option<&str>,
+    shadow_only: bool,
+) -> Result<PoolReleased> {
     let (n, v) = spec
         .split_once('/')
         .ok_or_else(|| HelperError::refused(format!("{spec:?} is not NAME/VERSION")))?;
@@ -400,29 +413,51 @@ pub fn release_pool(c: &Caller, spec: &str, job: Option<&str>) -> Result<PoolRel
         refs,
         mount_point,
         mount_id,
+        shadows,
         ..
     } = &mut st.records.mounts[idx]
     else {
         unreachable!()
     };
     let before = refs.len();
-    refs.retain(|r| !(r.uid == c.uid && (job.is_none() || r.job.as_deref() == job)));
+    refs.retain(|r| {
+        !(r.uid == c.uid
+            && (job.is_none() || r.job.as_deref() == job)
+            && (!shadow_only || r.shadow))
+    });
     if refs.len() == before {
         return Err(HelperError::refused(format!(
-            "you hold no reference to {spec} on this node{}",
+            "you hold no {}reference to {spec} on this node{}",
+            if shadow_only { "shadow " } else { "" },
             job.map(|j| format!(" for job {j}")).unwrap_or_default()
         )));
     }
+    let mut errors = Vec::new();
+    let unshadowed = if refs.iter().any(|r| r.shadow) {
+        Vec::new()
+    } else {
+        crate::shadow::remove(shadows, &mut errors)
+    };
     let out = PoolReleased {
         mount_point: mount_point.clone(),
         refs: refs.len(),
         unmounted: refs.is_empty(),
+        unshadowed,
     };
-    if refs.is_empty() {
+    if refs.is_empty() && shadows.is_empty() {
         let id = *mount_id;
         kmount::unmount_id(id, true).map_err(|e| HelperError::system(&out.mount_point, e))?;
         st.records.mounts.remove(idx);
     }
     st.save()?;
-    Ok(out)
+    match errors.is_empty() {
+        true => Ok(out),
+        false => Err(HelperError::system(
+            &out.mount_point,
+            std::io::Error::other(format!(
+                "shadow mounts could not be removed: {}",
+                errors.join("; ")
+            )),
+        )),
+    }
 }

@@ -26,6 +26,16 @@ pub struct Ref {
     pub user: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// Taken by `shadow` (a module load): the pool's shadow mounts stay while one such is held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
+}
+
+/// A bind of a pool's `install/<pkg>/<ver>` over the original software's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowMount {
+    pub target: PathBuf,
+    pub mount_id: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +54,9 @@ pub enum Record {
         /// The mount namespace it was made in (`/proc/self/ns/mnt`'s inode).
         mnt_ns: u64,
         refs: Vec<Ref>,
+        /// Its shadow mounts (made by the first `shadow`, removed with the last shadow reference).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shadows: Vec<ShadowMount>,
     },
     /// A user's own image, under `<user_mount_root>/<user>/`.
     Image {

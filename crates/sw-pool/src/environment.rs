@@ -119,6 +119,10 @@ fn start(
     if a.keep_upper.is_some() && synced.is_none() {
         setup_failed(&"--keep-upper applies in a job over the layer's node-local copy (after `sw-pool layer sync`); here the environment writes into the layer itself");
     }
+    let shadows = match shadows(&a.shadow, &cfg, env, &p) {
+        Ok(s) => s,
+        Err(e) => setup_failed(&e),
+    };
     // only an environment with a layer or of a job step is shared
     let shared = a.layer.is_some() || step_key.is_some();
     let req = RunRequest {
@@ -145,6 +149,7 @@ fn start(
         // the tasks of one job step on a node share one environment
         step_key,
         synced,
+        shadows,
     };
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {
@@ -162,6 +167,54 @@ fn start(
         }
         Err(e) => setup_failed(&e),
     }
+}
+
+/// The binds of `--shadow NAME/VERSION...`: each pool must be loaded by this user on this node.
+fn shadows(
+    specs: &[String],
+    cfg: &Config,
+    env: &Environment,
+    p: &Printer,
+) -> Result<Vec<(PathBuf, PathBuf)>, Failed> {
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let root = cfg.shadow_root.value.clone().ok_or_else(|| {
+        Failed::new(
+            ExitStatus::BadInput,
+            "--shadow needs to know where the site's original software is: config key              `shadow_root` (or $SW_POOL_SHADOW_ROOT), e.g. /sw",
+        )
+    })?;
+    let uid = rustix::process::getuid().as_raw();
+    let mut out = Vec::new();
+    for spec in specs {
+        // the error itself is not formatted here (see `Failed`): what it means is said
+        let Ok((mp, _)) = swpool_core::load::mountpoint_of(
+            std::path::Path::new(spec),
+            cfg.mount_dir.value.as_deref(),
+            uid,
+            env,
+        ) else {
+            return Err(Failed::new(
+                ExitStatus::BadInput,
+                format!(
+                    "--shadow {spec}: it is not loaded on {}: run `sw-pool load {spec}` first \
+                     (in a job, once for all its nodes: `sw-pool load` in the batch script)",
+                    swpool_core::users::hostname()
+                ),
+            ));
+        };
+        let (binds, none) = swpool_core::load::shadow::private_shadows(&mp, &root);
+        if binds.is_empty() {
+            p.warn(format!(
+                "--shadow {spec}: none of its packages ({}) has an original under {}: nothing is shadowed",
+                if none.is_empty() { "none in install/".to_string() } else { none.join(", ") },
+                root.display()
+            ));
+        }
+        out.extend(binds);
+    }
+    Ok(out)
 }
 
 /// In a job: the layer's copy `sw-pool layer sync` made on this node for the job, if any (then

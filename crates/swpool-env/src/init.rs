@@ -39,6 +39,10 @@ pub struct Spec {
     pub fuse_overlayfs: Option<PathBuf>,
     /// Host mounts to bind into the new root.
     pub binds: Vec<PathBuf>,
+    /// `(source, original)`: a pool's package bound over the original directory (shadow mounts);
+    /// one that fails leaves the original and says so.
+    #[serde(default)]
+    pub shadows: Vec<(PathBuf, PathBuf)>,
     pub cwd: PathBuf,
     pub argv: Vec<OsString>,
     /// Shown to the command as `SW_POOL_ENVIRONMENT`.
@@ -223,6 +227,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
         Method::Plain => {
             rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
                 .map_err(|e| format!("cannot mount /proc: {e}"))?;
+            shadow(spec, Path::new("/"));
         }
         Method::FuseOverlay | Method::KernelOverlay => {
             let l = spec.layer.as_ref().ok_or("an overlay without a layer")?;
@@ -256,6 +261,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
             }
             rustix::mount::mount("proc", under(m, Path::new("/proc")), "proc", proc_flags, "")
                 .map_err(|e| format!("cannot mount /proc: {e}"))?;
+            shadow(spec, m);
             std::env::set_current_dir(m)
                 .map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
             rustix::mount::mount_move(".", "/")
@@ -268,6 +274,30 @@ fn setup(spec: &Spec) -> Result<(), String> {
         let _ = std::env::set_current_dir("/");
     }
     Ok(())
+}
+
+/// The shadow mounts, under the environment's root `root`: each pool package bound (read-only,
+/// as the pool is) over its original; a failure leaves the original and says so.
+fn shadow(spec: &Spec, root: &Path) {
+    for (src, orig) in &spec.shadows {
+        let target = under(root, orig);
+        match rustix::mount::mount_bind(src.as_path(), target.as_path()) {
+            Ok(()) => {
+                if spec.verbose {
+                    eprintln!(
+                        "sw-pool: environment: {} shows {}",
+                        orig.display(),
+                        src.display()
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "sw-pool: environment: warning: cannot shadow {} with {}: {e}; the original stays",
+                orig.display(),
+                src.display()
+            ),
+        }
+    }
 }
 
 /// `b` (absolute) below `root`.

@@ -40,6 +40,9 @@ pub struct RunRequest {
     /// The layer's copy synced to this node for the job ([`crate::sync`]): used as the read-only
     /// lower under a fresh upper in `scratch`, removed when the environment ends.
     pub synced: Option<Synced>,
+    /// Shadow mounts made in the environment's mount namespace only: `(source, original)`, each
+    /// source (a loaded pool's `install/<pkg>/<ver>`) bound over its original directory.
+    pub shadows: Vec<(PathBuf, PathBuf)>,
 }
 
 /// A job's copy of a layer on this node.
@@ -100,7 +103,12 @@ pub fn run(
     let key = layer
         .as_ref()
         .map(|l| share::layer_key(&l.dir))
-        .or_else(|| req.step_key.clone());
+        .or_else(|| req.step_key.clone())
+        // an environment shows its shadows to all who join it: join only one with the same
+        .map(|k| match req.shadows.is_empty() {
+            true => k,
+            false => format!("{k}-{}", share::shadow_key(&req.shadows)),
+        });
     let mut share_lock = None;
     let mut socket = None;
     if let (Some(key), Some(state)) = (&key, &req.state_dir) {
@@ -203,6 +211,7 @@ pub fn run(
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         binds,
+        shadows: req.shadows.clone(),
         cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
         argv: req.argv.clone(),
         verbose: req.verbose,

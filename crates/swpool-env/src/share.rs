@@ -51,6 +51,20 @@ pub fn layer_key(layer_dir: &Path) -> String {
     format!("layer-{}", &h.to_hex()[..16])
 }
 
+/// What an environment's shadow mounts add to its key (an environment is joined only by starts
+/// that ask for the same shadows).
+pub fn shadow_key(shadows: &[(PathBuf, PathBuf)]) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut h = blake3::Hasher::new();
+    for (a, b) in shadows {
+        h.update(a.as_os_str().as_bytes());
+        h.update(b"\0");
+        h.update(b.as_os_str().as_bytes());
+        h.update(b"\0");
+    }
+    format!("shadow-{}", &h.finalize().to_hex()[..12])
+}
+
 /// The key of a job step's environment without a layer.
 pub fn step_key(job: &str, step: &str) -> Option<String> {
     let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');

@@ -94,6 +94,8 @@ pub enum Tool {
     FuseOverlayfs,
     /// `sudo -n sw-pool-mount-helper …`: the site's privileged mount helper.
     Sudo,
+    /// The site's mount helper run directly by root (the Slurm epilog's `cleanup --job-id`).
+    MountHelper,
     /// Mkfs.erofs: `build --format erofs`.
     MkfsErofs,
     /// Fsck.erofs: `inspect --check` of an EROFS pool.
@@ -124,6 +126,7 @@ impl Tool {
             Tool::Python3 => "python3",
             Tool::FuseOverlayfs => "fuse-overlayfs",
             Tool::Sudo => "sudo",
+            Tool::MountHelper => "sw-pool-mount-helper",
             Tool::MkfsErofs => "mkfs.erofs",
             Tool::FsckErofs => "fsck.erofs",
         }
@@ -146,6 +149,7 @@ impl Tool {
             Tool::Ldconfig | Tool::LdSo => "libc-bin",
             Tool::Python3 => "python3",
             Tool::FuseOverlayfs => "fuse-overlayfs",
+            Tool::MountHelper => "sw-pool",
             Tool::Sudo => "sudo",
             Tool::MkfsErofs | Tool::FsckErofs => "erofs-utils",
         }

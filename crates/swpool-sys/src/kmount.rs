@@ -69,6 +69,33 @@ pub fn mount_on(at: &Pinned, m: &KernelMount<'_>) -> io::Result<u64> {
     Ok(id)
 }
 
+/// Bind `rel` beneath the directory `src_root` was opened on (no `..`, no symlink anywhere, not
+/// crossing into another mount: `RESOLVE_BENEATH|NO_SYMLINKS|NO_XDEV`) onto `at`; returns the new
+/// mount's ID. The bind is a clone of that one mount (not its submounts) and keeps its flags
+/// (a read-only, `nosuid,nodev` pool mount's bind is the same). For shadow mounts.
+pub fn bind_beneath(src_root: &OwnedFd, rel: &Path, at: &Pinned) -> io::Result<u64> {
+    let src = rustix::fs::openat2(
+        src_root,
+        rel,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH
+            | ResolveFlags::NO_SYMLINKS
+            | ResolveFlags::NO_MAGICLINKS
+            | ResolveFlags::NO_XDEV,
+    )?;
+    let tree = rustix::mount::open_tree(
+        src.as_fd(),
+        "",
+        rustix::mount::OpenTreeFlags::OPEN_TREE_CLONE
+            | rustix::mount::OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | rustix::mount::OpenTreeFlags::AT_EMPTY_PATH,
+    )?;
+    let id = mount_id(&tree)?;
+    at.attach_tree(tree)?;
+    Ok(id)
+}
+
 /// The mount ID of the mount `fd` is on (`statx` `STATX_MNT_ID`).
 pub fn mount_id(fd: &OwnedFd) -> io::Result<u64> {
     let st = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)?;

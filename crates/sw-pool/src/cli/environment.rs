@@ -26,6 +26,11 @@ pub struct EnvironmentArgs {
     /// replaced)
     #[arg(long, value_name = "DIR", requires = "layer")]
     pub keep_upper: Option<PathBuf>,
+    /// Shadow the site's original software with a pool you loaded on this node, in this
+    /// environment only: each install/<pkg>/<ver> of the pool shown over
+    /// <shadow_root>/<pkg>/<ver> where that exists (config `shadow_root`); repeatable
+    #[arg(long, value_name = "NAME/VERSION")]
+    pub shadow: Vec<String>,
 }
 
 pub const ENVIRONMENT_HELP: &str = "\
@@ -46,6 +51,13 @@ LAYER: the host's / is the read-only lower and the layer the writable upper.
 Without the site's helper this is fuse-overlayfs (rootless; needs /dev/fuse
 usable by you); -v says which was used.
 One environment uses a layer at a time.
+
+SHADOW: --shadow gcc/12 (after `sw-pool load gcc/12` on the node) shows the
+pool's install/gcc/12 over <shadow_root>/gcc/12 (config `shadow_root`, such
+as /sw) inside the environment only, so the site's modulefiles, which point at
+the original, run the pool's copy. An original that cannot be shadowed stays,
+with a warning. For every user on the node at once, the site's helper does it:
+`sw-pool mount --shadow NAME/VERSION`.
 
 --root WITHOUT THE SITE'S HELPER: uid 0 inside is you; files only root may read
 on the host stay unreadable. The package managers' (empty) lock files get empty

@@ -28,6 +28,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
             "mount",
             "umount",
             "env",
+            "shadow",
             "list",
             "shell-init",
         ],

@@ -8,9 +8,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod environment;
 pub mod help;
 mod image;
+mod shadow;
 pub use environment::*;
 pub use help::parse_from;
 pub use image::*;
+pub use shadow::*;
 
 pub const EXIT_STATUS_HELP: &str = "\
 EXIT STATUS:
@@ -118,6 +120,9 @@ pub enum Command {
     Layer(LayerArgs),
     /// Writable user images for data sets of many small files: create, resize, check
     Image(ImageArgs),
+    /// The modulefile hook: show a site pool over the original software for the job (load) or
+    /// release it (unload); never fails a module command
+    Shadow(ShadowArgs),
     /// Print a shell completion script (bash, zsh, fish, ...) or write the man pages
     Generate(GenerateArgs),
     /// Print the shell function that makes `sw-pool load|unload|env` change the calling shell
@@ -353,6 +358,11 @@ pub struct MountArgs {
     /// Read-write: a user image (`sw-pool image create`), on one node at a time under its lease
     #[arg(long)]
     pub rw: bool,
+    /// Through the site's mount helper: mount the site pool NAME/VERSION once on this node and
+    /// show each install/<pkg>/<ver> of it over <shadow_root>/<pkg>/<ver> (the original) for
+    /// everyone; `sw-pool umount --shadow NAME/VERSION` releases it
+    #[arg(long, conflicts_with_all = ["rw", "mountpoint", "options"])]
+    pub shadow: bool,
     /// Job id recorded with the mount; default: $SLURM_JOB_ID
     #[arg(long, value_name = "ID")]
     pub job_id: Option<String>,
@@ -389,6 +399,9 @@ pub struct UmountArgs {
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
+    /// Release a shadow mount (`mount --shadow`): the argument is NAME/VERSION
+    #[arg(long)]
+    pub shadow: bool,
     /// The mount point to release
     pub mountpoint: PathBuf,
 }

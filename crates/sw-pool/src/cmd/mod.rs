@@ -17,6 +17,7 @@ mod list;
 mod load;
 mod modulefiles;
 mod mount;
+mod shadow;
 mod shell_init;
 mod sign;
 mod slurm;
@@ -58,6 +59,7 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Shell(a) => crate::environment::shell(g, a, env).map_err(Error::from),
         Command::Layer(a) => layer::run(g, a, env),
         Command::Image(a) => image::run(g, a, env),
+        Command::Shadow(a) => shadow::hook(g, a, env),
         Command::ShellInit(a) => shell_init::init(a),
         Command::ShellExec(a) => shell_init::exec(a),
     }

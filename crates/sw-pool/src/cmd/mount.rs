@@ -15,6 +15,9 @@ pub fn job_id(flag: Option<String>, env: &Environment) -> Option<String> {
 }
 
 pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error> {
+    if a.shadow {
+        return super::shadow::mount(g, &a, env);
+    }
     let mut p = Printer::new(g, a.json);
     // stdout is the mount point only; warnings go to stderr as ever (the pool modulefile shows them)
     p.stdout_taken = a.print_mountpoint;

@@ -7,6 +7,9 @@ use crate::cli::{GlobalArgs, UmountArgs};
 use crate::output::Printer;
 
 pub fn run(g: &GlobalArgs, a: UmountArgs, env: &Environment) -> Result<(), Error> {
+    if a.shadow {
+        return super::shadow::umount(g, &a, env);
+    }
     let p = Printer::new(g, a.json);
     let dir = StateDir::open_default(env)?;
     let sys = RealSys::new(env.path_var());

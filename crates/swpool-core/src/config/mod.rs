@@ -14,6 +14,7 @@
 //! | `cache_dir` | `SW_POOL_CACHE` | `$LOCAL_TMPDIR`, `$TMPDIR`, `/tmp` | node-local pool cache |
 //! | `layer_dir` | `SW_POOL_LAYER_DIR` | `$XDG_DATA_HOME/sw-pool/layers`, `~/.local/share/sw-pool/layers` | a user's writable layers (`run`, `shell`, `layer`) |
 //! | `mount_helper` | `SW_POOL_MOUNT_HELPER` | none | the site's `sw-pool-mount-helper` (through `sudo -n`) for site-signed pools |
+//! | `shadow_root` | `SW_POOL_SHADOW_ROOT` | none | where the original software is (e.g. `/sw`): `install/<pkg>/<ver>` of a pool shadows `<shadow_root>/<pkg>/<ver>` (`run --shadow`, `mount --shadow`) |
 //! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
 //! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
 //! | `cache_high_watermark` | `SW_POOL_CACHE_HIGH` | none | after a load, a cache above this is pruned … |
@@ -118,6 +119,9 @@ pub struct Config {
     /// of a pool signed by a site key mounts it through the helper (one copy and one kernel mount
     /// per node, for every user) when set.
     pub mount_helper: Setting<Option<PathBuf>>,
+    /// Where the site's original software is (`<shadow_root>/<pkg>/<ver>`, e.g. `/sw`): a pool's
+    /// `install/<pkg>/<ver>` is mounted over it by `run --shadow` (privately) or the helper.
+    pub shadow_root: Setting<Option<PathBuf>>,
     pub require_signature: Setting<bool>,
     pub cache_high_watermark: Setting<Option<u64>>,
     pub cache_low_watermark: Setting<Option<u64>>,
@@ -134,6 +138,7 @@ struct FileConfig {
     mount_dir: Option<PathBuf>,
     layer_dir: Option<PathBuf>,
     mount_helper: Option<PathBuf>,
+    shadow_root: Option<PathBuf>,
     require_signature: Option<bool>,
     cache_high_watermark: Option<String>,
     cache_low_watermark: Option<String>,
@@ -150,6 +155,7 @@ impl Default for Config {
             mount_dir: Setting::default(None),
             layer_dir: Setting::default(None),
             mount_helper: Setting::default(None),
+            shadow_root: Setting::default(None),
             require_signature: Setting::default(false),
             cache_high_watermark: Setting::default(None),
             cache_low_watermark: Setting::default(None),
@@ -258,6 +264,9 @@ impl Config {
         if let Some(v) = f.mount_helper {
             self.mount_helper.set(Some(v), o());
         }
+        if let Some(v) = f.shadow_root {
+            self.shadow_root.set(Some(v), o());
+        }
         if let Some(v) = f.require_signature {
             self.require_signature.set(v, o());
         }
@@ -328,6 +337,11 @@ impl Config {
             // empty: no helper (a test or a user turning the site's off)
             let v = (!v.is_empty()).then(|| PathBuf::from(v));
             self.mount_helper.set(v, Origin::Env(MH));
+        }
+        const SR: &str = "SW_POOL_SHADOW_ROOT";
+        if let Some(v) = get(SR) {
+            let v = (!v.is_empty()).then(|| PathBuf::from(v));
+            self.shadow_root.set(v, Origin::Env(SR));
         }
         const R: &str = "SW_POOL_REQUIRE_SIGNATURE";
         if let Some(v) = get(R) {
@@ -413,6 +427,11 @@ impl Config {
                 "mount_helper",
                 opt(&self.mount_helper.value, "(none: FUSE mounts only)"),
                 self.mount_helper.origin.to_string(),
+            ),
+            (
+                "shadow_root",
+                opt(&self.shadow_root.value, "(none: no shadow mounts)"),
+                self.shadow_root.origin.to_string(),
             ),
             (
                 "require_signature",

@@ -746,6 +746,7 @@ mod mount_image;
 mod mount_rw;
 mod task;
 pub use crate::error::LoadError;
+pub mod shadow;
 pub mod site;
 pub use mount_image::{check_pools, mount_image, MountOutcome, MountRequest};
 pub use mount_rw::{mount_rw, MountRw};

@@ -361,12 +361,65 @@ impl HookError {
     }
 }
 
+/// The Epilog as root, where the site configured its mount helper: `HELPER cleanup --job-id J`
+/// directly (no sudo) drops every reference of the job there, whoever took it (site pools the
+/// users' loads mounted, shadow mounts of module loads, images mounted for the job) and frees
+/// loop devices that back no mount. Its failure is logged, never fails the epilog (which would
+/// drain the node): the next epilog or an admin's `cleanup` retries.
+fn helper_epilog(sys: &dyn crate::mount::Sys, je: &JobEnv, env: &Environment) {
+    let Ok(cfg) = crate::config::Config::load(env) else {
+        return;
+    };
+    let Some(helper) = cfg.mount_helper.value else {
+        return;
+    };
+    if !helper.is_file() {
+        return;
+    }
+    let cmd = crate::exec::ToolCommand::new(crate::exec::Tool::MountHelper)
+        .program(&helper)
+        .arg("cleanup")
+        .arg("--job-id")
+        .arg(&je.job_id);
+    if let Err(e) = sys.run(&cmd) {
+        let why = e
+            .stderr()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| e.to_string());
+        syslog(
+            Level::Error,
+            &format!(
+                "job={} node={} epilog: {} cleanup --job-id {} failed: {why}",
+                je.job_id,
+                crate::users::hostname(),
+                helper.display(),
+                je.job_id
+            ),
+        );
+    }
+}
+
 /// The Prolog (`epilog` false: the user's stale mounts) and the Epilog (`epilog`: the job's
 /// references and mounts), run by slurmd as root on every node of the job (or as the job's user):
 /// nothing for a user without sw-pool state on the node; else `sw-pool cleanup` as the job's user
 /// (no supplementary groups, clean environment), its failure logged to syslog. `env`: the hook's
 /// environment (where state may be; what the cleanup is given of it).
 pub fn root_hook(
+    sys: &dyn crate::mount::Sys,
+    epilog: bool,
+    je: &JobEnv,
+    env: &Environment,
+) -> Result<(), HookError> {
+    let r = user_hook(sys, epilog, je, env);
+    // after the user's own cleanup (which releases the user's references itself): what is left
+    if epilog && sys.euid() == 0 {
+        helper_epilog(sys, je, env);
+    }
+    r
+}
+
+fn user_hook(
     sys: &dyn crate::mount::Sys,
     epilog: bool,
     je: &JobEnv,

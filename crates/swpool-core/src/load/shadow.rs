@@ -1,0 +1,235 @@
+//! Shadow mounts (seed 002's software images): a pool's `install/<pkg>/<ver>` shown over the
+//! site's original installation `<shadow_root>/<pkg>/<ver>` (e.g. `/sw/gcc/12`), so that the
+//! site's existing modulefiles, which point there, run the package from the pool. Where a shadow
+//! cannot be made the original stays visible, and a warning says so.
+//!
+//! Two ways:
+//! - **for everyone on the node** (Oslo's way), by the site's mount helper (`mount_helper`):
+//!   [`shadow_mount`] asks it to mount the site-signed pool (one verified copy, one kernel mount per
+//!   node) and bind its packages over the originals, with a reference for the user and job;
+//!   [`shadow_release`] drops it (the last one removes the shadows), as does the job's epilog;
+//! - **privately**, without privileges: [`private_shadows`] lists the binds `sw-pool run --shadow`
+//!   makes in the environment's own mount namespace over a pool this user loaded (only that
+//!   environment's processes see them).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::exec::{Tool, ToolCommand};
+use crate::mount::Sys;
+
+use super::LoadError;
+
+/// What the helper answered to `shadow`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Shadowed {
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    /// Where the helper mounted the pool itself.
+    pub mount_point: PathBuf,
+    /// The pool was copied (verified) into the node's cache by this call.
+    #[serde(default)]
+    pub copied: bool,
+    /// The directories that now show the pool's packages.
+    #[serde(default)]
+    pub shadows: Vec<PathBuf>,
+    /// `<pkg>/<ver>` of the pool with no original under the shadow root.
+    #[serde(default)]
+    pub no_original: Vec<String>,
+    /// Originals that stay visible, each with why.
+    #[serde(default)]
+    pub failed: Vec<String>,
+}
+
+/// What the helper answered to `release-pool --shadow`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShadowReleased {
+    pub mount_point: PathBuf,
+    pub refs: usize,
+    pub unmounted: bool,
+    #[serde(default)]
+    pub unshadowed: Vec<PathBuf>,
+}
+
+fn no_helper(node: &str) -> Error {
+    Error::from(LoadError::Helper {
+        node: node.to_string(),
+        what: "make shadow mounts".into(),
+        reason: "no mount helper is configured (config key mount_helper): shadow mounts for the \
+                 whole node need the site's helper; to see a pool over the originals in your own \
+                 commands only, run them with `sw-pool run --shadow NAME/VERSION -- CMD`"
+            .into(),
+    })
+}
+
+fn helper_cmd(helper: &Path, args: &[&str]) -> ToolCommand {
+    ToolCommand::new(Tool::Sudo)
+        .arg("-n")
+        .path(helper)
+        .args(args.iter().copied())
+}
+
+fn failed(node: &str, what: &str, e: crate::exec::ExecError) -> Error {
+    let reason = e
+        .stderr()
+        .map(|s| {
+            s.trim()
+                .trim_start_matches("sw-pool-mount-helper: ")
+                .to_string()
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| e.to_string());
+    Error::from(LoadError::Helper {
+        node: node.to_string(),
+        what: what.to_string(),
+        reason,
+    })
+}
+
+fn answer<T: serde::de::DeserializeOwned>(node: &str, what: &str, out: &str) -> Result<T, Error> {
+    serde_json::from_str(out.trim()).map_err(|e| {
+        Error::from(LoadError::Helper {
+            node: node.to_string(),
+            what: what.to_string(),
+            reason: format!("unreadable answer ({e}): {}", out.trim()),
+        })
+    })
+}
+
+/// Ask the site's helper to mount `pool` (a file; resolve NAME/VERSION first) and shadow the
+/// originals with its packages, for `job`.
+pub fn shadow_mount(
+    sys: &dyn Sys,
+    helper: Option<&Path>,
+    node: &str,
+    pool: &Path,
+    job: Option<&str>,
+) -> Result<Shadowed, Error> {
+    let helper = helper.ok_or_else(|| no_helper(node))?;
+    let p = pool.to_string_lossy();
+    let mut args = vec!["shadow"];
+    if let Some(j) = job {
+        args.extend(["--job-id", j]);
+    }
+    args.push(&p);
+    let what = format!("shadow-mount {}", pool.display());
+    let out = sys
+        .run(&helper_cmd(helper, &args))
+        .map_err(|e| failed(node, &what, e))?;
+    answer(node, &what, &out.stdout)
+}
+
+/// Drop this user's shadow reference to NAME/VERSION (the job's, with `job`).
+pub fn shadow_release(
+    sys: &dyn Sys,
+    helper: Option<&Path>,
+    node: &str,
+    name_version: &str,
+    job: Option<&str>,
+) -> Result<ShadowReleased, Error> {
+    let helper = helper.ok_or_else(|| no_helper(node))?;
+    let mut args = vec!["release-pool", "--shadow"];
+    if let Some(j) = job {
+        args.extend(["--job-id", j]);
+    }
+    args.push(name_version);
+    let what = format!("release the shadow mounts of {name_version}");
+    let out = sys
+        .run(&helper_cmd(helper, &args))
+        .map_err(|e| failed(node, &what, e))?;
+    answer(node, &what, &out.stdout)
+}
+
+/// A name a pool may use for a package or version directory.
+fn plain_name(n: &str) -> bool {
+    !n.is_empty() && !n.starts_with('.') && !n.chars().any(|c| c.is_control() || c == '/')
+}
+
+fn subdirs(p: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(p)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| plain_name(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The binds of a private shadow: `(pool's install/<pkg>/<ver>, <shadow_root>/<pkg>/<ver>)` for
+/// each package of the pool mounted at `pool_mount` whose original exists as a real directory
+/// (not a symlink); and the `<pkg>/<ver>` that have none.
+pub fn private_shadows(
+    pool_mount: &Path,
+    shadow_root: &Path,
+) -> (Vec<(PathBuf, PathBuf)>, Vec<String>) {
+    let install = pool_mount.join("install");
+    let mut binds = Vec::new();
+    let mut none = Vec::new();
+    for pkg in subdirs(&install) {
+        for ver in subdirs(&install.join(&pkg)) {
+            let target = shadow_root.join(&pkg).join(&ver);
+            let real_dir = std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir())
+                && std::fs::symlink_metadata(shadow_root.join(&pkg)).is_ok_and(|m| m.is_dir());
+            if real_dir {
+                binds.push((install.join(&pkg).join(&ver), target));
+            } else {
+                none.push(format!("{pkg}/{ver}"));
+            }
+        }
+    }
+    (binds, none)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_shadows_pair_packages_with_existing_originals_only() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = d.path().join("pool");
+        let sw = d.path().join("sw");
+        for p in [
+            "install/gcc/12/bin",
+            "install/gcc/13",
+            "install/zlib/1.3",
+            "install/.hidden/1",
+        ] {
+            std::fs::create_dir_all(pool.join(p)).unwrap();
+        }
+        std::fs::create_dir_all(sw.join("gcc/12")).unwrap();
+        std::fs::create_dir_all(sw.join("elsewhere")).unwrap();
+        std::fs::create_dir_all(sw.join("zlib")).unwrap();
+        // a symlink in place of an original is not shadowed (it could lead anywhere)
+        std::os::unix::fs::symlink(sw.join("elsewhere"), sw.join("zlib/1.3")).unwrap();
+        let (binds, none) = private_shadows(&pool, &sw);
+        assert_eq!(
+            binds,
+            vec![(pool.join("install/gcc/12"), sw.join("gcc/12"))]
+        );
+        assert_eq!(none, vec!["gcc/13".to_string(), "zlib/1.3".to_string()]);
+    }
+
+    #[test]
+    fn helper_answers_parse() {
+        let s: Shadowed = serde_json::from_str(
+            r#"{"name":"gcc","version":"12","digest":"blake3:00","mount_point":"/run/x/gcc/12",
+                "copied":true,"shared":false,"refs":1,"signer":"site","format":"squashfs",
+                "loop_device":"loop0","shadows":["/sw/gcc/12"],"no_original":[],"failed":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.shadows, vec![PathBuf::from("/sw/gcc/12")]);
+        let r: ShadowReleased = serde_json::from_str(
+            r#"{"mount_point":"/run/x/gcc/12","refs":0,"unmounted":true,"unshadowed":["/sw/gcc/12"]}"#,
+        )
+        .unwrap();
+        assert!(r.unmounted);
+    }
+}
