@@ -3,7 +3,10 @@
 # where flock is node-local; its coherent mount $TB/coherent, see testbed/up); two nodes race `sw-pool mount --rw`
 # on it 100 times and exactly one wins each round (the lease's link(2) lock); a read-only mount on
 # one node refuses a writer on another and the reverse; what one node wrote is read on another
-# after its unmount; a holder whose job ended is taken over; the image is fsck-clean at the end.
+# after its unmount; a holder whose job ended is taken over; a job killed with SIGKILL while it
+# writes (the fuse2fs it started survives a kill under proctrack/linuxproc: the Slurm epilog
+# unmounts it, and the job stays in squeue until then, so no other node may write before) leaves
+# what it synced, the lease to the next writer and a clean image; the image is fsck-clean at the end.
 # Run as root on the nodes: the testbed's sshfs logs in to the storage server as root, so a file a
 # user creates there belongs to root and the user cannot open it for writing again (a parallel file
 # system keeps the creator's ownership; the rootless path is tested in crates/sw-pool/tests/userimage.rs).
@@ -21,7 +24,9 @@ E=$TB/export/t75-$$          # the storage server's disk; nodes see it as $TB/sh
 S=$TB/coherent/t75-$$
 n1=${nodes[0]} n2=${nodes[1]}
 on() { local n=$1; shift; "$TESTBED/exec" "$n" env SLURM_CONF="$SLURM_CONF" SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_STATE_DIR="$TB/local/t75-state-$n" "$@"; }
+HOOK=$TB/etc/epilog.d/50-t75-sw-pool
 cleanup() {
+  rm -f "$HOOK"
   for n in "$n1" "$n2"; do
     "$TESTBED/exec" "$n" sh -c "awk '\$3 ~ /^fuse/ && \$2 ~ \"^$TB/local/t75\" {print \$2}' /proc/self/mounts | while read -r m; do fusermount3 -u -z \"\$m\"; done; rm -rf $TB/local/t75-$uid $TB/local/t75-state-$n" >/dev/null 2>&1 || true
   done
@@ -87,6 +92,32 @@ rc=0; out=$(on "$n1" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
 assert_eq "a lease held by an ended job (999999) is taken over" 0 "$rc"
 assert_match "... and the user is told" "took over the lease.*job 999999 has ended" "$out"
 on "$n1" "$SW" umount -q "$M/a"
+# --- a job killed with SIGKILL while it writes; the sw-pool epilog as a site installs it
+printf '#!/bin/sh\nSW_POOL_SYSTEM_CONFIG= exec %s -q slurm epilog\n' "$SW" > "$HOOK"
+chmod 755 "$HOOK"
+cat > "$W/kill.sh" <<EOS
+#!/bin/bash
+export SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
+$SW mount -q --rw $S/data.img $M/a || exit 1
+mkdir -p $M/a/k && for i in \$(seq 1 200); do echo "synced \$i" > $M/a/k/s\$i; done
+sync -f $M/a/k/s200
+touch $W/kill.ready
+i=0; while :; do i=\$((i + 1)); echo "unsynced \$i" > $M/a/k/u\$((i % 500)); done
+EOS
+chmod 755 "$W/kill.sh"
+jid=$(sbatch --parsable -w "$n1" -N1 -o "$W/kill.out" --chdir=/ "$W/kill.sh")
+wait_for 600 test -e "$W/kill.ready"
+assert_eq "a job on $n1 writes into the image (read-write under its lease)" 1 "$(grep -c '"job": "'"$jid"'"' "$E/data.img.lease" 2>/dev/null || echo 0)"
+rc=0; out=$(on "$n2" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
+assert_eq "$n2: mount --rw refused while the job writes (exit 3)" 3 "$rc"
+scancel --full --signal=KILL "$jid"
+wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+assert_eq "after SIGKILL and the epilog: nothing of the job mounted on $n1" 0 "$("$TESTBED/exec" "$n1" sh -c "grep -c ' $M/a ' /proc/self/mounts || true")"
+rc=0; out=$(on "$n2" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
+assert_eq "$n2: mount --rw after the killed job (lease given back or taken over)" 0 "$rc"
+[[ -n $out ]] && echo "$out" | sed 's/^/  /'
+assert_eq "... every file the killed job synced is there" 200 "$(on "$n2" sh -c "grep -l '^synced ' $M/a/k/s* 2>/dev/null | wc -l")"
+on "$n2" "$SW" umount -q "$M/a"
 rc=0; out=$(on "$n1" "$SW" image check "$S/data.img" 2>&1) || rc=$?
 assert_eq "the image is fsck-clean at the end" 0 "$rc"
 assert_eq "nothing mounted on $n1 or $n2" 0 "$(for n in "$n1" "$n2"; do "$TESTBED/exec" "$n" sh -c "grep -c ' $M/' /proc/self/mounts || true"; done | awk '{s += $1} END {print s + 0}')"

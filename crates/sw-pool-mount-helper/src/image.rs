@@ -186,10 +186,7 @@ pub fn mount_image(
             image.display(), meta.uid(), c.name, c.uid
         )));
     }
-    let mut st = State::open()?;
-    let here = crate::state::mount_namespace();
-    let mounts = swpool_sys::proc::read_mountinfo().unwrap_or_default();
-    st.records.mounts.retain(|r| r.alive(&mounts, here));
+    let (mut st, here) = State::open_live()?;
     if st.records.mounts.iter().any(|r| matches!(r, Record::Image { dev, ino, rw: w, .. } if *dev == meta.dev() && *ino == meta.ino() && (*w || rw))) {
         return Err(HelperError::refused(format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
     }
@@ -265,10 +262,7 @@ pub struct Unmounted {
 /// Unmount the caller's image mounted at `mp` (root: anyone's), by its mount ID, wherever it is.
 pub fn umount(c: &Caller, mp: &Path) -> Result<Unmounted> {
     check_path("mount point", mp)?;
-    let mut st = State::open()?;
-    let here = crate::state::mount_namespace();
-    let mounts = swpool_sys::proc::read_mountinfo().unwrap_or_default();
-    st.records.mounts.retain(|r| r.alive(&mounts, here));
+    let (mut st, here) = State::open_live()?;
     let idx = st
         .records
         .mounts

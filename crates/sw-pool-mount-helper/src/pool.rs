@@ -216,7 +216,7 @@ fn mount_verified(
     src: Option<&File>,
 ) -> Result<PoolMounted> {
     let m = &pool.manifest;
-    let mut st = State::open()?;
+    let (mut st, here) = State::open_live()?;
     let new_ref = Ref {
         uid: c.uid,
         user: c.name.clone(),
@@ -225,10 +225,6 @@ fn mount_verified(
     };
 
     // already mounted on this node?
-    let mounts = swpool_sys::proc::read_mountinfo()
-        .map_err(|e| HelperError::system(Path::new("/proc/self/mountinfo"), e))?;
-    let here = crate::state::mount_namespace();
-    st.records.mounts.retain(|r| r.alive(&mounts, here));
     for r in st.records.mounts.iter_mut() {
         if !r.in_namespace(here) {
             continue;

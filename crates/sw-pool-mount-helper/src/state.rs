@@ -168,6 +168,25 @@ impl State {
         })
     }
 
+    /// [`State::open`], and the records of this mount namespace whose mount is gone dropped (a
+    /// dropped pool's shadow mounts, which would hold its file system, removed); returns this
+    /// namespace. An unreadable mount table is an error, never "every mount is gone".
+    pub fn open_live() -> Result<(State, u64)> {
+        let mut st = Self::open()?;
+        let mounts = swpool_sys::proc::read_mountinfo()
+            .map_err(|e| HelperError::system(Path::new("/proc/self/mountinfo"), e))?;
+        let here = mount_namespace();
+        st.records.mounts.retain_mut(|r| {
+            let alive = r.alive(&mounts, here);
+            if let (false, Record::Pool { shadows, .. }) = (alive, &mut *r) {
+                let mut errors = Vec::new();
+                crate::shadow::remove(shadows, &mut errors);
+            }
+            alive
+        });
+        Ok((st, here))
+    }
+
     pub fn save(&self) -> Result<()> {
         let file = self.dir.join("mounts.json");
         let bytes = serde_json::to_vec_pretty(&self.records).expect("records serialise");

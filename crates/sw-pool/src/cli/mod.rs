@@ -363,6 +363,10 @@ pub struct MountArgs {
     /// everyone; `sw-pool umount --shadow NAME/VERSION` releases it
     #[arg(long, conflicts_with_all = ["rw", "mountpoint", "options"])]
     pub shadow: bool,
+    /// With --rw: mounted by the kernel through the site's mount helper (no FUSE), under the
+    /// same lease; DIR must be under the helper's user_mount_root/<you>/
+    #[arg(long, requires = "rw")]
+    pub kernel: bool,
     /// Job id recorded with the mount; default: $SLURM_JOB_ID
     #[arg(long, value_name = "ID")]
     pub job_id: Option<String>,

@@ -124,18 +124,38 @@ fn mount_rw(a: &MountArgs, env: &Environment, p: &Printer) -> Result<(), Error> 
     };
     let sys = RealSys::new(env.path_var());
     let dir = swpool_core::state::StateDir::open_default(env)?;
-    let (r, taken, report) = swpool_core::load::mount_rw(
-        &sys,
-        &dir,
-        &swpool_core::load::MountRw {
-            image: a.image.clone(),
-            mountpoint,
-            job_id: job_id(a.job_id.clone(), env),
-            timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
-        },
-        &super::image::liveness(env),
-        env.path_var(),
-    )?;
+    let req = swpool_core::load::MountRw {
+        image: a.image.clone(),
+        mountpoint,
+        job_id: job_id(a.job_id.clone(), env),
+        timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+    };
+    let (r, taken, report) = if a.kernel {
+        let cfg = super::config(env)?;
+        let Some(helper) = cfg.mount_helper.value.clone() else {
+            return Err(Error::other(
+                swpool_core::ExitStatus::BadInput,
+                "--kernel mounts through the site's mount helper, and none is configured here \
+                 (config key mount_helper); without --kernel the image is mounted with fuse2fs",
+            ));
+        };
+        swpool_core::load::mount_rw_kernel(
+            &sys,
+            &dir,
+            &req,
+            &helper,
+            &super::image::liveness(env),
+            env.path_var(),
+        )?
+    } else {
+        swpool_core::load::mount_rw(
+            &sys,
+            &dir,
+            &req,
+            &super::image::liveness(env),
+            env.path_var(),
+        )?
+    };
     for (h, why) in &taken.dropped {
         p.warn(format!(
             "took over the lease of {} from {} ({why})",

@@ -743,12 +743,14 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
 }
 
 mod mount_image;
+mod mount_kernel;
 mod mount_rw;
 mod task;
 pub use crate::error::LoadError;
 pub mod shadow;
 pub mod site;
 pub use mount_image::{check_pools, mount_image, MountOutcome, MountRequest};
+pub use mount_kernel::{helper_umount, mount_rw_kernel};
 pub use mount_rw::{mount_rw, MountRw};
 #[cfg(test)]
 use task::last_set;

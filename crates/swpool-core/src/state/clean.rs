@@ -235,6 +235,29 @@ fn clean_record(
                 return Ok(());
             }
         }
+    } else if let (
+        Some(Serving::Kernel {
+            helper: Some(h), ..
+        }),
+        None,
+        false,
+    ) = (&rec.serving, &rec.pool, st == MountState::Absent)
+    {
+        // a user image the site's helper mounted for this user (`mount --rw --kernel`)
+        if !sel.dry_run {
+            if let Err(e) = crate::load::helper_umount(sys, h, &mp) {
+                act(
+                    out,
+                    sel,
+                    &mp,
+                    &label,
+                    jobs,
+                    "failed",
+                    format!("the site's mount helper: {e}"),
+                );
+                return Ok(());
+            }
+        }
     } else if st != MountState::Absent {
         let helper = (rec.helper_pid > 1).then_some(rec.helper_pid);
         if !unmount_and_reap(sys, sel, &mp, &label, jobs.clone(), helper, rec.uid, out) {

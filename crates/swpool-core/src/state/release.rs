@@ -98,6 +98,12 @@ pub fn release(
                     mount_point: mp.clone(),
                     reason: format!("the site's mount helper did not release it: {reason}"),
                 })?;
+            } else if st != MountState::Absent {
+                // a user image the helper mounted for us (`mount --rw --kernel`)
+                crate::load::helper_umount(sys, h, &at).map_err(|reason| StateError::Conflict {
+                    mount_point: mp.clone(),
+                    reason: format!("the site's mount helper did not unmount it: {reason}"),
+                })?;
             }
             None
         }
