@@ -750,7 +750,7 @@ pub use crate::error::LoadError;
 pub mod shadow;
 pub mod site;
 pub use mount_image::{check_pools, mount_image, MountOutcome, MountRequest};
-pub use mount_kernel::{helper_umount, mount_rw_kernel};
+pub use mount_kernel::mount_rw_kernel;
 pub use mount_rw::{mount_rw, MountRw};
 #[cfg(test)]
 use task::last_set;

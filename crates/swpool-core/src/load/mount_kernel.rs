@@ -141,7 +141,7 @@ pub fn mount_rw_kernel(
         lease: Some(me.clone()),
     };
     if let Err(e) = dir.write(&rec) {
-        let _ = helper_umount(sys, helper, &m.mount_point);
+        let _ = state::helper_umount(sys, helper, &m.mount_point);
         return Err(give_back(e.into()));
     }
     Ok((
@@ -154,19 +154,4 @@ pub fn mount_rw_kernel(
         taken,
         report,
     ))
-}
-
-/// `sudo -n HELPER umount DIR`: the helper unmounts a user image it mounted for this user.
-pub fn helper_umount(sys: &dyn Sys, helper: &Path, mp: &Path) -> Result<(), String> {
-    let cmd = ToolCommand::new(Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-        .arg("umount")
-        .path(mp);
-    sys.run(&cmd).map(|_| ()).map_err(|e| {
-        e.stderr()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| e.to_string())
-    })
 }

@@ -245,7 +245,7 @@ fn clean_record(
     {
         // a user image the site's helper mounted for this user (`mount --rw --kernel`)
         if !sel.dry_run {
-            if let Err(e) = crate::load::helper_umount(sys, h, &mp) {
+            if let Err(e) = super::helper_umount(sys, h, &mp) {
                 act(
                     out,
                     sel,

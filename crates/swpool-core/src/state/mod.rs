@@ -44,7 +44,7 @@ mod store;
 pub use acquire::{acquire, held_by_job, AcquireRequest, Acquired};
 pub use clean::{candidate_dirs, clean, clean_all_stores, clean_as, Action, Selection};
 pub use list::{all_nodes_list, list, node_list, ListEntry, ListFilter, ListStatus, NodeList};
-pub use release::{helper_release, release, Released};
+pub use release::{helper_release, helper_umount, release, Released};
 pub use store::{images_in_use, StateDir, StateLock};
 
 pub const SCHEMA: u32 = 1;

@@ -100,7 +100,7 @@ pub fn release(
                 })?;
             } else if st != MountState::Absent {
                 // a user image the helper mounted for us (`mount --rw --kernel`)
-                crate::load::helper_umount(sys, h, &at).map_err(|reason| StateError::Conflict {
+                helper_umount(sys, h, &at).map_err(|reason| StateError::Conflict {
                     mount_point: mp.clone(),
                     reason: format!("the site's mount helper did not unmount it: {reason}"),
                 })?;
@@ -139,6 +139,21 @@ pub fn helper_release(
     sys.run(&cmd).map(|_| ()).map_err(|e| {
         e.stderr()
             .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| e.to_string())
+    })
+}
+
+/// `sudo -n HELPER umount DIR`: the helper unmounts a user image it mounted for this user.
+pub fn helper_umount(sys: &dyn Sys, helper: &Path, mp: &Path) -> Result<(), String> {
+    let cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
+        .arg("-n")
+        .path(helper)
+        .arg("umount")
+        .path(mp);
+    sys.run(&cmd).map(|_| ()).map_err(|e| {
+        e.stderr()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
             .unwrap_or_else(|| e.to_string())
     })
 }
