@@ -18,17 +18,18 @@
 # plus P4: sha256sum of a 1 GiB file through the helper's kernel squashfs mount of a pool ÷ the same file on
 # local disk. One run (this is a 2-core VM: single runs, ratios), not a timed test.
 #
-#   bench/oslo-table1.sh [--subset PATH]   e.g. --subset drivers/net for a short check of the script
+#   bench/oslo-table1.sh [--subset PATH] [--p4-only]   e.g. --subset drivers/net for a short check
 #
 # Needs: the testbed up (testbed/up), sw-pool and sw-pool-mount-helper built, linux-source-6.1
 # (installed here if missing). Writes bench/results/oslo-table1-<date>/{table1.csv,report.md}.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
-SUBSET=
+SUBSET= P4_ONLY=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --subset) SUBSET=$2; shift 2 ;;
-    *) die "usage: bench/oslo-table1.sh [--subset PATH]" ;;
+    --p4-only) P4_ONLY=1; shift ;;
+    *) die "usage: bench/oslo-table1.sh [--subset PATH] [--p4-only]" ;;
   esac
 done
 . "$TESTBED/env.sh"
@@ -90,6 +91,7 @@ rw_steps() {  # CONFIG DIR
   timed "$1" rm "rm -rf '$2'/*"
 }
 
+if [[ -z $P4_ONLY ]]; then
 log "Table 1 of seed 002 on $N: $(basename "$TARBALL")${SUBSET:+ (subset $SUBSET)} -> $OUT"
 # the reference: the tree on local disk, and its count, size and md5
 on "$(untar_into "$L/ref")" >/dev/null
@@ -141,15 +143,30 @@ for f in sqfs erofs; do
   on "'$H' release-pool '$B-$f/1' >/dev/null"
 done
 
-# P4: sha256 of 1 GiB through the helper's kernel mount of a pool vs the file on local disk
-on "rm -rf '$L/ref' '$L/pt' && '$SW' init -q --name $B-p4 --version 1 '$L/p4' >/dev/null && head -c 1G /dev/urandom > '$L/p4/install/big' && '$SW' build -q '$L/p4.pool' '$L/p4'"
-mv "$TB/nodes/$N/local/$B/p4.pool" "$E/p4.pool"
-# (squashfs only: mkfs.erofs -zlz4hc of 1 GiB of incompressible data ran > 6.5 min single-threaded)
-"$SW" sign -q --key "$OUT/site.pem" "$E/p4.pool"; chmod 644 "$E/p4.pool"; on "'$H' mount-pool '$S/p4.pool' >/dev/null"
+fi  # --p4-only
+
+# P4: sha256 of 1 GiB of random data through the helper's kernel mounts of a pool (squashfs and
+# EROFS, both --no-compress: the data does not compress, and mkfs.erofs -zlz4hc of it ran over
+# 6.5 min) vs the same file on local disk
+[[ -e $OUT/site.pem ]] || "$SW" keygen --out "$OUT/site" >/dev/null
+cp "$OUT/site.pub.pem" "$KEY"
+on "rm -rf '$L/ref' '$L/pt' && '$SW' init -q --name $B-p4 --version 1 '$L/p4' >/dev/null && head -c 1G /dev/urandom > '$L/p4/install/big'"
+for f in p4 p4e; do
+  fmt=squashfs; [[ $f == p4e ]] && fmt=erofs
+  t=$(now)
+  on "sed -i 's/^name = .*/name = \"$B-$f\"/' '$L/p4/pool.toml' && '$SW' build -q --no-compress --format $fmt '$L/$f.pool' '$L/p4'"
+  log "  built the 1 GiB $fmt pool (--no-compress) in $(sub "$t" "$(now)") s"
+  mv "$TB/nodes/$N/local/$B/$f.pool" "$E/$f.pool"
+  "$SW" sign -q --key "$OUT/site.pem" "$E/$f.pool"; chmod 644 "$E/$f.pool"
+  on "'$H' mount-pool '$S/$f.pool' >/dev/null"
+done
 FILES=1 BYTES=1073741824
-timed p4-local sha256 "sha256sum '$L/p4/install/big'"
-timed p4-kernel-squashfs sha256 "sha256sum '$TB/local/root/site/$B-p4/1/install/big'"
-on "'$H' release-pool '$B-p4/1' >/dev/null"
+for rep in 1 2 3; do
+  timed p4-local sha256 "sha256sum '$L/p4/install/big'"
+  timed p4-kernel-squashfs sha256 "sha256sum '$TB/local/root/site/$B-p4/1/install/big'"
+  timed p4-kernel-erofs sha256 "sha256sum '$TB/local/root/site/$B-p4e/1/install/big'"
+done
+on "'$H' release-pool '$B-p4/1' >/dev/null; '$H' release-pool '$B-p4e/1' >/dev/null"
 
 # the report: ratios
 python3 "$REPO/bench/oslo_report.py" "$OUT/table1.csv" > "$OUT/report.md"

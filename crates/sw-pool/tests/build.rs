@@ -309,3 +309,37 @@ fn interrupted_build_leaves_nothing() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_nothing_left(d.path(), "i.sqfs");
 }
+
+/// `--no-compress`: squashfs keeps the data as it is (unsquashfs says so), EROFS is built without
+/// a compressor; both are still checked by `inspect`.
+#[test]
+fn no_compress_stores_the_data_uncompressed() {
+    let d = scratch();
+    let tree = d.path().join("t");
+    std::fs::create_dir(&tree).unwrap();
+    // compressible, and not zeros (squashfs stores zero blocks as holes either way)
+    std::fs::write(tree.join("text"), "hello, pool\n".repeat(100_000)).unwrap();
+    for (fmt, name) in [("squashfs", "a.sqfs"), ("erofs", "a.erofs")] {
+        if fmt == "erofs" && Command::new("mkfs.erofs").arg("--help").output().is_err() {
+            continue; // erofs-utils not installed (setup-deps installs it)
+        }
+        let out = d.path().join(name);
+        let o = run(sw()
+            .args(["build", "-q", "--no-compress", "--format", fmt])
+            .arg(&out)
+            .arg(&tree));
+        assert_eq!(o.code, 0, "{fmt}: {}", o.stderr);
+        // 1.2 MB of text stays that large: nothing compressed it
+        let len = std::fs::metadata(&out).unwrap().len();
+        assert!(len >= 1_200_000, "{fmt}: {len} bytes");
+        let i = sw_run(&["inspect", out.to_str().unwrap()]);
+        assert_eq!(i.code, 0, "{fmt}: {}", i.stderr);
+    }
+    let s = Command::new("unsquashfs")
+        .arg("-s")
+        .arg(d.path().join("a.sqfs"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&s.stdout);
+    assert!(text.contains("Data is uncompressed"), "{text}");
+}

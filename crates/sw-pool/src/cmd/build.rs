@@ -55,6 +55,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
             formats: a.modules,
         },
         squashfs_level: cfg.squashfs_level.value,
+        no_compress: a.no_compress,
         source_date_epoch,
         path_var: env.path_var().map(ToOwned::to_owned),
     };

@@ -685,6 +685,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 gen_modulefiles: false,
                 modulefile_opts: Default::default(),
                 squashfs_level: image.squashfs_level,
+                no_compress: false,
                 source_date_epoch: image.source_date_epoch,
                 path_var: o.path_var.clone(),
             })?;

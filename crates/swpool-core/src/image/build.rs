@@ -37,6 +37,9 @@ pub struct BuildOptions {
     pub modulefile_opts: ModulefileOptions,
     /// zstd level for squashfs (mksquashfs' default when `None`).
     pub squashfs_level: Option<u32>,
+    /// `--no-compress`: squashfs and EROFS store the data uncompressed (for incompressible data:
+    /// faster to build, read at the disk's speed); ext images never compress.
+    pub no_compress: bool,
     /// `SOURCE_DATE_EPOCH`, if set: the build time recorded in the image and the manifest.
     pub source_date_epoch: Option<u64>,
     /// The value of `PATH` mksquashfs and mke2fs are looked up in (the caller's environment; see
@@ -422,7 +425,9 @@ fn write_squashfs(
         .arg("-mkfs-time")
         .arg(epoch.to_string())
         .env_remove("SOURCE_DATE_EPOCH");
-    if let Some(l) = opts.squashfs_level {
+    if opts.no_compress {
+        c = c.args(["-noI", "-noId", "-noD", "-noF", "-noX"]);
+    } else if let Some(l) = opts.squashfs_level {
         c = c.arg("-Xcompression-level").arg(l.to_string());
     }
     with_early_writeback(file, || c.run(opts.path_var.as_deref()))?;
@@ -431,7 +436,8 @@ fn write_squashfs(
 
 /// `mkfs.erofs` into the temporary, reproducibly: every inode's times and the superblock's build
 /// time are the epoch (`-T`), the UUID is derived from the tree (`-U`), lz4hc (Debian 12's
-/// erofs-utils 1.5 has lz4 and lz4hc only). The kernel mounts it (raw on a file or through a loop
+/// erofs-utils 1.5 has lz4 and lz4hc only; lz4hc of 1 GiB of random data took over 6.5 minutes
+/// here), or uncompressed with `--no-compress`. The kernel mounts it (raw on a file or through a loop
 /// device); there is no FUSE server for it on these systems.
 fn write_erofs(
     opts: &BuildOptions,
@@ -441,8 +447,11 @@ fn write_erofs(
     epoch: u64,
     uuid: &str,
 ) -> Result<(), BuildError> {
-    let c = ToolCommand::new(Tool::MkfsErofs)
-        .args(["--quiet", "-zlz4hc"])
+    let mut c = ToolCommand::new(Tool::MkfsErofs).arg("--quiet");
+    if !opts.no_compress {
+        c = c.arg("-zlz4hc");
+    }
+    let c = c
         .arg(format!("-T{epoch}"))
         .arg(format!("-U{uuid}"))
         .path(tmp)
