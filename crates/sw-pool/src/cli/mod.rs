@@ -259,11 +259,11 @@ pub struct BuildArgs {
         requires = "gen_modulefiles"
     )]
     pub modules: swpool_core::pool::modulefile::Formats,
-    /// Print the build report as JSON
     /// Store the data uncompressed (squashfs, EROFS): for incompressible data (random, already
     /// compressed) it builds faster and reads at the disk's speed; ext images are never compressed
     #[arg(long)]
     pub no_compress: bool,
+    /// Print the build report as JSON
     #[arg(long)]
     pub json: bool,
     /// The pool file to write
