@@ -114,4 +114,20 @@ assert_eq "... every file the job synced is there" 100 "$(as1 node2 sh -c "grep 
 as1 node2 "$SW" umount -q "$M"
 rc=0; e2fsck -fn "$IMG" >/dev/null 2>&1 || rc=$?
 assert_eq "the image is fsck-clean at the end" 0 "$rc"
+
+# --- what no record reports: the helper called directly; a loop device that backs no mount
+as1 node1 sudo -n "$H" mount-image "$IMG" "$M" >/dev/null
+out=$(as1 node1 "$SW" list --unreported 2>&1)
+assert_match "list --unreported: the helper's mount of the user's image without a record" "helper .*data.img at $M" "$out"
+out=$(as1 node1 "$SW" cleanup --all 2>&1)
+assert_match "cleanup --all gives it back (the helper unmounts it)" "released .*$M" "$out"
+assert_eq "... nothing mounted at $M" 0 "$(opts node1 | wc -l)"
+"$TESTBED/exec" node1 sh -c "head -c 1M /dev/zero > $TB/local/root/cache/t78-orphan.pool"
+loopdev=$("$TESTBED/exec" node1 losetup -f --show "$TB/local/root/cache/t78-orphan.pool")
+out=$("$TESTBED/exec" node1 env SW_POOL_MOUNT_HELPER="$H" SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= "$SW" list --unreported 2>&1)
+assert_match "root's list --unreported: a loop device of the helper's that backs no mount" "loop +$loopdev" "$out"
+out=$("$TESTBED/exec" node1 env SW_POOL_MOUNT_HELPER="$H" SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= "$SW" cleanup --stale 2>&1)
+assert_match "root's cleanup --stale frees it" "loop-freed +- +$loopdev" "$out"
+assert_eq "... it is detached" "" "$("$TESTBED/exec" node1 losetup -j "$TB/local/root/cache/t78-orphan.pool")"
+"$TESTBED/exec" node1 rm -f "$TB/local/root/cache/t78-orphan.pool"
 finish

@@ -25,8 +25,44 @@ pub struct Cleaned {
     pub errors: Vec<String>,
 }
 
-pub fn list() -> Result<Vec<Record>> {
-    Ok(State::open()?.records.mounts)
+/// `list`: the helper's records on this node, and its loop devices that back no mount.
+#[derive(Debug, Serialize)]
+pub struct Listed {
+    pub mounts: Vec<Record>,
+    /// Loop devices of the helper's (backing a file in its cache, or an image it recorded) that
+    /// back no mount here: `cleanup` frees them.
+    pub orphan_loops: Vec<String>,
+}
+
+pub fn list(cfg: &HelperConfig) -> Result<Listed> {
+    let st = State::open()?;
+    let mounts = swpool_sys::proc::read_mountinfo()
+        .map_err(|e| HelperError::system(std::path::Path::new("/proc/self/mountinfo"), e))?;
+    let images: Vec<PathBuf> = st
+        .records
+        .mounts
+        .iter()
+        .filter_map(|r| match r {
+            Record::Image { image, .. } => Some(image.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut orphan_loops: Vec<String> = swpool_sys::loopdev::orphans(&mounts, &cfg.cache_dir)
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    for a in swpool_sys::loopdev::attached() {
+        if images.contains(&a.backing_file)
+            && !mounts.iter().any(|m| m.dev == a.devno)
+            && !orphan_loops.contains(&a.name)
+        {
+            orphan_loops.push(a.name);
+        }
+    }
+    Ok(Listed {
+        mounts: st.records.mounts,
+        orphan_loops,
+    })
 }
 
 /// Root only: drop `job`'s references and unmount its images; unmount pools nobody references;

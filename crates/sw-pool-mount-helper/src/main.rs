@@ -89,7 +89,7 @@ enum Cmd {
     },
     /// Unmount an image you mounted
     Umount { mount_point: PathBuf },
-    /// The helper's mounts on this node (JSON)
+    /// The helper's mounts on this node and its loop devices that back no mount (JSON)
     List,
     /// Root: drop a job's references, unmount what nobody uses, free loop devices that back no mount
     Cleanup {
@@ -204,7 +204,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             format!("umount {}", mount_point.display()),
             image::umount(&c, mount_point).map(json),
         ),
-        Cmd::List => return cleanup::list().map(json),
+        Cmd::List => return cleanup::list(&cfg).map(json),
         Cmd::Cleanup { job_id } => (
             format!(
                 "cleanup{}",

@@ -84,6 +84,11 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
             });
         }
     }
+    if a.stale || a.all {
+        if let Some(h) = &cfg.mount_helper.value {
+            actions.extend(state::clean_helper(&sys, h, a.all, a.dry_run, env));
+        }
+    }
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
         "node": hostname(),

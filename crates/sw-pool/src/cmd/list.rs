@@ -63,9 +63,13 @@ pub fn run(g: &GlobalArgs, a: ListArgs, env: &Environment) -> Result<(), Error> 
 fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
     let total: usize = nodes.iter().map(|n| n.mounts.len()).sum();
     if total == 0
-        && nodes
-            .iter()
-            .all(|n| n.unused_cache.is_empty() && n.error.is_none())
+        && nodes.iter().all(|n| {
+            n.unused_cache.is_empty()
+                && n.error.is_none()
+                && n.helper.as_ref().is_none_or(|h| {
+                    h.references.is_empty() && h.orphan_loops.is_empty() && h.error.is_none()
+                })
+        })
     {
         let names: Vec<&str> = nodes.iter().map(|n| n.node.as_str()).collect();
         p.result(format!("no mounts on {}", names.join(", ")));
@@ -156,6 +160,25 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
                 c.pool.as_deref().unwrap_or("(damaged)"),
                 c.path.display()
             ));
+        }
+        if let Some(h) = &n.helper {
+            if let Some(e) = &h.error {
+                p.result(format!("{}the site's mount helper: {e}", nc(&n.node)));
+            }
+            for r in &h.references {
+                p.result(format!(
+                    "{}{:<10} {r} (the site's helper holds a reference of yours that no record reports; `sw-pool cleanup --all` gives it back)",
+                    nc(&n.node),
+                    "helper"
+                ));
+            }
+            for l in &h.orphan_loops {
+                p.result(format!(
+                    "{}{:<10} {l} (a loop device of the site's helper that backs no mount; root's `sw-pool cleanup --stale` frees it)",
+                    nc(&n.node),
+                    "loop"
+                ));
+            }
         }
     }
 }

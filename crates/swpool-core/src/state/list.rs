@@ -144,7 +144,108 @@ pub struct NodeList {
     pub mounts: Vec<ListEntry>,
     /// `--unreported`: cache entries that nothing mounts.
     pub unused_cache: Vec<crate::cache::Entry>,
+    /// `--unreported` where the site's mount helper is configured: what it holds that no record
+    /// of this user reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper: Option<HelperUnreported>,
     pub error: Option<String>,
+}
+
+/// The site's mount helper's side of `list --unreported` (from `sudo -n HELPER list`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HelperUnreported {
+    /// Kernel mounts where the helper holds a reference of this user that none of this user's
+    /// records reports (`cleanup --all` gives them back).
+    pub references: Vec<HelperRef>,
+    /// Loop devices of the helper's that back no mount (root's `cleanup` frees them).
+    pub orphan_loops: Vec<String>,
+    /// The helper could not be asked (why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A reference the helper holds for the user: a site pool (`what` = NAME/VERSION) or an image
+/// (`what` = its path).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelperRef {
+    pub pool: bool,
+    pub what: String,
+    pub mount_point: PathBuf,
+}
+
+impl std::fmt::Display for HelperRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}", self.what, self.mount_point.display())
+    }
+}
+
+/// Ask the helper what it holds; keep what `recorded` (this user's records' mount points) does
+/// not report.
+pub fn helper_unreported(
+    sys: &dyn Sys,
+    helper: &Path,
+    uid: u32,
+    recorded: &std::collections::HashSet<PathBuf>,
+) -> HelperUnreported {
+    let mut cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Sudo).arg("-n");
+    if sys.euid() == 0 {
+        cmd = crate::exec::ToolCommand::new(crate::exec::Tool::MountHelper).program(helper);
+    } else {
+        cmd = cmd.path(helper);
+    }
+    let out = match sys.run(&cmd.arg("list")) {
+        Ok(o) => o.stdout,
+        Err(e) => {
+            return HelperUnreported {
+                error: Some(
+                    e.stderr()
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| e.to_string()),
+                ),
+                ..Default::default()
+            }
+        }
+    };
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+    let mut h = HelperUnreported::default();
+    for m in v["mounts"].as_array().into_iter().flatten() {
+        let mp = PathBuf::from(m["mount_point"].as_str().unwrap_or_default());
+        if recorded.contains(&mp) {
+            continue;
+        }
+        let mine = match m["kind"].as_str() {
+            Some("pool") => m["refs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["uid"].as_u64() == Some(u64::from(uid))),
+            _ => m["owner"].as_u64() == Some(u64::from(uid)),
+        };
+        if mine {
+            let pool = m["kind"].as_str() == Some("pool");
+            h.references.push(HelperRef {
+                pool,
+                what: if pool {
+                    format!(
+                        "{}/{}",
+                        m["name"].as_str().unwrap_or("?"),
+                        m["version"].as_str().unwrap_or("?")
+                    )
+                } else {
+                    m["image"].as_str().unwrap_or("?").to_string()
+                },
+                mount_point: mp,
+            });
+        }
+    }
+    h.orphan_loops = v["orphan_loops"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str().map(|s| format!("/dev/{s}")))
+        .collect();
+    h
 }
 
 /// Which entries `list` shows.
@@ -235,13 +336,136 @@ pub fn node_list(
             }
         }
     }
+    let helper = match (&cfg.mount_helper.value, a.unreported) {
+        (Some(h), true) => Some(helper_unreported(sys, h, uid, &recorded)),
+        _ => None,
+    };
     Ok(NodeList {
         node: crate::users::hostname(),
         state_dirs: used_dirs,
         mounts,
         unused_cache,
+        helper,
         error: None,
     })
+}
+
+/// `cleanup --stale`/`--all` where the site's helper is configured: with `all`, give back the
+/// references it holds for this user that no record reports (`release-pool`, `umount`) — not
+/// with `--stale` alone, which the Prolog runs: a load of another job of the user's may be between
+/// the helper's mount and its record; and, as root, have it clean up (forget mounts that are
+/// gone, free its loop devices that back no mount).
+pub fn clean_helper(
+    sys: &dyn Sys,
+    helper: &Path,
+    all: bool,
+    dry_run: bool,
+    env: &crate::config::Environment,
+) -> Vec<Action> {
+    let uid = sys.euid();
+    let recorded: std::collections::HashSet<PathBuf> = candidate_dirs(uid, env)
+        .iter()
+        .filter_map(|d| StateDir::open(d, uid).ok())
+        .flat_map(|d| d.records().unwrap_or_default())
+        .filter_map(|r| r.ok().map(|r| r.mount_point))
+        .collect();
+    let h = helper_unreported(sys, helper, uid, &recorded);
+    let mut out = Vec::new();
+    let act =
+        |mp: PathBuf, pool: String, action: &'static str, detail: String, done: bool| Action {
+            mount_point: mp,
+            pool,
+            jobs: Vec::new(),
+            action,
+            detail,
+            done,
+        };
+    for r in h.references.iter().filter(|_| all) {
+        if dry_run {
+            out.push(act(
+                r.mount_point.clone(),
+                r.what.clone(),
+                "released",
+                "a reference of yours at the site's helper that no record reports".into(),
+                false,
+            ));
+            continue;
+        }
+        let res = if r.pool {
+            sys.run(
+                &crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
+                    .arg("-n")
+                    .path(helper)
+                    .arg("release-pool")
+                    .arg(&r.what),
+            )
+            .map(|_| ())
+            .map_err(|e| {
+                e.stderr()
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|| e.to_string())
+            })
+        } else {
+            super::helper_umount(sys, helper, &r.mount_point)
+        };
+        out.push(match res {
+            Ok(()) => act(
+                r.mount_point.clone(),
+                r.what.clone(),
+                "released",
+                "a reference of yours at the site's helper that no record reported".into(),
+                true,
+            ),
+            Err(e) => act(
+                r.mount_point.clone(),
+                r.what.clone(),
+                "failed",
+                format!("the site's mount helper: {e}"),
+                false,
+            ),
+        });
+    }
+    if uid == 0 && !h.orphan_loops.is_empty() {
+        let detail = "loop devices of the site's helper that backed no mount".to_string();
+        if dry_run {
+            for l in &h.orphan_loops {
+                out.push(act(
+                    l.into(),
+                    "-".into(),
+                    "loop-freed",
+                    detail.clone(),
+                    false,
+                ));
+            }
+        } else {
+            let cmd = crate::exec::ToolCommand::new(crate::exec::Tool::MountHelper)
+                .program(helper)
+                .arg("cleanup");
+            match sys.run(&cmd) {
+                Ok(o) => {
+                    let v: serde_json::Value =
+                        serde_json::from_str(o.stdout.trim()).unwrap_or_default();
+                    for l in v["loops_freed"].as_array().into_iter().flatten() {
+                        out.push(act(
+                            format!("/dev/{}", l.as_str().unwrap_or("?")).into(),
+                            "-".into(),
+                            "loop-freed",
+                            detail.clone(),
+                            true,
+                        ));
+                    }
+                }
+                Err(e) => out.push(act(
+                    helper.to_path_buf(),
+                    "-".into(),
+                    "failed",
+                    format!("the site's mount helper's cleanup: {e}"),
+                    false,
+                )),
+            }
+        }
+    }
+    out
 }
 
 /// `list --all-nodes` under mpirun/srun: every node leader's [`node_list`] (a node that cannot
@@ -265,6 +489,7 @@ pub fn all_nodes_list(
             state_dirs: vec![],
             mounts: vec![],
             unused_cache: vec![],
+            helper: None,
             error: Some(e),
         });
     let bytes = serde_json::to_vec(&mine).expect("json");
@@ -281,6 +506,7 @@ pub fn all_nodes_list(
                     state_dirs: vec![],
                     mounts: vec![],
                     unused_cache: vec![],
+                    helper: None,
                     error: Some(format!("undecodable answer: {e}")),
                 })
             })

@@ -43,7 +43,10 @@ mod store;
 
 pub use acquire::{acquire, held_by_job, AcquireRequest, Acquired};
 pub use clean::{candidate_dirs, clean, clean_all_stores, clean_as, Action, Selection};
-pub use list::{all_nodes_list, list, node_list, ListEntry, ListFilter, ListStatus, NodeList};
+pub use list::{
+    all_nodes_list, clean_helper, list, node_list, HelperRef, HelperUnreported, ListEntry,
+    ListFilter, ListStatus, NodeList,
+};
 pub use release::{helper_release, helper_umount, release, Released};
 pub use store::{images_in_use, StateDir, StateLock};
 
