@@ -6,7 +6,9 @@
 # after its unmount; a holder whose job ended is taken over; a job killed with SIGKILL while it
 # writes (the fuse2fs it started survives a kill under proctrack/linuxproc: the Slurm epilog
 # unmounts it, and the job stays in squeue until then, so no other node may write before) leaves
-# what it synced, the lease to the next writer and a clean image; the image is fsck-clean at the end.
+# what it synced, the lease to the next writer and a clean image; where the job's fuse2fs dies with
+# it and no epilog runs, the next writer takes the killed job's lease over (its job gone per Slurm);
+# the image is fsck-clean at the end.
 # Run as root on the nodes: the testbed's sshfs logs in to the storage server as root, so a file a
 # user creates there belongs to root and the user cannot open it for writing again (a parallel file
 # system keeps the creator's ownership; the rootless path is tested in crates/sw-pool/tests/userimage.rs).
@@ -117,6 +119,27 @@ rc=0; out=$(on "$n2" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
 assert_eq "$n2: mount --rw after the killed job (lease given back or taken over)" 0 "$rc"
 assert_eq "... every file the killed job synced is there" 200 "$(on "$n2" sh -c "grep -l '^synced ' $M/a/k/s* 2>/dev/null | wc -l")"
 on "$n2" "$SW" umount -q "$M/a"
+
+# --- the same where everything of the job dies with it (a site whose process tracking kills the
+# job's fuse2fs too) and no epilog runs: the lease stays, naming the killed job; the next writer
+# finds the job gone (Slurm) and takes the lease over, the image checked and repaired first
+rm -f "$HOOK" "$W/kill.ready"
+jid=$(sbatch --parsable -w "$n1" -N1 -o "$W/kill2.out" --chdir=/ "$W/kill.sh")
+wait_for 600 test -e "$W/kill.ready"
+fpid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['holders'][0]['pid'])" "$E/data.img.lease" 2>/dev/null || echo 0)
+scancel --full --signal=KILL "$jid"
+wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+# the job's fuse2fs (the lease names it; the job started it) dies with the job, as under cgroups
+[[ $fpid -gt 1 ]] && "$TESTBED/exec" "$n1" kill -KILL "$fpid" 2>/dev/null
+"$TESTBED/exec" "$n1" sh -c "fusermount3 -u -z $M/a" >/dev/null 2>&1 || true
+assert_match "no epilog: the lease still names the killed job" "\"job\": \"$jid\"" "$(cat "$E/data.img.lease" 2>/dev/null)"
+rc=0; out=$(on "$n2" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
+assert_eq "$n2: mount --rw takes the lease of the killed job over" 0 "$rc"
+assert_match "... and says so" "took over the lease.*job $jid has ended" "$out"
+assert_eq "... every file the killed job synced is there" 200 "$(on "$n2" sh -c "grep -l '^synced ' $M/a/k/s* 2>/dev/null | wc -l")"
+on "$n2" "$SW" umount -q "$M/a"
+# what the killed job left on $n1 (its record in root's default state), as a Prolog would
+"$TESTBED/exec" "$n1" env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= "$SW" cleanup -q --stale >/dev/null 2>&1 || true
 rc=0; out=$(on "$n1" "$SW" image check "$S/data.img" 2>&1) || rc=$?
 assert_eq "the image is fsck-clean at the end" 0 "$rc"
 assert_eq "nothing mounted on $n1 or $n2" 0 "$(for n in "$n1" "$n2"; do "$TESTBED/exec" "$n" sh -c "grep -c ' $M/' /proc/self/mounts || true"; done | awk '{s += $1} END {print s + 0}')"

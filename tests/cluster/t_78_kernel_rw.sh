@@ -97,6 +97,10 @@ export SW_POOL_MOUNT_HELPER=$H SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 $SW mount -q --rw --kernel $IMG $M || exit 1
 mkdir -p $M/j && for i in \$(seq 1 100); do echo "synced \$i" > $M/j/s\$i; done
 sync -f $M/j/s100
+# a process that leaves the job's process tree (proctrack/linuxproc does not follow it) and keeps
+# the image busy: the epilog must end it before the image can be unmounted
+setsid sh -c 'cd $M/j && exec sleep 600' </dev/null >/dev/null 2>&1 &
+echo \$! > $W/escaped.pid
 touch $W/job.ready
 i=0; while :; do i=\$((i + 1)); echo "unsynced \$i" > $M/j/u\$((i % 300)); done
 EOS
@@ -107,6 +111,8 @@ assert_match "a job on node1 holds the image read-write (the lease names it)" "\
 scancel --full --signal=KILL "$jid"
 wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
 assert_eq "after SIGKILL and the epilog: nothing mounted at $M on node1" 0 "$(opts node1 | wc -l)"
+esc=$(cat "$W/escaped.pid" 2>/dev/null || echo 0)
+assert_eq "... the process that escaped the job and held the image was ended (helper cleanup --kill)" 0 "$([[ $esc -gt 1 ]] && [[ -d /proc/$esc ]] && echo 1 || echo 0)"
 assert_eq "... and no lease left" 0 "$([[ -e $IMG.lease ]] && grep -c '"mode"' "$IMG.lease" || echo 0)"
 rc=0; out=$(as1 node2 "$SW" mount --rw --kernel "$IMG" "$M" 2>&1) || rc=$?
 assert_eq "node2: mount --rw --kernel after the killed job" 0 "$rc"

@@ -21,6 +21,9 @@ pub struct Cleaned {
     pub forgotten: usize,
     /// Loop devices that backed no mount, freed.
     pub loops_freed: Vec<String>,
+    /// `--kill`: processes of an image's owner that held it (pid and command), ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub killed: Vec<String>,
     /// What could not be done (each names the mount and why).
     pub errors: Vec<String>,
 }
@@ -68,7 +71,7 @@ pub fn list(cfg: &HelperConfig) -> Result<Listed> {
 /// Root only: drop `job`'s references and unmount its images; unmount pools nobody references;
 /// forget records whose mounts are gone; free loop devices that back no mount and whose backing
 /// file is the helper's (its cache, or an image it recorded).
-pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>) -> Result<Cleaned> {
+pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) -> Result<Cleaned> {
     if !c.is_root() {
         return Err(HelperError::refused("cleanup is for root (the Slurm epilog, an admin); release your own mounts with release-pool / umount"));
     }
@@ -116,8 +119,17 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>) -> Result<Clea
             Record::Image { job: ij, .. } => job.is_some() && ij.as_deref() == job,
         };
         if drop_it {
-            match kmount::unmount_id(r.mount_id(), true) {
-                Ok(_) => out.unmounted.push(r.mount_point().to_path_buf()),
+            // a pool is read-only and shared: detached lazily, it goes when its last user lets go;
+            // a user's image may be written: never detached while a process holds it (a detached
+            // writer would go on writing after the lease is given back), ended with --kill
+            let res = match &r {
+                Record::Pool { .. } => kmount::unmount_id(r.mount_id(), true).map(drop),
+                Record::Image { owner, .. } => {
+                    unmount_image(r.mount_id(), r.mount_point(), *owner, kill, &mut out.killed)
+                }
+            };
+            match res {
+                Ok(()) => out.unmounted.push(r.mount_point().to_path_buf()),
                 Err(e) => {
                     out.errors
                         .push(format!("{}: {e}", r.mount_point().display()));
@@ -147,4 +159,58 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>) -> Result<Clea
         }
     }
     Ok(out)
+}
+
+/// Unmount a user's image (not lazily). Busy: with `kill`, end the processes of its `owner` **in
+/// this mount namespace** that hold it (the testbed's nodes, like containers, share one PID space:
+/// a process elsewhere with the same path is not ours), SIGTERM then SIGKILL, and try again.
+fn unmount_image(
+    id: u64,
+    mp: &std::path::Path,
+    owner: u32,
+    kill: bool,
+    killed: &mut Vec<String>,
+) -> std::io::Result<()> {
+    match kmount::unmount_id(id, false) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) && kill => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{e}: a process still uses it; left mounted (cleanup --kill ends the owner's processes that hold it)"),
+            ))
+        }
+        r => return r.map(drop),
+    }
+    let here = std::fs::metadata("/proc/self/ns/mnt")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .ok();
+    let (holders, _) = swpool_sys::proc::holders(mp);
+    for h in holders {
+        let ns = std::fs::metadata(format!("/proc/{}/ns/mnt", h.pid))
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .ok();
+        if h.uid != Some(owner) || ns.is_none() || ns != here {
+            continue;
+        }
+        let pid = h.pid;
+        if swpool_sys::process::terminate(pid, std::time::Duration::from_secs(2), &mut || {
+            swpool_sys::process::ended(pid)
+        })
+        .is_ok()
+        {
+            killed.push(format!("{pid} ({})", h.command));
+        }
+    }
+    // SIGKILLed processes are gone once the kernel has torn them down
+    let mut last = None;
+    for _ in 0..50 {
+        match kmount::unmount_id(id, false) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                last = Some(e);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            r => return r.map(drop),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("busy")))
 }

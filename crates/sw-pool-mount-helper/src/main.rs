@@ -95,6 +95,10 @@ enum Cmd {
     Cleanup {
         #[arg(long)]
         job_id: Option<String>,
+        /// End the processes of an image's owner (in this mount namespace) that keep it busy,
+        /// then unmount it (a busy image is otherwise left mounted)
+        #[arg(long)]
+        kill: bool,
     },
 }
 
@@ -205,15 +209,16 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             image::umount(&c, mount_point).map(json),
         ),
         Cmd::List => return cleanup::list(&cfg).map(json),
-        Cmd::Cleanup { job_id } => (
+        Cmd::Cleanup { job_id, kill } => (
             format!(
-                "cleanup{}",
+                "cleanup{}{}",
                 job_id
                     .as_ref()
                     .map(|j| format!(" --job-id {j}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                if *kill { " --kill" } else { "" }
             ),
-            cleanup::cleanup(&cfg, &c, job_id.as_deref()).map(json),
+            cleanup::cleanup(&cfg, &c, job_id.as_deref(), *kill).map(json),
         ),
     };
     match &r {

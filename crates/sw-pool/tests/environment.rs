@@ -184,6 +184,36 @@ fn writes_anywhere_land_in_the_layer_and_the_host_is_unchanged() {
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["whiteouts"], 1, "{}", o.stdout);
     assert!(v["entries"].as_u64().unwrap() >= 6, "{}", o.stdout);
+    // export: the upper as a pool, the whiteout kept (a character device 0/0 in the image)
+    let pool = f.dir.path().join("state").join("dev.sqfs");
+    let o = f.run(&[
+        "layer",
+        "export",
+        "dev",
+        pool.to_str().unwrap(),
+        "--version",
+        "2",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("squashfs pool dev/2"), "{}", o.stdout);
+    let i = sw_run(&["inspect", "--json", pool.to_str().unwrap()]);
+    assert_eq!(i.code, 0, "{}", i.stderr);
+    let l = Command::new("unsquashfs")
+        .args(["-lls", "-d", ""])
+        .arg(&pool)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&l.stdout);
+    assert!(
+        listing.contains(&format!("/usr/local/bin/{marker}")),
+        "{listing}"
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|x| x.starts_with('c') && x.contains(" 0,  0 ") && x.ends_with("/etc/hostname")),
+        "the whiteout is in the pool: {listing}"
+    );
     let o = f.run(&["layer", "rm", "dev"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let o = f.run(&["layer", "list"]);

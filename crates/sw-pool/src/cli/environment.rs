@@ -154,6 +154,26 @@ cache_dir, $LOCAL_TMPDIR)."
         #[arg(long)]
         json: bool,
     },
+    /// Pack what a layer holds (its upper, whiteouts kept) into a pool file, to sign and share
+    /// (refused while an environment uses the layer)
+    Export {
+        /// The layer to pack
+        name: String,
+        /// The pool file to write
+        out: PathBuf,
+        /// squashfs (default), ext4, erofs
+        #[arg(long, value_enum)]
+        format: Option<crate::cli::FormatArg>,
+        /// The pool's version (its name is the layer's)
+        #[arg(long, default_value = "1")]
+        version: String,
+        /// Replace OUT if it exists
+        #[arg(short, long)]
+        force: bool,
+        /// Print the result as JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -77,6 +77,21 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             cache_dir,
             json: j,
         } => sync(g, &store, &cfg, &name, cache_dir, j, env)?,
+        LayerCommand::Export {
+            name,
+            out,
+            format,
+            version,
+            force,
+            json: j,
+        } => export(
+            g,
+            &store,
+            &cfg,
+            env,
+            (&name, out, format, version, force),
+            j,
+        )?,
         LayerCommand::Du { name, json: j } => {
             let p = Printer::new(g, j);
             let l = store.get(&name).map_err(err)?;
@@ -170,5 +185,78 @@ fn sync(
             "seconds": rep.seconds,
         }));
     }
+    Ok(())
+}
+
+/// `layer export NAME OUT`: the layer's upper built as a pool (named after the layer), under the
+/// layer's lock (no environment writes into it meanwhile). Whiteouts (character devices 0/0, or
+/// `.wh.NAME` files) stay in the image as they are: the pool is an overlay layer, to be stacked.
+fn export(
+    g: &GlobalArgs,
+    store: &swpool_env::LayerStore,
+    cfg: &swpool_core::config::Config,
+    env: &Environment,
+    (name, out, format, version, force): (
+        &str,
+        std::path::PathBuf,
+        Option<crate::cli::FormatArg>,
+        String,
+        bool,
+    ),
+    j: bool,
+) -> Result<(), Error> {
+    use swpool_core::image::{build, BuildOptions, ImageFormat};
+    let p = Printer::new(g, j);
+    let l = store.get(name).map_err(err)?;
+    let _lock = store.lock(&l).map_err(err)?;
+    let s = store.summary(&l).map_err(err)?;
+    let format = format
+        .map(|f| match f {
+            crate::cli::FormatArg::Squashfs => ImageFormat::Squashfs,
+            crate::cli::FormatArg::Ext4 => ImageFormat::Ext4,
+            crate::cli::FormatArg::Ext3 => ImageFormat::Ext3,
+            crate::cli::FormatArg::Ext2 => ImageFormat::Ext2,
+            crate::cli::FormatArg::Erofs => ImageFormat::Erofs,
+        })
+        .or_else(|| ImageFormat::from_extension(&out))
+        .or(Some(ImageFormat::Squashfs));
+    let r = build(&BuildOptions {
+        out,
+        src: l.upper.clone(),
+        size: None,
+        format,
+        name: Some(name.to_string()),
+        version: Some(version),
+        force,
+        chunk_size: cfg.chunk_size.value,
+        gen_modulefiles: false,
+        modulefile_opts: Default::default(),
+        squashfs_level: cfg.squashfs_level.value,
+        no_compress: false,
+        source_date_epoch: None,
+        path_var: env.path_var().map(ToOwned::to_owned),
+    })?;
+    for w in r.warnings.iter().filter(|w| !w.contains("pool.toml")) {
+        p.warn(w);
+    }
+    let m = &r.manifest;
+    p.result(format!(
+        "exported layer {name} ({} entries, {} whiteouts, {}) to {}: {} pool {}/{}; sign it with `sw-pool sign`",
+        s.entries,
+        s.whiteouts,
+        Bytes(s.bytes),
+        r.out.display(),
+        m.format,
+        m.name,
+        m.version
+    ));
+    p.json(&serde_json::json!({
+        "layer": name,
+        "out": r.out,
+        "format": m.format,
+        "digest": m.digest,
+        "entries": s.entries,
+        "whiteouts": s.whiteouts,
+    }));
     Ok(())
 }

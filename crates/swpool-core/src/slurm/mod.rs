@@ -363,25 +363,28 @@ impl HookError {
 
 /// The Epilog as root, where the site configured its mount helper: `HELPER cleanup --job-id J`
 /// directly (no sudo) drops every reference of the job there, whoever took it (site pools the
-/// users' loads mounted, shadow mounts of module loads, images mounted for the job) and frees
-/// loop devices that back no mount. Its failure is logged, never fails the epilog (which would
-/// drain the node): the next epilog or an admin's `cleanup` retries.
-fn helper_epilog(sys: &dyn crate::mount::Sys, je: &JobEnv, env: &Environment) {
+/// users' loads mounted, shadow mounts of module loads, images mounted for the job, ending the
+/// job user's processes that still hold those: `--kill`) and frees loop devices that back no
+/// mount. Its failure is logged, never fails the epilog by itself: the next epilog or an admin's
+/// `cleanup` retries. `true` when it ran through.
+fn helper_epilog(sys: &dyn crate::mount::Sys, je: &JobEnv, env: &Environment) -> bool {
     let Ok(cfg) = crate::config::Config::load(env) else {
-        return;
+        return false;
     };
     let Some(helper) = cfg.mount_helper.value else {
-        return;
+        return false;
     };
     if !helper.is_file() {
-        return;
+        return false;
     }
     let cmd = crate::exec::ToolCommand::new(crate::exec::Tool::MountHelper)
         .program(&helper)
         .arg("cleanup")
         .arg("--job-id")
-        .arg(&je.job_id);
-    if let Err(e) = sys.run(&cmd) {
+        .arg(&je.job_id)
+        .arg("--kill");
+    let ran = sys.run(&cmd);
+    if let Err(e) = &ran {
         let why = e
             .stderr()
             .map(|s| s.trim().to_string())
@@ -398,6 +401,7 @@ fn helper_epilog(sys: &dyn crate::mount::Sys, je: &JobEnv, env: &Environment) {
             ),
         );
     }
+    ran.is_ok()
 }
 
 /// The Prolog (`epilog` false: the user's stale mounts) and the Epilog (`epilog`: the job's
@@ -412,9 +416,11 @@ pub fn root_hook(
     env: &Environment,
 ) -> Result<(), HookError> {
     let r = user_hook(sys, epilog, je, env);
-    // after the user's own cleanup (which releases the user's references itself): what is left
-    if epilog && sys.euid() == 0 {
-        helper_epilog(sys, je, env);
+    // after the user's own cleanup (which releases the user's references itself): what is left,
+    // ending the job's processes that still hold its images; then the user's cleanup once more if
+    // it failed (an image it could not unmount while busy is gone now: its record and lease go)
+    if epilog && sys.euid() == 0 && helper_epilog(sys, je, env) && r.is_err() {
+        return user_hook(sys, epilog, je, env);
     }
     r
 }
