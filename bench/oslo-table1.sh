@@ -24,7 +24,7 @@
 # (installed here if missing). Writes bench/results/oslo-table1-<date>/{table1.csv,report.md}.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
-SUBSET= P4_ONLY=
+SUBSET='' P4_ONLY=''
 while [[ $# -gt 0 ]]; do
   case $1 in
     --subset) SUBSET=$2; shift 2 ;;
@@ -161,7 +161,7 @@ for f in p4 p4e; do
   on "'$H' mount-pool '$S/$f.pool' >/dev/null"
 done
 FILES=1 BYTES=1073741824
-for rep in 1 2 3; do
+for _ in 1 2 3; do
   timed p4-local sha256 "sha256sum '$L/p4/install/big'"
   timed p4-kernel-squashfs sha256 "sha256sum '$TB/local/root/site/$B-p4/1/install/big'"
   timed p4-kernel-erofs sha256 "sha256sum '$TB/local/root/site/$B-p4e/1/install/big'"
