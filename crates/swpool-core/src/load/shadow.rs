@@ -217,6 +217,89 @@ mod tests {
         assert_eq!(none, vec!["gcc/13".to_string(), "zlib/1.3".to_string()]);
     }
 
+    fn args_of(sys: &crate::mount::sys::FakeSys) -> Vec<Vec<String>> {
+        sys.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                crate::mount::sys::Call::Run { args, .. } => Some(
+                    args.iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The helper is asked through `sudo -n` with the job's id; its answer and its refusal come
+    /// back as they are (the refusal's words, without the helper's prefix, and the node).
+    #[test]
+    fn shadow_mount_and_release_ask_the_helper_through_sudo() {
+        use crate::mount::sys::{FakeScript, FakeSys};
+        let sys = FakeSys::new(FakeScript {
+            helper_answers: [
+                Ok(r#"{"name":"gcc","version":"12","digest":"blake3:00","mount_point":"/run/s/gcc/12","shadows":["/sw/gcc/12"]}"#.to_string()),
+                Err("sw-pool-mount-helper: gcc/13: not signed by a key in /etc/sw-pool/trusted-keys".to_string()),
+                Ok(r#"{"mount_point":"/run/s/gcc/12","refs":0,"unmounted":true,"unshadowed":["/sw/gcc/12"]}"#.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        });
+        let h = Path::new("/usr/libexec/sw-pool/sw-pool-mount-helper");
+        let s = shadow_mount(
+            &sys,
+            Some(h),
+            "node7",
+            Path::new("/p/gcc/12.sqfs"),
+            Some("42"),
+        )
+        .unwrap();
+        assert_eq!(s.shadows, vec![PathBuf::from("/sw/gcc/12")]);
+        let e = shadow_mount(&sys, Some(h), "node7", Path::new("/p/gcc/13.sqfs"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("node7: ") && e.contains("gcc/13: not signed"),
+            "{e}"
+        );
+        assert!(!e.contains("sw-pool-mount-helper: gcc"), "{e}");
+        let r = shadow_release(&sys, Some(h), "node7", "gcc/12", Some("42")).unwrap();
+        assert!(r.unmounted && r.unshadowed == vec![PathBuf::from("/sw/gcc/12")]);
+        let a = args_of(&sys);
+        let h = h.to_string_lossy().into_owned();
+        assert_eq!(
+            a[0],
+            ["-n", &h, "shadow", "--job-id", "42", "/p/gcc/12.sqfs"]
+        );
+        assert_eq!(a[1], ["-n", &h, "shadow", "/p/gcc/13.sqfs"]);
+        assert_eq!(
+            a[2],
+            [
+                "-n",
+                &h,
+                "release-pool",
+                "--shadow",
+                "--job-id",
+                "42",
+                "gcc/12"
+            ]
+        );
+    }
+
+    #[test]
+    fn without_a_helper_the_error_says_what_to_do_instead() {
+        use crate::mount::sys::{FakeScript, FakeSys};
+        let sys = FakeSys::new(FakeScript::default());
+        let e = shadow_mount(&sys, None, "node1", Path::new("gcc/12"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mount_helper") && e.contains("sw-pool run --shadow"),
+            "{e}"
+        );
+        assert!(sys.calls().is_empty());
+    }
+
     #[test]
     fn helper_answers_parse() {
         let s: Shadowed = serde_json::from_str(

@@ -513,3 +513,53 @@ pub fn all_nodes_list(
             .collect(),
     ))
 }
+
+#[cfg(test)]
+mod helper_tests {
+    use super::*;
+    use crate::mount::sys::{FakeScript, FakeSys};
+
+    const LIST: &str = r#"{"mounts": [
+      {"kind": "pool", "name": "gcc", "version": "12", "mount_point": "/run/s/gcc/12",
+       "refs": [{"uid": 1000, "user": "a", "job": "7"}, {"uid": 1001, "user": "b"}]},
+      {"kind": "pool", "name": "zlib", "version": "1", "mount_point": "/run/s/zlib/1",
+       "refs": [{"uid": 1000, "user": "a"}]},
+      {"kind": "pool", "name": "mpi", "version": "4", "mount_point": "/run/s/mpi/4",
+       "refs": [{"uid": 1001, "user": "b"}]},
+      {"kind": "image", "image": "/home/a/d.img", "owner": 1000, "mount_point": "/run/u/a/d"},
+      {"kind": "image", "image": "/home/b/e.img", "owner": 1001, "mount_point": "/run/u/b/e"}
+    ], "orphan_loops": ["loop3"]}"#;
+
+    /// Only this user's references that no record of theirs reports; every orphan loop device.
+    #[test]
+    fn unreported_keeps_this_users_unrecorded_references() {
+        let sys = FakeSys::new(FakeScript {
+            helper_answers: [Ok(LIST.to_string())].into(),
+            euid: 1000,
+            ..Default::default()
+        });
+        let recorded: std::collections::HashSet<PathBuf> =
+            [PathBuf::from("/run/s/zlib/1")].into_iter().collect();
+        let h = helper_unreported(&sys, Path::new("/h"), 1000, &recorded);
+        let got: Vec<String> = h.references.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            got,
+            ["gcc/12 at /run/s/gcc/12", "/home/a/d.img at /run/u/a/d"]
+        );
+        assert!(h.references[0].pool && !h.references[1].pool);
+        assert_eq!(h.orphan_loops, ["/dev/loop3"]);
+        assert!(h.error.is_none());
+    }
+
+    #[test]
+    fn a_helper_that_cannot_be_asked_is_an_error_in_the_listing_not_a_failure() {
+        let sys = FakeSys::new(FakeScript {
+            helper_answers: [Err("sudo: a password is required".to_string())].into(),
+            euid: 1000,
+            ..Default::default()
+        });
+        let h = helper_unreported(&sys, Path::new("/h"), 1000, &Default::default());
+        assert!(h.references.is_empty());
+        assert_eq!(h.error.as_deref(), Some("sudo: a password is required"));
+    }
+}

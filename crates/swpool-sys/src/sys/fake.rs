@@ -141,6 +141,9 @@ pub struct FakeScript {
     /// The directory is renamed right after the mount was moved onto it (a rename that had
     /// checked it before): the first look at the mount table still shows it at the path.
     pub moved_after_attach: bool,
+    /// Answers of the site's mount helper (`sudo -n HELPER …`, or HELPER run by root), in order:
+    /// `Ok(stdout)` or `Err(stderr)` (exit status 3). A helper call with none left fails.
+    pub helper_answers: std::collections::VecDeque<Result<String, String>>,
 }
 
 /// A recording fake: file metadata comes from the real file system (tests use temporary
@@ -450,6 +453,27 @@ impl Processes for FakeSys {
             tool: cmd.tool(),
             args: cmd.arguments().to_vec(),
         });
+        if matches!(cmd.tool(), Tool::Sudo | Tool::MountHelper) {
+            let answer = self.script.lock().unwrap().helper_answers.pop_front();
+            return match answer {
+                Some(Ok(stdout)) => Ok(Output {
+                    stdout,
+                    stderr: String::new(),
+                }),
+                Some(Err(stderr)) => Err(ExecError::Failed {
+                    tool: cmd.tool(),
+                    cmdline: cmd.cmdline(),
+                    status: "exit status: 3".into(),
+                    stderr,
+                }),
+                None => Err(ExecError::Failed {
+                    tool: cmd.tool(),
+                    cmdline: cmd.cmdline(),
+                    status: "exit status: 3".into(),
+                    stderr: "the fake has no answer of the helper's left".into(),
+                }),
+            };
+        }
         let args = cmd.arguments();
         let mp = args.last().map(PathBuf::from).unwrap_or_default();
         let lazy = args.iter().any(|a| a == "-z" || a == "-l");
