@@ -37,25 +37,6 @@ pub struct Shadowed {
     pub failed: Vec<String>,
 }
 
-/// A name the pool may use for a package or version directory.
-fn plain_name(n: &str) -> bool {
-    !n.is_empty() && !n.starts_with('.') && !n.chars().any(|c| c.is_control() || c == '/')
-}
-
-fn dirs_of(p: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(p)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .filter(|n| plain_name(n))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// `shadow POOL`: the pool mounted (a shadow reference), then its shadows made if they are not yet.
 pub fn shadow(cfg: &HelperConfig, c: &Caller, pool: &Path, job: Option<&str>) -> Result<Shadowed> {
     let root = cfg.shadow_root.clone().ok_or_else(|| {
@@ -95,39 +76,36 @@ pub fn shadow(cfg: &HelperConfig, c: &Caller, pool: &Path, job: Option<&str>) ->
     let root_fd = Pinned::open_root(&root).map_err(|e| HelperError::system(&root, e))?;
     let pool_fd =
         Pinned::open_root(mount_point).map_err(|e| HelperError::system(mount_point, e))?;
-    let install = mount_point.join("install");
-    for pkg in dirs_of(&install) {
-        for ver in dirs_of(&install.join(&pkg)) {
-            let rel = Path::new(&pkg).join(&ver);
-            let target = root.join(&rel);
-            let pin = match Pinned::open_beneath(&root_fd, &rel) {
-                Ok(p) => p,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    out.no_original.push(format!("{pkg}/{ver}"));
-                    continue;
-                }
-                Err(e) => {
-                    let why = match e.raw_os_error() {
-                        Some(libc::EXDEV) => "something is mounted there already".to_string(),
-                        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-                            "it is a symlink or not a directory".to_string()
-                        }
-                        _ => e.to_string(),
-                    };
-                    out.failed.push(format!("{}: {why}", target.display()));
-                    continue;
-                }
-            };
-            match kmount::bind_beneath(&pool_fd, &Path::new("install").join(&rel), &pin) {
-                Ok(id) => {
-                    shadows.push(ShadowMount {
-                        target: target.clone(),
-                        mount_id: id,
-                    });
-                    out.shadows.push(target);
-                }
-                Err(e) => out.failed.push(format!("{}: {e}", target.display())),
+    for (pkg, ver) in swpool_format::pool::layout::installed(mount_point) {
+        let rel = Path::new(&pkg).join(&ver);
+        let target = root.join(&rel);
+        let pin = match Pinned::open_beneath(&root_fd, &rel) {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.no_original.push(format!("{pkg}/{ver}"));
+                continue;
             }
+            Err(e) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::EXDEV) => "something is mounted there already".to_string(),
+                    Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                        "it is a symlink or not a directory".to_string()
+                    }
+                    _ => e.to_string(),
+                };
+                out.failed.push(format!("{}: {why}", target.display()));
+                continue;
+            }
+        };
+        match kmount::bind_beneath(&pool_fd, &Path::new("install").join(&rel), &pin) {
+            Ok(id) => {
+                shadows.push(ShadowMount {
+                    target: target.clone(),
+                    mount_id: id,
+                });
+                out.shadows.push(target);
+            }
+            Err(e) => out.failed.push(format!("{}: {e}", target.display())),
         }
     }
     st.save()?;

@@ -143,25 +143,6 @@ pub fn shadow_release(
     answer(node, &what, &out.stdout)
 }
 
-/// A name a pool may use for a package or version directory.
-fn plain_name(n: &str) -> bool {
-    !n.is_empty() && !n.starts_with('.') && !n.chars().any(|c| c.is_control() || c == '/')
-}
-
-fn subdirs(p: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(p)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .filter(|n| plain_name(n))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// The binds of a private shadow: `(pool's install/<pkg>/<ver>, <shadow_root>/<pkg>/<ver>)` for
 /// each package of the pool mounted at `pool_mount` whose original exists as a real directory
 /// (not a symlink); and the `<pkg>/<ver>` that have none.
@@ -172,16 +153,14 @@ pub fn private_shadows(
     let install = pool_mount.join("install");
     let mut binds = Vec::new();
     let mut none = Vec::new();
-    for pkg in subdirs(&install) {
-        for ver in subdirs(&install.join(&pkg)) {
-            let target = shadow_root.join(&pkg).join(&ver);
-            let real_dir = std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir())
-                && std::fs::symlink_metadata(shadow_root.join(&pkg)).is_ok_and(|m| m.is_dir());
-            if real_dir {
-                binds.push((install.join(&pkg).join(&ver), target));
-            } else {
-                none.push(format!("{pkg}/{ver}"));
-            }
+    for (pkg, ver) in swpool_format::pool::layout::installed(pool_mount) {
+        let target = shadow_root.join(&pkg).join(&ver);
+        let real_dir = std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(shadow_root.join(&pkg)).is_ok_and(|m| m.is_dir());
+        if real_dir {
+            binds.push((install.join(&pkg).join(&ver), target));
+        } else {
+            none.push(format!("{pkg}/{ver}"));
         }
     }
     (binds, none)

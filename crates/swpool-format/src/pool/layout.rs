@@ -133,6 +133,30 @@ impl PoolLayout {
     }
 }
 
+/// The `install/<pkg>/<ver>` directories of the pool tree (or mounted pool) at `root` as
+/// (package, version), sorted; leniently, for a pool that was checked when it was built (shadow
+/// mounts): a name a pool may not have ([`check_name`]), a symlink (never followed) and an
+/// unreadable directory are left out rather than failing.
+pub fn installed(root: &Path) -> Vec<(String, String)> {
+    let dirs = |d: &Path| -> Vec<String> {
+        sorted_entries(d)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+            .map(|p| name_of(&p))
+            .filter(|n| check_name("name", n).is_ok())
+            .collect()
+    };
+    let install = root.join("install");
+    let mut out = Vec::new();
+    for pkg in dirs(&install) {
+        for ver in dirs(&install.join(&pkg)) {
+            out.push((pkg.clone(), ver));
+        }
+    }
+    out
+}
+
 fn name_of(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
