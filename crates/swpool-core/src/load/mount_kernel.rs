@@ -11,35 +11,16 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::exec::{Tool, ToolCommand};
 use crate::mount::{Backend, Sys};
 use crate::state::{self, Acquired, Record, Ref, Serving, StateDir};
-use crate::userimage::{self, lease, lease::Liveness, lease::Mode};
+use crate::userimage::{lease, lease::Liveness, lease::Mode};
 
-use super::{LoadError, MountRw};
+use super::MountRw;
 
 #[derive(Debug, Deserialize)]
 struct HelperImage {
     mount_point: PathBuf,
     loop_device: String,
-}
-
-fn helper_failed(what: &str, e: crate::exec::ExecError) -> crate::Error {
-    let reason = e
-        .stderr()
-        .map(|s| {
-            s.trim()
-                .trim_start_matches("sw-pool-mount-helper: ")
-                .to_string()
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| e.to_string());
-    LoadError::Helper {
-        node: crate::users::hostname(),
-        what: what.to_string(),
-        reason,
-    }
-    .into()
 }
 
 /// Mount `req.image` read-write by the kernel at `req.mountpoint` (which the helper accepts only
@@ -52,18 +33,7 @@ pub fn mount_rw_kernel(
     live: &dyn Liveness,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<(Acquired, lease::Taken, String), crate::Error> {
-    let image = crate::exec::absolute(&req.image);
-    userimage::check_image(&image)?;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&image)
-        .map_err(|source| userimage::UserImageError::Io {
-            what: "open for writing",
-            path: image.clone(),
-            source,
-        })?;
-    let mp = crate::mount::canonical_mountpoint(&req.mountpoint)?;
+    let (image, mp) = super::mount_rw::writable_image(req)?;
     let _lock = dir.lock()?;
     if let Some(r) = dir.read(&mp)? {
         if r.image == image && matches!(r.serving, Some(Serving::Kernel { .. })) {
@@ -80,38 +50,29 @@ pub fn mount_rw_kernel(
     }
     let mut me = lease::Holder::here(Mode::Rw, &mp, req.job_id.clone());
     me.pid = 0; // no process: the mount itself (see the module documentation)
-    let taken = lease::take(&image, &me, live).map_err(userimage::UserImageError::from)?;
+    let (taken, report) = super::mount_rw::lease_and_fsck(&image, &me, live, path_var)?;
     let give_back = |e: crate::Error| {
         let _ = lease::release(&image, &me);
         e
     };
-    let report = userimage::fsck(&image, true, path_var).map_err(|e| give_back(e.into()))?;
     let format =
         swpool_format::format::detect(&image).unwrap_or(swpool_format::format::ImageFormat::Ext4);
     let t = std::time::Instant::now();
     let img = image.to_string_lossy().into_owned();
     let mps = mp.to_string_lossy().into_owned();
-    let mut cmd = ToolCommand::new(Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-        .arg("mount-image")
-        .arg("--rw");
+    let mut args = vec!["mount-image", "--rw"];
     if let Some(j) = &req.job_id {
-        cmd = cmd.arg("--job-id").arg(j);
+        args.extend(["--job-id", j]);
     }
-    let out = sys
-        .run(&cmd.arg(&img).arg(&mps))
-        .map_err(|e| give_back(helper_failed(&format!("mount {img} read-write"), e)))?;
-    let m: HelperImage = serde_json::from_str(out.stdout.trim()).map_err(|e| {
-        give_back(
-            LoadError::Helper {
-                node: crate::users::hostname(),
-                what: format!("mount {img} read-write"),
-                reason: format!("unreadable answer ({e}): {}", out.stdout.trim()),
-            }
-            .into(),
-        )
-    })?;
+    args.extend([img.as_str(), mps.as_str()]);
+    let m: HelperImage = super::site::ask(
+        sys,
+        helper,
+        &crate::users::hostname(),
+        &format!("mount {img} read-write"),
+        &args,
+    )
+    .map_err(give_back)?;
     let uid = sys.euid();
     let rec = Record {
         schema: state::SCHEMA,

@@ -25,28 +25,9 @@ pub fn mount_rw(
     live: &dyn Liveness,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<(crate::state::Acquired, lease::Taken, String), crate::Error> {
-    let image = crate::exec::absolute(&req.image);
-    userimage::check_image(&image)?;
-    // the image must be writable by the caller (it is theirs; the helper runs as them)
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&image)
-        .map_err(|source| userimage::UserImageError::Io {
-            what: "open for writing",
-            path: image.clone(),
-            source,
-        })?;
-    let mp = crate::mount::canonical_mountpoint(&req.mountpoint)?;
+    let (image, mp) = writable_image(req)?;
     let me = lease::Holder::here(Mode::Rw, &mp, req.job_id.clone());
-    let taken = lease::take(&image, &me, live).map_err(userimage::UserImageError::from)?;
-    let report = match userimage::fsck(&image, true, path_var) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = lease::release(&image, &me);
-            return Err(e.into());
-        }
-    };
+    let (taken, report) = lease_and_fsck(&image, &me, live, path_var)?;
     let acquired = acquire_leased(
         sys,
         dir,
@@ -62,6 +43,44 @@ pub fn mount_rw(
         },
     )?;
     Ok((acquired, taken, report))
+}
+
+/// What a read-write mount checks before it takes anything (FUSE and kernel alike): `req.image`
+/// is a user image (absolute) the caller may open for writing (it is theirs; fuse2fs runs as them),
+/// and the mount point; returns both.
+pub(super) fn writable_image(req: &MountRw) -> Result<(PathBuf, PathBuf), crate::Error> {
+    let image = crate::exec::absolute(&req.image);
+    userimage::check_image(&image)?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&image)
+        .map_err(|source| userimage::UserImageError::Io {
+            what: "open for writing",
+            path: image.clone(),
+            source,
+        })?;
+    let mp = crate::mount::canonical_mountpoint(&req.mountpoint)?;
+    Ok((image, mp))
+}
+
+/// Take `me`'s read-write lease of `image`, then make the image clean (`e2fsck -f -p`: replays the
+/// journal of a mount that ended without unmounting); a failed check gives the lease back.
+/// Returns the lease taken and e2fsck's report.
+pub(super) fn lease_and_fsck(
+    image: &std::path::Path,
+    me: &lease::Holder,
+    live: &dyn Liveness,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<(lease::Taken, String), crate::Error> {
+    let taken = lease::take(image, me, live).map_err(userimage::UserImageError::from)?;
+    match userimage::fsck(image, true, path_var) {
+        Ok(r) => Ok((taken, r)),
+        Err(e) => {
+            let _ = lease::release(image, me);
+            Err(e.into())
+        }
+    }
 }
 
 /// [`crate::state::acquire`] of a mount that holds the lease in `req.lease` (taken by the caller):

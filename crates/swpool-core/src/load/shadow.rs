@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::exec::{Tool, ToolCommand};
 use crate::mount::Sys;
 
 use super::LoadError;
@@ -65,40 +64,6 @@ fn no_helper(node: &str) -> Error {
     })
 }
 
-fn helper_cmd(helper: &Path, args: &[&str]) -> ToolCommand {
-    ToolCommand::new(Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-        .args(args.iter().copied())
-}
-
-fn failed(node: &str, what: &str, e: crate::exec::ExecError) -> Error {
-    let reason = e
-        .stderr()
-        .map(|s| {
-            s.trim()
-                .trim_start_matches("sw-pool-mount-helper: ")
-                .to_string()
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| e.to_string());
-    Error::from(LoadError::Helper {
-        node: node.to_string(),
-        what: what.to_string(),
-        reason,
-    })
-}
-
-fn answer<T: serde::de::DeserializeOwned>(node: &str, what: &str, out: &str) -> Result<T, Error> {
-    serde_json::from_str(out.trim()).map_err(|e| {
-        Error::from(LoadError::Helper {
-            node: node.to_string(),
-            what: what.to_string(),
-            reason: format!("unreadable answer ({e}): {}", out.trim()),
-        })
-    })
-}
-
 /// Ask the site's helper to mount `pool` (a file; resolve NAME/VERSION first) and shadow the
 /// originals with its packages, for `job`.
 pub fn shadow_mount(
@@ -115,11 +80,13 @@ pub fn shadow_mount(
         args.extend(["--job-id", j]);
     }
     args.push(&p);
-    let what = format!("shadow-mount {}", pool.display());
-    let out = sys
-        .run(&helper_cmd(helper, &args))
-        .map_err(|e| failed(node, &what, e))?;
-    answer(node, &what, &out.stdout)
+    super::site::ask(
+        sys,
+        helper,
+        node,
+        &format!("shadow-mount {}", pool.display()),
+        &args,
+    )
 }
 
 /// Drop this user's shadow reference to NAME/VERSION (the job's, with `job`).
@@ -136,11 +103,13 @@ pub fn shadow_release(
         args.extend(["--job-id", j]);
     }
     args.push(name_version);
-    let what = format!("release the shadow mounts of {name_version}");
-    let out = sys
-        .run(&helper_cmd(helper, &args))
-        .map_err(|e| failed(node, &what, e))?;
-    answer(node, &what, &out.stdout)
+    super::site::ask(
+        sys,
+        helper,
+        node,
+        &format!("release the shadow mounts of {name_version}"),
+        &args,
+    )
 }
 
 /// The binds of a private shadow: `(pool's install/<pkg>/<ver>, <shadow_root>/<pkg>/<ver>)` for

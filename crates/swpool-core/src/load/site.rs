@@ -57,10 +57,16 @@ pub fn helper_for(node: &NodeContext, req: &LoadRequest, plan: &Plan) -> Option<
         .then_some(helper)
 }
 
+/// What went wrong when the helper was asked: its own words (stderr, without its name in front),
+/// else how running it failed; for `node` and the action `what`.
 fn helper_error(node: &str, what: &str, e: crate::exec::ExecError) -> Error {
     let reason = e
         .stderr()
-        .map(|s| s.trim().to_string())
+        .map(|s| {
+            s.trim()
+                .trim_start_matches("sw-pool-mount-helper: ")
+                .to_string()
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| e.to_string());
     Error::from(super::LoadError::Helper {
@@ -70,15 +76,23 @@ fn helper_error(node: &str, what: &str, e: crate::exec::ExecError) -> Error {
     })
 }
 
-fn run(sys: &dyn Sys, helper: &Path, args: &[&str]) -> Result<String, crate::exec::ExecError> {
+/// Ask the site's helper (`sudo -n HELPER ARGS…`) on `node` to do `what`, and read its JSON
+/// answer: the one way sw-pool's unprivileged side calls it.
+pub(super) fn ask<T: serde::de::DeserializeOwned>(
+    sys: &dyn Sys,
+    helper: &Path,
+    node: &str,
+    what: &str,
+    args: &[&str],
+) -> Result<T, Error> {
     let cmd = ToolCommand::new(Tool::Sudo)
         .arg("-n")
         .path(helper)
         .args(args.iter().copied());
-    sys.run(&cmd).map(|o| o.stdout)
-}
-
-fn parse(node: &str, what: &str, out: &str) -> Result<serde_json::Value, Error> {
+    let out = sys
+        .run(&cmd)
+        .map_err(|e| helper_error(node, what, e))?
+        .stdout;
     serde_json::from_str(out.trim()).map_err(|e| {
         Error::from(super::LoadError::Helper {
             node: node.to_string(),
@@ -171,8 +185,7 @@ pub fn mount_cached(
         args.extend(["--job-id", j]);
     }
     let what = "mount the node's copy";
-    let out = run(sys, helper, &args).map_err(|e| helper_error(&node, what, e))?;
-    let v = parse(&node, what, &out)?;
+    let v: serde_json::Value = ask(sys, helper, &node, what, &args)?;
     if v.get("cached") == Some(&serde_json::Value::Bool(false)) {
         return Ok(None);
     }
@@ -199,16 +212,7 @@ pub fn mount_file(
         args.extend(["--job-id", j]);
     }
     args.push(&f);
-    let what = "verify and mount the pool";
-    let out = run(sys, helper, &args).map_err(|e| helper_error(&node, what, e))?;
-    let v = parse(&node, what, &out)?;
-    serde_json::from_value(v).map_err(|e| {
-        Error::from(super::LoadError::Helper {
-            node,
-            what: what.into(),
-            reason: e.to_string(),
-        })
-    })
+    ask(sys, helper, &node, "verify and mount the pool", &args)
 }
 
 /// `release-pool NAME/VERSION`: the user's reference at the helper (the last user's unmounts).
