@@ -385,11 +385,7 @@ fn helper_epilog(sys: &dyn crate::mount::Sys, je: &JobEnv, env: &Environment) ->
         .arg("--kill");
     let ran = sys.run(&cmd);
     if let Err(e) = &ran {
-        let why = e
-            .stderr()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| e.to_string());
+        let why = crate::state::helper_reason(e);
         syslog(
             Level::Error,
             &format!(

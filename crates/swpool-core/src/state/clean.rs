@@ -211,52 +211,33 @@ fn clean_record(
             return Ok(());
         }
     }
-    if let (
-        Some(Serving::Kernel {
-            helper: Some(h), ..
-        }),
-        Some(p),
-    ) = (&rec.serving, &rec.pool)
+    if let Some(Serving::Kernel {
+        helper: Some(h), ..
+    }) = &rec.serving
     {
-        // a site pool the site's mount helper holds for every user: drop this user's reference
-        // there (the job's, or all of this user's); the helper unmounts after the last user
-        if !sel.dry_run {
-            let job = if whole { None } else { sel.job.as_deref() };
-            if let Err(e) = super::helper_release(sys, h, p, job) {
-                act(
-                    out,
-                    sel,
-                    &mp,
-                    &label,
-                    jobs,
-                    "failed",
-                    format!("the site's mount helper: {e}"),
-                );
-                return Ok(());
+        // the site's mount helper holds it: a site pool mounted for every user (drop this user's
+        // reference there, the job's or all of this user's; the helper unmounts after the last
+        // user), or a user image it mounted for this user (`mount --rw --kernel`: it unmounts it)
+        let done = match (&rec.pool, sel.dry_run) {
+            (_, true) => Ok(()),
+            (Some(p), false) => {
+                let job = if whole { None } else { sel.job.as_deref() };
+                super::helper_release(sys, h, p, job)
             }
-        }
-    } else if let (
-        Some(Serving::Kernel {
-            helper: Some(h), ..
-        }),
-        None,
-        false,
-    ) = (&rec.serving, &rec.pool, st == MountState::Absent)
-    {
-        // a user image the site's helper mounted for this user (`mount --rw --kernel`)
-        if !sel.dry_run {
-            if let Err(e) = super::helper_umount(sys, h, &mp) {
-                act(
-                    out,
-                    sel,
-                    &mp,
-                    &label,
-                    jobs,
-                    "failed",
-                    format!("the site's mount helper: {e}"),
-                );
-                return Ok(());
-            }
+            (None, false) if st != MountState::Absent => super::helper_umount(sys, h, &mp),
+            (None, false) => Ok(()),
+        };
+        if let Err(e) = done {
+            act(
+                out,
+                sel,
+                &mp,
+                &label,
+                jobs,
+                "failed",
+                format!("the site's mount helper: {e}"),
+            );
+            return Ok(());
         }
     } else if st != MountState::Absent {
         let helper = (rec.helper_pid > 1).then_some(rec.helper_pid);

@@ -187,22 +187,16 @@ pub fn helper_unreported(
     uid: u32,
     recorded: &std::collections::HashSet<PathBuf>,
 ) -> HelperUnreported {
-    let mut cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Sudo).arg("-n");
-    if sys.euid() == 0 {
-        cmd = crate::exec::ToolCommand::new(crate::exec::Tool::MountHelper).program(helper);
+    let cmd = if sys.euid() == 0 {
+        crate::exec::ToolCommand::new(crate::exec::Tool::MountHelper).program(helper)
     } else {
-        cmd = cmd.path(helper);
-    }
+        super::helper_sudo(helper)
+    };
     let out = match sys.run(&cmd.arg("list")) {
         Ok(o) => o.stdout,
         Err(e) => {
             return HelperUnreported {
-                error: Some(
-                    e.stderr()
-                        .map(|s| s.trim().to_string())
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| e.to_string()),
-                ),
+                error: Some(super::helper_reason(&e)),
                 ..Default::default()
             }
         }
@@ -392,19 +386,7 @@ pub fn clean_helper(
             continue;
         }
         let res = if r.pool {
-            sys.run(
-                &crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
-                    .arg("-n")
-                    .path(helper)
-                    .arg("release-pool")
-                    .arg(&r.what),
-            )
-            .map(|_| ())
-            .map_err(|e| {
-                e.stderr()
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_else(|| e.to_string())
-            })
+            super::helper_release_spec(sys, helper, &r.what, None)
         } else {
             super::helper_umount(sys, helper, &r.mount_point)
         };

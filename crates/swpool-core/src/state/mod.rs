@@ -47,7 +47,10 @@ pub use list::{
     all_nodes_list, clean_helper, list, node_list, HelperRef, HelperUnreported, ListEntry,
     ListFilter, ListStatus, NodeList,
 };
-pub use release::{helper_release, helper_umount, release, Released};
+pub use release::{
+    helper_reason, helper_release, helper_release_spec, helper_sudo, helper_umount, release,
+    Released,
+};
 pub use store::{images_in_use, StateDir, StateLock};
 
 pub const SCHEMA: u32 = 1;

@@ -119,6 +119,21 @@ pub fn release(
     })
 }
 
+/// `sudo -n HELPER`: how the user's side calls the site's mount helper.
+pub fn helper_sudo(helper: &Path) -> crate::exec::ToolCommand {
+    crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
+        .arg("-n")
+        .path(helper)
+}
+
+/// Why a call of the helper failed: its own words (stderr), else how running it failed.
+pub fn helper_reason(e: &crate::exec::ExecError) -> String {
+    e.stderr()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| e.to_string())
+}
+
 /// Drop this user's reference to a site pool at the site's mount helper (`sudo -n HELPER
 /// release-pool NAME/VERSION [--job-id J]`); the last user's unmounts it there.
 pub fn helper_release(
@@ -127,33 +142,25 @@ pub fn helper_release(
     pool: &crate::mount::PoolId,
     job: Option<&str>,
 ) -> Result<(), String> {
-    let spec = format!("{}/{}", pool.name, pool.version);
-    let mut cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-        .arg("release-pool")
-        .arg(&spec);
+    helper_release_spec(sys, helper, &format!("{}/{}", pool.name, pool.version), job)
+}
+
+/// [`helper_release`] by `NAME/VERSION`.
+pub fn helper_release_spec(
+    sys: &dyn Sys,
+    helper: &Path,
+    spec: &str,
+    job: Option<&str>,
+) -> Result<(), String> {
+    let mut cmd = helper_sudo(helper).arg("release-pool").arg(spec);
     if let Some(j) = job {
         cmd = cmd.arg("--job-id").arg(j);
     }
-    sys.run(&cmd).map(|_| ()).map_err(|e| {
-        e.stderr()
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| e.to_string())
-    })
+    sys.run(&cmd).map(drop).map_err(|e| helper_reason(&e))
 }
 
 /// `sudo -n HELPER umount DIR`: the helper unmounts a user image it mounted for this user.
 pub fn helper_umount(sys: &dyn Sys, helper: &Path, mp: &Path) -> Result<(), String> {
-    let cmd = crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-        .arg("umount")
-        .path(mp);
-    sys.run(&cmd).map(|_| ()).map_err(|e| {
-        e.stderr()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| e.to_string())
-    })
+    let cmd = helper_sudo(helper).arg("umount").path(mp);
+    sys.run(&cmd).map(drop).map_err(|e| helper_reason(&e))
 }
