@@ -74,16 +74,7 @@ pub fn mount_on(at: &Pinned, m: &KernelMount<'_>) -> io::Result<u64> {
 /// mount's ID. The bind is a clone of that one mount (not its submounts) and keeps its flags
 /// (a read-only, `nosuid,nodev` pool mount's bind is the same). For shadow mounts.
 pub fn bind_beneath(src_root: &OwnedFd, rel: &Path, at: &Pinned) -> io::Result<u64> {
-    let src = rustix::fs::openat2(
-        src_root,
-        rel,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH
-            | ResolveFlags::NO_SYMLINKS
-            | ResolveFlags::NO_MAGICLINKS
-            | ResolveFlags::NO_XDEV,
-    )?;
+    let src = crate::pinned::dir_beneath(src_root, rel)?;
     let tree = rustix::mount::open_tree(
         src.as_fd(),
         "",

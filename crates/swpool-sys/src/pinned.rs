@@ -90,17 +90,7 @@ impl Pinned {
     /// directory `root` was opened on: the kernel refuses any resolution that would leave it
     /// (`RESOLVE_BENEATH`). For the privileged helper's configured mount roots.
     pub fn open_beneath(root: &OwnedFd, rel: &Path) -> io::Result<Pinned> {
-        let fd = rustix::fs::openat2(
-            root,
-            rel,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH
-                | ResolveFlags::NO_SYMLINKS
-                | ResolveFlags::NO_MAGICLINKS
-                | ResolveFlags::NO_XDEV,
-        )?;
-        Self::from_fd(fd)
+        Self::from_fd(dir_beneath(root, rel)?)
     }
 
     /// Open `path` (absolute) with no symlink anywhere in it, as [`Pinned::open`], and return the
@@ -219,4 +209,19 @@ impl Stage {
         let _ = rustix::mount::unmount(path, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
         let _ = std::fs::remove_dir(path);
     }
+}
+
+/// The directory `rel` beneath `root` as an `O_PATH` descriptor: relative, no `..`, no symlink
+/// anywhere, not crossing into another mount (`RESOLVE_BENEATH|NO_SYMLINKS|NO_MAGICLINKS|NO_XDEV`).
+pub fn dir_beneath(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH
+            | ResolveFlags::NO_SYMLINKS
+            | ResolveFlags::NO_MAGICLINKS
+            | ResolveFlags::NO_XDEV,
+    )?)
 }
