@@ -63,6 +63,11 @@ impl Caller {
         self.uid == 0
     }
 
+    /// `gid` is the caller's primary group or one of their groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+
     /// Open `path` with the caller's uid, gid and groups (then back to root): never a symlink as
     /// its last component, never blocking on a FIFO, never a controlling terminal.
     pub fn open_as(&self, path: &Path, write: bool) -> std::io::Result<File> {

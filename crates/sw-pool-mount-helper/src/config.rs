@@ -40,6 +40,13 @@ pub struct HelperConfig {
     /// where that directory exists (the original software, e.g. under `/sw`). Unset: no shadows.
     #[serde(default)]
     pub shadow_root: Option<PathBuf>,
+    /// Environments (`sw-pool run --layer`): the trees of which a user's environment gets a
+    /// read-only idmapped view (`idmap`), so that its kernel overlay can write over them at full
+    /// speed. **Every root-owned file in them becomes readable in the user's environment** (the
+    /// user is their owner there): list trees without secrets (`/usr`, `/opt`), never `/etc`
+    /// or `/` on a node with secrets in them. Empty: environments take the rootless path.
+    #[serde(default)]
+    pub environment_trees: Vec<PathBuf>,
     /// `SLURM_CONF` for `squeue` when Slurm's configuration is not at its default path.
     #[serde(default)]
     pub slurm_conf: Option<PathBuf>,
@@ -107,6 +114,15 @@ impl HelperConfig {
                     "{}: {what} = {} must be an absolute path without '.' or '..', and not /",
                     path.display(),
                     p.display()
+                )));
+            }
+        }
+        for t in &c.environment_trees {
+            if !swpool_sys::kmount::is_absolute_clean(t) {
+                return Err(HelperError::refused(format!(
+                    "{}: environment_trees: {} must be an absolute path without '.' or '..'",
+                    path.display(),
+                    t.display()
                 )));
             }
         }

@@ -9,6 +9,8 @@
 //! - `release-pool [--job-id J] [--shadow] NAME/VERSION`: drop the caller's reference(s);
 //! - `mount-image [--rw] [--job-id J] IMG DIR`: the caller's own ext4 image under
 //!   `<user_mount_root>/<user>/` (`image.rs`); `umount DIR`;
+//! - `idmap --pid P`: read-only idmapped views of the site's `environment_trees` for one of the
+//!   caller's environments, locked in its mount namespace (`environment.rs`);
 //! - `list`; `cleanup [--job-id J]` (root).
 //!
 //! The environment is dropped before anything else (`SUDO_UID` is read first); tools run from the
@@ -17,6 +19,7 @@
 mod caller;
 mod cleanup;
 mod config;
+mod environment;
 mod error;
 mod image;
 mod pool;
@@ -89,6 +92,12 @@ enum Cmd {
     },
     /// Unmount an image you mounted
     Umount { mount_point: PathBuf },
+    /// Give your environment (its first process, pid P: `sw-pool run --layer`) read-only
+    /// idmapped views of the site's environment_trees, locked in its own mount namespace
+    Idmap {
+        #[arg(long)]
+        pid: i32,
+    },
     /// The helper's mounts on this node and its loop devices that back no mount (JSON)
     List,
     /// Root: drop a job's references, unmount what nobody uses, free loop devices that back no mount
@@ -207,6 +216,10 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
         Cmd::Umount { mount_point } => (
             format!("umount {}", mount_point.display()),
             image::umount(&c, mount_point).map(json),
+        ),
+        Cmd::Idmap { pid } => (
+            format!("idmap --pid {pid}"),
+            environment::idmap(&cfg, &c, *pid).map(json),
         ),
         Cmd::List => return cleanup::list(&cfg).map(json),
         Cmd::Cleanup { job_id, kill } => (

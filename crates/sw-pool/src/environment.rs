@@ -150,6 +150,7 @@ fn start(
         step_key,
         synced,
         shadows,
+        helper: cfg.mount_helper.value.clone(),
     };
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {

@@ -53,6 +53,10 @@ pub struct Spec {
     /// Descriptors inherited from the launcher and held for the environment's life (the layer's
     /// and the rendezvous' locks).
     pub keep_fds: Vec<i32>,
+    /// The kernel path: the launcher's word ([`crate::idmap::Handshake`]) is read from this
+    /// descriptor (the start pipe).
+    #[serde(default)]
+    pub handshake_fd: Option<i32>,
 }
 
 /// Signals forwarded to the command.
@@ -216,6 +220,23 @@ fn own_uid_namespace(uid: u32, gid: u32) -> Result<OwnedFd, String> {
 }
 
 fn setup(spec: &Spec) -> Result<(), String> {
+    // the kernel path: the helper's namespace (or the rootless path after all)
+    let mut method = spec.method;
+    let mut views = None;
+    if let (Method::KernelOverlay, Some(fd)) = (method, spec.handshake_fd) {
+        match crate::idmap::receive(fd)? {
+            crate::idmap::Handshake::Views(v) => {
+                crate::idmap::enter(&v)?;
+                views = Some(v);
+            }
+            crate::idmap::Handshake::Rootless(_) => {
+                method = Method::FuseOverlay;
+                if let (true, Some(l)) = (spec.root, &spec.layer) {
+                    crate::rootfix::seed(&l.upper);
+                }
+            }
+        }
+    }
     // nothing we mount here propagates back to the host
     rustix::mount::mount_change(
         "/",
@@ -223,15 +244,27 @@ fn setup(spec: &Spec) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
-    match spec.method {
+    // the kernel path with views of some trees but not of `/`: they were mounted in place
+    let in_place = match (&views, &spec.layer) {
+        (Some(v), Some(l)) => crate::idmap::mount_trees(v, l, spec.lower.as_deref())?.is_none(),
+        _ => false,
+    };
+    match method {
         Method::Plain => {
+            rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
+                .map_err(|e| format!("cannot mount /proc: {e}"))?;
+            shadow(spec, Path::new("/"));
+        }
+        Method::KernelOverlay if in_place => {
             rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
                 .map_err(|e| format!("cannot mount /proc: {e}"))?;
             shadow(spec, Path::new("/"));
         }
         Method::FuseOverlay | Method::KernelOverlay => {
             let l = spec.layer.as_ref().ok_or("an overlay without a layer")?;
-            mount_overlay(spec, l)?;
+            if views.is_none() {
+                mount_overlay(spec, l, method)?;
+            }
             let m = &l.merged;
             for b in &spec.binds {
                 let target = under(m, b);
@@ -305,8 +338,8 @@ fn under(root: &Path, b: &Path) -> PathBuf {
     root.join(b.strip_prefix("/").unwrap_or(b))
 }
 
-fn mount_overlay(spec: &Spec, l: &Layer) -> Result<(), String> {
-    match spec.method {
+fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
+    match method {
         Method::FuseOverlay => {
             let prog = spec
                 .fuse_overlayfs
@@ -333,10 +366,8 @@ fn mount_overlay(spec: &Spec, l: &Layer) -> Result<(), String> {
                 .map_err(|e| format!("cannot mount the layer {}: {e}", l.name))?;
             Ok(())
         }
-        Method::KernelOverlay => {
-            Err("the kernel overlay path needs the site's helper, which is not installed".into())
-        }
-        Method::Plain => Ok(()),
+        // mounted by `crate::idmap::mount_trees` in the helper's namespace
+        Method::KernelOverlay | Method::Plain => Ok(()),
     }
 }
 

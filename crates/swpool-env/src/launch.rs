@@ -3,7 +3,7 @@
 //! re-execute the binary as `__enter` ([`crate::init`]), and wait for it.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
@@ -43,6 +43,9 @@ pub struct RunRequest {
     /// Shadow mounts made in the environment's mount namespace only: `(source, original)`, each
     /// source (a loaded pool's `install/<pkg>/<ver>`) bound over its original directory.
     pub shadows: Vec<(PathBuf, PathBuf)>,
+    /// The site's privileged helper (`sw-pool-mount-helper`, through `sudo -n`): with a layer it
+    /// is asked for idmapped views of the site's trees, for the kernel's overlay ([`crate::idmap`]).
+    pub helper: Option<PathBuf>,
 }
 
 /// A job's copy of a layer on this node.
@@ -89,7 +92,12 @@ pub fn run(
         }),
         (n, _) => n.map(|n| store.get(n)).transpose()?,
     };
-    let facts = probe::facts(req.path_var.as_deref(), layer.is_some());
+    let mut facts = probe::facts(
+        req.path_var.as_deref(),
+        layer.is_some(),
+        req.helper.as_deref(),
+    );
+    facts.copy_has_whiteouts = synced.is_some_and(|s| s.copies.has_whiteouts(&s.state));
     let mut p = plan::choose(layer.is_some(), &facts)?;
     if let Some(s) = synced {
         p.why = format!(
@@ -147,7 +155,11 @@ pub fn run(
             }
         }
     }
-    on_plan(&p);
+    // the kernel path is known to apply once the helper has answered (after the clone)
+    let kernel = p.method == Method::KernelOverlay;
+    if !kernel {
+        on_plan(&p);
+    }
     // the job's copy: its state held for the environment's life, its upper made fresh (a dead
     // environment's leftovers under this key are ours: its rendezvous lock was free)
     let mut held = None;
@@ -200,7 +212,9 @@ pub fn run(
     // a single-threaded launcher (the front) runs pid 1 in its cloned child directly: one exec
     // and one program start less per environment
     let direct = single_threaded();
+    let (rd, wr) = pipe()?;
     let spec = Spec {
+        handshake_fd: kernel.then_some(rd.as_raw_fd()),
         uid: rustix::process::getuid().as_raw(),
         gid: rustix::process::getgid().as_raw(),
         root: req.root,
@@ -218,8 +232,30 @@ pub fn run(
         socket,
         keep_fds,
     };
+    // the kernel path: the helper's views for pid 1, or the rootless path and why
+    let mut told = |pid: i32| -> Option<Vec<u8>> {
+        let helper = req.helper.as_deref().filter(|_| kernel)?;
+        let h = crate::idmap::ask(helper, pid, req.root, req.path_var.as_deref());
+        p.method = crate::idmap::method(&h);
+        p.why = match &h {
+            crate::idmap::Handshake::Views(v) => crate::idmap::why(v),
+            crate::idmap::Handshake::Rootless(why) => match &facts.fuse_overlayfs {
+                Some(f) => format!("{why}: rootless {}", f.display()),
+                None => format!(
+                    "{why}, and the rootless path needs fuse-overlayfs, which is not installed"
+                ),
+            },
+        };
+        on_plan(&p);
+        Some(serde_json::to_vec(&h).expect("a handshake serialises"))
+    };
+    let pipe = Pipe {
+        rd,
+        wr,
+        told: &mut told,
+    };
     let status = if direct {
-        start(Pid1::Run(&spec), spec.uid, spec.gid)
+        start(Pid1::Run(&spec), spec.uid, spec.gid, pipe)
     } else {
         // pid 1 is `sw-pool-enter` beside the binary when installed (small: fast to start), else
         // the binary itself as `sw-pool __enter`
@@ -235,9 +271,11 @@ pub fn run(
                 exe,
                 args,
                 json: &json,
+                handshake: spec.handshake_fd.is_some(),
             },
             spec.uid,
             spec.gid,
+            pipe,
         )
     };
     // what the environment wrote on this node ends with it (or is kept where asked)
@@ -285,16 +323,46 @@ enum Pid1<'a> {
         exe: &'a std::path::Path,
         args: &'a [&'a [u8]],
         json: &'a str,
+        /// Pid 1 reads the launcher's word from the start pipe.
+        handshake: bool,
     },
 }
 
+/// The start pipe: pid 1 waits for one byte (its maps are written), then reads what `told`
+/// returns for its pid, if anything, from `rd` (its `handshake_fd`) to the end.
+struct Pipe<'a> {
+    rd: std::os::fd::OwnedFd,
+    wr: std::os::fd::OwnedFd,
+    told: &'a mut dyn FnMut(i32) -> Option<Vec<u8>>,
+}
+
+fn pipe() -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), EnvError> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(EnvError::Start {
+            what: "pipe".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: just made, owned here only
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
 /// Clone pid 1, map it, let it become pid 1 as `how` says, wait; its exit status.
-fn start(how: Pid1<'_>, uid: u32, gid: u32) -> Result<i32, EnvError> {
+fn start(how: Pid1<'_>, uid: u32, gid: u32, pipe: Pipe<'_>) -> Result<i32, EnvError> {
     // everything the child touches is made before the clone: between clone and exec it may only
     // make system calls when this process has other threads
     let (direct, exec) = match how {
         Pid1::Run(spec) => (Some(spec), None),
-        Pid1::Exec { exe, args, json } => {
+        Pid1::Exec {
+            exe, args, json, ..
+        } => {
             let c_exe = cstr(exe.as_os_str().as_bytes(), "the program path")?;
             let mut c_args = args
                 .iter()
@@ -311,14 +379,12 @@ fn start(how: Pid1<'_>, uid: u32, gid: u32) -> Result<i32, EnvError> {
             .chain(std::iter::once(std::ptr::null()))
             .collect()
     });
-    let mut fds = [0i32; 2];
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(EnvError::Start {
-            what: "pipe".into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    let (rd, wr) = (fds[0], fds[1]);
+    let Pipe { rd, wr, told } = pipe;
+    let handshake = match how {
+        Pid1::Run(spec) => spec.handshake_fd.is_some(),
+        Pid1::Exec { handshake, .. } => handshake,
+    };
+    let (rd, wr) = (rd.into_raw_fd(), wr.into_raw_fd());
     let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::SIGCHLD;
     // SAFETY: a fork-like clone (no new stack); the child only makes system calls until execv
     let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0, 0, 0, 0) };
@@ -332,8 +398,13 @@ fn start(how: Pid1<'_>, uid: u32, gid: u32) -> Result<i32, EnvError> {
             if libc::read(rd, b.as_mut_ptr().cast(), 1) != 1 {
                 libc::_exit(crate::EXIT_SETUP); // the launcher could not map us
             }
-            if let Some(spec) = direct {
+            if handshake {
+                // pid 1 reads the rest (the launcher's word on the kernel path) itself
+                libc::fcntl(rd, libc::F_SETFD, 0);
+            } else {
                 libc::close(rd);
+            }
+            if let Some(spec) = direct {
                 crate::init::run(spec.clone());
             }
             if let (Some((c_exe, _)), Some(argv)) = (&exec, &argv) {
@@ -378,8 +449,18 @@ fn start(how: Pid1<'_>, uid: u32, gid: u32) -> Result<i32, EnvError> {
     }
     unsafe {
         libc::write(wr, b"g".as_ptr().cast(), 1);
-        libc::close(wr);
     }
+    if let Some(word) = told(pid) {
+        let mut off = 0;
+        while off < word.len() {
+            let n = unsafe { libc::write(wr, word[off..].as_ptr().cast(), word.len() - off) };
+            if n <= 0 {
+                break; // pid 1 ended: waited for below
+            }
+            off += n as usize;
+        }
+    }
+    unsafe { libc::close(wr) };
     let _signals = Forwarding::to(pid);
     wait(pid).map_err(|e| EnvError::Start {
         what: "waiting for the environment".into(),

@@ -16,7 +16,8 @@
 //! `docs/architecture.md`, "Environments"): without privileges the kernel's overlay cannot write over
 //! root-owned lowers (copy-up needs uid 0, which a user's namespace cannot map), so the rootless
 //! path is `fuse-overlayfs` with every lower file shown as the namespace's root (= the user); with
-//! the site's helper (idmapped lowers) it will be the kernel's overlay.
+//! the site's helper (read-only idmapped views of the trees the site lists, [`idmap`]) it is the
+//! kernel's overlay, at full speed.
 //!
 //! The process structure: the caller ([`launch`]) clones pid 1 into the new namespaces and writes
 //! its uid/gid maps (`0 → caller`); pid 1 re-executes the `sw-pool` binary as `__enter` ([`init`]),
@@ -24,6 +25,7 @@
 //! command (the caller's own uid inside, through a nested user namespace, unless `--root`),
 //! forwards signals to it, reaps every orphan, and exits with the command's status.
 
+pub mod idmap;
 pub mod init;
 pub mod launch;
 pub mod layer;

@@ -8,8 +8,9 @@
 //! - `fuse-overlayfs -o squash_to_root` works over the host's tree rootless (create, modify, rm,
 //!   rename), at a cost on cold reads and many small writes, and cannot read root-only files
 //!   (0600/0640);
-//! - a site's privileged helper can give the kernel's overlay idmapped lowers (full speed): not
-//!   installed here yet, so [`Method::KernelOverlay`] is chosen only when the helper offers it.
+//! - a site's privileged helper can give the kernel's overlay idmapped lowers (full speed):
+//!   [`Method::KernelOverlay`] is chosen when the site configured one ([`crate::idmap`]); if it
+//!   refuses, the environment takes the rootless path and says why.
 
 use std::path::{Path, PathBuf};
 
@@ -47,8 +48,10 @@ pub struct Facts {
     pub dev_fuse_blocked: Option<String>,
     /// Where `fuse-overlayfs` is, if installed.
     pub fuse_overlayfs: Option<PathBuf>,
-    /// The site's helper offers idmapped lowers.
+    /// The site's helper is configured (it may offer idmapped lowers: asked at the start).
     pub helper_idmap: bool,
+    /// The job's copy of the layer holds deletions (`.wh.NAME`), which only fuse-overlayfs reads.
+    pub copy_has_whiteouts: bool,
 }
 
 /// The decision.
@@ -70,7 +73,7 @@ pub fn choose(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
             why: "no --layer: new user, mount and PID namespaces over the host's tree".into(),
         });
     }
-    if facts.helper_idmap {
+    if facts.helper_idmap && !facts.copy_has_whiteouts {
         return Ok(Plan {
             method: Method::KernelOverlay,
             why: "the site's helper makes idmapped lowers: the kernel's overlay, at full speed"
@@ -83,6 +86,14 @@ pub fn choose(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
         )));
     }
     match &facts.fuse_overlayfs {
+        Some(p) if facts.helper_idmap => Ok(Plan {
+            method: Method::FuseOverlay,
+            why: format!(
+                "the job's copy of the layer deletes files (whiteouts in the .wh.NAME form), which \
+                 only fuse-overlayfs reads: rootless {}",
+                p.display()
+            ),
+        }),
         Some(p) => Ok(Plan {
             method: Method::FuseOverlay,
             why: format!(
@@ -157,6 +168,16 @@ mod tests {
         f.helper_idmap = true;
         f.dev_fuse_blocked = Some("no".into());
         assert_eq!(choose(true, &f).unwrap().method, Method::KernelOverlay);
+    }
+
+    #[test]
+    fn whiteouts_in_the_copy_take_the_rootless_path() {
+        let mut f = facts();
+        f.helper_idmap = true;
+        f.copy_has_whiteouts = true;
+        let p = choose(true, &f).unwrap();
+        assert_eq!(p.method, Method::FuseOverlay);
+        assert!(p.why.contains(".wh.NAME"), "{}", p.why);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use swpool_sys::exec::Tool;
 
 /// Look at this node (cheap: a few reads and one `access`); what only a layer needs (FUSE,
 /// fuse-overlayfs) only when `layer`.
-pub fn facts(path_var: Option<&OsStr>, layer: bool) -> Facts {
+pub fn facts(path_var: Option<&OsStr>, layer: bool, helper: Option<&Path>) -> Facts {
     Facts {
         userns_blocked: userns_blocked(),
         dev_fuse_blocked: layer
@@ -18,7 +18,8 @@ pub fn facts(path_var: Option<&OsStr>, layer: bool) -> Facts {
         fuse_overlayfs: layer
             .then(|| Tool::FuseOverlayfs.locate(path_var).ok())
             .flatten(),
-        helper_idmap: false,
+        helper_idmap: layer && helper.is_some_and(|h| h.is_file()),
+        copy_has_whiteouts: false,
     }
 }
 

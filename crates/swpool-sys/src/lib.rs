@@ -11,6 +11,7 @@
 
 pub mod atomic;
 pub mod exec;
+pub mod idmap;
 pub mod kmount;
 pub mod lock;
 pub mod loopdev;

@@ -84,6 +84,18 @@ impl NodeCopies {
         (valid_gen(gen) && self.state(gen).is_dir()).then(|| self.state(gen))
     }
 
+    /// Whether the state at `state` (a directory of these copies) deletes lower files (holds
+    /// whiteouts): from its manifest; `true` when that cannot be read.
+    pub fn has_whiteouts(&self, state: &Path) -> bool {
+        let Some(gen) = state.file_name().and_then(|g| g.to_str()) else {
+            return true;
+        };
+        fs::read(self.dir.join(format!("{gen}.manifest")))
+            .ok()
+            .and_then(|b| Manifest::decode(&b).ok())
+            .is_none_or(|m| m.entries.iter().any(|e| e.kind == super::Kind::Whiteout))
+    }
+
     /// Record that job `job` uses state `gen`.
     pub fn mark_job(&self, job: &str, gen: &str) -> Result<(), EnvError> {
         if !valid_job(job) {
