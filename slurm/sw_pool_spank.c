@@ -1,5 +1,6 @@
 /*
- * sw-pool SPANK plugin: `--pool=NAME/VERSION[,NAME/VERSION...]` for sbatch, salloc and srun.
+ * sw-pool SPANK plugin: `--pool=NAME/VERSION[,NAME/VERSION...]` and `--layer=NAME` for sbatch,
+ * salloc and srun.
  *
  * The pools are loaded on every node of the job with one MPI broadcast each before the user's first
  * task starts, and released at the end of the job by sw-pool's Slurm epilog. Bad values fail at
@@ -21,6 +22,14 @@
  *    plugin runs `sw-pool slurm broadcast --job-id J --nodes N LIST` and waits for it;
  *  - every TaskProlog then finds the pools in the node's cache and mounted for the job (no read of
  *    shared storage), and puts their modules on MODULEPATH.
+ *
+ * `--layer=NAME` (seed 003: the user "just issues the run command to the job management system"):
+ * every task of the job's steps runs as `sw-pool run --layer NAME -- TASK...` (the layer synced to
+ * the step's nodes by sw-pool itself, the tasks of a node in one environment). In the task, just
+ * before its exec (slurm_spank_task_init), the plugin makes the task's program sw-pool and puts
+ * PID:PROGRAM in SW_POOL_SPANK_EXEC (PID: the task's, which its exec keeps), which sw-pool reads
+ * first and removes; other programs of the task (the TaskProlog: another pid) ignore it. The batch script itself
+ * runs outside (it starts the steps); its steps' tasks run inside.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -28,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,11 +51,16 @@ SPANK_PLUGIN(sw_pool, 1);
 #define ENV_STEP "SW_POOL_SPANK_STEP"
 #define ENV_DONE "SW_POOL_SPANK_DONE"
 #define ENV_LOAD "SW_POOL_LOAD"
+#define ENV_LAYER "SW_POOL_SPANK_LAYER"
+#define ENV_EXEC "SW_POOL_SPANK_EXEC"
 #define MAX_LIST 4096
+#define MAX_LAYER 64
 
 static char sw_bin[1024] = "sw-pool";
 static char pools[MAX_LIST];
 static int have_pools;
+static char layer[MAX_LAYER + 1];
+static int have_layer;
 
 /* NAME/VERSION: one '/', both parts non-empty, [A-Za-z0-9._+-], not starting with '.' */
 static int valid_spec(const char *s, size_t n, char *why, size_t wl)
@@ -149,6 +164,68 @@ static struct spank_option pool_option = {
 	1, 0, (spank_opt_cb_f)opt_pool,
 };
 
+/* A layer name as sw-pool takes it: [A-Za-z0-9._-], not starting with '.', 1 to 64 characters. */
+static int valid_layer(const char *s, char *why, size_t wl)
+{
+	size_t i, n = strlen(s);
+	if (n == 0 || n > MAX_LAYER) {
+		snprintf(why, wl, "a layer name has 1 to %d characters", MAX_LAYER);
+		return 0;
+	}
+	if (s[0] == '.') {
+		snprintf(why, wl, "a layer name does not start with '.'");
+		return 0;
+	}
+	for (i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (!(isalnum(c) || c == '.' || c == '_' || c == '-')) {
+			snprintf(why, wl, "'%s' contains '%c'", s, isprint(c) ? c : '?');
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static int opt_layer(int val, const char *optarg, int remote)
+{
+	char why[128];
+	(void)val;
+	if (!optarg || !valid_layer(optarg, why, sizeof why)) {
+		slurm_error("sw-pool: --layer=%s: %s; give the name of one of your layers (`sw-pool layer list`)",
+			    optarg ? optarg : "", optarg ? why : "a layer name is needed");
+		return -1;
+	}
+	snprintf(layer, sizeof layer, "%s", optarg);
+	have_layer = 1;
+	if (!remote)
+		setenv(ENV_LAYER, layer, 1);
+	return 0;
+}
+
+static struct spank_option layer_option = {
+	"layer", "NAME",
+	"Run every task of the job's steps in an sw-pool environment with this writable layer (sw-pool run --layer NAME)",
+	1, 0, (spank_opt_cb_f)opt_layer,
+};
+
+/* sw_bin as an absolute path: itself when it has a '/', else found on the job's PATH. */
+static int sw_bin_path(spank_t sp, char *out, size_t ol)
+{
+	char path[4096], *p, *save = NULL;
+	if (strchr(sw_bin, '/')) {
+		snprintf(out, ol, "%s", sw_bin);
+		return 0;
+	}
+	if (spank_getenv(sp, "PATH", path, sizeof path) != ESPANK_SUCCESS)
+		snprintf(path, sizeof path, "/usr/local/bin:/usr/bin:/bin");
+	for (p = strtok_r(path, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+		snprintf(out, ol, "%s/%s", p, sw_bin);
+		if (access(out, X_OK) == 0)
+			return 0;
+	}
+	return -1;
+}
+
 /* Run sw-pool with ARGV (argv[0] is replaced by the configured binary); stderr is the caller's.
  * Returns its exit status, or -1 if it could not be run. */
 static int run_sw_pool(char *const argv[])
@@ -188,7 +265,63 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		slurm_error("sw-pool: cannot register --pool");
 		return -1;
 	}
+	if (spank_option_register(sp, &layer_option) != ESPANK_SUCCESS) {
+		slurm_error("sw-pool: cannot register --layer");
+		return -1;
+	}
 	return 0;
+}
+
+/* A task of a step, just before its exec: with --layer, its program becomes sw-pool, which runs
+ * the program in the environment (`sw-pool run --layer NAME -- PROGRAM ARGS...`). */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	uint32_t step = 0;
+	int argc = 0;
+	char **argv = NULL, env_layer[MAX_LAYER + 1], why[128], bin[4096], exec_var[8192];
+	const char *l = NULL;
+	(void)ac;
+	(void)av;
+	if (!spank_remote(sp))
+		return 0;
+	if (have_layer)
+		l = layer;
+	else if (spank_getenv(sp, ENV_LAYER, env_layer, sizeof env_layer) == ESPANK_SUCCESS && *env_layer)
+		l = env_layer;
+	if (!l)
+		return 0;
+	if (spank_get_item(sp, S_JOB_STEPID, &step) == ESPANK_SUCCESS && step == SLURM_BATCH_SCRIPT)
+		return 0; /* the batch script starts the steps; their tasks run inside */
+	if (!valid_layer(l, why, sizeof why)) {
+		slurm_error("sw-pool: --layer=%s: %s", l, why);
+		return -1;
+	}
+	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv || !argv[0]) {
+		slurm_error("sw-pool: --layer=%s: cannot get the task's command", l);
+		return -1;
+	}
+	if (sw_bin_path(sp, bin, sizeof bin) != 0) {
+		slurm_error("sw-pool: --layer=%s: %s is not on the job's PATH (set sw-pool=PATH in plugstack.conf)",
+			    l, sw_bin);
+		return -1;
+	}
+	{
+		/* sw-pool's own steps (a layer sync, a load) run sw-pool itself: never wrapped */
+		struct stat a, b;
+		if (stat(argv[0], &a) == 0 && stat(bin, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return 0;
+	}
+	if ((size_t)snprintf(exec_var, sizeof exec_var, "%ld:%s", (long)getpid(), argv[0]) >= sizeof exec_var) {
+		slurm_error("sw-pool: --layer=%s: the task's program path is too long", l);
+		return -1;
+	}
+	if (spank_setenv(sp, ENV_EXEC, exec_var, 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, ENV_LAYER, l, 1) != ESPANK_SUCCESS) {
+		slurm_error("sw-pool: --layer=%s: cannot set the task's environment", l);
+		return -1;
+	}
+	argv[0] = strdup(bin);
+	return argv[0] ? 0 : -1;
 }
 
 /* srun, after the allocation, before the tasks: the broadcast, unless the job already had it. */

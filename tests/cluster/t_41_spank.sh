@@ -129,4 +129,32 @@ interactive() {  # interactive NAME CMD...
 }
 interactive "srun --pool" srun -N4 --ntasks-per-node=1 --pool=demo/1.0    # its own allocation
 interactive "salloc --pool" salloc -N4 --pool=demo/1.0 srun --ntasks-per-node=1
+
+# --- --layer=NAME: every task of the steps runs in the environment with that layer (node1's layer,
+# synced to the step's nodes by sw-pool run itself); the batch script itself runs outside
+LD=$TB/local/t41-layers-$uid
+ul() { u env SW_POOL_LAYER_DIR="$LD" "$@"; }
+rc=0; out=$(ul srun -N1 --layer='dev;rm' true 2>&1) || rc=$?
+assert_eq "srun --layer='dev;rm' fails at submission" 1 "$(( rc != 0 ))"
+assert_match "... naming the bad character" "--layer=dev;rm: 'dev;rm' contains ';'" "$out"
+rc=0; out=$(ul srun -N1 -w node1 sh -c "$SW layer create dev >/dev/null && $SW run --layer dev -- sh -c 'printf \"#!/bin/sh\\necho t41 \\\$(hostname) in \\\$SW_POOL_ENVIRONMENT\\n\" > /usr/local/bin/t41tool && chmod 755 /usr/local/bin/t41tool'" 2>&1) || rc=$?
+assert_eq "a layer on node1 with a program in /usr/local/bin" 0 "$rc"
+[[ $rc == 0 ]] || printf '  %s\n' "$out"
+rc=0; out=$(ul timeout 300 srun -N4 --ntasks-per-node=2 --layer=dev t41tool 2>&1) || rc=$?
+assert_eq "srun -N4 --ntasks-per-node=2 --layer=dev t41tool exits 0" 0 "$rc"
+assert_eq "... the layer's program ran in the environment in all 8 tasks, on 4 nodes" "8 4" "$(grep -c '^t41 node[0-9] in dev$' <<< "$out") $(grep '^t41 node' <<< "$out" | sort -u | wc -l)"
+[[ $rc == 0 ]] || printf '  %s\n' "$out" | head -8
+cat > "$W/layer-job.sh" <<EOS
+#!/bin/bash
+echo "BATCH env=\${SW_POOL_ENVIRONMENT:-none}"
+srun -N4 t41tool
+EOS
+chmod 755 "$W/layer-job.sh"
+jid=$(ul sbatch --parsable -N4 --layer=dev -o "$W/out/layer-%j.out" --chdir=/tmp "$W/layer-job.sh")
+wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+out=$(cat "$W/out/layer-$jid.out" 2>/dev/null || true)
+assert_match "sbatch --layer=dev: the batch script runs outside the environment" "BATCH env=none" "$out"
+assert_eq "... its step's tasks run in it on 4 nodes" 4 "$(grep '^t41 node[0-9] in dev$' <<< "$out" | sort -u | wc -l)"
+[[ $(grep -c '^t41 node' <<< "$out") == 4 ]] || printf '  %s\n' "$out" | head -8
+for n in "${nodes[@]}"; do "$TESTBED/exec" "$n" rm -rf "$LD" >/dev/null 2>&1 || true; done
 finish

@@ -22,7 +22,9 @@ use std::process::ExitCode;
 const HERE: &[&str] = &["run", "shell"];
 
 fn main() -> ExitCode {
-    let argv: Vec<OsString> = std::env::args_os().collect();
+    // a task the SPANK plugin's --layer started: `sw-pool run --layer L -- ITS PROGRAM ...`, here
+    // (the environment is joined from this single-threaded program)
+    let argv = swpool_core::config::spank_task_args(std::env::args_os().collect());
     if argv.get(1).map(OsString::as_os_str) == Some(OsStr::new("__enter")) {
         match argv.get(2).and_then(|s| s.to_str()) {
             Some(spec) => swpool_env::init::main(spec),

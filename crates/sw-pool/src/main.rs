@@ -23,7 +23,9 @@ fn main() -> ExitCode {
             None => return ExitCode::from(swpool_env::EXIT_SETUP as u8),
         }
     }
-    let args = cli::multicall_args(std::env::args_os().collect());
+    // a task the SPANK plugin's --layer started: `sw-pool run --layer L -- ITS PROGRAM ...`
+    let args = swpool_core::config::spank_task_args(std::env::args_os().collect());
+    let args = cli::multicall_args(args);
     let cli = cli::parse_from(args);
     // the process environment, read once; everything below takes its values from this
     let env = swpool_core::config::Environment::capture();

@@ -174,6 +174,73 @@ fn check_chunk(n: u64) -> Result<u64, String> {
 }
 
 /// Parse a chunk size as users write it (`4MiB`, `1M`, `65536`).
+/// A task the SPANK plugin's `--layer` started (it made the task's program `sw-pool` and put
+/// `PID:PROGRAM` in `SW_POOL_SPANK_EXEC`, PID being the task's, which its exec keeps): the
+/// arguments of `sw-pool run --layer LAYER -- PROGRAM ARGS...`, and `SW_POOL_SPANK_EXEC` removed
+/// from this process's environment (the command and any `sw-pool` in it must not see it).
+/// Otherwise (no such variable, or another process's: the TaskProlog runs with the task's
+/// environment) `args` unchanged. Call first, single-threaded.
+pub fn spank_task_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let Some(v) = std::env::var_os(EnvVar::SpankExec.name()) else {
+        return args;
+    };
+    let b = v.as_bytes();
+    let Some(colon) = b.iter().position(|c| *c == b':') else {
+        return args;
+    };
+    if b[..colon] != *std::process::id().to_string().as_bytes() || colon + 1 == b.len() {
+        return args;
+    }
+    let prog = std::ffi::OsString::from_vec(b[colon + 1..].to_vec());
+    // SAFETY: called at the very start of `main`, before any other thread exists.
+    unsafe { std::env::remove_var(EnvVar::SpankExec.name()) };
+    let layer = std::env::var_os(EnvVar::SpankLayer.name()).unwrap_or_default();
+    let mut out: Vec<std::ffi::OsString> = vec![
+        "sw-pool".into(),
+        "run".into(),
+        "--layer".into(),
+        layer,
+        "--".into(),
+        prog,
+    ];
+    out.extend(args.into_iter().skip(1));
+    out
+}
+
+#[cfg(test)]
+mod spank_tests {
+    #[test]
+    fn a_spank_task_becomes_run_layer_and_others_are_left_alone() {
+        let var = super::EnvVar::SpankExec.name();
+        let args = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        // SAFETY: this test is the only one touching these variables.
+        unsafe {
+            std::env::set_var(var, "1:/bin/true");
+            std::env::set_var(super::EnvVar::SpankLayer.name(), "dev");
+        }
+        // another process's (the TaskProlog's view): unchanged, and the variable stays
+        assert_eq!(super::spank_task_args(args(&["x", "a"])), args(&["x", "a"]));
+        assert!(std::env::var_os(var).is_some());
+        unsafe { std::env::set_var(var, format!("{}:/bin/prog", std::process::id())) };
+        assert_eq!(
+            super::spank_task_args(args(&["/usr/bin/sw-pool", "a", "b"])),
+            args(&[
+                "sw-pool",
+                "run",
+                "--layer",
+                "dev",
+                "--",
+                "/bin/prog",
+                "a",
+                "b"
+            ])
+        );
+        assert!(std::env::var_os(var).is_none(), "removed for the command");
+        unsafe { std::env::remove_var(super::EnvVar::SpankLayer.name()) };
+    }
+}
+
 pub fn parse_chunk_size(s: &str) -> Result<u64, String> {
     check_chunk(parse_size(s).map_err(|e| e.to_string())?)
 }

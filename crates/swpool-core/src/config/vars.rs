@@ -93,6 +93,8 @@ env_vars! {
     SpankPools "SW_POOL_SPANK_POOLS" State "none" "pools asked for with the SPANK option `--pool` (broadcast once per job)";
     SpankStep "SW_POOL_SPANK_STEP" State "none" "`batch` in the batch step of a job submitted with `--pool` (set by the SPANK plugin)";
     SpankDone "SW_POOL_SPANK_DONE" State "none" "the job whose `--pool` pools were broadcast (later steps skip it)";
+    SpankLayer "SW_POOL_SPANK_LAYER" State "none" "the layer asked for with the SPANK option `--layer` (every task of the job's steps runs in it)";
+    SpankExec "SW_POOL_SPANK_EXEC" State "none" "a task's own program, set by the SPANK plugin when it starts the task as `sw-pool run --layer` (read once, then removed)";
     Bin "SW_POOL_BIN" Option "`sw-pool` on PATH" "the sw-pool the pool modulefile runs (read by the modulefile only)";
     JobPools "SW_POOL_JOB_POOLS" State "none" "pools loaded in this job, for the TaskProlog of later steps";
     Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";

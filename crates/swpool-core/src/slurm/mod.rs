@@ -275,6 +275,9 @@ pub fn spread_command(
     Some(overlap_step(&env, exe, args, nodes, None, ""))
 }
 
+/// How sbatch passes the SPANK plugin's `--layer` on to the job's sruns.
+const SPANK_LAYER_OPTION: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_layer";
+
 /// `srun --overlap` of `exe ARGS` as a new step of the job, one task on each of `nodes` nodes
 /// (`nodelist`: exactly these), with MPI as `SW_POOL_SRUN_MPI` says (default `pmix`), not
 /// spreading again (`SW_POOL_SPREAD=0`; `export` adds `,NAME=VALUE` pairs): how `load` in a batch
@@ -294,7 +297,12 @@ pub fn overlap_step(
         .arg(format!("--ntasks={nodes}"))
         .arg("--ntasks-per-node=1")
         .arg("--kill-on-bad-exit=1")
-        .arg(format!("--export=ALL,SW_POOL_SPREAD=0{export}"));
+        .arg(format!("--export=ALL,SW_POOL_SPREAD=0{export}"))
+        // sw-pool's own step runs sw-pool, never inside the job's `--layer` environment (the
+        // SPANK plugin would otherwise start each of its tasks as `run --layer`, which may sync
+        // with a step of its own, and so on)
+        .env_remove(SPANK_LAYER_OPTION)
+        .env_remove(EnvVar::SpankLayer.name());
     if let Some(l) = nodelist {
         cmd = cmd.arg(format!("--nodelist={l}"));
     }
