@@ -34,6 +34,8 @@ TEST_PACKAGES=(
   python3 python3-matplotlib hyperfine time
   # the environment start benchmark's peers (bench/env-start.sh): bwrap, ch-run, unshare -U
   bubblewrap charliecloud-runtime uidmap
+  # the environment overhead benchmark (bench/env-overhead.sh)
+  fio
   # the SimGrid scale model of the broadcast (model/, `make model`)
   python3-simgrid
   # the privileged mount helper's tests (called through sudo by an unprivileged user) and the

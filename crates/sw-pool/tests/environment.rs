@@ -365,6 +365,55 @@ fn rustix_kill9(pid: i32) {
 }
 
 #[test]
+fn list_shows_a_running_environment_and_forgets_it_when_it_ends() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    assert_eq!(f.run(&["layer", "create", "ls1"]).code, 0);
+    let mut child = f
+        .cmd(&["run", "--layer", "ls1", "--", "sleep", "4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut seen = None;
+    while t0.elapsed() < Duration::from_secs(10) && seen.is_none() {
+        let o = f.run(&["list", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap_or_default();
+        seen = v["environments"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["layer"] == "ls1").cloned());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = seen.expect("list --json shows the running environment");
+    assert!(
+        e["method"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fuse-overlayfs"),
+        "{e}"
+    );
+    assert!(e["pid"].as_i64().unwrap_or(0) > 1, "{e}");
+    let o = f.run(&["list"]);
+    assert!(
+        o.stdout
+            .lines()
+            .any(|l| l.starts_with("env") && l.contains("ls1")),
+        "{}",
+        o.stdout
+    );
+    assert!(child.wait().unwrap().success());
+    let o = f.run(&["list", "--json"]);
+    assert!(
+        !o.stdout.contains("ls1"),
+        "gone when it ended: {}",
+        o.stdout
+    );
+}
+
+#[test]
 fn bad_layers_are_refused_with_what_to_do() {
     if !ready() {
         return;

@@ -119,6 +119,7 @@ pub fn run(
         });
     let mut share_lock = None;
     let mut socket = None;
+    let mut rendezvous = None;
     if let (Some(key), Some(state)) = (&key, &req.state_dir) {
         let dir = state.join("envs");
         std::fs::DirBuilder::new()
@@ -149,7 +150,8 @@ pub fn run(
                 },
                 share::Found::Create(fd) => {
                     share_lock = Some(fd);
-                    socket = Some(rv.socket);
+                    socket = Some(rv.socket.clone());
+                    rendezvous = Some(rv);
                     break;
                 }
             }
@@ -233,8 +235,32 @@ pub fn run(
         keep_fds,
     };
     // the kernel path: the helper's views for pid 1, or the rootless path and why
+    let info = |pid: i32, method: Method| share::Info {
+        key: key.clone().unwrap_or_default(),
+        layer: spec.name.clone(),
+        layer_dir: spec.layer.as_ref().map(|l| l.dir.clone()),
+        method: method.as_str().to_string(),
+        pid,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
     let mut told = |pid: i32| -> Option<Vec<u8>> {
-        let helper = req.helper.as_deref().filter(|_| kernel)?;
+        // a shared environment says what it is (`sw-pool list`)
+        let note = |method: Method| {
+            if let Some(rv) = &rendezvous {
+                if let Err(e) = info(pid, method).write(rv) {
+                    tracing::debug!(
+                        "cannot describe the environment in {}: {e}",
+                        rv.socket.display()
+                    );
+                }
+            }
+        };
+        let Some(helper) = req.helper.as_deref().filter(|_| kernel) else {
+            note(p.method);
+            return None;
+        };
         let h = crate::idmap::ask(helper, pid, req.root, req.path_var.as_deref());
         p.method = crate::idmap::method(&h);
         p.why = match &h {
@@ -247,6 +273,7 @@ pub fn run(
             },
         };
         on_plan(&p);
+        note(p.method);
         Some(serde_json::to_vec(&h).expect("a handshake serialises"))
     };
     let pipe = Pipe {
@@ -278,6 +305,9 @@ pub fn run(
             pipe,
         )
     };
+    if let Some(rv) = &rendezvous {
+        share::Info::remove(rv);
+    }
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
         if let Some(dest) = &s.keep_upper {

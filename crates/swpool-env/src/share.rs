@@ -71,6 +71,71 @@ pub fn step_key(job: &str, step: &str) -> Option<String> {
     (ok(job) && ok(step)).then(|| format!("step-{job}.{step}"))
 }
 
+/// What `sw-pool list` shows of a running environment: `<key>.json` beside its lock, written by
+/// the start that creates it, removed when it ends (or, after a `kill -9`, with its socket).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Info {
+    /// The rendezvous key (`layer-…`, `step-JOB.STEP`).
+    pub key: String,
+    /// The layer's name (`-`: none).
+    pub layer: String,
+    /// Where the layer (or the job's copy of it) is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_dir: Option<PathBuf>,
+    /// How its root was made ([`crate::plan::Method::as_str`]).
+    pub method: String,
+    /// Its pid 1, as this node's PID namespace numbers it.
+    pub pid: i32,
+    /// When it started (seconds since the epoch).
+    pub started: u64,
+}
+
+impl Info {
+    /// Write it for the environment of `rv` (to a temporary name, then renamed).
+    pub fn write(&self, rv: &Rendezvous) -> std::io::Result<()> {
+        let p = rv.socket.with_extension("json");
+        let tmp = rv.socket.with_extension("json.tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec(self).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::rename(&tmp, &p)
+    }
+
+    /// Remove the one of `rv`.
+    pub fn remove(rv: &Rendezvous) {
+        let _ = std::fs::remove_file(rv.socket.with_extension("json"));
+    }
+}
+
+/// The environments running from `dir` (a state directory's `envs/`): those whose lock is held
+/// and whose information is readable (at most 64 KiB each).
+pub fn running(dir: &Path) -> Vec<Info> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let lock = LockProbe::shared(&p.with_extension("lock"));
+        if !lock.held {
+            continue;
+        }
+        let info = std::fs::File::open(&p).ok().and_then(|f| {
+            use std::io::Read;
+            let mut b = Vec::new();
+            f.take(64 * 1024).read_to_end(&mut b).ok()?;
+            serde_json::from_slice::<Info>(&b).ok()
+        });
+        out.extend(info);
+    }
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out
+}
+
 /// The sockets in `dir` (a state directory's `envs/`) whose environment is gone (nobody holds
 /// their lock): what a `kill -9` of a whole job step leaves. Removed unless `dry_run`; the lock
 /// files stay (empty, and a start may hold one an instant later).
@@ -88,6 +153,9 @@ pub fn remove_stale(dir: &Path, dry_run: bool) -> Vec<PathBuf> {
         // this lock first, so its new socket is never the one removed here
         let lock = LockProbe::shared(&sock.with_extension("lock"));
         if !lock.held && (dry_run || std::fs::remove_file(&sock).is_ok()) {
+            if !dry_run {
+                let _ = std::fs::remove_file(sock.with_extension("json"));
+            }
             out.push(sock);
         }
         drop(lock);

@@ -65,6 +65,7 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
     if total == 0
         && nodes.iter().all(|n| {
             n.unused_cache.is_empty()
+                && n.environments.is_empty()
                 && n.error.is_none()
                 && n.helper.as_ref().is_none_or(|h| {
                     h.references.is_empty() && h.orphan_loops.is_empty() && h.error.is_none()
@@ -159,6 +160,21 @@ fn print_table(p: &Printer, nodes: &[NodeList], node_col: bool) {
                 "unused",
                 c.pool.as_deref().unwrap_or("(damaged)"),
                 c.path.display()
+            ));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for e in &n.environments {
+            p.result(format!(
+                "{}{:<10} {:<20} pid {}, up {} s: {} ({})",
+                nc(&n.node),
+                "env",
+                e.layer,
+                e.pid,
+                now.saturating_sub(e.started),
+                e.method,
+                e.key
             ));
         }
         if let Some(h) = &n.helper {

@@ -148,6 +148,10 @@ pub struct NodeList {
     /// of this user reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helper: Option<HelperUnreported>,
+    /// The caller's environments running on this node (`sw-pool run`/`shell` with a layer or in a
+    /// job step).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environments: Vec<swpool_env::share::Info>,
     pub error: Option<String>,
 }
 
@@ -334,12 +338,20 @@ pub fn node_list(
         (Some(h), true) => Some(helper_unreported(sys, h, uid, &recorded)),
         _ => None,
     };
+    // the environments this user runs here meet their joiners in the state directories' envs/
+    let mut environments = Vec::new();
+    if a.job.is_none() && !a.stale {
+        for d in &used_dirs {
+            environments.extend(swpool_env::share::running(&d.join("envs")));
+        }
+    }
     Ok(NodeList {
         node: crate::users::hostname(),
         state_dirs: used_dirs,
         mounts,
         unused_cache,
         helper,
+        environments,
         error: None,
     })
 }
@@ -472,6 +484,7 @@ pub fn all_nodes_list(
             mounts: vec![],
             unused_cache: vec![],
             helper: None,
+            environments: vec![],
             error: Some(e),
         });
     let bytes = serde_json::to_vec(&mine).expect("json");
@@ -489,6 +502,7 @@ pub fn all_nodes_list(
                     mounts: vec![],
                     unused_cache: vec![],
                     helper: None,
+                    environments: vec![],
                     error: Some(format!("undecodable answer: {e}")),
                 })
             })
