@@ -50,15 +50,7 @@ pub fn ask(helper: &Path, pid: i32, root: bool, path_var: Option<&std::ffi::OsSt
     let out = match cmd.run(path_var) {
         Ok(o) => o.stdout,
         Err(e) => {
-            let why = e
-                .stderr()
-                .map(|s| {
-                    s.trim()
-                        .trim_start_matches("sw-pool-mount-helper: ")
-                        .to_string()
-                })
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| e.to_string());
+            let why = e.helper_reason();
             return Handshake::Rootless(format!("the site's helper gave no idmapped views: {why}"));
         }
     };

@@ -232,6 +232,19 @@ impl ExecError {
             _ => None,
         }
     }
+
+    /// Why the site's mount helper refused or failed: its own words (its standard error, without
+    /// its name in front), else how running it failed.
+    pub fn helper_reason(&self) -> String {
+        self.stderr()
+            .map(|s| {
+                s.trim()
+                    .trim_start_matches("sw-pool-mount-helper: ")
+                    .to_string()
+            })
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.to_string())
+    }
 }
 
 fn display_dirs(d: &[PathBuf]) -> String {

@@ -60,15 +60,7 @@ pub fn helper_for(node: &NodeContext, req: &LoadRequest, plan: &Plan) -> Option<
 /// What went wrong when the helper was asked: its own words (stderr, without its name in front),
 /// else how running it failed; for `node` and the action `what`.
 fn helper_error(node: &str, what: &str, e: crate::exec::ExecError) -> Error {
-    let reason = e
-        .stderr()
-        .map(|s| {
-            s.trim()
-                .trim_start_matches("sw-pool-mount-helper: ")
-                .to_string()
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| e.to_string());
+    let reason = e.helper_reason();
     Error::from(super::LoadError::Helper {
         node: node.to_string(),
         what: what.to_string(),
