@@ -31,6 +31,16 @@ OUT=$REPO/bench/results/env-start-$(date +%Y%m%d-%H%M)
 : > "$OUT.log"
 
 cc -O2 -Wall -Wextra -o "$W/env-floor" "$REPO/bench/env-floor.c"
+# the site's helper for uid 65534 (its configuration and sudoers line bound in this script's
+# mount namespace only, below)
+HB=$REPO/target/release/sw-pool-mount-helper
+install -d -m 0755 "$W/sbin" "$W/etc"
+[[ -x $HB ]] && install -m 0755 "$HB" "$W/sbin/sw-pool-mount-helper"
+printf 'environment_trees = ["/usr"]\n' > "$W/etc/helper.toml"
+chmod 0644 "$W/etc/helper.toml"
+cp /etc/sudoers "$W/sudoers" 2>/dev/null || : > "$W/sudoers"
+echo "nobody ALL=(root) NOPASSWD: $W/sbin/sw-pool-mount-helper" >> "$W/sudoers"
+mkdir -p /etc/sw-pool
 mknod -m 666 "$W/fuse" c 10 229
 install -d -o 65534 -g 65534 -m 700 "$W/layers" "$W/state" "$W/floor" "$W/floor/lower"
 install -d -o 65534 -g 65534 -m 755 "$W/floor/lower/usr"
@@ -74,6 +84,8 @@ loop bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
 loop ch-run ch-run "$W/chimg" -- /bin/true
 loop floor-ovl "$W/env-floor" ovl 1 "$W/floor/lower" "$W/floor"
 loop sw-pool-run-layer "$SW" run --layer bench -- true
+# the site helper's kernel path: each start asks the helper (sudo) for the idmapped view of /usr
+loop sw-pool-run-layer-kernel env SW_POOL_MOUNT_HELPER="$W/sbin/sw-pool-mount-helper" "$SW" run --layer bench -- true
 # the same layer while an environment on it runs: each start joins it
 "$SW" run --layer bench -- sleep 600 & holder=$!
 for _ in $(seq 200); do [ -S "$(ls "$W"/state/envs/layer-*.sock 2>/dev/null | head -1)" ] && break; sleep 0.05; done
@@ -88,8 +100,8 @@ EOS
 log "# Environment starts: 100 in a row, rootless (uid 65534), median of $REPS ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
 log ""
 # shellcheck disable=SC2016  # $1 and $@ are the inner sh's
-unshare -m --propagation private -- sh -c 'mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"' \
-  sh "$W/fuse" bash "$W/inner.sh" "$W" "$SW" "$REPS" > "$W/raw.txt"
+unshare -m --propagation private -- sh -c 'mount --bind "$1" /dev/fuse && mount --bind "$2/etc" /etc/sw-pool && mount --bind "$2/sudoers" /etc/sudoers && shift 2 && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"' \
+  sh "$W/fuse" "$W" bash "$W/inner.sh" "$W" "$SW" "$REPS" > "$W/raw.txt"
 cat "$W/raw.txt" >> "$OUT.log"
 med() { awk -v n="$1" '$1 == n { print $3 }' "$W/raw.txt" | median; }
 failed() { grep "^$1 FAILED" "$W/raw.txt" | cut -d' ' -f3- || true; }
@@ -97,7 +109,7 @@ SWR=$(med sw-pool-run)
 {
   echo "| contender | 100 starts (s) | per start (ms) | ÷ sw-pool run |"
   echo "|---|---|---|---|"
-  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-joined; do
+  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-kernel sw-pool-run-layer-joined; do
     f=$(failed "$n")
     if [[ -n $f ]]; then echo "| $n | failed: $f | | |"; continue; fi
     m=$(med "$n")
@@ -115,6 +127,8 @@ SWR=$(med sw-pool-run)
   echo "floor-ns / floor-ovl: bench/env-floor.c, one process per start (the launcher's exec included"
   echo "via a fresh process each time). sw-pool-run-layer: each start makes the environment (a fresh"
   echo "fuse-overlayfs mount: the program and its libraries are read through a cold FUSE mount);"
+  echo "sw-pool-run-layer-kernel: the same with the site's helper (environment_trees = [\"/usr\"]):"
+  echo "each start runs \`sudo -n sw-pool-mount-helper idmap\` and mounts the kernel's overlay."
   echo "sw-pool-run-layer-joined: an environment on the layer runs, each start joins it."
   echo "burst-sw-pool-run-step: 128 starts with one job step's SLURM_JOB_ID/SLURM_STEP_ID (one"
   echo "environment for all). ch-run makes no PID namespace. podman: not measured (rootless podman"
