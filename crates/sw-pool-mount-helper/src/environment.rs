@@ -96,15 +96,7 @@ fn check_target(c: &Caller, pid: i32) -> Result<Target> {
     // SAFETY: a descriptor pidfd_open just returned, owned here only.
     let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
     let status = read_proc(pid, "status")?;
-    let uids: Vec<u32> = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .map(|v| {
-            v.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let uids = swpool_sys::proc::status_uids(&status);
     if uids.len() != 4 || uids.iter().any(|u| *u != c.uid) {
         return Err(refused(pid, format!("not a process of {}'s", c.name)));
     }

@@ -40,10 +40,7 @@ const MAX: u64 = 64 * 1024;
 
 /// The launcher's side: ask `helper` (through `sudo -n`) for views for pid `pid`.
 pub fn ask(helper: &Path, pid: i32, root: bool, path_var: Option<&std::ffi::OsStr>) -> Handshake {
-    use swpool_sys::exec::{Tool, ToolCommand};
-    let cmd = ToolCommand::new(Tool::Sudo)
-        .arg("-n")
-        .path(helper)
+    let cmd = swpool_sys::exec::helper_sudo(helper)
         .arg("idmap")
         .arg("--pid")
         .arg(pid.to_string());

@@ -249,59 +249,51 @@ fn setup(spec: &Spec) -> Result<(), String> {
         (Some(v), Some(l)) => crate::idmap::mount_trees(v, l, spec.lower.as_deref())?.is_none(),
         _ => false,
     };
-    match method {
-        Method::Plain => {
-            rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
-                .map_err(|e| format!("cannot mount /proc: {e}"))?;
-            shadow(spec, Path::new("/"));
+    // the host's tree stays the root (no layer, or the trees' overlays put in place)
+    if method == Method::Plain || in_place {
+        rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
+            .map_err(|e| format!("cannot mount /proc: {e}"))?;
+        shadow(spec, Path::new("/"));
+    } else {
+        let l = spec.layer.as_ref().ok_or("an overlay without a layer")?;
+        if views.is_none() {
+            mount_overlay(spec, l, method)?;
         }
-        Method::KernelOverlay if in_place => {
-            rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
-                .map_err(|e| format!("cannot mount /proc: {e}"))?;
-            shadow(spec, Path::new("/"));
-        }
-        Method::FuseOverlay | Method::KernelOverlay => {
-            let l = spec.layer.as_ref().ok_or("an overlay without a layer")?;
-            if views.is_none() {
-                mount_overlay(spec, l, method)?;
-            }
-            let m = &l.merged;
-            for b in &spec.binds {
-                let target = under(m, b);
-                match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
-                    Ok(()) => {}
-                    // a mount point that is not in the host's root file system's tree (a file
-                    // bind-mounted over another type): nothing to bind it onto
-                    Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => {
-                        tracing::debug!(mount = %b.display(), "not bound into the environment")
-                    }
-                    Err(e) => {
-                        return Err(format!(
-                            "cannot bind the host's {} into the environment: {e}",
-                            b.display()
-                        ))
-                    }
+        let m = &l.merged;
+        for b in &spec.binds {
+            let target = under(m, b);
+            match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
+                Ok(()) => {}
+                // a mount point that is not in the host's root file system's tree (a file
+                // bind-mounted over another type): nothing to bind it onto
+                Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => {
+                    tracing::debug!(mount = %b.display(), "not bound into the environment")
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "cannot bind the host's {} into the environment: {e}",
+                        b.display()
+                    ))
                 }
             }
-            // a bound mount that contains the layer brought a copy of the overlay with it: the
-            // environment sees the layer's plain (empty) mount point there instead. Only then: a
-            // path to the layer that is not in a bound mount resolves through the overlay, whose
-            // daemon would look the merged directory up in its lower, i.e. in itself, and hang
-            // (after the move below its lower no longer has the overlay there)
-            if spec.binds.iter().any(|b| m.starts_with(b)) {
-                let copy = under(m, m);
-                let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
-            }
-            rustix::mount::mount("proc", under(m, Path::new("/proc")), "proc", proc_flags, "")
-                .map_err(|e| format!("cannot mount /proc: {e}"))?;
-            shadow(spec, m);
-            std::env::set_current_dir(m)
-                .map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
-            rustix::mount::mount_move(".", "/")
-                .map_err(|e| format!("cannot move the environment's root into place: {e}"))?;
-            rustix::process::chroot(".")
-                .map_err(|e| format!("cannot change into the environment's root: {e}"))?;
         }
+        // a bound mount that contains the layer brought a copy of the overlay with it: the
+        // environment sees the layer's plain (empty) mount point there instead. Only then: a
+        // path to the layer that is not in a bound mount resolves through the overlay, whose
+        // daemon would look the merged directory up in its lower, i.e. in itself, and hang
+        // (after the move below its lower no longer has the overlay there)
+        if spec.binds.iter().any(|b| m.starts_with(b)) {
+            let copy = under(m, m);
+            let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
+        }
+        rustix::mount::mount("proc", under(m, Path::new("/proc")), "proc", proc_flags, "")
+            .map_err(|e| format!("cannot mount /proc: {e}"))?;
+        shadow(spec, m);
+        std::env::set_current_dir(m).map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
+        rustix::mount::mount_move(".", "/")
+            .map_err(|e| format!("cannot move the environment's root into place: {e}"))?;
+        rustix::process::chroot(".")
+            .map_err(|e| format!("cannot change into the environment's root: {e}"))?;
     }
     if std::env::set_current_dir(&spec.cwd).is_err() {
         let _ = std::env::set_current_dir("/");

@@ -111,27 +111,16 @@ impl Info {
 /// The environments running from `dir` (a state directory's `envs/`): those whose lock is held
 /// and whose information is readable (at most 64 KiB each).
 pub fn running(dir: &Path) -> Vec<Info> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        let lock = LockProbe::shared(&p.with_extension("lock"));
-        if !lock.held {
-            continue;
-        }
-        let info = std::fs::File::open(&p).ok().and_then(|f| {
+    let mut out: Vec<Info> = rendezvous_files(dir, "json")
+        .filter(|(_, lock)| lock.held)
+        .filter_map(|(p, _)| {
             use std::io::Read;
             let mut b = Vec::new();
+            let f = std::fs::File::open(&p).ok()?;
             f.take(64 * 1024).read_to_end(&mut b).ok()?;
-            serde_json::from_slice::<Info>(&b).ok()
-        });
-        out.extend(info);
-    }
+            serde_json::from_slice(&b).ok()
+        })
+        .collect();
     out.sort_by(|a, b| a.key.cmp(&b.key));
     out
 }
@@ -141,17 +130,9 @@ pub fn running(dir: &Path) -> Vec<Info> {
 /// files stay (empty, and a start may hold one an instant later).
 pub fn remove_stale(dir: &Path, dry_run: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let sock = e.path();
-        if sock.extension().is_none_or(|x| x != "sock") {
-            continue;
-        }
-        // held while the socket is removed: a start that creates the environment anew takes
-        // this lock first, so its new socket is never the one removed here
-        let lock = LockProbe::shared(&sock.with_extension("lock"));
+    // the lock is held while the socket is removed: a start that creates the environment anew
+    // takes it first, so its new socket is never the one removed here
+    for (sock, lock) in rendezvous_files(dir, "sock") {
         if !lock.held && (dry_run || std::fs::remove_file(&sock).is_ok()) {
             if !dry_run {
                 let _ = std::fs::remove_file(sock.with_extension("json"));
@@ -161,6 +142,24 @@ pub fn remove_stale(dir: &Path, dry_run: bool) -> Vec<PathBuf> {
         drop(lock);
     }
     out
+}
+
+/// The files `<key>.<ext>` in `dir`, each with its environment's lock probed (and kept while the
+/// caller holds the probe).
+fn rendezvous_files<'a>(
+    dir: &Path,
+    ext: &'a str,
+) -> impl Iterator<Item = (PathBuf, LockProbe)> + 'a {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(move |p| p.extension().is_some_and(|x| x == ext))
+        .map(|p| {
+            let lock = LockProbe::shared(&p.with_extension("lock"));
+            (p, lock)
+        })
 }
 
 /// A rendezvous lock tried with a non-blocking shared `flock`, kept while this value lives (so

@@ -478,6 +478,12 @@ fn wait_with_timeout(
 }
 
 /// Make a path absolute without resolving symlinks (relative to the current directory).
+/// `sudo -n HELPER`: how the unprivileged side calls the site's mount helper (load's site path,
+/// release, list, environments' `idmap`).
+pub fn helper_sudo(helper: &Path) -> ToolCommand {
+    ToolCommand::new(Tool::Sudo).arg("-n").path(helper)
+}
+
 pub fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()

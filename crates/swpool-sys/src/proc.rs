@@ -103,6 +103,19 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     v
 }
 
+/// The uids of a `/proc/PID/status` text's `Uid:` line: real, effective, saved, file system.
+pub fn status_uids(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The mounts this process sees.
 pub fn read_mountinfo() -> std::io::Result<Vec<MountEntry>> {
     Ok(parse_mountinfo(&std::fs::read_to_string(
@@ -208,12 +221,7 @@ pub fn holders(mount: &Path) -> (Vec<Holder>, usize) {
             .unwrap_or_default();
         let uid = std::fs::read_to_string(base.join("status"))
             .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Uid:"))
-                    .and_then(|l| l.split_whitespace().next())
-                    .and_then(|u| u.parse().ok())
-            });
+            .and_then(|s| status_uids(&s).first().copied());
         found.push(Holder {
             pid,
             uid,
@@ -228,6 +236,13 @@ pub fn holders(mount: &Path) -> (Vec<Holder>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_uids_reads_all_four() {
+        let s = "Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t5\t5\t5\t5\n";
+        assert_eq!(status_uids(s), [1000, 1001, 1002, 1003]);
+        assert!(status_uids("Name:\tx\n").is_empty());
+    }
 
     #[test]
     fn mountinfo_lines() {

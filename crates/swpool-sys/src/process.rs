@@ -64,12 +64,7 @@ pub fn is_our_helper(pid: u32, uid: u32, mp: &Path) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return false;
     };
-    let ruid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u32>().ok());
-    if ruid != Some(uid) {
+    if crate::proc::status_uids(&status).first() != Some(&uid) {
         return false;
     }
     let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::Error;
-use crate::exec::{Tool, ToolCommand};
 use crate::mount::{Backend, PoolId, Sys};
 use crate::state::{self, Record, Ref, Serving, StateDir};
 use crate::trust::Verdict;
@@ -77,10 +76,7 @@ pub(super) fn ask<T: serde::de::DeserializeOwned>(
     what: &str,
     args: &[&str],
 ) -> Result<T, Error> {
-    let cmd = ToolCommand::new(Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-        .args(args.iter().copied());
+    let cmd = crate::state::helper_sudo(helper).args(args.iter().copied());
     let out = sys
         .run(&cmd)
         .map_err(|e| helper_error(node, what, e))?

@@ -119,12 +119,7 @@ pub fn release(
     })
 }
 
-/// `sudo -n HELPER`: how the user's side calls the site's mount helper.
-pub fn helper_sudo(helper: &Path) -> crate::exec::ToolCommand {
-    crate::exec::ToolCommand::new(crate::exec::Tool::Sudo)
-        .arg("-n")
-        .path(helper)
-}
+pub use swpool_sys::exec::helper_sudo;
 
 /// Why a call of the helper failed: its own words (stderr), else how running it failed.
 pub fn helper_reason(e: &crate::exec::ExecError) -> String {
