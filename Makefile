@@ -27,7 +27,7 @@ install: build
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sw-pool
-	install -m 0755 $(BIN)-full $(BIN)-enter $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)-full $(BIN)-enter $(BIN)-serve $(DESTDIR)$(PREFIX)/bin/
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount
 	install -d $(DESTDIR)$(PREFIX)/libexec/sw-pool
@@ -48,7 +48,7 @@ install: build
 	install -m 0755 $(SPANK) $(DESTDIR)$(PREFIX)/lib/sw-pool/sw_pool_spank.so
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/sw-pool-full $(DESTDIR)$(PREFIX)/bin/sw-pool-enter \
+	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/sw-pool-full $(DESTDIR)$(PREFIX)/bin/sw-pool-enter $(DESTDIR)$(PREFIX)/bin/sw-pool-serve \
 	  $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount \
 	  $(DESTDIR)$(PREFIX)/share/man/man1/sw-pool*.1 \
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool \

@@ -100,6 +100,8 @@ pub enum Tool {
     MkfsErofs,
     /// Fsck.erofs: `inspect --check` of an EROFS pool.
     FsckErofs,
+    /// `sw-pool-serve`: the verifying chunk server (`mount --in-place`), beside sw-pool.
+    ChunkServer,
 }
 
 impl Tool {
@@ -129,6 +131,7 @@ impl Tool {
             Tool::MountHelper => "sw-pool-mount-helper",
             Tool::MkfsErofs => "mkfs.erofs",
             Tool::FsckErofs => "fsck.erofs",
+            Tool::ChunkServer => "sw-pool-serve",
         }
     }
 
@@ -149,7 +152,7 @@ impl Tool {
             Tool::Ldconfig | Tool::LdSo => "libc-bin",
             Tool::Python3 => "python3",
             Tool::FuseOverlayfs => "fuse-overlayfs",
-            Tool::MountHelper => "sw-pool",
+            Tool::MountHelper | Tool::ChunkServer => "sw-pool",
             Tool::Sudo => "sudo",
             Tool::MkfsErofs | Tool::FsckErofs => "erofs-utils",
         }
@@ -282,6 +285,8 @@ pub struct ToolCommand {
     env_remove: Vec<OsString>,
     timeout: Option<Duration>,
     program: Option<PathBuf>,
+    /// Arguments that are tools, located when the command is ([`ToolCommand::then_run`]).
+    located: Vec<(usize, Tool)>,
 }
 
 impl ToolCommand {
@@ -293,6 +298,7 @@ impl ToolCommand {
             envs: Vec::new(),
             env_remove: Vec::new(),
             timeout: None,
+            located: Vec::new(),
         }
     }
 
@@ -342,6 +348,23 @@ impl ToolCommand {
         self.tool
     }
 
+    /// Append `inner` as the command this one runs (a wrapper's `-- PROGRAM ARGS...`): its program
+    /// is located when this command is ([`Tool::locate`]: never by a root caller's `PATH`), its
+    /// environment changes are this command's.
+    pub fn then_run(mut self, inner: ToolCommand) -> Self {
+        match inner.program {
+            Some(p) => self.args.push(p.into_os_string()),
+            None => {
+                self.located.push((self.args.len(), inner.tool));
+                self.args.push(inner.tool.program().into());
+            }
+        }
+        self.args.extend(inner.args);
+        self.envs.extend(inner.envs);
+        self.env_remove.extend(inner.env_remove);
+        self
+    }
+
     /// The arguments, as passed.
     pub fn arguments(&self) -> &[OsString] {
         &self.args
@@ -374,7 +397,14 @@ impl ToolCommand {
             None => self.tool.locate(path_var)?,
         };
         let mut c = Command::new(program);
-        c.args(&self.args).stdin(Stdio::null());
+        c.stdin(Stdio::null());
+        for (i, a) in self.args.iter().enumerate() {
+            match self.located.iter().find(|(k, _)| *k == i) {
+                // the inner command of a wrapper: found here, like the wrapper itself
+                Some((_, t)) => c.arg(t.locate(path_var)?),
+                None => c.arg(a),
+            };
+        }
         for k in &self.env_remove {
             c.env_remove(k);
         }

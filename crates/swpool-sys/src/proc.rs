@@ -42,6 +42,7 @@ impl MountEntry {
                 | "fuse.ext3"
                 | "fuse.ext4"
                 | "fuse.fuse2fs"
+                | "fuse.sw-pool-serve"
         )
     }
     pub fn has_option(&self, o: &str) -> bool {

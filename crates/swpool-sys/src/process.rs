@@ -80,7 +80,7 @@ pub fn is_our_helper(pid: u32, uid: u32, mp: &Path) -> bool {
         .unwrap_or_default();
     let helper = matches!(
         prog.as_str(),
-        "squashfuse_ll" | "squashfuse" | "fuse2fs" | "fusermount3"
+        "squashfuse_ll" | "squashfuse" | "fuse2fs" | "fusermount3" | "sw-pool-serve"
     );
     let mpb = mp.as_os_str().as_bytes();
     helper && args.contains(&mpb)

@@ -347,6 +347,13 @@ pub struct CpArgs {
       the paper's tool (ext2 -> fuse2fs)
   sw-pool mount demo/1.0
       found on $SW_POOL_PATH, mounted at $SW_POOL_MOUNT/demo/1.0
+  sw-pool mount --in-place demo/1.0
+      no copy: served from the pool file, each chunk verified on first read
+
+A pool is copied into the node-local cache (every chunk verified) and mounted
+from there; with --in-place it is served from where it lies by sw-pool-serve,
+which hashes each chunk against the manifest before serving it (a changed
+chunk reads as EIO and is logged; the rest stays readable).
 
 The format comes from the image's magic, never from its name. Mounts are always
 ro,nosuid,nodev.
@@ -371,6 +378,10 @@ pub struct MountArgs {
     /// same lease; DIR must be under the helper's user_mount_root/<you>/
     #[arg(long, requires = "rw")]
     pub kernel: bool,
+    /// Serve a pool from where it lies (no copy): every chunk is read from the pool file when
+    /// first touched and hashed against its signed manifest before any byte of it is served
+    #[arg(long, conflicts_with_all = ["rw", "shadow", "kernel"])]
+    pub in_place: bool,
     /// Job id recorded with the mount; default: $SLURM_JOB_ID
     #[arg(long, value_name = "ID")]
     pub job_id: Option<String>,
@@ -631,8 +642,14 @@ $LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared storage,
 every chunk verified as it lands; nothing when the cache already holds it);
 mount it read-only at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node;
 print the environment change (stdout) and, with -v, per-phase timings (stderr).
-A failure on any node fails every node the same way and leaves nothing mounted.")]
+A failure on any node fails every node the same way and leaves nothing mounted.
+A node without room for the copy: the pool is served in place on every node
+instead (sw-pool-serve, each chunk verified on first read), with a warning;
+--no-fallback fails instead.")]
 pub struct LoadArgs {
+    /// Fail when a node has no room for the copy, instead of serving the pool in place
+    #[arg(long)]
+    pub no_fallback: bool,
     /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
     #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
     pub mountpoint: Option<PathBuf>,

@@ -41,6 +41,7 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<()
         job_id: super::mount::job_id(a.job_id.clone(), env),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
         progress: bar.as_ref().map(crate::output::progress_sink),
+        no_fallback: a.no_fallback,
         ..LoadRequest::default()
     };
     let loaded = load::load(job, &node, &req, &Quiet);
@@ -52,6 +53,9 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<()
         return Ok(()); // world rank 0 speaks for the job
     }
     if let Some(w) = super::trust_warning(env, &l.plan).filter(|_| !g.quiet) {
+        eline!("sw-pool: warning: {w}");
+    }
+    if let Some(w) = &l.in_place {
         eline!("sw-pool: warning: {w}");
     }
     if a.json {
@@ -89,7 +93,9 @@ fn print_timings(l: &Loaded) {
         l.plan.name,
         l.plan.version,
         r.nodes,
-        if r.skipped_all {
+        if l.in_place.is_some() {
+            " (served in place, nothing copied)"
+        } else if r.skipped_all {
             " (already cached everywhere)"
         } else {
             ""

@@ -55,6 +55,7 @@ pub fn run(g: &GlobalArgs, a: MountArgs, env: &Environment) -> Result<(), Error>
         job_id: job_id(a.job_id.clone(), env),
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
         progress: bar.as_ref().map(crate::output::progress_sink),
+        in_place: a.in_place,
     };
     let outcome = mount_image(&node, &req);
     if let Some(b) = bar {
@@ -194,6 +195,17 @@ fn print_mounted(p: &Printer, rec: &swpool_core::state::Record, reused: bool, se
             rec.mount_point.display(),
             rec.refcount()
         ));
+    } else if let Some(swpool_core::state::Serving::ChunkServer { pid, .. }) = &rec.serving {
+        p.result(format!(
+            "mounted {} ({}, {} under sw-pool-serve pid {pid}) at {}: served in place from {}, \
+             each chunk verified on first read; nothing copied",
+            rec.label(),
+            rec.format,
+            rec.backend,
+            rec.mount_point.display(),
+            rec.image.display()
+        ));
+        p.verbose(format!("mount      {seconds:.3} s"));
     } else {
         p.result(format!(
             "mounted {} ({}, {} pid {}) at {}",

@@ -48,6 +48,8 @@ pub struct LoadRequest {
     pub expect_digest: Option<String>,
     /// Progress of the broadcast (world rank 0).
     pub progress: Option<ProgressSink>,
+    /// Fail when a node has no room for the copy, instead of serving the pool in place there.
+    pub no_fallback: bool,
 }
 
 /// Everything a node needs that is not the request: configuration, the environment, trust, the
@@ -122,6 +124,9 @@ pub struct Plan {
     pub version: String,
     pub digest: String,
     pub verdict: Verdict,
+    /// Bytes of the image's data chunks: what a copy needs on the node.
+    #[serde(default)]
+    pub data_size: u64,
 }
 
 /// Wall time of the pipeline's steps (world rank 0's figures).
@@ -144,6 +149,8 @@ pub struct Loaded {
     /// The broadcast's report (nothing moved when `skipped_all`).
     pub copy: CopyReport,
     pub timings: Timings,
+    /// Served in place (a node had no room for the copy: [`in_place`]): the warning to show.
+    pub in_place: Option<String>,
 }
 
 /// This rank's part in the agreement on a step only node leaders do (`None` on the others).
@@ -210,6 +217,7 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Opti
         version: m.version.clone(),
         digest: m.digest.clone(),
         verdict,
+        data_size: m.data_size,
     };
     Ok((plan, authorized, pool.file.take()))
 }
@@ -262,6 +270,7 @@ fn mount_here(
     node: &NodeContext,
     req: &LoadRequest,
     plan: &Plan,
+    in_place: bool,
 ) -> Result<(state::Record, bool), Error> {
     let mp = match &req.mountpoint {
         Some(m) => explicit_mountpoint(m)?,
@@ -271,7 +280,12 @@ fn mount_here(
         node.sys,
         &node.state,
         &AcquireRequest {
-            image: plan.dest.clone(),
+            // in place: the pool file itself, through the verifying chunk server
+            image: if in_place {
+                plan.src.clone()
+            } else {
+                plan.dest.clone()
+            },
             mountpoint: mp,
             options: MountOptions::parse(None)?,
             job_id: req.job_id.clone(),
@@ -279,6 +293,10 @@ fn mount_here(
             once_per_job: req.once_per_job,
             source: Some(plan.src.clone()),
             lease: None,
+            serve: in_place.then(|| crate::mount::serve::InPlace {
+                digest: plan.digest.clone(),
+                keep: None,
+            }),
         },
     )?;
     Ok((r.record, r.reused))
@@ -392,6 +410,12 @@ pub fn load(
         }
     }
 
+    // a node without room for the copy: every node serves the pool in place (unless refused)
+    let short = in_place::short_nodes(job, &plan)?;
+    if !short.is_empty() && !req.no_fallback && !site_all {
+        return in_place::load_in_place(job, node, req, plan, short, t0, resolve_trust);
+    }
+
     // 2.-6. place: the broadcast into the node-local cache, bound to the authorized bytes
     let opts = CopyOptions {
         progress: req.progress.is_some(),
@@ -447,7 +471,7 @@ pub fn load(
         l.timings.mount = tm.elapsed();
         return Ok(l);
     }
-    let mounted = leader.then(|| mount_here(node, req, &plan));
+    let mounted = leader.then(|| mount_here(node, req, &plan, false));
     if let Err(e) = job.agree(outcome(&mounted)) {
         if let Some(Ok((rec, _))) = &mounted {
             // the nodes that did mount take their mount (or their reference) back
@@ -480,6 +504,7 @@ pub fn load(
             mount,
             total: t0.elapsed(),
         },
+        in_place: None,
     })
 }
 
@@ -496,6 +521,7 @@ impl Loaded {
             "nodes_received": r.nodes_received,
             "ranks": ranks,
             "skipped_all": r.skipped_all,
+            "in_place": self.in_place,
             "bytes_read_from_src": r.bytes_read_from_src,
             "bytes_sent": r.bytes_sent,
             "bytes_written": r.bytes_written,
@@ -742,6 +768,7 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
     changes
 }
 
+mod in_place;
 mod mount_image;
 mod mount_kernel;
 mod mount_rw;

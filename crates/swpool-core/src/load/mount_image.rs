@@ -25,6 +25,8 @@ pub struct MountRequest {
     pub timeout: Duration,
     /// Progress of the copy into the cache.
     pub progress: Option<crate::transfer::ProgressSink>,
+    /// A pool served from where it lies through the verifying chunk server (no copy).
+    pub in_place: bool,
 }
 
 /// How it was mounted.
@@ -54,6 +56,9 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
     let spec = req.image.to_string_lossy().into_owned();
     let by_name =
         std::fs::symlink_metadata(&req.image).is_err() && crate::pool::spec::is_pool_spec(&spec);
+    if req.in_place {
+        return mount_in_place(node, req);
+    }
     // A pool (NAME/VERSION, or a file with a manifest) is never mounted where it lies: a mounted
     // pool serves only bytes its manifest vouches for, also when the file it came from is changed
     // after the mount. Only a bare image (no manifest, nothing to verify against) is mounted in
@@ -107,12 +112,60 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
             once_per_job: false,
             source: None,
             lease,
+            serve: None,
         },
     )?;
     acquired.notes.extend(notes);
     Ok(MountOutcome::InPlace {
         acquired: Box::new(acquired),
         warning,
+    })
+}
+
+/// `mount --in-place POOL [DIR]`: the pool file where it lies, served through the verifying chunk
+/// server (every chunk hashed against the manifest the trust policy accepted before any byte of it
+/// is served); nothing is copied. A bare image has no manifest to verify against: refused.
+fn mount_in_place(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome, Error> {
+    let pool = super::resolve(&req.image, &node.cfg.pool_path.value)?;
+    if !is_pool(&pool)? {
+        return Err(Error::other(
+            ExitStatus::BadInput,
+            format!(
+                "{}: --in-place serves a pool, chunk by chunk against its manifest, and this is a \
+                 bare image without one: mount it without --in-place (it is mounted where it lies), \
+                 or build it as a pool with `sw-pool build`",
+                crate::exec::show(&pool)
+            ),
+        ));
+    }
+    let verdict = authorize_in_place(node, &pool)?.expect("a pool has a verdict");
+    let info = ImageInfo::inspect(&pool)?;
+    let id = info.pool.clone().expect("a pool");
+    let mountpoint = match &req.mountpoint {
+        Some(m) => super::explicit_mountpoint(m)?,
+        None => node.default_mountpoint(&id.name, &id.version)?,
+    };
+    let acquired = crate::state::acquire(
+        node.sys,
+        &node.state,
+        &AcquireRequest {
+            image: pool.clone(),
+            mountpoint,
+            options: req.options,
+            job_id: req.job_id.clone(),
+            timeout: req.timeout,
+            once_per_job: false,
+            source: Some(pool.clone()),
+            lease: None,
+            serve: Some(crate::mount::serve::InPlace {
+                digest: id.digest,
+                keep: None,
+            }),
+        },
+    )?;
+    Ok(MountOutcome::InPlace {
+        acquired: Box::new(acquired),
+        warning: verdict.warning(&pool),
     })
 }
 

@@ -40,6 +40,7 @@ pub fn mount_rw(
             once_per_job: false,
             source: None,
             lease: Some(me),
+            serve: None,
         },
     )?;
     Ok((acquired, taken, report))

@@ -141,6 +141,7 @@ pub(super) fn finish(
             mount: tm.elapsed(),
             total: t0.elapsed(),
         },
+        in_place: None,
     })
 }
 

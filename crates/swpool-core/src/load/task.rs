@@ -57,6 +57,7 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         once_per_job: true,
         expect_digest: Some(p.digest.clone()),
         progress: None,
+        no_fallback: false,
     };
     let l = load(&crate::transfer::Job::single(), node, &req, &Quiet)?;
     if !l.reused {

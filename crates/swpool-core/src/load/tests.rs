@@ -113,6 +113,8 @@ struct Faults {
     mount_fails_on: Option<usize>,
     /// The leaders have no data plane: every receiving node copies by itself (a job without MPI).
     no_data_plane: bool,
+    /// `--no-fallback`: a node without room fails the load instead of serving in place.
+    no_fallback: bool,
 }
 
 struct NodeOutcome {
@@ -133,6 +135,7 @@ fn run(
         mountpoint: Some(s.root.join("node%n/mnt")),
         cache_dir: Some(s.root.join("node%n/cache")),
         timeout: Duration::from_secs(5),
+        no_fallback: faults.no_fallback,
         ..LoadRequest::default()
     };
     let each = |r: &FakeRank| {
@@ -265,10 +268,11 @@ fn a_bad_signature_on_node_3_fails_every_node() {
 }
 
 #[test]
-fn a_full_disk_on_node_2_fails_every_node() {
+fn a_full_disk_on_node_2_fails_every_node_with_no_fallback() {
     let s = site();
     let f = Faults {
         full_disk_on: Some(1),
+        no_fallback: true,
         ..Faults::default()
     };
     let m = failed_alike(&s, &run(&s, 2, f, &Quiet), "not enough space", 1);
@@ -279,6 +283,35 @@ fn a_full_disk_on_node_2_fails_every_node() {
         "{m}"
     );
     assert!(!m.contains("DEST"), "{m}");
+}
+
+#[test]
+fn a_full_disk_on_node_2_serves_the_pool_in_place_on_every_node() {
+    let s = site();
+    let f = Faults {
+        full_disk_on: Some(1),
+        ..Faults::default()
+    };
+    let out = run(&s, 2, f, &Quiet);
+    for (i, o) in out.iter().enumerate() {
+        let l = o.result.as_ref().unwrap();
+        let w = l.in_place.as_deref().expect("a warning");
+        assert!(
+            w.contains("fake1") && w.contains("1 node(s)") && w.contains("--no-fallback"),
+            "{w}"
+        );
+        if i % 2 == 0 {
+            assert_eq!(o.mounts, 1, "node {} mounted", i / 2);
+            // the pool file itself, through the chunk server (with the authorized digest)
+            assert_eq!(l.record.image, s.pool.canonicalize().unwrap());
+            assert!(matches!(
+                l.record.serving,
+                Some(crate::state::Serving::ChunkServer { dir: Some(_), .. })
+            ));
+        }
+    }
+    // nothing was copied anywhere
+    assert_nothing_cached(&s);
 }
 
 #[test]

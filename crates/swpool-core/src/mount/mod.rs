@@ -19,6 +19,7 @@
 
 pub mod paths;
 mod point;
+pub mod serve;
 mod unmount;
 pub use point::{canonical_mountpoint, check_mountpoint, create_leaf};
 pub use swpool_sys::{pinned, proc, sys, walk};
@@ -172,11 +173,16 @@ pub struct ImageInfo {
     pub pool: Option<PoolId>,
     /// Mounted read-write (a user image under its lease).
     pub writable: bool,
+    /// Served from where it lies through the verifying chunk server ([`serve`]).
+    pub serve: Option<serve::Serve>,
 }
 
 impl ImageInfo {
     /// The helper's command line for this image at `mountpoint`.
     fn helper_command(&self, mountpoint: &Path) -> ToolCommand {
+        if let Some(s) = &self.serve {
+            return s.wrap(&self.path, self.backend.command(&s.image(), mountpoint));
+        }
         if self.writable {
             self.backend.command_rw(&self.path, mountpoint)
         } else {
@@ -266,6 +272,7 @@ impl ImageInfo {
             backend: Backend::for_format(format),
             pool,
             writable: false,
+            serve: None,
         })
     }
 }

@@ -11,6 +11,7 @@ fn image() -> ImageInfo {
         backend: Backend::SquashfuseLl,
         pool: None,
         writable: false,
+        serve: None,
     }
 }
 
@@ -59,6 +60,48 @@ fn backend_from_format_and_command_lines() {
     assert_eq!(
         c.cmdline(),
         "fuse2fs /a/i.ext4 /m -f -o ro,nosuid,nodev,fakeroot"
+    );
+}
+
+#[test]
+fn a_served_image_runs_its_helper_under_the_chunk_server_on_the_served_file() {
+    let (_d, mp, sys) = setup(FakeHelper::MountsAfter(1));
+    let mut img = image();
+    img.serve = Some(serve::Serve {
+        dir: PathBuf::from("/state/k.serve"),
+        digest: "blake3:ab".into(),
+        keep: None,
+    });
+    let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(m.helper_pid, 4242);
+    let calls = sys.calls();
+    let Some(Call::Spawn { tool, args }) = calls.iter().find(|c| matches!(c, Call::Spawn { .. }))
+    else {
+        panic!("{calls:?}")
+    };
+    assert_eq!(*tool, Tool::ChunkServer);
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mpd = mp.display().to_string();
+    assert_eq!(
+        args,
+        [
+            "--pool",
+            "/pools/demo.sqfs",
+            "--digest",
+            "blake3:ab",
+            "--dir",
+            "/state/k.serve",
+            "--",
+            "squashfuse_ll",
+            "-f",
+            "-o",
+            "ro,nosuid,nodev",
+            "/state/k.serve/image",
+            mpd.as_str()
+        ]
     );
 }
 

@@ -19,6 +19,9 @@ pub struct AcquireRequest {
     /// The lease a read-write mount of a user image holds (taken by the caller, kept in the
     /// record, given back when the record goes: [`StateDir::remove`]).
     pub lease: Option<crate::userimage::lease::Holder>,
+    /// Serve the image from where it lies through the verifying chunk server (a pool the trust
+    /// policy accepted with this digest), instead of mounting the file itself.
+    pub serve: Option<mount::serve::InPlace>,
 }
 
 /// The result of [`acquire`].
@@ -63,7 +66,7 @@ pub fn held_by_job(
         return Ok(None);
     }
     let mounts = sys.mounts().map_err(MountError::MountTable)?;
-    Ok(match mount::state(sys, &mounts, &rec.mount_point) {
+    Ok(match rec.mount_state(sys, &mounts, &rec.mount_point) {
         MountState::Mounted => Some(rec),
         _ => None,
     })
@@ -79,12 +82,19 @@ pub fn acquire(
     let mut image = ImageInfo::inspect(&req.image)?;
     image.writable = req.options.writable();
     let mp = mount::canonical_mountpoint(&req.mountpoint)?;
+    if let Some(p) = &req.serve {
+        image.serve = Some(mount::serve::Serve {
+            dir: dir.serve_path(&mp),
+            digest: p.digest.clone(),
+            keep: p.keep.clone(),
+        });
+    }
     let _lock = dir.lock()?;
     let mut notes = Vec::new();
     let me = sys.euid();
     if let Some(mut rec) = dir.read(&mp)? {
         let mounts = sys.mounts().map_err(MountError::MountTable)?;
-        match mount::state(sys, &mounts, &mp) {
+        match rec.mount_state(sys, &mounts, &mp) {
             MountState::Mounted if rec.pending => {
                 // its writer held the lock and is gone: a mount whose record was never completed
                 notes.push(format!(
@@ -189,10 +199,22 @@ pub fn acquire(
         lease: req.lease.clone(),
     };
     dir.write(&rec)?;
+    if let Some(s) = &image.serve {
+        if let Err(e) = mount::serve::prepare_dir(sys, &s.dir) {
+            let _ = dir.remove(&mp);
+            return Err(MountError::Staging {
+                reason: format!("the chunk server's directory {}: {e}", s.dir.display()),
+            }
+            .into());
+        }
+    }
     let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
         Ok(m) => m,
         Err(e) => {
             let _ = std::fs::remove_file(&log);
+            if let Some(s) = &image.serve {
+                mount::serve::release_dir(sys, &s.dir, 0);
+            }
             let _ = dir.remove(&mp);
             return Err(e.into());
         }
@@ -200,9 +222,15 @@ pub fn acquire(
     rec.pending = false;
     rec.helper_pid = m.helper_pid;
     rec.mount_id = m.mount_id;
-    rec.serving = Some(Serving::Fuse {
-        helper: m.backend,
-        pid: m.helper_pid,
+    rec.serving = Some(match &image.serve {
+        Some(s) => Serving::ChunkServer {
+            pid: m.helper_pid,
+            dir: Some(s.dir.clone()),
+        },
+        None => Serving::Fuse {
+            helper: m.backend,
+            pid: m.helper_pid,
+        },
     });
     if let Err(e) = dir.write(&rec) {
         // no record, no mount: undo it

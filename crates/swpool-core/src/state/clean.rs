@@ -171,7 +171,7 @@ fn clean_record(
     let key = rec.mount_point.clone();
     let mp = rec.located(mounts);
     let label = rec.label();
-    let st = mount::state(sys, mounts, &mp);
+    let st = rec.mount_state(sys, mounts, &mp);
     let writer_dead = rec.pending && rec.refs.iter().all(|r| !sys.running(r.pid));
     let broken = st != MountState::Mounted || writer_dead;
     let of_job = sel
@@ -248,6 +248,7 @@ fn clean_record(
         reap_helper(sys, sel, &mp, &label, jobs.clone(), rec.helper_pid, out);
     }
     if !sel.dry_run {
+        rec.release_server(sys);
         dir.remove(&key)?;
     }
     act(

@@ -55,7 +55,7 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, StateError>
     for r in dir.records()? {
         match r {
             Ok(rec) => {
-                let st = mount::state(sys, &mounts, &rec.mount_point);
+                let st = rec.mount_state(sys, &mounts, &rec.mount_point);
                 seen.insert(rec.mount_point.clone());
                 let writer = rec.refs.first().map(|r| r.pid).unwrap_or(0);
                 let (status, problem) = match st {

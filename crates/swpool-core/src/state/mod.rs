@@ -121,8 +121,14 @@ pub enum Serving {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         helper: Option<PathBuf>,
     },
-    /// sw-pool's on-demand chunk server (a FUSE server verifying each chunk it serves).
-    ChunkServer { pid: u32 },
+    /// sw-pool's verifying chunk server (`sw-pool-serve`, a FUSE server hashing each chunk before
+    /// serving it) in front of the FUSE helper (`helper_pid` is the server: the helper is its child).
+    ChunkServer {
+        pid: u32,
+        /// Where it serves the image (removed with the record).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<PathBuf>,
+    },
     /// An overlay of read-only layers and a writable upper directory.
     Overlay { lower: Vec<PathBuf>, upper: PathBuf },
     /// A process holding the namespaces of an environment.
@@ -223,6 +229,29 @@ impl Record {
             })
             .map(|e| e.mount_point.clone())
             .unwrap_or_else(|| self.mount_point.clone())
+    }
+    /// [`mount::state`] of this record's mount at `at`; a mount whose chunk server died is stale
+    /// too (its FUSE helper still answers, every read of data fails with `EIO`).
+    pub fn mount_state(
+        &self,
+        sys: &dyn Sys,
+        mounts: &[mount::proc::MountEntry],
+        at: &Path,
+    ) -> MountState {
+        let st = mount::state(sys, mounts, at);
+        match (&self.serving, st) {
+            (Some(Serving::ChunkServer { pid, .. }), MountState::Mounted) if !sys.running(*pid) => {
+                MountState::Stale
+            }
+            _ => st,
+        }
+    }
+    /// Once the mount is gone: the chunk server's directory (and a mount a killed server left
+    /// there) goes too.
+    pub fn release_server(&self, sys: &dyn Sys) {
+        if let Some(Serving::ChunkServer { pid, dir: Some(d) }) = &self.serving {
+            mount::serve::release_dir(sys, d, *pid);
+        }
     }
     fn same_image(&self, img: &ImageInfo) -> bool {
         match (&self.pool, &img.pool) {

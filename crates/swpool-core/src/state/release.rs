@@ -54,7 +54,10 @@ pub fn release(
     let at = rec
         .as_ref()
         .map_or_else(|| mp.clone(), |r| r.located(&mounts));
-    let st = mount::state(sys, &mounts, &at);
+    let st = match &rec {
+        Some(r) => r.mount_state(sys, &mounts, &at),
+        None => mount::state(sys, &mounts, &at),
+    };
     let Some(mut rec) = rec else {
         if st == MountState::Absent {
             return Err(MountError::NotMounted { path: mp }.into());
@@ -110,6 +113,7 @@ pub fn release(
         (_, MountState::Absent) => None,
         _ => Some(mount::unmount(sys, &at, force)?),
     };
+    rec.release_server(sys);
     dir.remove(&mp)?;
     Ok(Released {
         mount_point: mp,

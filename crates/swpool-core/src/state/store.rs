@@ -141,6 +141,13 @@ impl StateDir {
             .join(format!("{}.json", Self::key(&self.node, mount_point)))
     }
 
+    /// Where the chunk server of the mount at `mount_point` serves its image (`mount --in-place`).
+    pub fn serve_path(&self, mount_point: &Path) -> PathBuf {
+        self.path
+            .join("mounts")
+            .join(format!("{}.serve", Self::key(&self.node, mount_point)))
+    }
+
     /// The sidecar holding a record's mount ID (see [`StateDir::write`]).
     fn mount_id_path(&self, mount_point: &Path) -> PathBuf {
         self.path

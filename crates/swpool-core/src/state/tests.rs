@@ -47,6 +47,7 @@ fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
         once_per_job: false,
         source: None,
         lease: None,
+        serve: None,
     }
 }
 

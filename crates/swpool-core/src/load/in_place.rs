@@ -1,0 +1,107 @@
+//! `load` on nodes without room for the pool's copy (seed 004's diskless nodes, a full
+//! `$LOCAL_TMPDIR`): instead of failing, every node serves the pool from where it lies through the
+//! verifying chunk server ([`crate::mount::serve`]), with a warning naming the nodes that had no
+//! room; `--no-fallback` keeps the old behaviour (the copy's preflight fails, naming the node).
+//! All nodes, not only the short ones, so that one job sees one kind of mount and the broadcast
+//! (a collective over every node) is not half-run.
+
+use std::time::{Duration, Instant};
+
+use super::{leader_value, mount_here, outcome, Error, LoadRequest, Loaded, NodeContext, Plan};
+use crate::collective::Collective;
+use crate::state;
+use crate::transfer::CopyReport;
+
+/// Why this node cannot hold the copy; `None` when it can (or holds it already).
+pub(super) fn no_room(plan: &Plan, host: &str) -> Option<String> {
+    if plan.dest.is_file() {
+        return None; // an entry is there: revalidated and reused (or replaced in place)
+    }
+    let dir = plan.dest.parent()?;
+    let st = rustix::fs::statvfs(dir).ok()?;
+    #[allow(unused_mut)]
+    let mut free = st.f_bavail.saturating_mul(st.f_frsize);
+    #[cfg(test)]
+    if let Some(f) = crate::transfer::TEST_FREE_BYTES.with(|c| c.get()) {
+        free = f; // a full disk on one node of a fake cluster (unit tests only)
+    }
+    // what the copy's preflight asks for (transfer::prepare)
+    let need = plan.data_size + plan.data_size / 64 + (1 << 20);
+    (free < need).then(|| {
+        format!(
+            "{host}: {} free in {}, the copy needs {}",
+            crate::size::Bytes(free),
+            dir.display(),
+            crate::size::Bytes(need)
+        )
+    })
+}
+
+/// Whether any node has no room (collective over every rank): the nodes' reasons, empty when
+/// every node has room.
+pub(super) fn short_nodes(
+    job: &dyn Collective,
+    plan: &Plan,
+) -> Result<Vec<String>, crate::collective::Agreed> {
+    let mine = if job.is_leader() {
+        no_room(plan, job.hostname()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok(job
+        .all_gather(mine.as_bytes())?
+        .into_iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .collect())
+}
+
+/// Mount in place on every node (all or nothing, like the copy's mount).
+pub(super) fn load_in_place(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LoadRequest,
+    plan: Plan,
+    short: Vec<String>,
+    t0: Instant,
+    resolve_trust: Duration,
+) -> Result<Loaded, Error> {
+    let tm = Instant::now();
+    let mounted = job.is_leader().then(|| mount_here(node, req, &plan, true));
+    if let Err(e) = job.agree(outcome(&mounted)) {
+        if let Some(Ok((rec, _))) = &mounted {
+            let mp = &rec.mount_point;
+            let _ = state::release(node.sys, &node.state, mp, true, req.job_id.as_deref());
+        }
+        return Err(e.into());
+    }
+    let own = mounted.and_then(Result::ok);
+    let (record, reused): (state::Record, bool) = leader_value(job, own.as_ref())?;
+    let warning = format!(
+        "no room for a copy of {}/{} on {} node(s) ({}): it is served in place from {} on every \
+         node, each chunk verified against its manifest on first read (reads go to shared \
+         storage); free node-local space or choose another --cache-dir for a copy, or \
+         --no-fallback to fail instead",
+        plan.name,
+        plan.version,
+        short.len(),
+        short.join("; "),
+        plan.src.display()
+    );
+    Ok(Loaded {
+        mount_point: record.mount_point.clone(),
+        plan,
+        reused,
+        record,
+        copy: CopyReport {
+            nodes: job.nodes(),
+            ..CopyReport::default()
+        },
+        timings: super::Timings {
+            resolve_trust,
+            mount: tm.elapsed(),
+            total: t0.elapsed(),
+        },
+        in_place: Some(warning),
+    })
+}

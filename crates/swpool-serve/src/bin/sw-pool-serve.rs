@@ -1,0 +1,228 @@
+//! `sw-pool-serve`: serve a pool's image through the verifying chunk server at `DIR/image` and run
+//! the file system's FUSE helper on it (`{image}` in its arguments), until that helper ends.
+//!
+//! sw-pool starts it (`sw-pool mount --in-place`, and `load` when the node has no room for a
+//! copy); it is not meant to be run by hand. Its stderr is the mount's log.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use clap::Parser;
+use swpool_format::pool::Pool;
+use swpool_serve::fs::{ImageFs, IMAGE};
+use swpool_serve::{Chunks, FileSource, Limits, LocalStore};
+
+/// Serve a pool's image, verifying every chunk against its manifest, and run a FUSE helper on it.
+#[derive(Parser, Debug)]
+#[command(name = "sw-pool-serve", version)]
+struct Args {
+    /// The pool file (on shared storage)
+    #[arg(long, value_name = "FILE")]
+    pool: PathBuf,
+    /// The manifest digest that was authorized: a pool whose manifest differs is refused
+    #[arg(long, value_name = "DIGEST")]
+    digest: String,
+    /// An empty directory of the caller's to serve the image in (as DIR/image)
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Keep fetched chunks in this sparse file (and FILE.chunks), reused by later runs
+    #[arg(long, value_name = "FILE")]
+    keep: Option<PathBuf>,
+    /// Bytes of verified chunks kept in memory when nothing is kept on disk
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    memory: u64,
+    /// Requests served at once
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    threads: usize,
+    /// Log each step (to standard error, the mount's log)
+    #[arg(long)]
+    debug: bool,
+    /// The helper and its arguments; `{image}` stands for the served file
+    #[arg(last = true, required = true, value_name = "HELPER")]
+    helper: Vec<OsString>,
+}
+
+static CHILD: AtomicU32 = AtomicU32::new(0);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .without_time()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(if args.debug {
+            "debug,fuser=info"
+        } else {
+            "info,fuser=warn"
+        }))
+        .init();
+    // before any thread exists: these signals are taken by one thread and passed to the helper
+    let set = termination_signals();
+    // SAFETY: a valid signal set built by termination_signals; no other thread runs yet.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    match run(&args, set) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sw-pool-serve: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
+    let node = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let mut pool = Pool::open(&args.pool).map_err(|e| e.to_string())?;
+    let m = pool.manifest.clone();
+    if m.digest != args.digest {
+        return Err(format!(
+            "{}: its manifest ({}) is not the one that was checked ({}): the pool was replaced since; nothing was served, load it again",
+            args.pool.display(),
+            m.digest,
+            args.digest
+        ));
+    }
+    let file = match pool.file.take() {
+        Some(f) => f,
+        None => {
+            std::fs::File::open(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?
+        }
+    };
+    let local = match &args.keep {
+        Some(p) => Some(
+            LocalStore::open(p, &m.digest, m.image_size, m.chunk_size)
+                .map_err(|e| format!("{}: cannot keep chunks there: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let chunks = Arc::new(Chunks::new(
+        &m,
+        Box::new(FileSource::new(file, &args.pool)),
+        local,
+        Limits {
+            memory: args.memory,
+        },
+        &node,
+    ));
+    let mtime = UNIX_EPOCH + Duration::from_secs(m.created);
+    let fs = ImageFs::new(
+        chunks.clone(),
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+        mtime,
+    );
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::RO,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::FSName("sw-pool-serve".into()),
+        fuser::MountOption::Subtype("sw-pool-serve".into()),
+    ];
+    cfg.n_threads = Some(args.threads.clamp(1, 64));
+    let session = fuser::Session::new(fs, &args.dir, &cfg)
+        .and_then(|s| s.spawn())
+        .map_err(|e| {
+            format!(
+                "cannot serve {} at {}: {e}{}",
+                m.name,
+                args.dir.display(),
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    " (/dev/fuse must be usable by this user: mode 0666)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+    if let Some(store) = chunks.local() {
+        let _ = store; // flushed by the thread below and at the end
+        let c = chunks.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(300));
+            if let Some(s) = c.local() {
+                if let Err(e) = s.flush() {
+                    tracing::warn!("{}: marking chunks present: {e}", s.path().display());
+                }
+            }
+        });
+    }
+    std::thread::spawn(move || forward_signals(set));
+    let image = args.dir.join(IMAGE);
+    let argv: Vec<OsString> = args
+        .helper
+        .iter()
+        .map(|a| {
+            if a == "{image}" {
+                image.clone().into_os_string()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            CHILD.store(c.id(), Ordering::SeqCst);
+            c.wait()
+        });
+    CHILD.store(0, Ordering::SeqCst);
+    if let Some(s) = chunks.local() {
+        let _ = s.flush();
+    }
+    let fetched = chunks
+        .stats
+        .fetched
+        .load(std::sync::atomic::Ordering::Relaxed);
+    tracing::debug!(fetched, "helper ended; unmounting the served image");
+    drop(session);
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => Ok(match (s.code(), s.signal()) {
+            (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+            (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+            _ => ExitCode::from(1),
+        }),
+        Err(e) => Err(format!("cannot run {}: {e}", argv[0].to_string_lossy())),
+    }
+}
+
+/// Pass SIGTERM, SIGINT and SIGHUP on to the helper: it unmounts and ends, and so do we.
+fn forward_signals(set: libc::sigset_t) {
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: `set` is a valid signal set blocked in every thread; `sig` is a valid out pointer.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            continue;
+        }
+        let pid = CHILD.load(Ordering::SeqCst);
+        if pid > 1 {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        } else {
+            std::process::exit(128 + sig);
+        }
+    }
+}

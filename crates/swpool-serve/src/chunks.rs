@@ -1,0 +1,354 @@
+//! The engine: reads of the image, served chunk by chunk, each chunk verified before it is served.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use swpool_format::pool::manifest::{decode_hash, hash_chunk, Manifest};
+
+use crate::source::ChunkSource;
+use crate::store::LocalStore;
+
+/// Why a read fails (the FUSE layer answers `EIO` for each, after one log line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    #[error("{pool}: chunk {index} at byte offset {offset} read from {source_name} does not match the pool's signed manifest (node {node}); it is not served (EIO) and the other chunks stay readable: the pool file was changed or damaged since it was signed, copy it again from its source")]
+    Mismatch {
+        pool: String,
+        index: u64,
+        offset: u64,
+        source_name: String,
+        node: String,
+    },
+    #[error("{pool}: chunk {index} at byte offset {offset} cannot be read from {source_name} (node {node}): {reason}")]
+    Source {
+        pool: String,
+        index: u64,
+        offset: u64,
+        source_name: String,
+        node: String,
+        reason: String,
+    },
+    #[error("read past the end of the image (offset {offset}, image {size} bytes)")]
+    PastEnd { offset: u64, size: u64 },
+}
+
+/// Bounds: memory for chunks kept without a local store, and how many reads may be served at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of verified chunks kept in memory when there is no local store (at least one chunk).
+    pub memory: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { memory: 64 << 20 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Not on this node (maybe in the memory cache).
+    Absent,
+    /// One reader is fetching it; the others wait.
+    Fetching,
+    /// In the local store, verified by this server.
+    Local,
+    /// In the local store by its record, not yet verified by this server.
+    Recorded,
+    /// Its bytes did not match (logged once): every read of it fails.
+    Bad,
+}
+
+struct State {
+    slots: Vec<Slot>,
+    /// Verified chunks without a local store, least recently used first.
+    lru: VecDeque<(u64, Arc<Vec<u8>>)>,
+    lru_bytes: u64,
+}
+
+/// Counters (for `-v`, tests and benchmarks).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Bytes read from the source.
+    pub fetched: AtomicU64,
+    /// Chunks read from the source.
+    pub fetches: AtomicU64,
+    /// Chunks that failed verification.
+    pub bad: AtomicU64,
+}
+
+/// See the module's documentation.
+pub struct Chunks {
+    image_size: u64,
+    chunk_size: u64,
+    hashes: Vec<Option<[u8; 32]>>,
+    source: Box<dyn ChunkSource>,
+    local: Option<LocalStore>,
+    limits: Limits,
+    state: Mutex<State>,
+    ready: Condvar,
+    /// `name/version` for messages.
+    pool: String,
+    node: String,
+    pub stats: Stats,
+    zeros: Arc<Vec<u8>>,
+}
+
+/// A chunk's bytes as a read needs them.
+enum Bytes {
+    Mem(Arc<Vec<u8>>),
+    Local,
+}
+
+impl Chunks {
+    /// Serve the image `m` describes (a validated manifest: the caller checked it is the authorized
+    /// one) from `source`, keeping fetched chunks in `local` (with the chunks its record marks
+    /// `present`) or, without one, in memory within `limits`.
+    pub fn new(
+        m: &Manifest,
+        source: Box<dyn ChunkSource>,
+        local: Option<(LocalStore, Vec<u64>)>,
+        limits: Limits,
+        node: &str,
+    ) -> Chunks {
+        let n = m.chunks.len();
+        let hashes: Vec<Option<[u8; 32]>> = m
+            .chunks
+            .iter()
+            .map(|h| h.as_deref().and_then(decode_hash))
+            .collect();
+        let mut slots = vec![Slot::Absent; n];
+        let local = local.map(|(store, present)| {
+            for i in present {
+                if let Some(s) = slots.get_mut(i as usize) {
+                    *s = Slot::Recorded;
+                }
+            }
+            store
+        });
+        Chunks {
+            image_size: m.image_size,
+            chunk_size: m.chunk_size,
+            hashes,
+            source,
+            local,
+            limits,
+            state: Mutex::new(State {
+                slots,
+                lru: VecDeque::new(),
+                lru_bytes: 0,
+            }),
+            ready: Condvar::new(),
+            pool: format!("{}/{}", m.name, m.version),
+            node: node.to_string(),
+            stats: Stats::default(),
+            zeros: Arc::new(vec![0u8; m.chunk_size.min(m.image_size.max(1)) as usize]),
+        }
+    }
+
+    pub fn image_size(&self) -> u64 {
+        self.image_size
+    }
+
+    /// The local store, if any (to flush it).
+    pub fn local(&self) -> Option<&LocalStore> {
+        self.local.as_ref()
+    }
+
+    /// How many chunks are on this node (verified or recorded), and how many there are.
+    pub fn present(&self) -> (u64, u64) {
+        let s = self.lock();
+        let n = s
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Local | Slot::Recorded))
+            .count();
+        (n as u64, s.slots.len() as u64)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn range(&self, i: u64) -> std::ops::Range<u64> {
+        let start = i * self.chunk_size;
+        start..(start + self.chunk_size).min(self.image_size)
+    }
+
+    /// Read `size` bytes at `offset` (fewer at the end of the image).
+    pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>, ChunkError> {
+        if offset >= self.image_size {
+            return if offset == self.image_size {
+                Ok(Vec::new())
+            } else {
+                Err(ChunkError::PastEnd {
+                    offset,
+                    size: self.image_size,
+                })
+            };
+        }
+        let end = (offset + size as u64).min(self.image_size);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut pos = offset;
+        while pos < end {
+            let i = pos / self.chunk_size;
+            let r = self.range(i);
+            let (a, b) = (pos - r.start, end.min(r.end) - r.start);
+            match self.chunk(i)? {
+                Bytes::Mem(v) => out.extend_from_slice(&v[a as usize..b as usize]),
+                Bytes::Local => {
+                    let have = out.len();
+                    out.resize(have + (b - a) as usize, 0);
+                    let store = self.local.as_ref().expect("Local only with a store");
+                    store
+                        .read_at(r.start + a, &mut out[have..])
+                        .map_err(|e| self.source_error(i, format!("local copy: {e}")))?;
+                }
+            }
+            pos = r.start + b;
+        }
+        Ok(out)
+    }
+
+    fn chunk(&self, i: u64) -> Result<Bytes, ChunkError> {
+        let Some(want) = self.hashes.get(i as usize).copied() else {
+            return Err(ChunkError::PastEnd {
+                offset: i * self.chunk_size,
+                size: self.image_size,
+            });
+        };
+        if want.is_none() {
+            // a hole or all zeros in the manifest: zeros, whatever the source holds
+            return Ok(Bytes::Mem(self.zeros.clone()));
+        }
+        let mut s = self.lock();
+        loop {
+            if let Some(k) = s.lru.iter().position(|(j, _)| *j == i) {
+                let e = s.lru.remove(k).expect("found");
+                let v = e.1.clone();
+                s.lru.push_back(e);
+                return Ok(Bytes::Mem(v));
+            }
+            match s.slots[i as usize] {
+                Slot::Local => return Ok(Bytes::Local),
+                Slot::Bad => return Err(self.mismatch(i)),
+                Slot::Fetching => {
+                    s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+                was @ (Slot::Absent | Slot::Recorded) => {
+                    s.slots[i as usize] = Slot::Fetching;
+                    drop(s);
+                    let got = self.load(i, was == Slot::Recorded);
+                    let mut s = self.lock();
+                    let r = match got {
+                        Ok((v, stored)) => {
+                            s.slots[i as usize] = if stored { Slot::Local } else { Slot::Absent };
+                            if !stored {
+                                self.remember(&mut s, i, v.clone());
+                            }
+                            Ok(Bytes::Mem(v))
+                        }
+                        Err(e) => {
+                            s.slots[i as usize] = match e {
+                                ChunkError::Mismatch { .. } => Slot::Bad,
+                                _ => Slot::Absent,
+                            };
+                            Err(e)
+                        }
+                    };
+                    drop(s);
+                    self.ready.notify_all();
+                    return r;
+                }
+            }
+        }
+    }
+
+    fn remember(&self, s: &mut State, i: u64, v: Arc<Vec<u8>>) {
+        let len = v.len() as u64;
+        s.lru.push_back((i, v));
+        s.lru_bytes += len;
+        while s.lru_bytes > self.limits.memory.max(self.chunk_size) {
+            match s.lru.pop_front() {
+                Some((_, old)) => s.lru_bytes -= old.len() as u64,
+                None => break,
+            }
+        }
+    }
+
+    /// Chunk `i`'s verified bytes, and whether they are in the local store now.
+    fn load(&self, i: u64, recorded: bool) -> Result<(Arc<Vec<u8>>, bool), ChunkError> {
+        let r = self.range(i);
+        let want = self.hashes[i as usize].expect("a data chunk");
+        let mut buf = vec![0u8; (r.end - r.start) as usize];
+        if recorded {
+            if let Some(store) = &self.local {
+                if store.read_at(r.start, &mut buf).is_ok() && hash_chunk(&buf) == want {
+                    return Ok((Arc::new(buf), true));
+                }
+                tracing::warn!(
+                    chunk = i,
+                    "{}: the local copy of chunk {i} does not match; fetching it again",
+                    self.pool
+                );
+            }
+        }
+        self.source
+            .read_at(r.start, &mut buf)
+            .map_err(|e| self.source_error(i, e.to_string()))?;
+        self.stats
+            .fetched
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.stats.fetches.fetch_add(1, Ordering::Relaxed);
+        if hash_chunk(&buf) != want {
+            self.stats.bad.fetch_add(1, Ordering::Relaxed);
+            let e = self.mismatch(i);
+            // once per chunk and server: later reads of it fail without a line
+            tracing::error!("{e}");
+            swpool_sys::syslog::syslog(swpool_sys::syslog::Level::Error, &e.to_string());
+            return Err(e);
+        }
+        let stored = match &self.local {
+            Some(store) => match store.write_chunk(i, &buf) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: cannot keep chunk {i} in {}: {e}; serving it from memory",
+                        self.pool,
+                        store.path().display()
+                    );
+                    false
+                }
+            },
+            None => false,
+        };
+        Ok((Arc::new(buf), stored))
+    }
+
+    fn mismatch(&self, i: u64) -> ChunkError {
+        ChunkError::Mismatch {
+            pool: self.pool.clone(),
+            index: i,
+            offset: i * self.chunk_size,
+            source_name: self.source.describe(),
+            node: self.node.clone(),
+        }
+    }
+
+    fn source_error(&self, i: u64, reason: String) -> ChunkError {
+        let e = ChunkError::Source {
+            pool: self.pool.clone(),
+            index: i,
+            offset: i * self.chunk_size,
+            source_name: self.source.describe(),
+            node: self.node.clone(),
+            reason,
+        };
+        tracing::error!("{e}");
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+use super::*;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use swpool_format::pool::manifest::Manifest;
+
+const CS: u64 = 4096;
+
+/// An in-memory source that counts reads and can be slow (to make readers meet).
+struct Fake {
+    bytes: Mutex<Vec<u8>>,
+    reads: Arc<AtomicUsize>,
+    delay: Duration,
+}
+
+impl ChunkSource for Fake {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        let b = self.bytes.lock().unwrap();
+        let end = offset as usize + buf.len();
+        if end > b.len() {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        }
+        buf.copy_from_slice(&b[offset as usize..end]);
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "fake:pool".into()
+    }
+}
+
+fn manifest_of(data: &[u8]) -> Manifest {
+    let m = swpool_format::pool::manifest::sample(data, CS);
+    m.validate().expect("a valid manifest");
+    m
+}
+
+fn image(chunks: u64, tail: u64) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..chunks * CS + tail)
+        .map(|i| (i * 7 % 251) as u8 + 1)
+        .collect();
+    // chunk 2 all zeros: a null chunk in the manifest
+    v[2 * CS as usize..3 * CS as usize].fill(0);
+    v
+}
+
+fn serve(data: &[u8], delay: Duration, limits: Limits) -> (Chunks, Arc<AtomicUsize>) {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let src = Fake {
+        bytes: Mutex::new(data.to_vec()),
+        reads: reads.clone(),
+        delay,
+    };
+    let m = manifest_of(data);
+    (Chunks::new(&m, Box::new(src), None, limits, "node7"), reads)
+}
+
+#[test]
+fn reads_across_chunks_are_the_image_and_each_chunk_is_fetched_once() {
+    let data = image(5, 100);
+    let (c, reads) = serve(&data, Duration::ZERO, Limits::default());
+    for (off, len) in [
+        (0u64, 10u32),
+        (CS - 3, 10),
+        (0, 5 * CS as u32 + 100),
+        (5 * CS, 4096),
+    ] {
+        let got = c.read(off, len).unwrap();
+        let end = (off + len as u64).min(data.len() as u64);
+        assert_eq!(got, &data[off as usize..end as usize], "{off}+{len}");
+    }
+    // 6 chunks, one of them null: 5 fetches, however often they were read
+    assert_eq!(reads.load(Ordering::SeqCst), 5);
+    assert_eq!(c.read(data.len() as u64, 10).unwrap(), Vec::<u8>::new());
+    assert!(matches!(
+        c.read(data.len() as u64 + 1, 10),
+        Err(ChunkError::PastEnd { .. })
+    ));
+}
+
+#[test]
+fn a_changed_chunk_is_eio_naming_pool_chunk_offset_and_node_and_the_rest_stays_readable() {
+    let data = image(4, 0);
+    let m = manifest_of(&data);
+    let mut changed = data.clone();
+    changed[3 * CS as usize + 17] ^= 0xff;
+    let reads = Arc::new(AtomicUsize::new(0));
+    let src = Fake {
+        bytes: Mutex::new(changed),
+        reads: reads.clone(),
+        delay: Duration::ZERO,
+    };
+    let c = Chunks::new(&m, Box::new(src), None, Limits::default(), "node7");
+    let e = c.read(3 * CS + 5, 10).unwrap_err();
+    let msg = e.to_string();
+    for want in [
+        "chunk 3",
+        "offset 12288",
+        "node7",
+        "fake:pool",
+        "signed manifest",
+    ] {
+        assert!(msg.contains(want), "{want} in {msg}");
+    }
+    assert_eq!(c.read(0, 100).unwrap(), &data[..100]);
+    // again: still refused, not fetched again
+    let before = reads.load(Ordering::SeqCst);
+    assert!(c.read(3 * CS, 1).is_err());
+    assert_eq!(reads.load(Ordering::SeqCst), before);
+    assert_eq!(c.stats.bad.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_hot_chunk_is_fetched_once_when_32_readers_ask_at_the_same_moment() {
+    let data = image(3, 0);
+    let (c, reads) = serve(&data, Duration::from_millis(50), Limits::default());
+    let c = Arc::new(c);
+    let hs: Vec<_> = (0..32)
+        .map(|k| {
+            let c = c.clone();
+            std::thread::spawn(move || c.read(CS + k, 100).unwrap())
+        })
+        .collect();
+    for (k, h) in hs.into_iter().enumerate() {
+        let k = k as u64;
+        assert_eq!(
+            h.join().unwrap(),
+            &data[(CS + k) as usize..(CS + k + 100) as usize]
+        );
+    }
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn memory_stays_within_its_bound() {
+    let data = image(10, 0);
+    let (c, reads) = serve(&data, Duration::ZERO, Limits { memory: 2 * CS });
+    for i in 0..10 {
+        c.read(i * CS, 1).unwrap();
+    }
+    assert!(c.lock().lru_bytes <= 2 * CS);
+    let before = reads.load(Ordering::SeqCst);
+    c.read(9 * CS, 1).unwrap(); // still held
+    assert_eq!(reads.load(Ordering::SeqCst), before);
+    c.read(0, 1).unwrap(); // evicted: fetched again
+    assert_eq!(reads.load(Ordering::SeqCst), before + 1);
+}
+
+#[test]
+fn a_local_store_keeps_chunks_across_servers_and_a_damaged_copy_is_fetched_again() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("pool.part");
+    let data = image(6, 10);
+    let m = manifest_of(&data);
+    let open = || {
+        let (s, present) = LocalStore::open(&p, &m.digest, m.image_size, m.chunk_size).unwrap();
+        Some((s, present))
+    };
+    let reads = Arc::new(AtomicUsize::new(0));
+    let src = || Fake {
+        bytes: Mutex::new(data.clone()),
+        reads: reads.clone(),
+        delay: Duration::ZERO,
+    };
+    let c = Chunks::new(&m, Box::new(src()), open(), Limits::default(), "n");
+    c.read(0, 2 * CS as u32).unwrap(); // chunks 0, 1
+    c.read(4 * CS, 1).unwrap(); // chunk 4
+    assert_eq!(
+        c.read(4 * CS + 1, 7).unwrap(),
+        &data[4 * CS as usize + 1..4 * CS as usize + 8]
+    );
+    assert_eq!(c.local().unwrap().flush().unwrap(), 3);
+    drop(c);
+    assert_eq!(reads.load(Ordering::SeqCst), 3);
+    // tamper with chunk 1 of the copy
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"XX", CS + 10).unwrap();
+    }
+    let c = Chunks::new(&m, Box::new(src()), open(), Limits::default(), "n");
+    assert_eq!(c.present(), (3, 7));
+    assert_eq!(c.read(0, 6 * CS as u32 + 10).unwrap(), data);
+    // chunks 3 and 5 and 6, and the damaged 1: four reads from the source; 0 and 4 came from disk
+    assert_eq!(reads.load(Ordering::SeqCst), 3 + 4);
+}

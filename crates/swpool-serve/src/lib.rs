@@ -1,0 +1,28 @@
+//! The verifying chunk server: a pool's file-system image served as one read-only file over FUSE,
+//! chunk by chunk, each chunk hashed (BLAKE3) against the pool's authorized manifest before any
+//! byte of it is served. A bad chunk is `EIO` plus one log line naming the pool, the chunk, its
+//! byte offset and the node; never wrong bytes.
+//!
+//! The pieces, each behind a seam so that unit tests run them without FUSE or storage:
+//! - [`source::ChunkSource`]: where a missing chunk comes from (the pool file on shared storage
+//!   today; the on-demand mode's peers through MPI implement the same trait).
+//! - [`store::LocalStore`]: the node's copy of the chunks fetched so far, a sparse file plus a
+//!   record of the chunks present, written so that a crash never marks a chunk present that is not
+//!   on disk (resume and reuse); absent for `mount --in-place`, which keeps no copy.
+//! - [`chunks::Chunks`]: the engine: one fetch per chunk however many readers ask at once, a
+//!   bounded memory cache when there is no local store, verification before anything is served.
+//! - [`fs::ImageFs`]: the FUSE file system (one directory, one file `image`), multithreaded, with
+//!   the kernel's page cache kept across opens (a pool is immutable).
+//!
+//! The `sw-pool-serve` binary mounts it and runs the file system's own FUSE helper (squashfuse_ll,
+//! fuse2fs) on the served file as its child; it ends when that helper ends (the pool is unmounted),
+//! so one record and one unmount cover both (see `docs/architecture.md`, "Serving on demand").
+
+pub mod chunks;
+pub mod fs;
+pub mod source;
+pub mod store;
+
+pub use chunks::{ChunkError, Chunks, Limits};
+pub use source::{ChunkSource, FileSource};
+pub use store::LocalStore;
