@@ -136,6 +136,10 @@ pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Actio
             }
         };
         seen.insert(rec.mount_point.clone());
+        if let Some(Serving::ChunkServer { dir: Some(d), .. }) = &rec.serving {
+            // the chunk server's own mount goes with its record's (Record::release_server)
+            seen.insert(d.clone());
+        }
         clean_record(sys, dir, sel, &mounts, rec, &mut out)?;
     }
     // FUSE mounts of ours without a record
