@@ -180,9 +180,22 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             }
         })
         .collect();
-    let status = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null());
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: between fork and exec only async-signal-safe calls: the helper starts with no
+        // signal blocked (ours are blocked for the forwarding thread; the mask is inherited).
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+    }
+    let status = cmd
         .spawn()
         .and_then(|mut c| {
             CHILD.store(c.id(), Ordering::SeqCst);
