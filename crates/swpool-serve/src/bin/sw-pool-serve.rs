@@ -195,12 +195,10 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             });
         }
     }
-    let status = cmd
-        .spawn()
-        .and_then(|mut c| {
-            CHILD.store(c.id(), Ordering::SeqCst);
-            c.wait()
-        });
+    let status = cmd.spawn().and_then(|mut c| {
+        CHILD.store(c.id(), Ordering::SeqCst);
+        c.wait()
+    });
     CHILD.store(0, Ordering::SeqCst);
     if let Some(s) = chunks.local() {
         let _ = s.flush();
