@@ -154,14 +154,43 @@ assert_eq "... every node read every file right through the in-place mount" 4 "$
 # the epilog runs on every node (up to 20 s after the job)
 rest_of() {  # per node: mounts of the job's pool or of a chunk server, records; then servers/helpers
   for n in "${nodes[@]:0:4}"; do
-    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$TB/local/t80job' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .)"
+    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$TB/local/t80(job|lazy)' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .)"
   done | sort
   # the nodes share one PID namespace: the user's live servers and helpers, once (not zombies:
   # ps, as pgrep -f matches a zombie's name)
   # shellcheck disable=SC2009
-  ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll) ' | grep -c . || true
+  ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll|\S*sw-pool-full lazy-serve) ' | grep -c . || true
 }
 for _ in $(seq 100); do [[ $(rest_of) == "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" ]] && break; sleep 0.2; done
 assert_eq "after the job (ended while reading), the epilog left no mount, no record on any node, no server or helper" \
   "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" "$(rest_of)"
+# --- 5. load --lazy in batch jobs on 4 nodes: every node mounts at once, nothing copied; a chunk
+# comes from the node that owns it, which alone reads it from shared storage
+lazy_job() {  # lazy_job NAME STEP-COMMAND: the job's output
+  cat > "$W/$1.sh" <<EOS
+#!/bin/bash
+export SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh
+eval "\$($SW -v load --lazy -m $TB/local/t80lazy $S/t80.pool)" || exit 3
+srun -N4 --ntasks-per-node=1 sh -c 'cd $TB/local/t80lazy && $2'
+EOS
+  chmod 755 "$W/$1.sh"
+  as_user sbatch -W -N4 --chdir=/tmp -o "$W/out/$1.out" "$W/$1.sh" >/dev/null 2>&1 || true
+  cat "$W/out/$1.out" 2>/dev/null || true
+}
+f3=$(sha256sum < "$W/tree/data/f3" | cut -c1-64)
+drop
+"$TESTBED/storage-bytes" --mark >/dev/null
+jo=$(lazy_job lazy1 'echo "$(hostname) f3 $(sha256sum < data/f3 | cut -c1-64)"')
+served=$("$TESTBED/storage-bytes" --since-mark)
+assert_match "load --lazy in a batch job: mounted on 4 nodes, -v says so" "served on demand on 4 node\(s\)" "$jo"
+assert_eq "... every node read the same 4 MiB file right" 4 "$(grep -cE "^node[0-9] f3 $f3$" <<< "$jo" || true)"
+[[ $(grep -cE "^node[0-9] f3 $f3$" <<< "$jo" || true) == 4 ]] || printf '  %s\n' "$jo"
+assert_le "... shared storage sent its chunks about once, not once per node ($served bytes; the file is 4 MiB, 4 nodes)" "$served" $((9 << 20)) B
+for _ in $(seq 100); do [[ $(rest_of) == "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" ]] && break; sleep 0.2; done
+assert_eq "... after the job: no server, mount or record left" "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" "$(rest_of)"
+jo=$(lazy_job lazy2 'echo "$(hostname) all $(find . -type f | sort | xargs sha256sum | sha256sum)"')
+assert_eq "a second lazy job: sha256 of every file on 4 nodes equals the source" 4 "$(grep -cE "^node[0-9] all $one  -$" <<< "$jo" || true)"
+[[ $(grep -cE "^node[0-9] all $one  -$" <<< "$jo" || true) == 4 ]] || printf '  %s\n' "$jo"
+for _ in $(seq 100); do [[ $(rest_of) == "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" ]] && break; sleep 0.2; done
+assert_eq "... after the job: no server, mount or record left" "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" "$(rest_of)"
 finish

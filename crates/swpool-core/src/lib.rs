@@ -17,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod image;
 pub mod load;
+pub mod ondemand;
 pub mod plane;
 pub mod size;
 pub mod slurm;

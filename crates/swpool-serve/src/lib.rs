@@ -11,6 +11,8 @@
 //!   on disk (resume and reuse); absent for `mount --in-place`, which keeps no copy.
 //! - [`chunks::Chunks`]: the engine: one fetch per chunk however many readers ask at once, a
 //!   bounded memory cache when there is no local store, verification before anything is served.
+//! - [`socket`]: chunks over a Unix socket, from the node's on-demand server (the MPI rank that
+//!   fetches from peers) to the node's `sw-pool-serve`.
 //! - [`fs::ImageFs`]: the FUSE file system (one directory, one file `image`), multithreaded, with
 //!   the kernel's page cache kept across opens (a pool is immutable).
 //!
@@ -20,6 +22,7 @@
 
 pub mod chunks;
 pub mod fs;
+pub mod socket;
 pub mod source;
 pub mod store;
 

@@ -8,10 +8,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod environment;
 pub mod help;
 mod image;
+mod load;
 mod shadow;
 pub use environment::*;
 pub use help::parse_from;
 pub use image::*;
+pub use load::*;
 pub use shadow::*;
 
 pub const EXIT_STATUS_HELP: &str = "\
@@ -131,6 +133,9 @@ pub enum Command {
     /// subcommand, for the alias to evaluate
     #[command(hide = true)]
     ShellExec(ShellExecArgs),
+    /// (started by `load --lazy`) one node's on-demand server: a task of the job's background step
+    #[command(hide = true)]
+    LazyServe(LazyServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -625,57 +630,6 @@ pub struct VerifyArgs {
     pub json: bool,
     /// The pool file to check
     pub pool: std::path::PathBuf,
-}
-
-#[derive(Debug, Args)]
-#[command(after_help = "EXAMPLES:
-  mpirun sw-pool -v load -m $LOCAL_TMPDIR/mnt $SCRATCH/random.ext2
-      the paper's call (every node)
-  eval \"$(sw-pool load demo/1.0)\"
-      one node; with /etc/profile.d/sw-pool.sh just `sw-pool load demo/1.0`
-  srun -N4 --ntasks-per-node=1 sw-pool load --json demo/1.0
-
-Steps: resolve POOL (a file, or NAME/VERSION on $SW_POOL_PATH); read its
-manifest and apply the trust policy (nothing moves if it fails); copy it with
-the broadcast engine into the node-local cache (--cache-dir, $SW_POOL_CACHE,
-$LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared storage,
-every chunk verified as it lands; nothing when the cache already holds it);
-mount it read-only at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node;
-print the environment change (stdout) and, with -v, per-phase timings (stderr).
-A failure on any node fails every node the same way and leaves nothing mounted.
-A node without room for the copy: the pool is served in place on every node
-instead (sw-pool-serve, each chunk verified on first read), with a warning;
---no-fallback fails instead.")]
-pub struct LoadArgs {
-    /// Fail when a node has no room for the copy, instead of serving the pool in place
-    #[arg(long)]
-    pub no_fallback: bool,
-    /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
-    #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
-    pub mountpoint: Option<PathBuf>,
-    /// Node-local cache directory (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
-    /// Refuse a pool that is not signed by a trusted key
-    #[arg(long)]
-    pub require_signature: bool,
-    /// Shell for the printed environment change: sh, bash, zsh, fish, csh (default: $SW_POOL_SHELL, $SHELL)
-    #[arg(long, value_name = "SHELL")]
-    pub shell: Option<String>,
-    /// Job id recorded with the mount; default: $SLURM_JOB_ID
-    #[arg(long, value_name = "ID")]
-    pub job_id: Option<String>,
-    /// Seconds to wait for each mount to appear
-    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
-    pub timeout: f64,
-    /// No progress bar
-    #[arg(long)]
-    pub no_progress: bool,
-    /// Print a JSON report (phases, bytes, mount point) instead of shell code
-    #[arg(long)]
-    pub json: bool,
-    /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
-    pub pool: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,9 @@ use crate::eline;
 pub fn run(g: &GlobalArgs, a: LoadArgs, env: &Environment) -> Result<(), Error> {
     // shell code on a terminal changes nothing: say what to run instead of half-acting
     super::shell_init::refuse_on_terminal(env, a.json)?;
+    if a.lazy {
+        return super::lazy::launch(g, &a, env);
+    }
     super::spread_over_allocation(env)?;
     let job = Job::init(env)?;
     let r = load(g, &a, &job, env);

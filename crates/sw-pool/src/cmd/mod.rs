@@ -13,6 +13,7 @@ mod init;
 mod inspect;
 mod keygen;
 mod layer;
+mod lazy;
 mod list;
 mod load;
 mod modulefiles;
@@ -62,6 +63,7 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Shadow(a) => shadow::hook(g, a, env),
         Command::ShellInit(a) => shell_init::init(a),
         Command::ShellExec(a) => shell_init::exec(a),
+        Command::LazyServe(a) => lazy::serve(g, a, env),
     }
 }
 

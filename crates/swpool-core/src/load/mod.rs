@@ -296,6 +296,7 @@ fn mount_here(
             serve: in_place.then(|| crate::mount::serve::InPlace {
                 digest: plan.digest.clone(),
                 keep: None,
+                source: None,
             }),
         },
     )?;

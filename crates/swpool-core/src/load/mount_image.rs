@@ -160,6 +160,7 @@ fn mount_in_place(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome
             serve: Some(crate::mount::serve::InPlace {
                 digest: id.digest,
                 keep: None,
+                source: None,
             }),
         },
     )?;

@@ -19,6 +19,8 @@ pub struct InPlace {
     pub digest: String,
     /// Keep fetched chunks here (sparse file and record); none: memory only.
     pub keep: Option<PathBuf>,
+    /// Chunks from the node's on-demand server at this socket (`load --lazy`), not the file.
+    pub source: Option<PathBuf>,
 }
 
 /// How to serve an image through the chunk server.
@@ -31,6 +33,8 @@ pub struct Serve {
     pub digest: String,
     /// Keep fetched chunks in this sparse file (and its `.chunks` record); none: memory only.
     pub keep: Option<PathBuf>,
+    /// The node's on-demand server's socket (`--source unix:PATH`); none: the pool file.
+    pub source: Option<PathBuf>,
 }
 
 impl Serve {
@@ -55,6 +59,9 @@ impl Serve {
             .path(&self.dir);
         if let Some(k) = &self.keep {
             c = c.arg("--keep").path(k);
+        }
+        if let Some(s) = &self.source {
+            c = c.arg("--source").arg(format!("unix:{}", s.display()));
         }
         c.arg("--").then_run(inner)
     }

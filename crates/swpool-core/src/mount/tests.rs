@@ -71,6 +71,7 @@ fn a_served_image_runs_its_helper_under_the_chunk_server_on_the_served_file() {
         dir: PathBuf::from("/state/k.serve"),
         digest: "blake3:ab".into(),
         keep: None,
+        source: None,
     });
     let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
     assert_eq!(m.helper_pid, 4242);

@@ -87,6 +87,7 @@ pub fn acquire(
             dir: dir.serve_path(&mp),
             digest: p.digest.clone(),
             keep: p.keep.clone(),
+            source: p.source.clone(),
         });
     }
     let _lock = dir.lock()?;

@@ -29,6 +29,13 @@ struct Args {
     /// An empty directory of the caller's to serve the image in (as DIR/image)
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
+    /// Where chunks come from: the pool file (default), or `unix:PATH`, the node's on-demand
+    /// server (its answers are verified like the file's)
+    #[arg(long, value_name = "SOURCE")]
+    source: Option<String>,
+    /// Seconds one chunk may take from the on-demand server before its read fails (EIO)
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    stall: u64,
     /// Keep fetched chunks in this sparse file (and FILE.chunks), reused by later runs
     #[arg(long, value_name = "FILE")]
     keep: Option<PathBuf>,
@@ -114,9 +121,19 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
         ),
         None => None,
     };
+    let source: Box<dyn swpool_serve::ChunkSource> = match args.source.as_deref() {
+        None => Box::new(FileSource::new(file, &args.pool)),
+        Some(s) => match s.strip_prefix("unix:") {
+            Some(p) => Box::new(swpool_serve::socket::UnixSource::new(
+                std::path::Path::new(p),
+                Duration::from_secs(args.stall.max(1)),
+            )),
+            None => return Err(format!("--source {s}: give unix:PATH")),
+        },
+    };
     let chunks = Arc::new(Chunks::new(
         &m,
-        Box::new(FileSource::new(file, &args.pool)),
+        source,
         local,
         Limits {
             memory: args.memory,

@@ -107,9 +107,10 @@ pub trait Clock {
 }
 
 /// Everything the mount code needs from the system: [`Mounts`], [`Processes`] and [`Clock`].
-pub trait Sys: Mounts + Processes + Clock {}
+/// `Sync`: the on-demand server mounts on one thread while another drives the exchange (MPI).
+pub trait Sys: Mounts + Processes + Clock + Sync {}
 
-impl<T: Mounts + Processes + Clock> Sys for T {}
+impl<T: Mounts + Processes + Clock + Sync> Sys for T {}
 
 pub use real::RealSys;
 

@@ -1,0 +1,87 @@
+//! Command-line definitions of `load` (and the on-demand server it starts, `lazy-serve`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  mpirun sw-pool -v load -m $LOCAL_TMPDIR/mnt $SCRATCH/random.ext2
+      the paper's call (every node)
+  eval \"$(sw-pool load demo/1.0)\"
+      one node; with /etc/profile.d/sw-pool.sh just `sw-pool load demo/1.0`
+  srun -N4 --ntasks-per-node=1 sw-pool load --json demo/1.0
+
+Steps: resolve POOL (a file, or NAME/VERSION on $SW_POOL_PATH); read its
+manifest and apply the trust policy (nothing moves if it fails); copy it with
+the broadcast engine into the node-local cache (--cache-dir, $SW_POOL_CACHE,
+$LOCAL_TMPDIR, $TMPDIR, /tmp; each data byte read once from shared storage,
+every chunk verified as it lands; nothing when the cache already holds it);
+mount it read-only at -m DIR or $SW_POOL_MOUNT/NAME/VERSION on every node;
+print the environment change (stdout) and, with -v, per-phase timings (stderr).
+A failure on any node fails every node the same way and leaves nothing mounted.
+A node without room for the copy: the pool is served in place on every node
+instead (sw-pool-serve, each chunk verified on first read), with a warning;
+--no-fallback fails instead.
+--lazy (in a Slurm job): nothing is copied up front; a background step of the
+job serves the pool on every node (chunk i from node i mod N, which alone reads
+it from shared storage), each chunk verified before it is served.")]
+pub struct LoadArgs {
+    /// Fail when a node has no room for the copy, instead of serving the pool in place
+    #[arg(long)]
+    pub no_fallback: bool,
+    /// On demand (in a Slurm job): mount on every node at once and fetch each chunk when first
+    /// touched, from the node that owns it; each chunk is read from shared storage once per job
+    #[arg(long, conflicts_with = "no_fallback")]
+    pub lazy: bool,
+    /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
+    #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Node-local cache directory (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Refuse a pool that is not signed by a trusted key
+    #[arg(long)]
+    pub require_signature: bool,
+    /// Shell for the printed environment change: sh, bash, zsh, fish, csh (default: $SW_POOL_SHELL, $SHELL)
+    #[arg(long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// Job id recorded with the mount; default: $SLURM_JOB_ID
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Seconds to wait for each mount to appear
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub timeout: f64,
+    /// No progress bar
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print a JSON report (phases, bytes, mount point) instead of shell code
+    #[arg(long)]
+    pub json: bool,
+    /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
+    pub pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct LazyServeArgs {
+    /// The manifest digest `load --lazy` authorized
+    #[arg(long, value_name = "DIGEST")]
+    pub digest: String,
+    /// Mount point on every node; default $SW_POOL_MOUNT/NAME/VERSION
+    #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Node-local cache directory (the chunks fetched are kept there)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Job id recorded with the mounts
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Seconds a chunk may take from the node that owns it before the read fails (EIO)
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub stall: u64,
+    /// Seconds to wait for each mount to appear
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub timeout: f64,
+    /// The pool file
+    pub pool: PathBuf,
+}

@@ -1,0 +1,254 @@
+//! `sw-pool load --lazy POOL` (the launcher) and `sw-pool-full lazy-serve` (one node's server, a
+//! task of the background step the launcher starts): see `swpool_core::ondemand`.
+//!
+//! The launcher authorizes the pool itself first (a clear error before anything starts), then
+//! starts `srun --overlap` of `lazy-serve` on every node of the job, detached, its output going to
+//! a log in the user's state directory (so that `eval "$(sw-pool load --lazy …)"` does not wait for
+//! it), and waits for task 0's line saying every node mounted (or why not). The step lives as long
+//! as the job; `unload` (the mounts go) or the end of the job ends it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use swpool_core::config::{Environment, HostVar};
+use swpool_core::env::{self, PoolMount, Snapshot};
+use swpool_core::load::NodeContext;
+use swpool_core::mount::RealSys;
+use swpool_core::ondemand::serve::LazyRequest;
+use swpool_core::pool::Pool;
+use swpool_core::transfer::Job;
+use swpool_core::{collective::Collective, Error, ExitStatus};
+
+use crate::cli::{GlobalArgs, LazyServeArgs, LoadArgs};
+use crate::eline;
+
+const READY: &str = "sw-pool-lazy: ready ";
+const FAILED: &str = "sw-pool-lazy: failed ";
+
+fn job_of(flag: Option<String>, env: &Environment) -> Option<String> {
+    flag.or_else(|| env.get(HostVar::SlurmJobId))
+        .filter(|j| !j.is_empty())
+}
+
+/// One node's server (see the module's documentation).
+pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(), Error> {
+    let job = Job::init(env)?;
+    let rank0 = job.world_rank() == 0;
+    let r = (|| {
+        let cfg = super::config(env)?;
+        let sys = RealSys::new(env.path_var());
+        let node = NodeContext::real(&cfg, env, &sys)?;
+        let req = LazyRequest {
+            pool: a.pool.clone(),
+            digest: a.digest.clone(),
+            mountpoint: a.mountpoint.clone(),
+            cache_dir: a.cache_dir.clone(),
+            job_id: job_of(a.job_id.clone(), env),
+            stall: Duration::from_secs(a.stall.max(1)),
+            timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+        };
+        let stop = AtomicBool::new(false);
+        let nodes = job.nodes();
+        swpool_core::ondemand::serve::serve(&job, &node, &req, &stop, &|rec| {
+            if rank0 {
+                let line = serde_json::json!({"mountpoint": rec.mount_point, "nodes": nodes});
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{READY}{line}");
+                let _ = o.flush();
+            }
+        })
+    })();
+    match r {
+        Ok(stats) => {
+            tracing::info!(
+                asked = stats.asked,
+                answered = stats.answered,
+                "{}: on-demand server ends",
+                job.hostname()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            if rank0 {
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{FAILED}{}", e.to_string().replace('\n', " "));
+                let _ = o.flush();
+            }
+            super::finish_collective(job, Err(e))
+        }
+    }
+}
+
+/// `load --lazy` (see the module's documentation).
+pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Error> {
+    let Some(job_id) =
+        job_of(a.job_id.clone(), env).filter(|_| env.get(HostVar::SlurmJobId).is_some())
+    else {
+        return Err(Error::other(
+            ExitStatus::Usage,
+            "--lazy needs a Slurm job (its servers live as long as the job); on one node \
+             outside a job, `sw-pool mount --in-place POOL` serves a pool without copying it",
+        ));
+    };
+    let mut cfg = super::config(env)?;
+    if a.require_signature {
+        cfg.require_signature.flag(Some(true));
+    }
+    let shell = crate::output::shell(a.shell.as_deref(), env)?;
+    let sys = RealSys::new(env.path_var());
+    let node = NodeContext::real(&cfg, env, &sys)?;
+    // authorize here first: a clear error before any step starts
+    let src = swpool_core::load::resolve(&a.pool, &cfg.pool_path.value)?;
+    let pool = Pool::open(&src)?;
+    swpool_core::pool::fs_size::check_fits(&pool)?;
+    let verdict = swpool_core::trust::authorize(&pool, &node.policy)?;
+    let m = &pool.manifest;
+    if let Some(w) = verdict.warning(&src).filter(|_| !g.quiet) {
+        eline!("sw-pool: warning: {w}");
+    }
+    let nodes: u64 = env
+        .get(HostVar::SlurmJobNumNodes)
+        .or_else(|| env.get(HostVar::SlurmNnodes))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let me = std::env::current_exe().map_err(|e| {
+        Error::other(
+            ExitStatus::System,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let full = me.with_file_name("sw-pool-full");
+    let exe = if full.is_file() { full } else { me };
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "lazy-serve".into(),
+        "--digest".into(),
+        m.digest.clone().into(),
+        "--job-id".into(),
+        job_id.clone().into(),
+        "--timeout".into(),
+        a.timeout.to_string().into(),
+    ];
+    if let Some(p) = &a.mountpoint {
+        args.extend(["-m".into(), swpool_core::exec::absolute(p).into_os_string()]);
+    }
+    if let Some(p) = &a.cache_dir {
+        args.extend([
+            "--cache-dir".into(),
+            swpool_core::exec::absolute(p).into_os_string(),
+        ]);
+    }
+    args.push(src.clone().into_os_string());
+    let cmd = swpool_core::slurm::overlap_step(env, &exe, args, nodes, None, "");
+    let short = m
+        .digest
+        .rsplit(':')
+        .next()
+        .unwrap_or("")
+        .get(..12)
+        .unwrap_or("");
+    let log: PathBuf = node.state.path().join(format!("lazy-{job_id}-{short}.log"));
+    let out = std::fs::File::create(&log)
+        .map_err(|e| Error::other(ExitStatus::System, format!("{}: {e}", log.display())))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| Error::other(ExitStatus::System, e.to_string()))?;
+    let mut c = cmd.command(env.path_var())?;
+    {
+        use std::os::unix::process::CommandExt;
+        c.stdout(out).stderr(err).process_group(0);
+    }
+    tracing::debug!("starting the servers: {}", cmd.cmdline());
+    let mut child = c.spawn().map_err(|e| {
+        Error::other(
+            ExitStatus::Tool,
+            format!("cannot start the servers ({}): {e}", cmd.cmdline()),
+        )
+    })?;
+    let t0 = Instant::now();
+    // the servers start MPI, authorize on every node and mount: allow for the job's size
+    let limit = Duration::from_secs_f64(a.timeout.max(0.1)) + Duration::from_secs(60);
+    let tail = |s: &str| {
+        s.lines()
+            .rev()
+            .take(8)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    };
+    let ready = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().find_map(|l| l.strip_prefix(READY)) {
+            break serde_json::from_str::<serde_json::Value>(l).unwrap_or_default();
+        }
+        if let Some(l) = text.lines().find_map(|l| l.strip_prefix(FAILED)) {
+            let _ = child.wait();
+            return Err(Error::other(ExitStatus::System, l.to_string()));
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(Error::other(
+                ExitStatus::System,
+                format!(
+                    "the on-demand servers ended ({st}) before every node mounted {}/{}:\n  {}\n(log: {})",
+                    m.name,
+                    m.version,
+                    tail(&text),
+                    log.display()
+                ),
+            ));
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill(); // srun, our own child: it ends the step's tasks
+            let _ = child.wait();
+            return Err(Error::other(
+                ExitStatus::System,
+                format!(
+                    "the on-demand servers did not mount {}/{} on every node within {} s:\n  {}\n(log: {})",
+                    m.name,
+                    m.version,
+                    limit.as_secs(),
+                    tail(&text),
+                    log.display()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mp = ready["mountpoint"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    if a.json {
+        crate::output::json(&serde_json::json!({
+            "pool": {"name": m.name, "version": m.version, "digest": m.digest, "src": src,
+                     "trust": verdict.to_string()},
+            "mountpoint": mp, "nodes": ready["nodes"], "lazy": true, "log": log,
+            "seconds": t0.elapsed().as_secs_f64(),
+        }));
+        return Ok(());
+    }
+    if g.verbose > 0 {
+        eline!(
+            "sw-pool: {}/{} served on demand on {} node(s) at {} after {:.3} s (background step; log {})",
+            m.name,
+            m.version,
+            ready["nodes"],
+            mp.display(),
+            t0.elapsed().as_secs_f64(),
+            log.display()
+        );
+    }
+    let changes = env::load_changes(
+        &Snapshot::from_env(env),
+        &PoolMount {
+            mount_point: mp,
+            pool: Some((m.name.clone(), m.version.clone())),
+        },
+    );
+    let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
+    crate::output::shell_code(&code);
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! The chunk exchange among the nodes of an on-demand load: each chunk has one owner node
+//! (`index mod nodes`, as the copy's split read); a node that needs a chunk it does not own asks
+//! its owner, and only the owner ever reads it from shared storage, so each chunk is read from
+//! storage at most once per job whatever the number of nodes.
+//!
+//! Transport: two-sided requests and answers over the [`DataPlane`] (non-blocking sends and
+//! receives with tags, completed by `test`), driven by one thread ([`run`], the MPI thread:
+//! `MPI_THREAD_FUNNELED`); the node's readers hand it their asks through a channel
+//! ([`PeerSource`]) and wait with a stall timeout. The seed's design (one-sided `MPI_Get` from a
+//! window each node exposes) needs every chunk in memory at a fixed place on its owner and a
+//! progress thread for passive target with Open MPI over TCP; request/answer lets the owner fetch a
+//! chunk when first asked and keep it on disk. Nothing a peer sends is trusted: lengths and indices
+//! are bounded before use, and every chunk is hashed against the manifest by the asking node's
+//! engine ([`swpool_serve::Chunks`]) before it is served.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use swpool_serve::{ChunkSource, Chunks};
+
+use crate::plane::{DataPlane, PlaneError, Req};
+
+const TAG_ASK: i32 = 7;
+/// Answers to slot `s` come with tag `TAG_ANSWER + s`.
+const TAG_ANSWER: i32 = 64;
+/// Asks in flight to one owner at once.
+pub const SLOTS: usize = 64;
+const ASK_LEN: usize = 16;
+
+/// One node's ask for a chunk it does not own.
+pub struct Ask {
+    index: u64,
+    len: usize,
+    reply: SyncSender<Result<Vec<u8>, String>>,
+}
+
+/// The [`ChunkSource`] of a node's engine in an on-demand load: its own chunks from shared
+/// storage, the others from their owners through the exchange.
+pub struct PeerSource {
+    pub me: usize,
+    pub nodes: usize,
+    pub chunk_size: u64,
+    pub storage: Box<dyn ChunkSource>,
+    pub asks: Sender<Ask>,
+    /// How long an owner may take to answer (then the read fails: `EIO`, not a hang).
+    pub stall: Duration,
+    /// Host names by node index, for messages.
+    pub hosts: Vec<String>,
+}
+
+impl PeerSource {
+    pub fn owner(&self, index: u64) -> usize {
+        (index % self.nodes as u64) as usize
+    }
+}
+
+impl ChunkSource for PeerSource {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let index = offset / self.chunk_size;
+        let owner = self.owner(index);
+        if owner == self.me {
+            return self.storage.read_at(offset, buf);
+        }
+        let host = self.hosts.get(owner).cloned().unwrap_or_default();
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.asks
+            .send(Ask {
+                index,
+                len: buf.len(),
+                reply: tx,
+            })
+            .map_err(|_| std::io::Error::other("the node's exchange with its peers has ended"))?;
+        match rx.recv_timeout(self.stall) {
+            Ok(Ok(v)) if v.len() == buf.len() => {
+                buf.copy_from_slice(&v);
+                Ok(())
+            }
+            Ok(Ok(v)) => Err(std::io::Error::other(format!(
+                "{host} answered {} bytes for chunk {index} ({} asked)",
+                v.len(),
+                buf.len()
+            ))),
+            Ok(Err(m)) => Err(std::io::Error::other(format!("{host} (its owner): {m}"))),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "{host}, its owner, did not answer within {} s (its server may have ended)",
+                    self.stall.as_secs()
+                ),
+            )),
+        }
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{} ({} nodes share it, chunk i from node i mod {})",
+            self.storage.describe(),
+            self.nodes,
+            self.nodes
+        )
+    }
+}
+
+/// A buffer the plane reads or writes until its request completes.
+struct InFlight {
+    req: Req,
+    buf: Vec<u8>,
+}
+
+/// What [`run`] saw (for `-v` and the tests).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangeStats {
+    pub asked: u64,
+    pub answered: u64,
+}
+
+/// Bytes of one node's part in a [`Gate`].
+pub const GATE_LEN: usize = 256;
+
+/// One collective step taken while the exchange runs (every node's mount, agreed while the nodes
+/// already answer each other's asks: a node's mount needs chunks its peers own). Each node sends
+/// its [`GATE_LEN`] bytes through `mine` when ready; once every node has, `all` gets every node's
+/// bytes in node order.
+pub struct Gate<'a> {
+    pub mine: Receiver<Vec<u8>>,
+    pub all: &'a mut dyn FnMut(Vec<u8>),
+}
+
+/// Drive the exchange until `stop`: answer the peers' asks from `local` (this node's engine:
+/// its own chunks come from storage once, then from its store) and send this node's asks to their
+/// owners. Call it on the thread that may call MPI. `chunks` and `chunk_size` bound what peers ask.
+pub fn run(
+    plane: &dyn DataPlane,
+    local: Arc<Chunks>,
+    asks: Receiver<Ask>,
+    stop: &AtomicBool,
+    chunks: u64,
+    chunk_size: u64,
+    mut gate: Option<Gate<'_>>,
+) -> Result<ExchangeStats, PlaneError> {
+    let (me, n) = (plane.rank(), plane.size());
+    // the gate's all-gather in flight: (request, my part, everyone's)
+    let mut gathering: Option<(Req, Vec<u8>, Vec<u8>)> = None;
+    let mut stats = ExchangeStats::default();
+    // one posted receive of an ask from every peer
+    let mut ask_in: HashMap<usize, InFlight> = HashMap::new();
+    let post_ask = |p: usize| -> Result<InFlight, PlaneError> {
+        let mut buf = vec![0u8; ASK_LEN];
+        // SAFETY: `buf` lives in the returned InFlight, untouched until the request completes.
+        let req = unsafe { plane.irecv(buf.as_mut_ptr(), ASK_LEN, p, TAG_ASK)? };
+        Ok(InFlight { req, buf })
+    };
+    for p in (0..n).filter(|p| *p != me) {
+        ask_in.insert(p, post_ask(p)?);
+    }
+    let mut sends: Vec<InFlight> = Vec::new();
+    // this node's asks: waiting for a slot, and in flight by (owner, slot)
+    let mut queued: VecDeque<(usize, Ask)> = VecDeque::new();
+    let mut waiting: HashMap<(usize, usize), (InFlight, Ask)> = HashMap::new();
+    let mut free: Vec<Vec<usize>> = (0..n).map(|_| (0..SLOTS).rev().collect()).collect();
+    // answers computed by workers, to send
+    let (ans_tx, ans_rx) = mpsc::channel::<(usize, usize, Result<Vec<u8>, Vec<u8>>)>();
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        let mut busy = false;
+        if let Some(g) = &mut gate {
+            match &gathering {
+                None => {
+                    if let Ok(mut mine) = g.mine.try_recv() {
+                        mine.resize(GATE_LEN, 0);
+                        let mut all = vec![0u8; GATE_LEN * n];
+                        // SAFETY: both buffers are kept in `gathering` until the request completes.
+                        let req =
+                            unsafe { plane.iallgather(mine.as_ptr(), GATE_LEN, all.as_mut_ptr())? };
+                        gathering = Some((req, mine, all));
+                        busy = true;
+                    }
+                }
+                Some((req, _, _)) => {
+                    if plane.test(*req)? {
+                        let (_, _, all) = gathering.take().expect("in flight");
+                        (g.all)(all);
+                        gate = None;
+                        busy = true;
+                    }
+                }
+            }
+        }
+        while let Ok(a) = asks.try_recv() {
+            let owner = (a.index % n as u64) as usize;
+            queued.push_back((owner, a));
+        }
+        // send queued asks that have a slot
+        let mut later = VecDeque::new();
+        while let Some((owner, a)) = queued.pop_front() {
+            let Some(slot) = free[owner].pop() else {
+                later.push_back((owner, a));
+                continue;
+            };
+            busy = true;
+            let mut rbuf = vec![0u8; 5 + a.len];
+            let cap = rbuf.len();
+            // SAFETY: `rbuf` moves into `waiting` (its heap buffer stays put) until completion.
+            let rreq =
+                unsafe { plane.irecv(rbuf.as_mut_ptr(), cap, owner, TAG_ANSWER + slot as i32)? };
+            let mut head = Vec::with_capacity(ASK_LEN);
+            head.extend_from_slice(&a.index.to_le_bytes());
+            head.extend_from_slice(&(slot as u32).to_le_bytes());
+            head.extend_from_slice(&(a.len as u32).to_le_bytes());
+            // SAFETY: `head` is kept in `sends` until the send completes.
+            let sreq = unsafe { plane.isend(head.as_ptr(), head.len(), owner, TAG_ASK)? };
+            sends.push(InFlight {
+                req: sreq,
+                buf: head,
+            });
+            waiting.insert(
+                (owner, slot),
+                (
+                    InFlight {
+                        req: rreq,
+                        buf: rbuf,
+                    },
+                    a,
+                ),
+            );
+            stats.asked += 1;
+        }
+        queued = later;
+        // the peers' asks
+        let peers: Vec<usize> = ask_in.keys().copied().collect();
+        for p in peers {
+            let done = plane.test(ask_in[&p].req)?;
+            if !done {
+                continue;
+            }
+            busy = true;
+            let f = ask_in.remove(&p).expect("posted");
+            let index = u64::from_le_bytes(f.buf[..8].try_into().expect("8"));
+            let slot = u32::from_le_bytes(f.buf[8..12].try_into().expect("4")) as usize;
+            let len = u32::from_le_bytes(f.buf[12..16].try_into().expect("4")) as u64;
+            ask_in.insert(p, post_ask(p)?);
+            if slot >= SLOTS {
+                continue; // cannot be answered: no tag for it (the asker times out)
+            }
+            let ok = index < chunks && len <= chunk_size && (index % n as u64) as usize == me;
+            let tx = ans_tx.clone();
+            let local = local.clone();
+            std::thread::spawn(move || {
+                let r = if ok {
+                    local
+                        .read(index * chunk_size, len as u32)
+                        .map_err(|e| e.to_string())
+                } else {
+                    Err(format!(
+                        "chunk {index} ({len} bytes) is not one of this node's to answer"
+                    ))
+                };
+                // an error's words, never longer than the asker's buffer (the chunk it asked for)
+                let r = r.map_err(|m| {
+                    let mut b = m.into_bytes();
+                    b.truncate((len as usize).min(200));
+                    b
+                });
+                let _ = tx.send((p, slot, r));
+            });
+        }
+        while let Ok((p, slot, r)) = ans_rx.try_recv() {
+            busy = true;
+            let (status, body) = match r {
+                Ok(v) => (0u8, v),
+                Err(m) => (1u8, m),
+            };
+            let mut buf = Vec::with_capacity(5 + body.len());
+            buf.push(status);
+            buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&body);
+            // SAFETY: `buf` is kept in `sends` until the send completes.
+            let req = unsafe { plane.isend(buf.as_ptr(), buf.len(), p, TAG_ANSWER + slot as i32)? };
+            sends.push(InFlight { req, buf });
+            stats.answered += 1;
+        }
+        // answers to this node's asks
+        let keys: Vec<(usize, usize)> = waiting.keys().copied().collect();
+        for k in keys {
+            if !plane.test(waiting[&k].0.req)? {
+                continue;
+            }
+            busy = true;
+            let (f, a) = waiting.remove(&k).expect("waiting");
+            free[k.0].push(k.1);
+            let len = u32::from_le_bytes(f.buf[1..5].try_into().expect("4")) as usize;
+            let r = if 5 + len > f.buf.len() {
+                Err(format!("an answer of {len} bytes for a chunk of {}", a.len))
+            } else if f.buf[0] == 0 {
+                Ok(f.buf[5..5 + len].to_vec())
+            } else {
+                Err(String::from_utf8_lossy(&f.buf[5..5 + len]).into_owned())
+            };
+            let _ = a.reply.send(r);
+        }
+        let mut i = 0;
+        while i < sends.len() {
+            if plane.test(sends[i].req)? {
+                sends.swap_remove(i);
+                busy = true;
+            } else {
+                i += 1;
+            }
+        }
+        if busy {
+            idle = 0;
+        } else {
+            idle = (idle + 1).min(1000);
+            if idle > 20 {
+                std::thread::sleep(Duration::from_micros(50 * u64::from(idle.min(20))));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    // stop: the receives that will never match are cancelled; asks still waiting fail
+    for (_, f) in ask_in.drain() {
+        plane.cancel(f.req);
+        let _ = plane.test(f.req);
+    }
+    for (_, (f, a)) in waiting.drain() {
+        plane.cancel(f.req);
+        let _ = plane.test(f.req);
+        let _ = a.reply.send(Err("this node's server is stopping".into()));
+    }
+    if let Some((_, a, b)) = gathering {
+        std::mem::forget(a);
+        std::mem::forget(b);
+    }
+    // sends still in flight keep their buffers: the plane may read them until the process ends
+    for f in sends {
+        if !matches!(plane.test(f.req), Ok(true)) {
+            std::mem::forget(f.buf);
+        }
+    }
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests;

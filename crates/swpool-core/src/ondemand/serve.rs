@@ -1,0 +1,300 @@
+//! One node's on-demand server (`sw-pool-full lazy-serve`, one task per node of the background
+//! step that `load --lazy` starts): it authorizes the pool like `load` (every node, agreed), keeps
+//! the chunks it fetches in the node's cache (`<entry>.part`, crash-safe: [`LocalStore`]), answers
+//! the node's `sw-pool-serve` through a socket in the user's state directory and its peers through
+//! the exchange ([`super::exchange`]), and mounts the pool on the node with the same record and
+//! helper chain as `mount --in-place` (`sw-pool-serve --source unix:SOCKET`, which verifies every
+//! chunk again before serving it). It returns when the node's mount is gone (`unload`, the epilog)
+//! or `stop` is set.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use swpool_serve::{Chunks, FileSource, Limits, LocalStore};
+
+use super::exchange::{self, ExchangeStats, PeerSource};
+use crate::collective::{Collective, Local};
+use crate::error::Error;
+use crate::load::{explicit_mountpoint, NodeContext};
+use crate::mount::MountOptions;
+use crate::pool::Pool;
+use crate::state::{self, AcquireRequest, Record};
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct LazyRequest {
+    /// The pool file (resolved by the launcher).
+    pub pool: PathBuf,
+    /// The manifest digest the launcher authorized: every node must find the same.
+    pub digest: String,
+    pub mountpoint: Option<PathBuf>,
+    pub cache_dir: Option<PathBuf>,
+    pub job_id: Option<String>,
+    /// How long a chunk may take from its owner before the read fails (EIO).
+    pub stall: Duration,
+    /// How long the mount may take to appear.
+    pub timeout: Duration,
+}
+
+fn local<T>(r: &Result<T, Error>) -> Local<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) => Err((e.exit_status(), e.to_string())),
+    }
+}
+
+/// Serve (see the module's documentation). `ready` is called on every node once every node has
+/// mounted, with this node's record.
+pub fn serve(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LazyRequest,
+    stop: &AtomicBool,
+    ready: &dyn Fn(&Record),
+) -> Result<ExchangeStats, Error> {
+    // 1. every node opens and authorizes the pool, which must be the launcher's
+    let opened = (|| {
+        let mut pool = Pool::open(&req.pool)?;
+        crate::pool::fs_size::check_fits(&pool)?;
+        crate::trust::authorize(&pool, &node.policy)?;
+        if pool.manifest.digest != req.digest {
+            return Err(crate::load::LoadError::ChangedSinceJob {
+                pool: req.pool.clone(),
+                want: req.digest.clone(),
+                got: pool.manifest.digest.clone(),
+            }
+            .into());
+        }
+        let file = match pool.file.take() {
+            Some(f) => f,
+            None => std::fs::File::open(&req.pool).map_err(|e| {
+                Error::other(
+                    crate::ExitStatus::System,
+                    format!("{}: {e}", req.pool.display()),
+                )
+            })?,
+        };
+        Ok((pool.manifest, file))
+    })();
+    job.agree(local(&opened))?;
+    let (m, file) = opened.expect("agreed");
+    // 2. the node's store (the cache entry's partial copy) and its socket
+    let prepared = (|| {
+        let base = crate::cache::base_dir(
+            req.cache_dir.as_deref(),
+            node.cfg.cache_dir.value.as_deref(),
+            node.env,
+        );
+        let entry = crate::cache::entry_path(
+            &crate::cache::dir(&base, node.uid, true)?,
+            &m.name,
+            &m.version,
+            &m.digest,
+        );
+        let mut part = entry.into_os_string();
+        part.push(".part");
+        let part = PathBuf::from(part);
+        let store =
+            LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).map_err(|e| {
+                Error::other(
+                    crate::ExitStatus::System,
+                    format!(
+                        "{} on {}: cannot keep chunks: {e}",
+                        part.display(),
+                        job.hostname()
+                    ),
+                )
+            })?;
+        let sock = node
+            .state
+            .path()
+            .join(format!("lazy-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
+            Error::other(
+                crate::ExitStatus::System,
+                format!("{} on {}: {e}", sock.display(), job.hostname()),
+            )
+        })?;
+        let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+        Ok((store, sock, listener))
+    })();
+    job.agree(local(&prepared))?;
+    let ((store, present), sock, listener) = prepared.expect("agreed");
+    let (tx, rx) = mpsc::channel();
+    let engine = Arc::new(Chunks::new(
+        &m,
+        Box::new(PeerSource {
+            me: job.node_index(),
+            nodes: job.nodes(),
+            chunk_size: m.chunk_size,
+            storage: Box::new(FileSource::new(file, &req.pool)),
+            asks: tx,
+            stall: req.stall,
+            hosts: (0..job.nodes()).map(|i| job.leader_host(i)).collect(),
+        }),
+        Some((store, present)),
+        Limits::default(),
+        job.hostname(),
+    ));
+    {
+        let e = engine.clone();
+        std::thread::spawn(move || swpool_serve::socket::serve(listener, e));
+    }
+    // 3. mount on every node, all or nothing, agreed through the exchange's gate: a node's mount
+    // reads chunks its peers own, so the nodes answer each other while they mount
+    let mount = || -> Result<Record, Error> {
+        let mp = match &req.mountpoint {
+            Some(p) => explicit_mountpoint(p)?,
+            None => node.default_mountpoint(&m.name, &m.version)?,
+        };
+        let a = state::acquire(
+            node.sys,
+            &node.state,
+            &AcquireRequest {
+                image: req.pool.clone(),
+                mountpoint: mp,
+                options: MountOptions::parse(None)?,
+                job_id: req.job_id.clone(),
+                timeout: req.timeout,
+                once_per_job: false,
+                source: Some(req.pool.clone()),
+                lease: None,
+                serve: Some(crate::mount::serve::InPlace {
+                    digest: m.digest.clone(),
+                    keep: None,
+                    source: Some(sock.clone()),
+                }),
+            },
+        )?;
+        Ok(a.record)
+    };
+    let mounted: std::sync::Mutex<Option<Result<Record, Error>>> = std::sync::Mutex::new(None);
+    // the agreed outcome: None while unknown, then every node's failure (empty: all mounted)
+    let agreed: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
+    let done = AtomicBool::new(false);
+    let hosts: Vec<String> = (0..job.nodes()).map(|i| job.leader_host(i)).collect();
+    let plane = job.leaders_plane(true);
+    let stats = std::thread::scope(|s| {
+        let (st_tx, st_rx) = mpsc::channel::<Vec<u8>>();
+        let (engine, done, records, mounted, agreed) =
+            (&engine, &done, &node.state, &mounted, &agreed);
+        let mount = &mount;
+        s.spawn(move || {
+            let r = mount();
+            let mut part = match &r {
+                Ok(_) => vec![0u8],
+                Err(e) => {
+                    let mut v = vec![1u8];
+                    v.extend(e.to_string().bytes().take(exchange::GATE_LEN - 1));
+                    v
+                }
+            };
+            part.truncate(exchange::GATE_LEN);
+            *mounted.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            let _ = st_tx.send(part);
+        });
+        // after the gate: flush the store; end when the node's mount is gone or on `stop`
+        s.spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(300));
+            if let Some(st) = engine.local() {
+                let _ = st.flush();
+            }
+            if done.load(Ordering::Relaxed) {
+                return;
+            }
+            let outcome = agreed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mp = match &*mounted.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(Ok(r)) => Some(r.mount_point.clone()),
+                _ => None,
+            };
+            let gone = match (outcome, mp) {
+                (Some(f), _) if !f.is_empty() => true,
+                (Some(_), Some(mp)) => !matches!(records.read(&mp), Ok(Some(_))),
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if gone || stop.load(Ordering::Relaxed) {
+                done.store(true, Ordering::Relaxed);
+            }
+        });
+        let mut on_all = |all: Vec<u8>| {
+            let failures: Vec<String> = all
+                .chunks(exchange::GATE_LEN)
+                .enumerate()
+                .filter(|(_, p)| p[0] != 0)
+                .map(|(i, p)| {
+                    let msg = String::from_utf8_lossy(&p[1..])
+                        .trim_end_matches('\0')
+                        .to_string();
+                    format!(
+                        "{} (rank {i}): {msg}",
+                        hosts.get(i).cloned().unwrap_or_default()
+                    )
+                })
+                .collect();
+            if failures.is_empty() {
+                if let Some(Ok(r)) = &*mounted.lock().unwrap_or_else(|e| e.into_inner()) {
+                    ready(r);
+                }
+            }
+            *agreed.lock().unwrap_or_else(|e| e.into_inner()) = Some(failures);
+        };
+        let r = match &plane {
+            Some(p) => exchange::run(
+                p.as_ref(),
+                engine.clone(),
+                rx,
+                done,
+                m.chunks.len() as u64,
+                m.chunk_size,
+                Some(exchange::Gate {
+                    mine: st_rx,
+                    all: &mut on_all,
+                }),
+            ),
+            // one node: nothing to exchange; the gate is this node's own outcome
+            None => {
+                if let Ok(mine) = st_rx.recv() {
+                    on_all(mine);
+                }
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Ok(ExchangeStats::default())
+            }
+        };
+        done.store(true, Ordering::Relaxed);
+        r
+    });
+    let failures = agreed.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mounted = mounted.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = failures.filter(|f| !f.is_empty()) {
+        // another node failed: take this node's mount back
+        if let Some(Ok(r)) = &mounted {
+            let _ = state::release(node.sys, &node.state, &r.mount_point, true, None);
+        }
+        let _ = std::fs::remove_file(&sock);
+        return Err(Error::other(
+            crate::ExitStatus::System,
+            format!("failed on {} node(s): {}", f.len(), f.join("; ")),
+        ));
+    }
+    if let Some(st) = engine.local() {
+        let _ = st.flush();
+    }
+    let _ = std::fs::remove_file(&sock);
+    stats.map_err(|e| {
+        Error::other(
+            crate::ExitStatus::System,
+            format!(
+                "{}: the exchange with the other nodes failed: {e}",
+                job.hostname()
+            ),
+        )
+    })
+}

@@ -1,0 +1,208 @@
+//! Chunks over a Unix socket: the node's on-demand server process (an MPI rank, which fetches from
+//! peers and shared storage) hands chunks to the node's `sw-pool-serve` (which verifies them again,
+//! as it verifies anything, and serves them over FUSE). The socket lies in the user's private
+//! state directory; the serving side also checks that the peer is the same user.
+//!
+//! Protocol (little endian): request `offset: u64, len: u32`; answer `0u8, len: u32, bytes` or
+//! `1u8, len: u32, message` (UTF-8: why the chunk could not be had, named by the serving side).
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::chunks::Chunks;
+use crate::source::ChunkSource;
+
+/// The longest answer accepted (a chunk is at most 1 GiB; messages are short).
+pub const MAX_ANSWER: u32 = 1 << 30;
+
+/// A [`ChunkSource`] that asks the node's on-demand server through its socket.
+pub struct UnixSource {
+    path: PathBuf,
+    /// How long one answer may take (then the read fails: `EIO`, not a hang).
+    stall: Duration,
+    idle: Mutex<Vec<UnixStream>>,
+}
+
+impl UnixSource {
+    pub fn new(path: &Path, stall: Duration) -> UnixSource {
+        UnixSource {
+            path: path.to_path_buf(),
+            stall,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn connect(&self) -> io::Result<UnixStream> {
+        let s = UnixStream::connect(&self.path)?;
+        s.set_read_timeout(Some(self.stall))?;
+        s.set_write_timeout(Some(self.stall))?;
+        Ok(s)
+    }
+
+    fn ask(&self, s: &mut UnixStream, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let mut req = [0u8; 12];
+        req[..8].copy_from_slice(&offset.to_le_bytes());
+        req[8..].copy_from_slice(&(buf.len() as u32).to_le_bytes());
+        s.write_all(&req)?;
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head)?;
+        let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
+        match head[0] {
+            0 if len as usize == buf.len() => s.read_exact(buf),
+            0 => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("answer of {len} bytes for a request of {}", buf.len()),
+            )),
+            _ if len <= 4096 => {
+                let mut m = vec![0u8; len as usize];
+                s.read_exact(&mut m)?;
+                Err(io::Error::other(String::from_utf8_lossy(&m).into_owned()))
+            }
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an error message longer than 4096 bytes",
+            )),
+        }
+    }
+}
+
+impl ChunkSource for UnixSource {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        if buf.len() as u64 > MAX_ANSWER as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "chunk too large",
+            ));
+        }
+        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut s = match pooled {
+            Some(s) => s,
+            None => self.connect()?,
+        };
+        let r = self.ask(&mut s, offset, buf);
+        if r.is_ok() {
+            self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+        } else if let Err(e) = &r {
+            if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer from the node's on-demand server within {} s",
+                        self.stall.as_secs()
+                    ),
+                ));
+            }
+        }
+        r
+    }
+    fn describe(&self) -> String {
+        format!("the node's on-demand server ({})", self.path.display())
+    }
+}
+
+/// Serve `chunks` on `listener` to processes of this user until the listener fails; one thread per
+/// connection.
+pub fn serve(listener: UnixListener, chunks: Arc<Chunks>) {
+    let me = rustix::process::geteuid();
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let theirs = rustix::net::sockopt::get_socket_peercred(&conn).map(|c| c.uid);
+        if theirs.ok() != Some(me) {
+            continue; // not this user's: dropped unanswered
+        }
+        let c = chunks.clone();
+        std::thread::spawn(move || {
+            let _ = answer(conn, &c);
+        });
+    }
+}
+
+fn answer(mut s: UnixStream, chunks: &Chunks) -> io::Result<()> {
+    loop {
+        let mut req = [0u8; 12];
+        match s.read_exact(&mut req) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let offset = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(req[8..].try_into().expect("4 bytes"));
+        let r = if len > MAX_ANSWER {
+            Err(format!("request of {len} bytes refused"))
+        } else {
+            chunks
+                .read(offset, len)
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    if v.len() == len as usize {
+                        Ok(v)
+                    } else {
+                        Err(format!("{} bytes at {offset}: past the end", len))
+                    }
+                })
+        };
+        match r {
+            Ok(v) => {
+                let mut head = vec![0u8];
+                head.extend_from_slice(&len.to_le_bytes());
+                s.write_all(&head)?;
+                s.write_all(&v)?;
+            }
+            Err(m) => {
+                let m = &m.as_bytes()[..m.len().min(4096)];
+                let mut head = vec![1u8];
+                head.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                s.write_all(&head)?;
+                s.write_all(m)?;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunks::Limits;
+    use crate::source::FileSource;
+
+    #[test]
+    fn chunks_cross_the_socket_and_errors_name_their_cause() {
+        let d = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8 + 1).collect();
+        let mut m = swpool_format::pool::manifest::sample(&data, 4096);
+        let f = d.path().join("img");
+        std::fs::write(&f, &data).unwrap();
+        // chunk 1 of the manifest says other bytes: the serving side refuses it
+        let mut other = data.clone();
+        other[4096] ^= 1;
+        m.chunks[1] = Some(hex::encode(swpool_format::pool::manifest::hash_chunk(
+            &other[4096..8192],
+        )));
+        let src = FileSource::new(std::fs::File::open(&f).unwrap(), &f);
+        let chunks = Arc::new(Chunks::new(
+            &m,
+            Box::new(src),
+            None,
+            Limits::default(),
+            "n1",
+        ));
+        let sock = d.path().join("s");
+        let l = UnixListener::bind(&sock).unwrap();
+        std::thread::spawn(move || serve(l, chunks));
+        let u = UnixSource::new(&sock, Duration::from_secs(5));
+        let mut b = vec![0u8; 4096];
+        u.read_at(0, &mut b).unwrap();
+        assert_eq!(b, &data[..4096]);
+        u.read_at(2 * 4096, &mut b).unwrap();
+        assert_eq!(b, &data[8192..12288]);
+        let e = u.read_at(4096, &mut b).unwrap_err().to_string();
+        assert!(e.contains("chunk 1") && e.contains("n1"), "{e}");
+        // the connection is still usable after an error answer
+        let mut t = vec![0u8; 100];
+        u.read_at(3 * 4096, &mut t).unwrap();
+        assert_eq!(t, &data[12288..]);
+    }
+}
