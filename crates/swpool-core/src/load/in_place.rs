@@ -43,16 +43,21 @@ pub(super) fn short_nodes(
     job: &dyn Collective,
     plan: &Plan,
 ) -> Result<Vec<String>, crate::collective::Agreed> {
-    let mine = if job.is_leader() {
-        no_room(plan, job.hostname()).unwrap_or_default()
-    } else {
-        String::new()
-    };
+    // never an empty part: a first byte says whether a reason follows (MPI's all-gather of
+    // varying counts refuses a gather of nothing at all)
+    let mut mine = vec![b'-'];
+    if job.is_leader() {
+        if let Some(r) = no_room(plan, job.hostname()) {
+            mine = std::iter::once(b'!').chain(r.into_bytes()).collect();
+        }
+    }
     Ok(job
-        .all_gather(mine.as_bytes())?
+        .all_gather(&mine)?
         .into_iter()
-        .filter(|v| !v.is_empty())
-        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .filter_map(|v| match v.split_first() {
+            Some((b'!', r)) => Some(String::from_utf8_lossy(r).into_owned()),
+            _ => None,
+        })
         .collect())
 }
 

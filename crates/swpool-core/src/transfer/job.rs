@@ -375,6 +375,11 @@ fn all_gather_bytes(comm: &SimpleCommunicator, mine: &[u8], watch: &Watchdog) ->
         })
         .collect();
     let total: usize = counts.iter().map(|&c| c as usize).sum();
+    if total == 0 {
+        // nothing to move: Open MPI refuses an all-gather of varying counts into an empty buffer
+        // (MPI_ERR_ARG, fatal)
+        return vec![Vec::new(); n];
+    }
     let mut buf = vec![0u8; total];
     {
         let mut part = mpi::datatype::PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
