@@ -92,11 +92,7 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
              outside a job, `sw-pool mount --in-place POOL` serves a pool without copying it",
         ));
     };
-    let mut cfg = super::config(env)?;
-    if a.require_signature {
-        cfg.require_signature.flag(Some(true));
-    }
-    let shell = crate::output::shell(a.shell.as_deref(), env)?;
+    let (cfg, shell) = super::load::settings(a, env)?;
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
     // authorize here first: a clear error before any step starts

@@ -27,13 +27,22 @@ pub fn run(g: &GlobalArgs, a: LoadArgs, env: &Environment) -> Result<(), Error> 
     super::finish_collective(job, r)
 }
 
-fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<(), Error> {
-    let rank0 = job.world_rank() == 0;
+/// `load`'s configuration (with `--require-signature`) and the shell its code is printed for
+/// (`load --lazy` too).
+pub fn settings(
+    a: &LoadArgs,
+    env: &Environment,
+) -> Result<(swpool_core::config::Config, swpool_core::env::Shell), Error> {
     let mut cfg = super::config(env)?;
     if a.require_signature {
         cfg.require_signature.flag(Some(true));
     }
-    let shell = crate::output::shell(a.shell.as_deref(), env)?;
+    Ok((cfg, crate::output::shell(a.shell.as_deref(), env)?))
+}
+
+fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<(), Error> {
+    let rank0 = job.world_rank() == 0;
+    let (cfg, shell) = settings(a, env)?;
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
     let bar = crate::output::progress(rank0 && !a.no_progress && !a.json && !g.quiet);
