@@ -17,7 +17,6 @@ use swpool_core::env::{self, PoolMount, Snapshot};
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
 use swpool_core::ondemand::serve::LazyRequest;
-use swpool_core::pool::Pool;
 use swpool_core::transfer::Job;
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
@@ -26,11 +25,6 @@ use crate::eline;
 
 const READY: &str = "sw-pool-lazy: ready ";
 const FAILED: &str = "sw-pool-lazy: failed ";
-
-fn job_of(flag: Option<String>, env: &Environment) -> Option<String> {
-    flag.or_else(|| env.get(HostVar::SlurmJobId))
-        .filter(|j| !j.is_empty())
-}
 
 /// One node's server (see the module's documentation).
 pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(), Error> {
@@ -45,7 +39,7 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
             digest: a.digest.clone(),
             mountpoint: a.mountpoint.clone(),
             cache_dir: a.cache_dir.clone(),
-            job_id: job_of(a.job_id.clone(), env),
+            job_id: super::mount::job_id(a.job_id.clone(), env),
             stall: Duration::from_secs(a.stall.max(1)),
             timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
         };
@@ -83,8 +77,8 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
 
 /// `load --lazy` (see the module's documentation).
 pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Error> {
-    let Some(job_id) =
-        job_of(a.job_id.clone(), env).filter(|_| env.get(HostVar::SlurmJobId).is_some())
+    let Some(job_id) = super::mount::job_id(a.job_id.clone(), env)
+        .filter(|_| env.get(HostVar::SlurmJobId).is_some())
     else {
         return Err(Error::other(
             ExitStatus::Usage,
@@ -97,18 +91,12 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
     let node = NodeContext::real(&cfg, env, &sys)?;
     // authorize here first: a clear error before any step starts
     let src = swpool_core::load::resolve(&a.pool, &cfg.pool_path.value)?;
-    let pool = Pool::open(&src)?;
-    swpool_core::pool::fs_size::check_fits(&pool)?;
-    let verdict = swpool_core::trust::authorize(&pool, &node.policy)?;
+    let (pool, verdict) = swpool_core::load::open_authorized(&node, &src)?;
     let m = &pool.manifest;
     if let Some(w) = verdict.warning(&src).filter(|_| !g.quiet) {
         eline!("sw-pool: warning: {w}");
     }
-    let nodes: u64 = env
-        .get(HostVar::SlurmJobNumNodes)
-        .or_else(|| env.get(HostVar::SlurmNnodes))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
+    let nodes = swpool_core::slurm::job_nodes(env);
     let me = std::env::current_exe().map_err(|e| {
         Error::other(
             ExitStatus::System,

@@ -18,15 +18,9 @@ pub(super) fn no_room(plan: &Plan, host: &str) -> Option<String> {
         return None; // an entry is there: revalidated and reused (or replaced in place)
     }
     let dir = plan.dest.parent()?;
-    let st = rustix::fs::statvfs(dir).ok()?;
-    #[allow(unused_mut)]
-    let mut free = st.f_bavail.saturating_mul(st.f_frsize);
-    #[cfg(test)]
-    if let Some(f) = crate::transfer::TEST_FREE_BYTES.with(|c| c.get()) {
-        free = f; // a full disk on one node of a fake cluster (unit tests only)
-    }
-    // what the copy's preflight asks for (transfer::prepare)
-    let need = plan.data_size + plan.data_size / 64 + (1 << 20);
+    let free = crate::transfer::free_bytes(dir).ok()?;
+    // what the copy's preflight asks for
+    let need = crate::transfer::space_needed(plan.data_size);
     (free < need).then(|| {
         format!(
             "{host}: {} free in {}, the copy needs {}",

@@ -194,9 +194,7 @@ pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
 /// (and shared storage sees one open of the pool on node 0).
 fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Option<File>), Error> {
     let src = resolve(&req.pool, &node.cfg.pool_path.value)?;
-    let mut pool = Pool::open(&src)?;
-    crate::pool::fs_size::check_fits(&pool)?;
-    let verdict = authorize(&pool, &node.policy)?;
+    let (mut pool, verdict) = open_authorized(node, &src)?;
     let m = &pool.manifest;
     if let Some(want) = &req.expect_digest {
         if &m.digest != want {
@@ -571,15 +569,26 @@ pub fn environment(
     changes
 }
 
+/// Open the pool file `src` (its trailer, once) and apply the trust policy: its file system must
+/// fit the image its manifest covers, and the policy must accept it (`load`, `mount --in-place`,
+/// `load --lazy` and each of its servers).
+pub fn open_authorized(node: &NodeContext, src: &Path) -> Result<(Pool, Verdict), Error> {
+    let pool = Pool::open(src)?;
+    let verdict = authorized(node, &pool)?;
+    Ok((pool, verdict))
+}
+
+fn authorized(node: &NodeContext, pool: &Pool) -> Result<Verdict, Error> {
+    crate::pool::fs_size::check_fits(pool)?;
+    Ok(authorize(pool, &node.policy)?)
+}
+
 /// `sw-pool mount FILE`: the trust policy for an image mounted where it lies. A pool gets the
 /// same verdict (and the same refusals) as `load`; a bare image (no manifest) carries nothing that
 /// could vouch for it, so it is refused when signatures are required.
 pub fn authorize_in_place(node: &NodeContext, image: &Path) -> Result<Option<Verdict>, Error> {
     match Pool::open(image) {
-        Ok(pool) => {
-            crate::pool::fs_size::check_fits(&pool)?;
-            Ok(Some(authorize(&pool, &node.policy)?))
-        }
+        Ok(pool) => Ok(Some(authorized(node, &pool)?)),
         Err(
             crate::pool::ManifestError::NotAPool { .. }
             | crate::pool::ManifestError::NoTrailer { .. },

@@ -127,20 +127,22 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
 /// is served); nothing is copied. A bare image has no manifest to verify against: refused.
 fn mount_in_place(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome, Error> {
     let pool = super::resolve(&req.image, &node.cfg.pool_path.value)?;
-    if !is_pool(&pool)? {
-        return Err(Error::other(
-            ExitStatus::BadInput,
-            format!(
-                "{}: --in-place serves a pool, chunk by chunk against its manifest, and this is a \
-                 bare image without one: mount it without --in-place (it is mounted where it lies), \
-                 or build it as a pool with `sw-pool build`",
-                crate::exec::show(&pool)
-            ),
-        ));
-    }
-    let verdict = authorize_in_place(node, &pool)?.expect("a pool has a verdict");
-    let info = ImageInfo::inspect(&pool)?;
-    let id = info.pool.clone().expect("a pool");
+    // the trailer read once: pool or bare image, its manifest, the policy's verdict
+    let (opened, verdict) = match super::open_authorized(node, &pool) {
+        Err(Error::Manifest(ManifestError::NotAPool { .. } | ManifestError::NoTrailer { .. })) => {
+            return Err(Error::other(
+                ExitStatus::BadInput,
+                format!(
+                    "{}: --in-place serves a pool, chunk by chunk against its manifest, and this \
+                     is a bare image without one: mount it without --in-place (it is mounted where \
+                     it lies), or build it as a pool with `sw-pool build`",
+                    crate::exec::show(&pool)
+                ),
+            ))
+        }
+        r => r?,
+    };
+    let id = opened.manifest;
     let mountpoint = match &req.mountpoint {
         Some(m) => super::explicit_mountpoint(m)?,
         None => node.default_mountpoint(&id.name, &id.version)?,

@@ -51,16 +51,15 @@ pub struct PeerSource {
     pub hosts: Vec<String>,
 }
 
-impl PeerSource {
-    pub fn owner(&self, index: u64) -> usize {
-        (index % self.nodes as u64) as usize
-    }
+/// The node that owns chunk `index` among `nodes`: the only one that reads it from storage.
+pub fn owner(index: u64, nodes: usize) -> usize {
+    (index % nodes as u64) as usize
 }
 
 impl ChunkSource for PeerSource {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let index = offset / self.chunk_size;
-        let owner = self.owner(index);
+        let owner = owner(index, self.nodes);
         if owner == self.me {
             return self.storage.read_at(offset, buf);
         }
@@ -189,7 +188,7 @@ pub fn run(
             }
         }
         while let Ok(a) = asks.try_recv() {
-            let owner = (a.index % n as u64) as usize;
+            let owner = owner(a.index, n);
             queued.push_back((owner, a));
         }
         // send queued asks that have a slot
@@ -244,7 +243,7 @@ pub fn run(
             if slot >= SLOTS {
                 continue; // cannot be answered: no tag for it (the asker times out)
             }
-            let ok = index < chunks && len <= chunk_size && (index % n as u64) as usize == me;
+            let ok = index < chunks && len <= chunk_size && owner(index, n) == me;
             let tx = ans_tx.clone();
             let local = local.clone();
             std::thread::spawn(move || {

@@ -21,7 +21,6 @@ use crate::collective::{Collective, Local};
 use crate::error::Error;
 use crate::load::{explicit_mountpoint, NodeContext};
 use crate::mount::MountOptions;
-use crate::pool::Pool;
 use crate::state::{self, AcquireRequest, Record};
 
 /// What to serve.
@@ -58,9 +57,7 @@ pub fn serve(
 ) -> Result<ExchangeStats, Error> {
     // 1. every node opens and authorizes the pool, which must be the launcher's
     let opened = (|| {
-        let mut pool = Pool::open(&req.pool)?;
-        crate::pool::fs_size::check_fits(&pool)?;
-        crate::trust::authorize(&pool, &node.policy)?;
+        let (mut pool, _) = crate::load::open_authorized(node, &req.pool)?;
         if pool.manifest.digest != req.digest {
             return Err(crate::load::LoadError::ChangedSinceJob {
                 pool: req.pool.clone(),
@@ -125,6 +122,7 @@ pub fn serve(
     })();
     job.agree(local(&prepared))?;
     let ((store, present), sock, listener) = prepared.expect("agreed");
+    let hosts: Vec<String> = (0..job.nodes()).map(|i| job.leader_host(i)).collect();
     let (tx, rx) = mpsc::channel();
     let engine = Arc::new(Chunks::new(
         &m,
@@ -135,7 +133,7 @@ pub fn serve(
             storage: Box::new(FileSource::new(file, &req.pool)),
             asks: tx,
             stall: req.stall,
-            hosts: (0..job.nodes()).map(|i| job.leader_host(i)).collect(),
+            hosts: hosts.clone(),
         }),
         Some((store, present)),
         Limits::default(),
@@ -177,7 +175,6 @@ pub fn serve(
     // the agreed outcome: None while unknown, then every node's failure (empty: all mounted)
     let agreed: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
     let done = AtomicBool::new(false);
-    let hosts: Vec<String> = (0..job.nodes()).map(|i| job.leader_host(i)).collect();
     let plane = job.leaders_plane(true);
     let stats = std::thread::scope(|s| {
         let (st_tx, st_rx) = mpsc::channel::<Vec<u8>>();

@@ -264,15 +264,19 @@ pub fn spread_command(
             return None;
         }
     }
-    let nodes: u64 = env
-        .get(HostVar::SlurmJobNumNodes)
-        .or_else(|| env.get(HostVar::SlurmNnodes))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
+    let nodes = job_nodes(&env);
     if nodes <= 1 {
         return None;
     }
     Some(overlap_step(&env, exe, args, nodes, None, ""))
+}
+
+/// The number of nodes of the job (`SLURM_JOB_NUM_NODES`, else `SLURM_NNODES`; 1 outside a job).
+pub fn job_nodes(env: &Environment) -> u64 {
+    env.get(HostVar::SlurmJobNumNodes)
+        .or_else(|| env.get(HostVar::SlurmNnodes))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
 }
 
 /// How sbatch passes the SPANK plugin's `--layer` on to the job's sruns.

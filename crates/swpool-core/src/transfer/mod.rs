@@ -58,6 +58,7 @@ pub use job::Job;
 use leader::leader_copy;
 #[cfg(test)]
 pub(crate) use prepare::TEST_FREE_BYTES;
+pub(crate) use prepare::{free_bytes, space_needed};
 use source::{Kind, SrcInfo};
 use swpool_format::status::ExitStatus;
 

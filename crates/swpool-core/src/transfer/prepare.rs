@@ -104,20 +104,13 @@ pub(super) fn preflight(
         }
     }
     remove_stale_temporaries(parent, target);
-    let st = rustix::fs::statvfs(parent).map_err(|e| {
+    let free = free_bytes(parent).map_err(|e| {
         bad(
             ExitStatus::System,
             format!("cannot query free space of {}: {e}", parent.display()),
         )
     })?;
-    #[allow(unused_mut)]
-    let mut free = st.f_bavail.saturating_mul(st.f_frsize);
-    #[cfg(test)]
-    if let Some(f) = TEST_FREE_BYTES.with(|c| c.get()) {
-        free = f; // a full disk on one node of a fake cluster (unit tests only)
-    }
-    // a little slack for metadata blocks
-    let need = info.data_bytes + info.data_bytes / 64 + (1 << 20);
+    let need = space_needed(info.data_bytes);
     if free < need {
         return Err(bad(
             ExitStatus::System,
@@ -186,4 +179,21 @@ pub(super) fn remove_stale_temporaries(parent: &Path, target: &Path) {
             let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
         }
     }
+}
+
+/// Bytes a user may still write in `dir`'s file system (a unit test may fake a full disk).
+pub(crate) fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    let st = rustix::fs::statvfs(dir)?;
+    #[allow(unused_mut)]
+    let mut free = st.f_bavail.saturating_mul(st.f_frsize);
+    #[cfg(test)]
+    if let Some(f) = TEST_FREE_BYTES.with(|c| c.get()) {
+        free = f; // a full disk on one node of a fake cluster (unit tests only)
+    }
+    Ok(free)
+}
+
+/// What a copy of `data` bytes needs on the node: the data and a little slack for metadata blocks.
+pub(crate) fn space_needed(data: u64) -> u64 {
+    data + data / 64 + (1 << 20)
 }
