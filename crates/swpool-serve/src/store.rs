@@ -56,6 +56,82 @@ fn open_rw(p: &Path) -> io::Result<File> {
         .open(p)
 }
 
+/// The chunks `record` marks present, when it is the record of this pool (`want`: its header) and
+/// `data` has the image's length; `None` for another pool's, another chunking's or a damaged one.
+fn marks(
+    record: &File,
+    data: &File,
+    want: &[u8],
+    image_size: u64,
+    n: u64,
+) -> io::Result<Option<Vec<u64>>> {
+    let mut head = vec![0u8; HEADER_LEN as usize];
+    let valid = record.metadata()?.len() == HEADER_LEN + n
+        && data.metadata()?.len() == image_size
+        && record.read_exact_at(&mut head, 0).is_ok()
+        && head == want;
+    if !valid {
+        return Ok(None);
+    }
+    // the marks, in bounded pieces
+    let mut present = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut i = 0u64;
+    while i < n {
+        let len = (n - i).min(buf.len() as u64) as usize;
+        record.read_exact_at(&mut buf[..len], HEADER_LEN + i)?;
+        present.extend(
+            buf[..len]
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'1')
+                .map(|(k, _)| i + k as u64),
+        );
+        i += len as u64;
+    }
+    Ok(Some(present))
+}
+
+/// A store's data file opened read-only and the chunks its record marks present, without changing
+/// either (a full copy taking over what an on-demand run fetched); `Ok(None)` when there is no
+/// store for this pool at `data` (none, another pool's, a damaged record). Symlinks are not
+/// followed. The marks say only that the bytes were written: the reader verifies them.
+pub fn read_marks(
+    data: &Path,
+    digest: &str,
+    image_size: u64,
+    chunk_size: u64,
+) -> io::Result<Option<(File, Vec<u64>)>> {
+    let open = |p: &Path| {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(p)
+    };
+    let data_file = match open(data) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let record = match open(&record_path(data)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !data_file.metadata()?.is_file() || !record.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let n = image_size.div_ceil(chunk_size);
+    let want = header(digest, n)?;
+    Ok(marks(&record, &data_file, &want, image_size, n)?.map(|p| (data_file, p)))
+}
+
+/// Remove a store (data file and record), e.g. once a full copy replaced it.
+pub fn remove(data: &Path) {
+    let _ = std::fs::remove_file(record_path(data));
+    let _ = std::fs::remove_file(data);
+}
+
 impl LocalStore {
     /// Open (or create) the store at `data` for the pool with manifest `digest`: returns it and the
     /// chunks its record marks present. A record of another pool, another chunking or a damaged
@@ -70,29 +146,8 @@ impl LocalStore {
         let want = header(digest, n)?;
         let data_file = open_rw(data)?;
         let record = open_rw(&record_path(data))?;
-        let mut present = Vec::new();
-        let mut head = vec![0u8; HEADER_LEN as usize];
-        let valid = record.metadata()?.len() == HEADER_LEN + n
-            && data_file.metadata()?.len() == image_size
-            && record.read_exact_at(&mut head, 0).is_ok()
-            && head == want;
-        if valid {
-            // the marks, in bounded pieces
-            let mut buf = vec![0u8; 1 << 16];
-            let mut i = 0u64;
-            while i < n {
-                let len = (n - i).min(buf.len() as u64) as usize;
-                record.read_exact_at(&mut buf[..len], HEADER_LEN + i)?;
-                present.extend(
-                    buf[..len]
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, b)| **b == b'1')
-                        .map(|(k, _)| i + k as u64),
-                );
-                i += len as u64;
-            }
-        } else {
+        let present = marks(&record, &data_file, &want, image_size, n)?;
+        if present.is_none() {
             // marks first (none), then the data: a crash in between leaves no mark
             record.set_len(0)?;
             record.write_all_at(&want, 0)?;
@@ -109,7 +164,7 @@ impl LocalStore {
                 chunk_size,
                 pending: Mutex::new(Vec::new()),
             },
-            present,
+            present.unwrap_or_default(),
         ))
     }
 
@@ -183,6 +238,38 @@ mod tests {
         std::fs::write(record_path(&p), b"junk").unwrap();
         let (_, present) = LocalStore::open(&p, "blake3:cd", 8192, 4096).unwrap();
         assert!(present.is_empty());
+    }
+
+    #[test]
+    fn read_marks_sees_what_was_flushed_and_changes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.pool.part");
+        assert!(read_marks(&p, "blake3:ab", 10_000, 4096).unwrap().is_none());
+        let (s, _) = LocalStore::open(&p, "blake3:ab", 10_000, 4096).unwrap();
+        s.write_chunk(2, &[5u8; 10_000 - 8192]).unwrap();
+        s.flush().unwrap();
+        s.write_chunk(0, &[6u8; 4096]).unwrap(); // not flushed: not present
+        drop(s);
+        let (f, present) = read_marks(&p, "blake3:ab", 10_000, 4096).unwrap().unwrap();
+        assert_eq!(present, vec![2]);
+        let mut b = [0u8; 16];
+        f.read_exact_at(&mut b, 8192).unwrap();
+        assert_eq!(b, [5u8; 16]);
+        // another pool's view: nothing, and the store is left as it was
+        assert!(read_marks(&p, "blake3:cd", 10_000, 4096).unwrap().is_none());
+        assert!(read_marks(&p, "blake3:ab", 10_001, 4096).unwrap().is_none());
+        assert_eq!(
+            read_marks(&p, "blake3:ab", 10_000, 4096)
+                .unwrap()
+                .unwrap()
+                .1,
+            vec![2]
+        );
+        remove(&p);
+        assert!(!p.exists() && !record_path(&p).exists());
+        // a symlink in place of the data file is no store
+        std::os::unix::fs::symlink("/etc/passwd", &p).unwrap();
+        assert!(read_marks(&p, "blake3:ab", 10_000, 4096).is_err());
     }
 
     #[test]

@@ -134,4 +134,10 @@ fn print_timings(l: &Loaded) {
         r.bytes_sent,
         r.bytes_written
     );
+    if r.bytes_reused > 0 {
+        eline!(
+            "bytes taken from the nodes' partial copies (an on-demand run's, verified): {}",
+            r.bytes_reused
+        );
+    }
 }

@@ -421,6 +421,8 @@ pub fn load(
         progress_sink: req.progress.clone(),
         authorized,
         src_file: src_file.map(std::sync::Arc::new),
+        // what an on-demand run of this pool left on a node is not moved again
+        reuse_partial: true,
         ..CopyOptions::from_env(node.env)
     };
     if leader {

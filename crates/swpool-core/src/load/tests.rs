@@ -528,3 +528,50 @@ fn the_task_prolog_of_a_loaded_pool_reads_nothing_from_shared_storage() {
         "no reference was added"
     );
 }
+
+#[test]
+fn a_full_load_takes_over_what_an_on_demand_run_left_on_each_node() {
+    let s = site();
+    let pool = crate::pool::Pool::open(&s.pool).unwrap();
+    let m = pool.manifest.clone();
+    let image = {
+        let all = std::fs::read(&s.pool).unwrap();
+        all[..m.image_size as usize].to_vec()
+    };
+    let chunk = |i: usize| &image[m.chunk_range(i as u64).start as usize..][..1 << 20];
+    // what lazy runs left: chunks 0 and 1 on every node, chunk 2 on node 1 only; node 3's chunk 1
+    // is marked present but holds other bytes (it does not count)
+    let mut parts = Vec::new();
+    for n in 0..NODES {
+        let base = s.root.join(format!("node{n}/cache"));
+        let cache = crate::cache::dir(&base, s.uid, true).unwrap();
+        let entry = crate::cache::entry_path(&cache, &m.name, &m.version, &m.digest);
+        let part = crate::transfer::reuse::partial_path(&entry);
+        let (st, _) =
+            swpool_serve::LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).unwrap();
+        st.write_chunk(0, chunk(0)).unwrap();
+        match n {
+            3 => st.write_chunk(1, &vec![7u8; 1 << 20]).unwrap(),
+            _ => st.write_chunk(1, chunk(1)).unwrap(),
+        }
+        if n == 1 {
+            st.write_chunk(2, chunk(2)).unwrap();
+        }
+        st.flush().unwrap();
+        parts.push(part);
+    }
+    let out = run(&s, 1, Faults::default(), &Quiet);
+    let original = std::fs::read(&s.pool).unwrap();
+    let first = out[0].result.as_ref().unwrap();
+    // chunk 0 moved nowhere; chunk 1 (node 3 lacks it) came from node 0's own copy; only chunk 2
+    // was read from shared storage (its reader, node 0, does not hold it)
+    assert_eq!(first.copy.bytes_read_from_src, 1 << 20, "{:?}", first.copy);
+    // taken from the partial copies: 2 + 3 + 2 + 1 chunks
+    assert_eq!(first.copy.bytes_reused, 8 << 20, "{:?}", first.copy);
+    for (n, o) in out.iter().enumerate() {
+        let l = o.result.as_ref().unwrap();
+        assert_eq!(std::fs::read(&l.plan.dest).unwrap(), original, "node {n}");
+        assert!(!parts[n].exists(), "node {n} kept its partial copy");
+        assert!(!swpool_serve::store::record_path(&parts[n]).exists());
+    }
+}

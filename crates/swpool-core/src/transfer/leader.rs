@@ -8,7 +8,9 @@ use super::prepare::{preflight, Prepared};
 use super::source::{
     chunk_list, holds_identical, inspect_src, known_tail, target_path, write_stamp, Kind, SrcInfo,
 };
-use super::{bad, dir, engine, plan, Algorithm, CopyOptions, CopyReport, Stats, TransferError};
+use super::{
+    bad, dir, engine, plan, reuse, Algorithm, CopyOptions, CopyReport, Stats, TransferError,
+};
 use crate::collective::{Collective, Local};
 use swpool_format::status::ExitStatus;
 
@@ -86,6 +88,20 @@ pub(super) fn leader_copy(
     // (Without MPI among the leaders, e.g. the in-memory cluster of the unit tests, every receiver
     // copies SRC itself.)
     let chunks = chunk_list(&info);
+    // what the receivers already hold of a pool (an on-demand run's partial copy): a chunk every
+    // receiver holds does not move
+    let (held, chunks) = match (&info.manifest, opts.reuse_partial) {
+        (Some(m), true) => {
+            let held = match need {
+                true => reuse::scan(m, &reuse::partial_path(&target)),
+                false => reuse::Held::default(),
+            };
+            let msgs = job.leaders_all_gather(&held.to_bits(m.chunks.len()))?;
+            let all = reuse::held_by_all(&msgs, &receivers, m.chunks.len());
+            (held, reuse::to_move(chunks, m, &all))
+        }
+        _ => (reuse::Held::default(), chunks),
+    };
     let algo = opts
         .algorithm
         .unwrap_or_else(|| Algorithm::choose(receivers.len(), chunks.len()));
@@ -131,7 +147,11 @@ pub(super) fn leader_copy(
     let tcomm = job.leaders_plane(need);
     let hosts: Vec<String> = receivers.iter().map(|&i| job.leader_host(i)).collect();
     let mut stats = Stats::default();
-    let total_bytes = info.data_bytes;
+    let total_bytes = match opts.reuse_partial && info.manifest.is_some() {
+        true => chunks.iter().map(|c| c.len as u64).sum(),
+        false => info.data_bytes,
+    };
+    let mut reused = 0u64;
     let sink = opts
         .progress_sink
         .clone()
@@ -165,11 +185,28 @@ pub(super) fn leader_copy(
                 }
                 None => Ok(f),
             });
+            // the chunks this node holds, verified again while copied into the temporary
+            let src_f = src_f.and_then(|f| match &info.manifest {
+                Some(m) => {
+                    reused = reuse::fill(m, &held, out, tmp.path())?;
+                    stats.bytes_written += reused;
+                    Ok(f)
+                }
+                None => Ok(f),
+            });
             match src_f {
                 Err(e) => Err(e),
                 Ok(src_f) => {
+                    // a reader serves the chunks its node holds from the temporary
+                    let local_first = src_f.map(|f| reuse::LocalFirst {
+                        src: f as &dyn engine::Source,
+                        tmp: out,
+                        have: &held.have,
+                        chunk_size: info.chunk_size,
+                        local: Default::default(),
+                    });
                     let fj = engine::FileJob {
-                        src: src_f.map(|f| f as &dyn engine::Source),
+                        src: local_first.as_ref().map(|l| l as &dyn engine::Source),
                         src_path: src,
                         out,
                         out_path: tmp.path(),
@@ -182,13 +219,19 @@ pub(super) fn leader_copy(
                         bench_slots: opts.bench_slots,
                         watch: job.watchdog(),
                     };
-                    match tcomm.as_deref().filter(|c| c.size() > 1) {
+                    let moved = match tcomm.as_deref().filter(|c| c.size() > 1) {
                         Some(c) => {
                             algorithm = Some(algo);
                             engine::distribute(c, &fj, algo, &mut stats)
                         }
                         None => engine::local(&fj, &mut stats),
+                    };
+                    // what the reader took from its own copy was not read from SRC
+                    if let Some(l) = &local_first {
+                        let local = l.local.load(std::sync::atomic::Ordering::Relaxed);
+                        stats.bytes_read = stats.bytes_read.saturating_sub(local);
                     }
+                    moved
                 }
             }
         }
@@ -258,23 +301,33 @@ pub(super) fn leader_copy(
         }
     };
     job.leaders_agree(committed)?;
+    if need && info.manifest.is_some() && opts.reuse_partial {
+        // the entry holds every chunk now: the partial copy has served its purpose
+        swpool_serve::store::remove(&reuse::partial_path(&target));
+    }
     report.phases.commit = tc.elapsed();
     report.phases.read = stats.read;
     report.phases.write = stats.write;
     report.phases.verify = stats.verify;
     report.algorithm = algorithm;
     // totals over all leaders
-    let mine = [stats.bytes_read, stats.bytes_sent, stats.bytes_written];
-    let mut totals = [0u64; 3];
+    let mine = [
+        stats.bytes_read,
+        stats.bytes_sent,
+        stats.bytes_written,
+        reused,
+    ];
+    let mut totals = [0u64; 4];
     let mine_b: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
     for b in job.leaders_all_gather(&mine_b)? {
-        for (i, c) in b.chunks_exact(8).take(3).enumerate() {
+        for (i, c) in b.chunks_exact(8).take(4).enumerate() {
             totals[i] += u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
     }
     report.bytes_read_from_src = totals[0];
     report.bytes_sent = totals[1];
     report.bytes_written = totals[2];
+    report.bytes_reused = totals[3];
     report.phases.total = t0.elapsed();
     Ok(report)
 }

@@ -41,6 +41,7 @@ pub mod layer;
 mod leader;
 pub mod plan;
 mod prepare;
+pub mod reuse;
 mod source;
 pub use crate::watchdog;
 
@@ -205,6 +206,9 @@ pub struct CopyOptions {
     /// The benchmark switch `SW_POOL_BENCH_SLOTS=K`: at most K chunks per round (the smallest K
     /// among the leaders counts; `None`: no cap).
     pub bench_slots: Option<u64>,
+    /// A pool: take over the chunks each node already holds in DEST's partial copy
+    /// (`DEST.part`, left by an on-demand run; [`reuse`]) and move only the others.
+    pub reuse_partial: bool,
 }
 
 /// A pool as it was when the trust policy checked it: its length and its trailer bytes (manifest
@@ -291,6 +295,7 @@ impl Default for CopyOptions {
             authorized: None,
             src_file: None,
             bench_slots: None,
+            reuse_partial: false,
         }
     }
 }
@@ -321,6 +326,7 @@ impl std::fmt::Debug for CopyOptions {
             .field("algorithm", &self.algorithm)
             .field("stall_timeout", &self.stall_timeout)
             .field("bench_slots", &self.bench_slots)
+            .field("reuse_partial", &self.reuse_partial)
             .finish()
     }
 }
@@ -370,6 +376,10 @@ pub struct CopyReport {
     pub bytes_sent: u64,
     /// Bytes written to DEST by all receiving leaders together.
     pub bytes_written: u64,
+    /// Bytes the receiving leaders took from their own partial copies (verified, not read from SRC
+    /// nor moved), all together.
+    #[serde(default)]
+    pub bytes_reused: u64,
     /// Chunk size used.
     pub chunk_size: u64,
     pub algorithm: Option<Algorithm>,

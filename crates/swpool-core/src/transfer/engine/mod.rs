@@ -67,7 +67,7 @@ const SPARSE_BLOCK: usize = 64 << 10;
 
 pub(crate) type LocalResult<T> = Result<T, (ExitStatus, String)>;
 
-fn io_err(what: &str, e: &std::io::Error) -> (ExitStatus, String) {
+pub(super) fn io_err(what: &str, e: &std::io::Error) -> (ExitStatus, String) {
     let hint = match e.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
             "; free space on this node or choose another DEST"

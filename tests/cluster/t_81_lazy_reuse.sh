@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# load --lazy (issue 30), its life and what it leaves, as the unprivileged test user on 4 nodes:
+# - reuse: a lazy job in which every node reads the same 3 of a pool's 10 files (30 %), then
+#   `srun sw-pool unload` in that job: no mount, server or record left on any node while the job
+#   still runs; a later job's full `load` of the same pool reads at most 0.72 of it from shared
+#   storage (the chunks the nodes fetched are taken from their partial copies, verified), every node
+#   reads every file right, and no partial copy is left;
+# - faults: the on-demand server of one node is killed (SIGKILL) while that node reads: its next
+#   read of a chunk it does not hold fails with EIO at once (no hang), the job ends, and the epilog
+#   leaves no mount, record, server or helper on any node.
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_testbed
+cd /
+read -r -a nodes <<< "$TB_NODES"
+[[ ${#nodes[@]} -ge 4 ]] || { fail "4 nodes" "the testbed has only ${#nodes[@]} nodes"; finish; }
+SW=$REPO/target/release/sw-pool
+[[ -x $SW && -x $SW-serve ]] || { fail "sw-pool and sw-pool-serve built" "missing (cargo build --release)"; finish; }
+uid=$(id -u "$TB_USER")
+W=$TB/scratch/t81-$$
+E=$TB/export/t81-$$          # the storage server's disk; nodes see it as $TB/shared/t81-$$
+S=$TB/shared/t81-$$
+MP=$TB/local/t81lazy
+C=$TB/local/t81cache
+HOOK=$TB/etc/epilog.d/50-sw-pool
+cleanup() {
+  rm -f "$HOOK"
+  for n in "${nodes[@]}"; do
+    "$TESTBED/exec" "$n" sh -c "
+      awk '\$3 ~ /^fuse/ && (\$2 ~ \"^$TB/local/t81\" || \$2 ~ \"/sw-pool-$uid\") {print \$2}' /proc/self/mounts | sort -r |
+        while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
+      rm -rf $TB/local/t81*" >/dev/null 2>&1 || true
+  done
+  rm -rf "$W" "$E"
+}
+[[ -n ${T81_KEEP:-} ]] || trap cleanup EXIT
+cleanup
+mkdir -p "$W/bin" "$W/tree/data" "$W/out" "$E"
+chmod 1777 "$W/out"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
+SW=$W/bin/sw-pool
+chmod -R a+rX "$W"
+# the epilog, as the site installs it
+mkdir -p "$W/libexec/sw-pool"
+ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/epilog"
+printf '#!/bin/sh\nexec %s\n' "$W/libexec/sw-pool/epilog" > "$HOOK"
+chmod 755 "$HOOK"
+
+# --- a pool of 10 x 4 MiB random files on shared storage
+for i in 0 1 2 3 4 5 6 7 8 9; do head -c 4M /dev/urandom > "$W/tree/data/f$i"; done
+want=$(cd "$W/tree" && find . -type f | sort | xargs sha256sum)
+one=$(sha256sum <<< "$want" | cut -d' ' -f1)
+if out=$("$SW" build -q -s 64MB "$E/t81.pool" "$W/tree" 2>&1); then
+  pass "built a 40 MiB squashfs pool on shared storage"
+else
+  fail "built a 40 MiB squashfs pool on shared storage" "$(tail -n 5 <<< "$out")"
+  finish
+fi
+chmod 644 "$E/t81.pool"
+size=$(stat -c %s "$E/t81.pool")
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+job() {  # job NAME BODY: run BODY as a batch job on 4 nodes; its output
+  { echo '#!/bin/bash'
+    echo "export SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh"
+    echo "srun -N4 --ntasks-per-node=1 mkdir -p $C"
+    echo "$2"; } > "$W/$1.sh"
+  chmod 755 "$W/$1.sh"
+  as_user sbatch -W -N4 --chdir=/tmp -o "$W/out/$1.out" "$W/$1.sh" >/dev/null 2>&1 || true
+  cat "$W/out/$1.out" 2>/dev/null || true
+}
+rest_of() {  # per node: mounts of the pool or of a chunk server, records; then servers/helpers
+  for n in "${nodes[@]:0:4}"; do
+    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$MP' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .)"
+  done | sort
+  # the nodes share one PID namespace: the user's live servers and helpers, once (not zombies)
+  # shellcheck disable=SC2009
+  ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll|\S*sw-pool-full lazy-serve) ' | grep -c . || true
+}
+nothing="$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)"
+wait_nothing() { for _ in $(seq 100); do [[ $(rest_of) == "$nothing" ]] && break; sleep 0.2; done; }
+
+# --- 1. a lazy job touches 30 % of the pool on every node, then unloads it on every node
+body=$(cat <<EOS
+eval "\$($SW load --lazy -m $MP --cache-dir $C $S/t81.pool)" || exit 3
+srun -N4 --ntasks-per-node=1 sh -c 'cd $MP && echo "\$(hostname) part \$(cat data/f1 data/f4 data/f7 | sha256sum | cut -c1-64)"'
+srun --mpi=pmix -N4 --ntasks-per-node=1 $SW -q unload $MP > /dev/null 2> $W/out/unload.err || { echo "unload failed"; cat $W/out/unload.err; }
+touch $W/out/unloaded
+# the job goes on: the test looks at the nodes now
+for i in \$(seq 300); do [ -e $W/out/looked ] && echo "still running when looked" && break; sleep 0.2; done
+EOS
+)
+part=$(cat "$W/tree/data/f1" "$W/tree/data/f4" "$W/tree/data/f7" | sha256sum | cut -c1-64)
+drop
+(job lazy "$body" > "$W/lazy.txt") &
+jp=$!
+for _ in $(seq 300); do [[ -e $W/out/unloaded ]] && break; sleep 0.2; done
+wait_nothing
+assert_eq "lazy job: after srun sw-pool unload, no mount, record, server or helper on any node (the job still runs)" "$nothing" "$(rest_of)"
+touch "$W/out/looked"
+wait "$jp" || true
+jo=$(cat "$W/lazy.txt")
+assert_match "... the check above ran while the job still ran" "still running when looked" "$jo"
+assert_eq "... every node read its 3 files (30 % of the pool) right" 4 "$(grep -cE "^node[0-9] part $part$" <<< "$jo" || true)"
+assert_eq "... unload exited 0 on every node" 0 "$(grep -c 'unload failed' <<< "$jo" || true)"
+[[ $(grep -cE "^node[0-9] part $part$" <<< "$jo" || true) == 4 && $jo != *"unload failed"* ]] || printf '  %s\n' "$jo"
+parts=$(for n in "${nodes[@]:0:4}"; do "$TESTBED/exec" "$n" sh -c "ls $C/sw-pool-$uid/cache/ 2>/dev/null" ; done | grep -c '\.pool\.part$' || true)
+assert_eq "... each node kept the chunks it fetched (a partial copy in its cache)" 4 "$parts"
+
+# --- 2. a full load of the same pool moves only what no node holds
+body=$(cat <<EOS
+eval "\$($SW -v load -m $MP --cache-dir $C $S/t81.pool 2>$W/out/load.err)" || { cat $W/out/load.err; exit 3; }
+cat $W/out/load.err
+srun -N4 --ntasks-per-node=1 sh -c 'cd $MP && echo "\$(hostname) all \$(find . -type f | sort | xargs sha256sum | sha256sum)"'
+EOS
+)
+drop
+"$TESTBED/storage-bytes" --mark >/dev/null
+jo=$(job full "$body")
+served=$("$TESTBED/storage-bytes" --since-mark)
+assert_eq "full load after the lazy job: every node read every file right" 4 "$(grep -cE "^node[0-9] all $one  -$" <<< "$jo" || true)"
+[[ $(grep -cE "^node[0-9] all $one  -$" <<< "$jo" || true) == 4 ]] || printf '  %s\n' "$jo"
+assert_match "... -v says what came from the nodes' partial copies" "taken from the nodes' partial copies" "$jo"
+assert_le "... shared storage sent at most 0.72 of the pool ($served of $size bytes)" "$(calc "$served / $size")" 0.72
+parts=$(for n in "${nodes[@]:0:4}"; do "$TESTBED/exec" "$n" sh -c "ls -a $C/sw-pool-$uid/cache/ 2>/dev/null" ; done)
+assert_eq "... every node holds the full entry and no partial copy or temporary" "4 0" \
+  "$(grep -c '\.pool$' <<< "$parts" || true) $(grep -cE '\.part|swpool-tmp' <<< "$parts" || true)"
+wait_nothing
+assert_eq "... after the job: nothing left" "$nothing" "$(rest_of)"
+
+# --- 3. one node's on-demand server killed while that node reads: EIO at once, nothing left
+"$TESTBED/exec" all "rm -rf $C" >/dev/null 2>&1 || true
+body=$(cat <<EOS
+eval "\$($SW load --lazy -m $MP --cache-dir $C $S/t81.pool)" || exit 3
+srun -N1 -w node2 sh -c 'cd $MP && cat data/f0 > /dev/null && touch $W/out/reading &&
+  for i in \$(seq 50); do [ -e $W/out/killed ] && break; sleep 0.2; done
+  s=\$(date +%s.%N); err=\$(cat data/f5 data/f6 data/f8 data/f9 2>&1 >/dev/null); rc=\$?; e=\$(date +%s.%N)
+  echo "\$(hostname) rc=\$rc took=\$(awk "BEGIN { print \$e - \$s }") err=\$err"'
+EOS
+)
+drop
+(job kill "$body" > "$W/kill.txt") &
+jp=$!
+for _ in $(seq 300); do [[ -e $W/out/reading ]] && break; sleep 0.2; done
+ns2=$("$TESTBED/exec" node2 readlink /proc/self/ns/net)
+victim=
+for p in $(pgrep -u "$uid" -f 'sw-pool-full lazy-serve' || true); do
+  [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$ns2" ]] && victim=$p
+done
+if [[ -n $victim ]]; then kill -9 "$victim"; fi
+touch "$W/out/killed"
+wait "$jp" || true
+jo=$(cat "$W/kill.txt")
+assert_match "node2's on-demand server found and killed while node2 reads" "^[0-9]+$" "$victim"
+assert_match "... node2's next reads of chunks it does not hold fail with EIO" "node2 rc=[1-9].*Input/output error" "$jo"
+took=$(sed -n 's/.*took=\([0-9.]*\).*/\1/p' <<< "$jo" | head -n 1)
+assert_le "... at once, not after a hang" "${took:-99}" 5 s
+[[ $jo == *"Input/output error"* ]] || printf '  %s\n' "$jo"
+wait_nothing
+assert_eq "... after the job: the epilog left no mount, record, server or helper on any node" "$nothing" "$(rest_of)"
+finish
