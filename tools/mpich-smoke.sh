@@ -4,6 +4,10 @@
 # (hydra). SW_POOL_FAKE_NODES=1 makes each rank its own "node", so the MPI distribution path runs
 # (one process per node would otherwise be a local copy). Exits 0 only if both ranks' copies are
 # identical to SRC, every byte was read once, and a repeat copy reads nothing.
+# Then the on-demand servers of `load --lazy` (`sw-pool-full lazy-serve`, the step `load --lazy`
+# starts under Slurm) on 2 fake nodes under mpirun.mpich: both mount (FUSE: needs root or a usable
+# /dev/fuse and squashfuse_ll), every file reads right on both (each node fetches the chunks the
+# other owns over MPICH), and unmounting both ends the servers.
 #
 #   tools/mpich-smoke.sh            (needs mpich + libmpich-dev; ~5 min for the first build)
 set -euo pipefail
@@ -12,7 +16,7 @@ TARGET=${SWP_MPICH_TARGET:-/var/tmp/swp-mpich-target}
 if ! command -v mpicc.mpich >/dev/null || ! command -v mpirun.mpich >/dev/null; then
   echo "mpich-smoke: mpicc.mpich / mpirun.mpich not found (apt-get install mpich libmpich-dev)"; exit 1
 fi
-(cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool)
+(cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool -p swpool-serve)
 # sw-pool is the front (no MPI); the MPI commands run as sw-pool-full beside it
 BIN=$TARGET/release/sw-pool
 # (ldd's output is read whole: `ldd | grep -q` fails under pipefail when grep exits first and ldd
@@ -22,7 +26,15 @@ if ! grep -q 'libmpich' <<< "$libs"; then
   echo "mpich-smoke: FAIL: $BIN-full is not linked against MPICH:"; grep -i mpi <<< "$libs"; exit 1
 fi
 D=$(mktemp -d /var/tmp/swp-mpich-smoke.XXXXXX)
-trap 'rm -rf "$D"' EXIT
+lazy_pid=
+cleanup() {
+  for m in "$D"/mnt-*; do [[ -d $m ]] && { fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; }; done
+  # the mpirun this script started (its pid), never by name
+  [[ -n $lazy_pid ]] && kill "$lazy_pid" 2>/dev/null
+  awk -v d="$D/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
+  rm -rf "$D"
+}
+trap cleanup EXIT
 head -c $((9 * 1048576 + 7)) /dev/urandom > "$D/src"
 out=$(SW_POOL_FAKE_NODES=1 mpirun.mpich -np 2 "$BIN" cp --json --chunk 1MiB "$D/src" "$D/dest-%n")
 want=$(sha256sum < "$D/src" | cut -d' ' -f1)
@@ -38,4 +50,29 @@ else
 fi
 out=$(SW_POOL_FAKE_NODES=1 mpirun.mpich -np 2 "$BIN" cp --json "$D/src" "$D/dest-%n")
 if grep -q '"skipped_all": true' <<< "$out"; then echo "PASS mpich: repeat copy skipped"; else echo "FAIL mpich: repeat: $out"; rc=1; fi
+
+# --- load --lazy's servers over MPICH, 2 fake nodes
+mkdir -p "$D/tree/d" "$D/cache-0" "$D/cache-1"
+for i in 1 2 3 4; do head -c $((3 * 1048576 + i)) /dev/urandom > "$D/tree/d/f$i"; done
+"$BIN" build -q "$D/p.pool" "$D/tree"
+digest=$("$BIN" inspect --json "$D/p.pool" | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifest"]["digest"])')
+export SW_POOL_STATE_DIR=$D/state SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
+SW_POOL_FAKE_NODES=1 timeout 120 mpirun.mpich -np 2 "$BIN-full" lazy-serve --digest "$digest" \
+  -m "$D/mnt-%n" --cache-dir "$D/cache-%n" --job-id mpich "$D/p.pool" > "$D/lazy.out" 2>&1 &
+lazy_pid=$!
+for _ in $(seq 150); do grep -q 'sw-pool-lazy: \(ready\|failed\)' "$D/lazy.out" 2>/dev/null && break; sleep 0.2; done
+if grep -q 'sw-pool-lazy: ready' "$D/lazy.out"; then
+  echo "PASS mpich: lazy-serve mounted on 2 nodes"
+  want=$(cd "$D/tree" && sha256sum d/*)
+  for i in 0 1; do
+    got=$(cd "$D/mnt-$i" && sha256sum d/* 2>&1 || true)
+    if [[ $got == "$want" ]]; then echo "PASS mpich: lazy node $i reads every file right"; else echo "FAIL mpich: lazy node $i: $got"; rc=1; fi
+  done
+  "$BIN" -q umount "$D/mnt-0" && "$BIN" -q umount "$D/mnt-1" || { echo "FAIL mpich: lazy umount"; rc=1; }
+  ended=no
+  for _ in $(seq 100); do kill -0 "$lazy_pid" 2>/dev/null || { ended=yes; break; }; sleep 0.2; done
+  if [[ $ended == yes ]]; then echo "PASS mpich: lazy servers ended with their mounts"; lazy_pid=; else echo "FAIL mpich: lazy servers still running"; rc=1; fi
+else
+  echo "FAIL mpich: lazy-serve: $(tail -n 5 "$D/lazy.out")"; rc=1
+fi
 exit $rc

@@ -81,8 +81,10 @@ pub fn serve(
     let (m, file) = opened.expect("agreed");
     // 2. the node's store (the cache entry's partial copy) and its socket
     let prepared = (|| {
+        // testing on one machine: `%n` stands for the (fake) node index
+        let cache_dir = req.cache_dir.as_deref().map(|d| job.node_path(d));
         let base = crate::cache::base_dir(
-            req.cache_dir.as_deref(),
+            cache_dir.as_deref(),
             node.cfg.cache_dir.value.as_deref(),
             node.env,
         );
@@ -145,8 +147,9 @@ pub fn serve(
     }
     // 3. mount on every node, all or nothing, agreed through the exchange's gate: a node's mount
     // reads chunks its peers own, so the nodes answer each other while they mount
+    let wanted_mp = req.mountpoint.as_deref().map(|p| job.node_path(p));
     let mount = || -> Result<Record, Error> {
-        let mp = match &req.mountpoint {
+        let mp = match &wanted_mp {
             Some(p) => explicit_mountpoint(p)?,
             None => node.default_mountpoint(&m.name, &m.version)?,
         };
