@@ -1,8 +1,8 @@
 //! The engine: reads of the image, served chunk by chunk, each chunk verified before it is served.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock, Weak};
 
 use swpool_format::pool::manifest::{decode_hash, hash_chunk, Manifest};
 
@@ -33,18 +33,27 @@ pub enum ChunkError {
     PastEnd { offset: u64, size: u64 },
 }
 
-/// Bounds: memory for chunks kept without a local store, and how many reads may be served at once.
+/// Bounds: memory for chunks kept without a local store, and the read-ahead.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Bytes of verified chunks kept in memory when there is no local store (at least one chunk).
     pub memory: u64,
+    /// Chunks fetched ahead of a sequential reader, in the background (0: none). Without a
+    /// local store they must fit in `memory` with the chunks being read: at most a quarter of it.
+    pub readahead: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { memory: 64 << 20 }
+        Limits {
+            memory: 64 << 20,
+            readahead: 8,
+        }
     }
 }
+
+/// Threads that fetch chunks ahead of sequential readers ([`Chunks::start_readahead`]).
+const READAHEAD_WORKERS: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -65,6 +74,8 @@ struct State {
     /// Verified chunks without a local store, least recently used first.
     lru: VecDeque<(u64, Arc<Vec<u8>>)>,
     lru_bytes: u64,
+    /// Chunks queued for the read-ahead and not yet taken by a worker.
+    queued: HashSet<u64>,
 }
 
 /// Counters (for `-v`, tests and benchmarks).
@@ -93,6 +104,10 @@ pub struct Chunks {
     node: String,
     pub stats: Stats,
     zeros: Arc<Vec<u8>>,
+    /// The read-ahead's queue, once started.
+    ahead: OnceLock<Mutex<mpsc::Sender<u64>>>,
+    /// The last chunk a read touched (to tell a sequential reader).
+    last: AtomicU64,
 }
 
 /// A chunk's bytes as a read needs them.
@@ -138,12 +153,75 @@ impl Chunks {
                 slots,
                 lru: VecDeque::new(),
                 lru_bytes: 0,
+                queued: HashSet::new(),
             }),
             ready: Condvar::new(),
             pool: format!("{}/{}", m.name, m.version),
             node: node.to_string(),
             stats: Stats::default(),
             zeros: Arc::new(vec![0u8; m.chunk_size.min(m.image_size.max(1)) as usize]),
+            ahead: OnceLock::new(),
+            last: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Start fetching chunks ahead of sequential readers: a reader that moves from chunk `i` to
+    /// `i + 1` has the next [`Limits::readahead`] chunks fetched (verified, kept) by background
+    /// threads while it reads, so that the latency of the source (a peer, shared storage) overlaps
+    /// the reader's work instead of adding to it. Random readers start none.
+    pub fn start_readahead(self: &Arc<Self>) {
+        if self.window() == 0 {
+            return;
+        }
+        let (tx, rx) = mpsc::channel::<u64>();
+        if self.ahead.set(Mutex::new(tx)).is_err() {
+            return; // already started
+        }
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..READAHEAD_WORKERS {
+            let (rx, me): (_, Weak<Chunks>) = (rx.clone(), Arc::downgrade(self));
+            std::thread::spawn(move || loop {
+                let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let (Ok(i), Some(c)) = (next, me.upgrade()) else {
+                    return;
+                };
+                c.lock().queued.remove(&i);
+                // errors are logged where they happen; a reader asking again gets them too
+                let _ = c.chunk(i);
+            });
+        }
+    }
+
+    /// Chunks of read-ahead (without a local store, within a quarter of the memory).
+    fn window(&self) -> u64 {
+        match self.local {
+            Some(_) => self.limits.readahead,
+            None => self
+                .limits
+                .readahead
+                .min(self.limits.memory / 4 / self.chunk_size.max(1)),
+        }
+    }
+
+    /// A read touched chunk `i`: if it follows the previous one, queue the chunks ahead of it that
+    /// are not on this node.
+    fn read_ahead(&self, i: u64) {
+        let prev = self.last.swap(i, Ordering::Relaxed);
+        let Some(tx) = self.ahead.get() else {
+            return;
+        };
+        if prev != i.wrapping_sub(1) {
+            return;
+        }
+        let end = (i + 1 + self.window()).min(self.hashes.len() as u64);
+        let mut s = self.lock();
+        for j in i + 1..end {
+            let absent = s.slots[j as usize] == Slot::Absent
+                && self.hashes[j as usize].is_some()
+                && !s.lru.iter().any(|(k, _)| *k == j);
+            if absent && s.queued.insert(j) {
+                let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(j);
+            }
         }
     }
 
@@ -195,6 +273,7 @@ impl Chunks {
             let i = pos / self.chunk_size;
             let r = self.range(i);
             let (a, b) = (pos - r.start, end.min(r.end) - r.start);
+            self.read_ahead(i);
             match self.chunk(i)? {
                 Bytes::Mem(v) => out.extend_from_slice(&v[a as usize..b as usize]),
                 Bytes::Local => {

@@ -137,9 +137,12 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
         local,
         Limits {
             memory: args.memory,
+            ..Limits::default()
         },
         &node,
     ));
+    // sequential readers (sha256 of a large file, a program's start) do not wait for each chunk
+    chunks.start_readahead();
     let mtime = UNIX_EPOCH + Duration::from_secs(m.created);
     let fs = ImageFs::new(
         chunks.clone(),

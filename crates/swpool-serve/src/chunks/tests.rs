@@ -135,7 +135,14 @@ fn a_hot_chunk_is_fetched_once_when_32_readers_ask_at_the_same_moment() {
 #[test]
 fn memory_stays_within_its_bound() {
     let data = image(10, 0);
-    let (c, reads) = serve(&data, Duration::ZERO, Limits { memory: 2 * CS });
+    let (c, reads) = serve(
+        &data,
+        Duration::ZERO,
+        Limits {
+            memory: 2 * CS,
+            ..Limits::default()
+        },
+    );
     for i in 0..10 {
         c.read(i * CS, 1).unwrap();
     }
@@ -184,4 +191,46 @@ fn a_local_store_keeps_chunks_across_servers_and_a_damaged_copy_is_fetched_again
     assert_eq!(c.read(0, 6 * CS as u32 + 10).unwrap(), data);
     // chunks 3 and 5 and 6, and the damaged 1: four reads from the source; 0 and 4 came from disk
     assert_eq!(reads.load(Ordering::SeqCst), 3 + 4);
+}
+
+#[test]
+fn a_sequential_reader_has_the_next_chunks_fetched_ahead_and_a_random_one_does_not() {
+    let data = image(40, 0);
+    let (c, reads) = serve(
+        &data,
+        Duration::from_millis(20),
+        Limits {
+            memory: 64 * CS,
+            readahead: 4,
+        },
+    );
+    let c = Arc::new(c);
+    c.start_readahead();
+    // random: chunks 10, 30, 20: three fetches and nothing ahead
+    for i in [10u64, 30, 20] {
+        c.read(i * CS, 10).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(reads.load(Ordering::SeqCst), 3);
+    // sequential: 0 then 1 (in two reads each): chunks 2 (null: never fetched), 3, 4 and 5 come
+    // in the background
+    for i in [0u64, 1] {
+        c.read(i * CS, 100).unwrap();
+        c.read(i * CS + 100, 100).unwrap();
+    }
+    let want = 3 + 2 + 3;
+    for _ in 0..100 {
+        if reads.load(Ordering::SeqCst) >= want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(reads.load(Ordering::SeqCst), want);
+    // reading them now: the image's bytes, and the reader moving on from 3 to 5 has 6 to 9
+    // fetched ahead (never more than the window past the reader)
+    let got = c.read(2 * CS, 4 * CS as u32).unwrap();
+    assert_eq!(got, &data[2 * CS as usize..6 * CS as usize]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(reads.load(Ordering::SeqCst), want + 4);
 }
