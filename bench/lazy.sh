@@ -16,7 +16,8 @@
 #   - reuse: a lazy job touching 30 % of the large pool, then a full `load`: bytes from storage / pool
 #     (goal <= 0.72);
 #   - random 4 KiB reads (fio, psync, RAND seconds, cold) of the 1 GB file on one node: through the
-#     lazy mount, `mount --in-place`, the cached mount (full load) and a copy on local disk.
+#     lazy mount, `mount --in-place`, the cached mount (full load), a copy on local disk, and the
+#     file straight from shared storage.
 # Page caches dropped and every node's cache emptied before each job.
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/lazy.sh [SMALL_MB] [LARGE_MB] [NODE_COUNTS] [EXTRA_N]
@@ -177,7 +178,9 @@ for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sle
     on1 cp "$TB/shared/lz/big.bin" "$TB/local/lzlocal.bin"
     drop
     R[rand.local]=$(fio_iops "$TB/local/lzlocal.bin")
-    log "4 KiB random reads on node 1 (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached ${R[rand.full]}, local disk ${R[rand.local]}"
+    drop
+    R[rand.shared]=$(fio_iops "$TB/shared/lz/big.bin")
+    log "4 KiB random reads on node 1 (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached ${R[rand.full]}, local disk ${R[rand.local]}, shared storage ${R[rand.shared]}"
     # reuse: a lazy job touching 30 %, then a full load
     fresh
     job "$N" "touch30-$N" "eval \"\$($LOAD --lazy -m $TB/local/lz $POOL)\" || exit 3
@@ -223,7 +226,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
     echo
     echo "- content of the ${LARGE_MB} MB pool (sha256 of every file): lazy, right on ${R[content.lazy]:-0} of $EXTRA_N nodes; \`mount --in-place\` on one node: ${R[content.inplace]}"
     echo "- full \`load\` after a lazy job in which every node read 30 % of the pool: shared storage sent $(calc "${R[reuse]} / $size") of the pool (goal ≤ 0.72); every file right on ${R[reuse.ok]:-0} of $EXTRA_N nodes"
-    echo "- 4 KiB random reads of the ${BIG_MB} MB file on one node, cold, ${RAND} s (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached mount ${R[rand.full]}, local disk ${R[rand.local]}; lazy ÷ cached $(ratio "${R[rand.lazy]}" "${R[rand.full]}"), in place ÷ cached $(ratio "${R[rand.inplace]}" "${R[rand.full]}")"
+    echo "- 4 KiB random reads of the ${BIG_MB} MB file on one node, cold, ${RAND} s (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached mount ${R[rand.full]}, local disk ${R[rand.local]}, straight from shared storage ${R[rand.shared]}; lazy ÷ cached $(ratio "${R[rand.lazy]}" "${R[rand.full]}"), in place ÷ cached $(ratio "${R[rand.inplace]}" "${R[rand.full]}")"
     echo
   fi
   echo "Machine load at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores."

@@ -228,13 +228,22 @@ pub fn revalidate(entry: &Path, digest: &str) -> bool {
     true
 }
 
-/// Remove a cache entry and its [`Verified`] stamp.
+/// Remove a cache entry and its [`Verified`] stamp (a partial copy: and its record).
 pub fn remove_entry(entry: &Path) -> std::io::Result<()> {
     std::fs::remove_file(entry)?;
     if let Some(p) = stamp_path(entry) {
         let _ = std::fs::remove_file(p);
     }
+    if is_partial(entry) {
+        let _ = std::fs::remove_file(swpool_serve::store::record_path(entry));
+    }
     Ok(())
+}
+
+/// A partial copy (`<entry>.part`, what on-demand runs fetched), not an entry.
+fn is_partial(p: &Path) -> bool {
+    p.file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with(".pool.part"))
 }
 
 /// Mark an entry used now (its access time), for least-recently-used eviction. Setting the access
@@ -275,6 +284,9 @@ pub struct Entry {
     pub last_used: i64,
     /// Mounted by this user on this node right now.
     pub in_use: bool,
+    /// A partial copy (the chunks on-demand runs fetched; its record beside it), not a whole pool.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// Every entry of the cache, least recently used first. `in_use` names images that are mounted.
@@ -288,7 +300,8 @@ pub fn list(cache: &Path, in_use: &[PathBuf]) -> Result<Vec<Entry>, CacheError> 
     for e in rd.flatten() {
         let path = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".pool") || name.starts_with('.') {
+        let partial = is_partial(&path);
+        if !(name.ends_with(".pool") || partial) || name.starts_with('.') {
             continue; // temporaries of copies under way are not entries
         }
         let Ok(m) = std::fs::symlink_metadata(&path) else {
@@ -297,12 +310,14 @@ pub fn list(cache: &Path, in_use: &[PathBuf]) -> Result<Vec<Entry>, CacheError> 
         if !m.is_file() {
             continue;
         }
-        let (pool, digest) = match Pool::open(&path) {
-            Ok(p) => (
+        // a partial copy has no trailer (the pool's name is in its file name)
+        let opened = (!partial).then(|| Pool::open(&path).ok()).flatten();
+        let (pool, digest) = match opened {
+            Some(p) => (
                 Some(format!("{}/{}", p.manifest.name, p.manifest.version)),
                 Some(p.manifest.digest),
             ),
-            Err(_) => (None, None),
+            None => (None, None),
         };
         v.push(Entry {
             in_use: in_use.iter().any(|u| u == &path),
@@ -311,6 +326,7 @@ pub fn list(cache: &Path, in_use: &[PathBuf]) -> Result<Vec<Entry>, CacheError> 
             digest,
             disk_bytes: m.blocks() * 512,
             last_used: m.atime().max(m.mtime()),
+            partial,
         });
     }
     v.sort_by(|a, b| a.last_used.cmp(&b.last_used).then(a.path.cmp(&b.path)));
@@ -398,6 +414,7 @@ mod tests {
             path: name.into(),
             pool: None,
             digest: None,
+            partial: false,
             disk_bytes: bytes,
             last_used: used,
             in_use,
@@ -453,5 +470,25 @@ mod tests {
             "blake3:ab"
         ));
         assert!(dir(&d.path().join("nope"), uid, true).is_err());
+    }
+
+    #[test]
+    fn partial_copies_are_listed_and_pruned_with_their_record() {
+        let d = tempfile::tempdir().unwrap();
+        let part = d.path().join("demo-1.0-ab.pool.part");
+        let (st, _) = swpool_serve::LocalStore::open(&part, "blake3:ab", 8192, 4096).unwrap();
+        st.write_chunk(0, &[1u8; 4096]).unwrap();
+        st.flush().unwrap();
+        drop(st);
+        let v = list(d.path(), &[]).unwrap();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].partial && v[0].pool.is_none() && v[0].disk_bytes >= 4096,
+            "{v:?}"
+        );
+        remove_entry(&v[0].path).unwrap();
+        assert!(!part.exists());
+        assert!(!swpool_serve::store::record_path(&part).exists());
+        assert!(list(d.path(), &[]).unwrap().is_empty());
     }
 }

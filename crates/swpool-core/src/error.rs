@@ -60,6 +60,15 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A step's result as this rank's part in the agreement on it (`None`: this rank does not do the
+/// step, e.g. a rank that is not its node's leader).
+pub fn step_part<T>(step: Option<&Result<T>>) -> crate::collective::Local<()> {
+    match step {
+        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
+        _ => Ok(()),
+    }
+}
+
 impl Error {
     pub fn other(status: ExitStatus, message: impl fmt::Display) -> Self {
         Error::Other {

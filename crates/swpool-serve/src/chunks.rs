@@ -290,6 +290,11 @@ impl Chunks {
         Ok(out)
     }
 
+    /// Fetch (verify, keep) chunk `i` if it is not on this node yet: a prefetch list's warming.
+    pub fn warm(&self, i: u64) -> Result<(), ChunkError> {
+        self.chunk(i).map(|_| ())
+    }
+
     fn chunk(&self, i: u64) -> Result<Bytes, ChunkError> {
         let Some(want) = self.hashes.get(i as usize).copied() else {
             return Err(ChunkError::PastEnd {

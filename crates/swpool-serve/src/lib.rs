@@ -22,6 +22,7 @@
 
 pub mod chunks;
 pub mod fs;
+pub mod prefetch;
 pub mod socket;
 pub mod source;
 pub mod store;

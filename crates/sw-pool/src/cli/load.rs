@@ -34,6 +34,10 @@ pub struct LoadArgs {
     /// touched, from the node that owns it; each chunk is read from shared storage once per job
     #[arg(long, conflicts_with = "no_fallback")]
     pub lazy: bool,
+    /// With --lazy: after the mount, every node fetches the chunks a prefetch list names (`sw-pool
+    /// cache trace`), one at a time, in the background; `auto`: POOL.prefetch if there is one
+    #[arg(long, value_name = "FILE|auto", requires = "lazy")]
+    pub prefetch: Option<String>,
     /// Mount point on every node (created if missing; must be empty); default $SW_POOL_MOUNT/NAME/VERSION
     #[arg(short = 'm', long = "mountpoint", value_name = "DIR")]
     pub mountpoint: Option<PathBuf>,
@@ -82,6 +86,9 @@ pub struct LazyServeArgs {
     /// Seconds to wait for each mount to appear
     #[arg(long, value_name = "SECS", default_value_t = 15.0)]
     pub timeout: f64,
+    /// A prefetch list (checked by `load --lazy`) whose chunks every node fetches after the mount
+    #[arg(long, value_name = "FILE")]
+    pub prefetch: Option<PathBuf>,
     /// The pool file
     pub pool: PathBuf,
 }

@@ -673,6 +673,15 @@ pub enum CacheCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Write the prefetch list of the chunks of POOL that on-demand runs fetched on this node
+    /// (for `load --lazy --prefetch FILE`; as POOL.prefetch beside the pool, `--prefetch auto`)
+    Trace {
+        /// Write the list to FILE (replaced whole) instead of standard output
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
+        pool: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

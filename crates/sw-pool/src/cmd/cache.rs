@@ -22,6 +22,9 @@ pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error>
     let cfg = super::config(env)?;
     let uid = rustix::process::geteuid().as_raw();
     let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), env);
+    if let CacheCommand::Trace { output, pool } = &a.command {
+        return trace(g, &cfg, &base, uid, output.as_deref(), pool);
+    }
     let Some(dir) = cache::existing_dir(&base, uid)? else {
         // nothing was ever cached here: nothing to list or prune (not an error)
         let p = Printer::new(g, matches!(a.command, CacheCommand::List { json: true }));
@@ -97,6 +100,46 @@ pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error>
                 }
             ));
         }
+        CacheCommand::Trace { .. } => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+/// `cache trace`: the chunks on-demand runs fetched here, as a prefetch list.
+fn trace(
+    g: &GlobalArgs,
+    cfg: &swpool_core::config::Config,
+    base: &std::path::Path,
+    uid: u32,
+    output: Option<&std::path::Path>,
+    pool: &std::path::Path,
+) -> Result<(), Error> {
+    use swpool_core::ondemand::prefetch;
+    let src = swpool_core::load::resolve(pool, &cfg.pool_path.value)?;
+    let m = swpool_core::pool::Pool::open(&src)?.manifest;
+    let dir = cache::dir(base, uid, false)?;
+    let list = prefetch::trace(&dir, &m)?;
+    let text = list.render();
+    let p = Printer::new(g, false);
+    match output {
+        None => crate::output::out(text.as_bytes()),
+        Some(o) => {
+            swpool_core::atomic::write_file(o, text.as_bytes(), false).map_err(|e| {
+                Error::other(
+                    swpool_core::ExitStatus::System,
+                    format!("cannot write {}: {e}", o.display()),
+                )
+            })?;
+            p.result(format!(
+                "{} of {} chunks of {}/{} written to {} (load --lazy --prefetch {})",
+                list.chunks.len(),
+                list.total,
+                m.name,
+                m.version,
+                o.display(),
+                o.display()
+            ));
+        }
     }
     Ok(())
 }
@@ -104,7 +147,10 @@ pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error>
 fn line(e: &Entry) -> String {
     format!(
         "{:<24} {:>10} {}{}",
-        e.pool.as_deref().unwrap_or("(damaged)"),
+        e.pool.as_deref().unwrap_or(match e.partial {
+            true => "(partial copy)",
+            false => "(damaged)",
+        }),
         Bytes(e.disk_bytes).to_string(),
         e.path.display(),
         if e.in_use { "  (mounted)" } else { "" }

@@ -42,6 +42,7 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
             job_id: super::mount::job_id(a.job_id.clone(), env),
             stall: Duration::from_secs(a.stall.max(1)),
             timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+            prefetch: a.prefetch.clone(),
         };
         let stop = AtomicBool::new(false);
         let nodes = job.nodes();
@@ -97,12 +98,7 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         eline!("sw-pool: warning: {w}");
     }
     let nodes = swpool_core::slurm::job_nodes(env);
-    let me = std::env::current_exe().map_err(|e| {
-        Error::other(
-            ExitStatus::System,
-            format!("cannot find our own executable: {e}"),
-        )
-    })?;
+    let me = super::own_exe()?;
     let full = me.with_file_name("sw-pool-full");
     let exe = if full.is_file() { full } else { me };
     let mut args: Vec<std::ffi::OsString> = vec![
@@ -122,6 +118,9 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
             "--cache-dir".into(),
             swpool_core::exec::absolute(p).into_os_string(),
         ]);
+    }
+    if let Some(list) = prefetch_list(g, a.prefetch.as_deref(), &src, m)? {
+        args.extend(["--prefetch".into(), list.into_os_string()]);
     }
     args.push(src.clone().into_os_string());
     let cmd = swpool_core::slurm::overlap_step(env, &exe, args, nodes, None, "");
@@ -235,4 +234,43 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
     let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
     crate::output::shell_code(&code);
     Ok(())
+}
+
+/// `--prefetch FILE|auto`: the list's path for the servers, checked here first (a clear error
+/// before any step starts). `auto` takes POOL.prefetch when there is one and it fits the pool (a
+/// list left from another version of the pool is skipped with a warning).
+fn prefetch_list(
+    g: &GlobalArgs,
+    arg: Option<&str>,
+    pool: &std::path::Path,
+    m: &swpool_core::pool::manifest::Manifest,
+) -> Result<Option<PathBuf>, Error> {
+    use swpool_core::ondemand::prefetch;
+    let (path, auto) = match arg {
+        None => return Ok(None),
+        Some("auto") => (prefetch::auto_path(pool), true),
+        Some(f) => (swpool_core::exec::absolute(std::path::Path::new(f)), false),
+    };
+    if auto && !path.exists() {
+        tracing::info!("no prefetch list at {}", path.display());
+        return Ok(None);
+    }
+    match prefetch::read_list(&path, m) {
+        Ok(l) => {
+            tracing::info!(
+                "prefetching {} of {} chunks from {}",
+                l.chunks.len(),
+                l.total,
+                path.display()
+            );
+            Ok(Some(path))
+        }
+        Err(e) if auto => {
+            if !g.quiet {
+                eline!("sw-pool: warning: {e}; nothing prefetched");
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }

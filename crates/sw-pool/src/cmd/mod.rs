@@ -74,13 +74,18 @@ pub fn config(env: &Environment) -> Result<swpool_core::config::Config, Error> {
 
 /// In a Slurm batch script or `salloc` shell of several nodes, `load`/`unload` re-run themselves
 /// once per node (`srun --overlap`): this does not return then (exec).
-pub fn spread_over_allocation(env: &Environment) -> Result<(), Error> {
-    let exe = std::env::current_exe().map_err(|e| {
+/// The running program (to start it again elsewhere: on every node, as a background step).
+pub fn own_exe() -> Result<std::path::PathBuf, Error> {
+    std::env::current_exe().map_err(|e| {
         Error::other(
             swpool_core::ExitStatus::System,
             format!("cannot find our own executable: {e}"),
         )
-    })?;
+    })
+}
+
+pub fn spread_over_allocation(env: &Environment) -> Result<(), Error> {
+    let exe = own_exe()?;
     let Some(cmd) = swpool_core::slurm::spread_command(env, &exe, std::env::args_os().skip(1))
     else {
         return Ok(());

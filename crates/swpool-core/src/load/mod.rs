@@ -155,10 +155,7 @@ pub struct Loaded {
 
 /// This rank's part in the agreement on a step only node leaders do (`None` on the others).
 fn outcome<T>(step: &Option<Result<T, Error>>) -> Local<()> {
-    match step {
-        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
-        _ => Ok(()),
-    }
+    crate::error::step_part(step.as_ref())
 }
 
 /// Resolve a pool spec: an existing path (a regular file), or `NAME/VERSION` on the pool path.
@@ -206,7 +203,7 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Opti
             .into());
         }
     }
-    let dest = cache_entry(node, req, m)?;
+    let dest = cache_entry(node, req.cache_dir.as_deref(), m)?;
     let authorized = Authorized::of(&pool);
     let plan = Plan {
         src,
@@ -220,13 +217,14 @@ fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Opti
     Ok((plan, authorized, pool.file.take()))
 }
 
-/// This node's cache entry for the pool with manifest `m` (the request's cache directory first).
-fn cache_entry(node: &NodeContext, req: &LoadRequest, m: &Manifest) -> Result<PathBuf, Error> {
-    let base = cache::base_dir(
-        req.cache_dir.as_deref(),
-        node.cfg.cache_dir.value.as_deref(),
-        node.env,
-    );
+/// This node's cache entry for the pool with manifest `m` (`cache_dir`, the request's, first; the
+/// cache directory is created if missing).
+pub(crate) fn cache_entry(
+    node: &NodeContext,
+    cache_dir: Option<&Path>,
+    m: &Manifest,
+) -> Result<PathBuf, Error> {
+    let base = cache::base_dir(cache_dir, node.cfg.cache_dir.value.as_deref(), node.env);
     Ok(cache::entry_path(
         &cache::dir(&base, node.uid, true)?,
         &m.name,
@@ -252,7 +250,7 @@ fn plan_from(
     }
     let verdict = authorize(&pool, &node.policy)?;
     let m = &pool.manifest;
-    let dest = cache_entry(node, req, m)?;
+    let dest = cache_entry(node, req.cache_dir.as_deref(), m)?;
     Ok((
         Plan {
             dest,
@@ -580,7 +578,7 @@ pub fn open_authorized(node: &NodeContext, src: &Path) -> Result<(Pool, Verdict)
     Ok((pool, verdict))
 }
 
-fn authorized(node: &NodeContext, pool: &Pool) -> Result<Verdict, Error> {
+pub(crate) fn authorized(node: &NodeContext, pool: &Pool) -> Result<Verdict, Error> {
     crate::pool::fs_size::check_fits(pool)?;
     Ok(authorize(pool, &node.policy)?)
 }

@@ -2,4 +2,5 @@
 //! storage chunk by chunk; see [`exchange`].
 
 pub mod exchange;
+pub mod prefetch;
 pub mod serve;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use swpool_serve::{Chunks, FileSource, Limits, LocalStore};
 
 use super::exchange::{self, ExchangeStats, PeerSource};
-use crate::collective::{Collective, Local};
+use crate::collective::Collective;
 use crate::error::Error;
 use crate::load::{explicit_mountpoint, NodeContext};
 use crate::mount::MountOptions;
@@ -37,13 +37,8 @@ pub struct LazyRequest {
     pub stall: Duration,
     /// How long the mount may take to appear.
     pub timeout: Duration,
-}
-
-fn local<T>(r: &Result<T, Error>) -> Local<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(e) => Err((e.exit_status(), e.to_string())),
-    }
+    /// A prefetch list ([`super::prefetch`]) to warm on every node once every node has mounted.
+    pub prefetch: Option<PathBuf>,
 }
 
 /// Serve (see the module's documentation). `ready` is called on every node once every node has
@@ -55,9 +50,39 @@ pub fn serve(
     stop: &AtomicBool,
     ready: &dyn Fn(&Record),
 ) -> Result<ExchangeStats, Error> {
-    // 1. every node opens and authorizes the pool, which must be the launcher's
+    // 1. node 0 reads the pool's trailer (one read of it from shared storage per job, whatever
+    // the number of nodes: a 4 GB pool's manifest is 300 KB); every node authorizes those bytes
+    // with its own policy, and they must be the pool the launcher authorized
+    let first = (job.node_index() == 0).then(|| crate::load::open_authorized(node, &req.pool));
+    let tail = first.as_ref().map(|r| {
+        let a = r
+            .as_ref()
+            .ok()
+            .map(|(p, _)| crate::transfer::Authorized::of(p));
+        serde_json::to_vec(&a).expect("json")
+    });
+    let tail = job.leaders_bcast(0, tail.as_deref())?;
     let opened = (|| {
-        let (mut pool, _) = crate::load::open_authorized(node, &req.pool)?;
+        let mut pool = match first {
+            Some(r) => r?.0,
+            None => {
+                let a: Option<crate::transfer::Authorized> =
+                    serde_json::from_slice(&tail).ok().flatten();
+                let Some(a) = a else {
+                    return Err(Error::other(
+                        crate::ExitStatus::Collective,
+                        format!(
+                            "{}: the pool's trailer could not be read on {} (see its error)",
+                            req.pool.display(),
+                            job.leader_host(0)
+                        ),
+                    ));
+                };
+                let pool = crate::pool::Pool::from_tail(&req.pool, a.len, &a.tail)?;
+                crate::load::authorized(node, &pool)?;
+                pool
+            }
+        };
         if pool.manifest.digest != req.digest {
             return Err(crate::load::LoadError::ChangedSinceJob {
                 pool: req.pool.clone(),
@@ -66,6 +91,7 @@ pub fn serve(
             }
             .into());
         }
+        // the other nodes open the file without reading it: they read only the chunks they own
         let file = match pool.file.take() {
             Some(f) => f,
             None => std::fs::File::open(&req.pool).map_err(|e| {
@@ -77,37 +103,42 @@ pub fn serve(
         };
         Ok((pool.manifest, file))
     })();
-    job.agree(local(&opened))?;
+    job.agree(crate::error::step_part(Some(&opened)))?;
     let (m, file) = opened.expect("agreed");
     // 2. the node's store (the cache entry's partial copy) and its socket
     let prepared = (|| {
         // testing on one machine: `%n` stands for the (fake) node index
         let cache_dir = req.cache_dir.as_deref().map(|d| job.node_path(d));
-        let base = crate::cache::base_dir(
-            cache_dir.as_deref(),
-            node.cfg.cache_dir.value.as_deref(),
-            node.env,
-        );
-        let entry = crate::cache::entry_path(
-            &crate::cache::dir(&base, node.uid, true)?,
-            &m.name,
-            &m.version,
-            &m.digest,
-        );
-        let mut part = entry.into_os_string();
-        part.push(".part");
-        let part = PathBuf::from(part);
-        let store =
-            LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).map_err(|e| {
-                Error::other(
-                    crate::ExitStatus::System,
-                    format!(
-                        "{} on {}: cannot keep chunks: {e}",
-                        part.display(),
-                        job.hostname()
-                    ),
-                )
-            })?;
+        let entry = crate::load::cache_entry(node, cache_dir.as_deref(), &m)?;
+        let part = crate::transfer::reuse::partial_path(&entry);
+        // a full copy an earlier load verified: every chunk is on the node (each is still hashed
+        // before it is served); else the partial copy, made if missing
+        let full = crate::cache::unchanged_since_verified(&entry)
+            .then(|| {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&entry)
+                    .ok()
+            })
+            .flatten()
+            .map(|f| (f, entry.clone()));
+        let store = match full {
+            Some(_) => None,
+            None => Some(
+                LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).map_err(|e| {
+                    Error::other(
+                        crate::ExitStatus::System,
+                        format!(
+                            "{} on {}: cannot keep chunks: {e}",
+                            part.display(),
+                            job.hostname()
+                        ),
+                    )
+                })?,
+            ),
+        };
         let sock = node
             .state
             .path()
@@ -120,24 +151,30 @@ pub fn serve(
             )
         })?;
         let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
-        Ok((store, sock, listener))
+        Ok((full, store, sock, listener))
     })();
-    job.agree(local(&prepared))?;
-    let ((store, present), sock, listener) = prepared.expect("agreed");
+    job.agree(crate::error::step_part(Some(&prepared)))?;
+    let (full, store, sock, listener) = prepared.expect("agreed");
     let hosts: Vec<String> = (0..job.nodes()).map(|i| job.leader_host(i)).collect();
+    // (`tx` lives as long as the exchange: its end of the asks never closes early)
     let (tx, rx) = mpsc::channel();
-    let engine = Arc::new(Chunks::new(
-        &m,
-        Box::new(PeerSource {
+    let source: Box<dyn swpool_serve::ChunkSource> = match full {
+        // this node's own verified copy: it serves its peers from there too
+        Some((f, path)) => Box::new(FileSource::new(f, &path)),
+        None => Box::new(PeerSource {
             me: job.node_index(),
             nodes: job.nodes(),
             chunk_size: m.chunk_size,
             storage: Box::new(FileSource::new(file, &req.pool)),
-            asks: tx,
+            asks: tx.clone(),
             stall: req.stall,
             hosts: hosts.clone(),
         }),
-        Some((store, present)),
+    };
+    let engine = Arc::new(Chunks::new(
+        &m,
+        source,
+        store,
         Limits::default(),
         job.hostname(),
     ));
@@ -174,6 +211,12 @@ pub fn serve(
         )?;
         Ok(a.record)
     };
+    // a prefetch list the launcher checked; a node that cannot read it serves without it
+    let prefetch = req.prefetch.as_deref().and_then(|p| {
+        super::prefetch::read_list(p, &m)
+            .map_err(|e| tracing::warn!("{}: {e}; nothing prefetched", job.hostname()))
+            .ok()
+    });
     let mounted: std::sync::Mutex<Option<Result<Record, Error>>> = std::sync::Mutex::new(None);
     // the agreed outcome: None while unknown, then every node's failure (empty: all mounted)
     let agreed: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
@@ -222,6 +265,32 @@ pub fn serve(
                 done.store(true, Ordering::Relaxed);
             }
         });
+        // the prefetch list, once every node has mounted: one chunk at a time (a bounded share of
+        // the links and of shared storage; readers' own requests go first in the owners' queues
+        // as they come)
+        if let Some(list) = &prefetch {
+            s.spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    match &*agreed.lock().unwrap_or_else(|e| e.into_inner()) {
+                        Some(f) if f.is_empty() => break,
+                        Some(_) => return,
+                        None => {}
+                    }
+                }
+                let mut warmed = 0u64;
+                for &i in &list.chunks {
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    warmed += u64::from(engine.warm(i).is_ok());
+                }
+                tracing::info!("prefetched {warmed} of {} listed chunks", list.chunks.len());
+            });
+        }
         let mut on_all = |all: Vec<u8>| {
             let failures: Vec<String> = all
                 .chunks(exchange::GATE_LEN)
