@@ -135,7 +135,8 @@ fi")
   "$TESTBED/mpirun" sh -c "sha256sum < $TB/shared/lz/big.bin" >/dev/null 2>&1
   R[shared.$N]=$(el "$t")
   log "N=$N sha256 from shared storage ${R[shared.$N]} s"
-  # every node reads the same 5 % of the large pool through the lazy mount
+  # every node reads the same 5 % of the large pool through the lazy mount (when the filler holds it)
+  (( FIVE <= LARGE_MB - BIG_MB )) && {
   fresh
   "$TESTBED/storage-bytes" --mark >/dev/null
   out=$(job "$N" "same5-$N" "eval \"\$($LOAD --lazy -m $TB/local/lz $POOL)\" || exit 3
@@ -143,6 +144,7 @@ srun -N $N --ntasks-per-node=1 sh -c 'dd if=$TB/local/lz/data/filler.bin bs=1M c
   R[same5.$N]=$("$TESTBED/storage-bytes" --since-mark)
   R[same5.$N.ok]=$(awk '/^same5 /{print $2}' <<< "$out")
   log "N=$N same 5 % ($FIVE MiB) on every node: storage ${R[same5.$N]} B, ${R[same5.$N.ok]:-0} nodes agree"
+  }
   if [[ $N == "$EXTRA_N" ]]; then
     # content: every file on every node through the lazy mount
     fresh
@@ -181,7 +183,8 @@ for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sle
     drop
     R[rand.shared]=$(fio_iops "$TB/shared/lz/big.bin")
     log "4 KiB random reads on node 1 (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached ${R[rand.full]}, local disk ${R[rand.local]}, shared storage ${R[rand.shared]}"
-    # reuse: a lazy job touching 30 %, then a full load
+    # reuse: a lazy job touching 30 %, then a full load (when 30 % reaches past the 1 GB file)
+    (( THIRTY > 0 )) && {
     fresh
     job "$N" "touch30-$N" "eval \"\$($LOAD --lazy -m $TB/local/lz $POOL)\" || exit 3
 srun -N $N --ntasks-per-node=1 sh -c 'cat $TB/local/lz/data/big.bin > /dev/null; dd if=$TB/local/lz/data/filler.bin bs=1M count=$THIRTY status=none > /dev/null'" > /dev/null
@@ -192,6 +195,7 @@ srun -N $N --ntasks-per-node=1 sh -c 'cd $TB/local/lz && find . -type f | sort |
     R[reuse]=$("$TESTBED/storage-bytes" --since-mark)
     R[reuse.ok]=$(awk '/^content /{print $2}' <<< "$out")
     log "N=$N full load after a lazy job touched 30 %: storage ${R[reuse]} B of $size, every file right on ${R[reuse.ok]:-0} nodes"
+    }
   fi
   fresh
   rm -rf "$TB/scratch/lz" "$TB/export/lz"
@@ -221,11 +225,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
     echo "| $N | $l | $f | $(ratio "$l" "$f") | ${R[shared.$N]} | ${R[lazy.large.$N.ok]:-0}/$N / ${R[full.large.$N.ok]:-0}/$N | $(calc "${R[lazy.large.$N.bytes]} / $size") / $(calc "${R[full.large.$N.bytes]} / $size") |"
   done
   echo
-  if [[ -n ${R[reuse]:-} ]]; then
+  if [[ -n ${R[rand.full]:-} ]]; then
     echo "At N = $EXTRA_N:"
     echo
     echo "- content of the ${LARGE_MB} MB pool (sha256 of every file): lazy, right on ${R[content.lazy]:-0} of $EXTRA_N nodes; \`mount --in-place\` on one node: ${R[content.inplace]}"
-    echo "- full \`load\` after a lazy job in which every node read 30 % of the pool: shared storage sent $(calc "${R[reuse]} / $size") of the pool (goal ≤ 0.72); every file right on ${R[reuse.ok]:-0} of $EXTRA_N nodes"
+    echo "- full \`load\` after a lazy job in which every node read 30 % of the pool: shared storage sent $(calc "${R[reuse]:-0} / $size") of the pool (goal ≤ 0.72); every file right on ${R[reuse.ok]:-0} of $EXTRA_N nodes"
     echo "- 4 KiB random reads of the ${BIG_MB} MB file on one node, cold, ${RAND} s (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached mount ${R[rand.full]}, local disk ${R[rand.local]}, straight from shared storage ${R[rand.shared]}; lazy ÷ cached $(ratio "${R[rand.lazy]}" "${R[rand.full]}"), in place ÷ cached $(ratio "${R[rand.inplace]}" "${R[rand.full]}")"
     echo
   fi
