@@ -152,18 +152,10 @@ assert_match "... load warns: no room on 4 nodes, served in place" "no room for 
 assert_eq "... every node read every file right through the in-place mount" 4 "$(grep -cE "^node[0-9] $one  -$" <<< "$jo" || true)"
 [[ $rc == 0 ]] || printf '  %s\n' "$out" "$jo"
 # the epilog runs on every node (up to 20 s after the job)
-rest_of() {  # per node: mounts of the job's pool or of a chunk server, records; then servers/helpers
-  for n in "${nodes[@]:0:4}"; do
-    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$TB/local/t80(job|lazy)' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .)"
-  done | sort
-  # the nodes share one PID namespace: the user's live servers and helpers, once (not zombies:
-  # ps, as pgrep -f matches a zombie's name)
-  # shellcheck disable=SC2009
-  ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll|\S*sw-pool-full lazy-serve) ' | grep -c . || true
-}
-for _ in $(seq 100); do [[ $(rest_of) == "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" ]] && break; sleep 0.2; done
+rest_of() { left_of_user "$TB/local/t80(job|lazy)"; }
+wait_nothing_left "$TB/local/t80(job|lazy)"
 assert_eq "after the job (ended while reading), the epilog left no mount, no record on any node, no server or helper" \
-  "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" "$(rest_of)"
+  "$NOTHING_LEFT" "$(rest_of)"
 # --- 5. load --lazy in batch jobs on 4 nodes: every node mounts at once, nothing copied; a chunk
 # comes from the node that owns it, which alone reads it from shared storage
 lazy_job() {  # lazy_job NAME STEP-COMMAND: the job's output
@@ -188,11 +180,11 @@ assert_eq "... every node read the same 4 MiB file right" 4 "$(grep -cE "^node[0
 # once: the file's 5 chunks, the 8 the server reads ahead of a sequential reader and the file
 # system's metadata, about 16 MiB; each node fetching its own would be at least 4 x 13 MiB
 assert_le "... shared storage sent its chunks about once, not once per node ($served bytes; the file is 4 MiB, 4 nodes)" "$served" $((24 << 20)) B
-for _ in $(seq 100); do [[ $(rest_of) == "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" ]] && break; sleep 0.2; done
-assert_eq "... after the job: no server, mount or record left" "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" "$(rest_of)"
+wait_nothing_left "$TB/local/t80(job|lazy)"
+assert_eq "... after the job: no server, mount or record left" "$NOTHING_LEFT" "$(rest_of)"
 jo=$(lazy_job lazy2 'echo "$(hostname) all $(find . -type f | sort | xargs sha256sum | sha256sum)"')
 assert_eq "a second lazy job: sha256 of every file on 4 nodes equals the source" 4 "$(grep -cE "^node[0-9] all $one  -$" <<< "$jo" || true)"
 [[ $(grep -cE "^node[0-9] all $one  -$" <<< "$jo" || true) == 4 ]] || printf '  %s\n' "$jo"
-for _ in $(seq 100); do [[ $(rest_of) == "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" ]] && break; sleep 0.2; done
-assert_eq "... after the job: no server, mount or record left" "$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)" "$(rest_of)"
+wait_nothing_left "$TB/local/t80(job|lazy)"
+assert_eq "... after the job: no server, mount or record left" "$NOTHING_LEFT" "$(rest_of)"
 finish

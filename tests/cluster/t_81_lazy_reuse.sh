@@ -72,15 +72,8 @@ job() {  # job NAME BODY: run BODY as a batch job on 4 nodes; its output
   as_user sbatch -W -N4 --chdir=/tmp -o "$W/out/$1.out" "$W/$1.sh" >/dev/null 2>&1 || true
   cat "$W/out/$1.out" 2>/dev/null || true
 }
-rest_of() {  # per node: mounts of the pool or of a chunk server, records; then servers/helpers
-  for n in "${nodes[@]:0:4}"; do
-    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$MP' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .)"
-  done | sort
-  # the nodes share one PID namespace: the user's live servers and helpers, once (not zombies)
-  # shellcheck disable=SC2009
-  ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll|\S*sw-pool-full lazy-serve) ' | grep -c . || true
-}
-nothing="$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)"
+rest_of() { left_of_user "$MP"; }
+nothing=$NOTHING_LEFT
 chunks() { python3 -c '
 import sys
 s = set()
@@ -88,7 +81,7 @@ for l in sys.stdin.read().splitlines()[1:]:
     a, _, b = l.partition("-")
     s.update(range(int(a), int(b or a) + 1))
 print(" ".join(map(str, sorted(s))))'; }
-wait_nothing() { for _ in $(seq 100); do [[ $(rest_of) == "$nothing" ]] && break; sleep 0.2; done; }
+wait_nothing() { wait_nothing_left "$MP"; }
 
 # --- 1. a lazy job touches 30 % of the pool on every node, then unloads it on every node
 body=$(cat <<EOS
