@@ -41,12 +41,15 @@ impl PrefetchList {
         let mut lines = text.lines().enumerate();
         let (_, head) = lines.next().ok_or("empty")?;
         let f: Vec<&str> = head.split_whitespace().collect();
+        const WANT: &str = "sw-pool prefetch v1 DIGEST CHUNKS";
         let (digest, total) = match f.as_slice() {
-            ["sw-pool", "prefetch", "v1", d, n] => (*d, n),
-            _ => return Err(format!(
-                "line 1: not a prefetch list (want `sw-pool prefetch v1 DIGEST CHUNKS`, got `{}`)",
-                head.chars().take(80).collect::<String>()
-            )),
+            ["sw-pool", "prefetch", "v1", d, n] => (*d, *n),
+            _ => {
+                let got: String = head.chars().take(80).collect();
+                return Err(format!(
+                    "line 1: not a prefetch list (want `{WANT}`, got `{got}`)"
+                ));
+            }
         };
         let hex = digest.strip_prefix("blake3:").unwrap_or("");
         if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
