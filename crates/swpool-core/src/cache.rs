@@ -240,10 +240,23 @@ pub fn remove_entry(entry: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A partial copy (`<entry>.part`, what on-demand runs fetched), not an entry.
+/// The partial copy beside a cache entry: the chunks on-demand runs fetched (`<entry>.part`, with
+/// its record, [`swpool_serve::store`]).
+pub fn partial_path(entry: &Path) -> PathBuf {
+    let mut s = entry.as_os_str().to_os_string();
+    s.push(PARTIAL_SUFFIX);
+    PathBuf::from(s)
+}
+
+const PARTIAL_SUFFIX: &str = ".part";
+
+/// A partial copy ([`partial_path`] of an entry), not an entry.
 fn is_partial(p: &Path) -> bool {
-    p.file_name()
-        .is_some_and(|n| n.to_string_lossy().ends_with(".pool.part"))
+    p.file_name().is_some_and(|n| {
+        n.to_string_lossy()
+            .strip_suffix(PARTIAL_SUFFIX)
+            .is_some_and(|e| e.ends_with(".pool"))
+    })
 }
 
 /// Mark an entry used now (its access time), for least-recently-used eviction. Setting the access

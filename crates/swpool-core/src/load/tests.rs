@@ -546,7 +546,7 @@ fn a_full_load_takes_over_what_an_on_demand_run_left_on_each_node() {
         let base = s.root.join(format!("node{n}/cache"));
         let cache = crate::cache::dir(&base, s.uid, true).unwrap();
         let entry = crate::cache::entry_path(&cache, &m.name, &m.version, &m.digest);
-        let part = crate::transfer::reuse::partial_path(&entry);
+        let part = crate::cache::partial_path(&entry);
         let (st, _) =
             swpool_serve::LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).unwrap();
         st.write_chunk(0, chunk(0)).unwrap();

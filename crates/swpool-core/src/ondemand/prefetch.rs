@@ -20,7 +20,7 @@ pub fn auto_path(pool: &Path) -> PathBuf {
 /// cache `cache`, i.e. `<base>/sw-pool-<uid>/cache`).
 pub fn trace(cache: &Path, m: &Manifest) -> Result<PrefetchList, Error> {
     let entry = crate::cache::entry_path(cache, &m.name, &m.version, &m.digest);
-    let part = crate::transfer::reuse::partial_path(&entry);
+    let part = crate::cache::partial_path(&entry);
     let present = swpool_serve::store::read_marks(&part, &m.digest, m.image_size, m.chunk_size)
         .map_err(|e| Error::other(ExitStatus::System, format!("{}: {e}", part.display())))?;
     match present {
@@ -89,7 +89,7 @@ mod tests {
         let e = trace(d.path(), &m).unwrap_err().to_string();
         assert!(e.contains("no chunk of demo/1.0 was fetched"), "{e}");
         let entry = crate::cache::entry_path(d.path(), &m.name, &m.version, &m.digest);
-        let part = crate::transfer::reuse::partial_path(&entry);
+        let part = crate::cache::partial_path(&entry);
         let (s, _) =
             swpool_serve::LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).unwrap();
         for i in [0u64, 1, 3] {

@@ -110,7 +110,7 @@ pub fn serve(
         // testing on one machine: `%n` stands for the (fake) node index
         let cache_dir = req.cache_dir.as_deref().map(|d| job.node_path(d));
         let entry = crate::load::cache_entry(node, cache_dir.as_deref(), &m)?;
-        let part = crate::transfer::reuse::partial_path(&entry);
+        let part = crate::cache::partial_path(&entry);
         // a full copy an earlier load verified: every chunk is on the node (each is still hashed
         // before it is served); else the partial copy, made if missing
         let full = crate::cache::unchanged_since_verified(&entry)

@@ -90,17 +90,19 @@ pub(super) fn leader_copy(
     let chunks = chunk_list(&info);
     // what the receivers already hold of a pool (an on-demand run's partial copy): a chunk every
     // receiver holds does not move
-    let (held, chunks) = match (&info.manifest, opts.reuse_partial) {
-        (Some(m), true) => {
+    let reuse_of = info.manifest.as_ref().filter(|_| opts.reuse_partial);
+    let part = crate::cache::partial_path(&target);
+    let (held, chunks) = match reuse_of {
+        Some(m) => {
             let held = match need {
-                true => reuse::scan(m, &reuse::partial_path(&target)),
+                true => reuse::scan(m, &part),
                 false => reuse::Held::default(),
             };
             let msgs = job.leaders_all_gather(&held.to_bits(m.chunks.len()))?;
             let all = reuse::held_by_all(&msgs, &receivers, m.chunks.len());
             (held, reuse::to_move(chunks, m, &all))
         }
-        _ => (reuse::Held::default(), chunks),
+        None => (reuse::Held::default(), chunks),
     };
     let algo = opts
         .algorithm
@@ -147,9 +149,9 @@ pub(super) fn leader_copy(
     let tcomm = job.leaders_plane(need);
     let hosts: Vec<String> = receivers.iter().map(|&i| job.leader_host(i)).collect();
     let mut stats = Stats::default();
-    let total_bytes = match opts.reuse_partial && info.manifest.is_some() {
-        true => chunks.iter().map(|c| c.len as u64).sum(),
-        false => info.data_bytes,
+    let total_bytes = match reuse_of {
+        Some(_) => chunks.iter().map(|c| c.len as u64).sum(),
+        None => info.data_bytes,
     };
     let mut reused = 0u64;
     let sink = opts
@@ -186,7 +188,7 @@ pub(super) fn leader_copy(
                 None => Ok(f),
             });
             // the chunks this node holds, verified again while copied into the temporary
-            let src_f = src_f.and_then(|f| match &info.manifest {
+            let src_f = src_f.and_then(|f| match reuse_of {
                 Some(m) => {
                     reused = reuse::fill(m, &held, out, tmp.path())?;
                     stats.bytes_written += reused;
@@ -301,9 +303,9 @@ pub(super) fn leader_copy(
         }
     };
     job.leaders_agree(committed)?;
-    if need && info.manifest.is_some() && opts.reuse_partial {
+    if need && reuse_of.is_some() {
         // the entry holds every chunk now: the partial copy has served its purpose
-        swpool_serve::store::remove(&reuse::partial_path(&target));
+        swpool_serve::store::remove(&part);
     }
     report.phases.commit = tc.elapsed();
     report.phases.read = stats.read;

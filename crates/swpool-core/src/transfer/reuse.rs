@@ -16,7 +16,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::engine::Source;
@@ -24,13 +24,6 @@ use super::plan::Chunk;
 use crate::collective::Local;
 use crate::pool::manifest::{hash_chunk, Manifest, ZeroHashes};
 use swpool_format::status::ExitStatus;
-
-/// The partial copy beside a cache entry.
-pub fn partial_path(entry: &Path) -> PathBuf {
-    let mut s = entry.as_os_str().to_os_string();
-    s.push(".part");
-    PathBuf::from(s)
-}
 
 /// What a node holds of a pool: the partial copy's data file and, per chunk of the manifest's
 /// grid, whether it holds that chunk's verified bytes.
