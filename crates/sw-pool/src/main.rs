@@ -54,6 +54,8 @@ fn install_signal_cleanup() {
             swpool_core::exec::terminate_children();
             // a mount in progress ends recorded or undone before we exit
             let _critical = swpool_core::mount::finish_pending();
+            // an on-demand server's mount goes with it
+            swpool_core::ondemand::serve::release_held();
             swpool_core::atomic::remove_all_registered();
             let host = swpool_core::users::hostname();
             eprintln!(

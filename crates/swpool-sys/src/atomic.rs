@@ -54,6 +54,22 @@ pub fn remove_all_registered() {
     }
 }
 
+/// Register a file of this process (a socket it serves on, ...) to be removed by
+/// [`remove_all_registered`] if the process is interrupted.
+pub fn register_file(p: &Path) {
+    REGISTERED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(p.to_path_buf());
+}
+
+/// Forget a file [`register_file`] named (it was removed).
+pub fn unregister_file(p: &Path) {
+    if let Ok(mut l) = REGISTERED.lock() {
+        l.retain(|x| x != p);
+    }
+}
+
 /// Register a temporary directory tree to be removed by [`remove_all_registered`].
 pub fn register_dir(p: &Path) {
     REGISTERED_DIRS

@@ -23,15 +23,18 @@ A failure on any node fails every node the same way and leaves nothing mounted.
 A node without room for the copy: the pool is served in place on every node
 instead (sw-pool-serve, each chunk verified on first read), with a warning;
 --no-fallback fails instead.
---lazy (in a Slurm job): nothing is copied up front; a background step of the
+--lazy: nothing is copied up front; in a Slurm job a background step of the
 job serves the pool on every node (chunk i from node i mod N, which alone reads
-it from shared storage), each chunk verified before it is served.")]
+it from shared storage), each chunk verified before it is served. Outside a
+job, the node's server runs detached until `sw-pool unload`; under mpirun (or
+srun --mpi=pmix), one rank per node, each rank serves in the foreground until
+the pool is unloaded on every node.")]
 pub struct LoadArgs {
     /// Fail when a node has no room for the copy, instead of serving the pool in place
     #[arg(long)]
     pub no_fallback: bool,
-    /// On demand (in a Slurm job): mount on every node at once and fetch each chunk when first
-    /// touched, from the node that owns it; each chunk is read from shared storage once per job
+    /// On demand: mount on every node at once and fetch each chunk when first touched, from the
+    /// node that owns it; each chunk is read from shared storage once per job
     #[arg(long, conflicts_with = "no_fallback")]
     pub lazy: bool,
     /// With --lazy: after the mount, every node fetches the chunks a prefetch list names (`sw-pool

@@ -36,7 +36,7 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
         let node = NodeContext::real(&cfg, env, &sys)?;
         let req = LazyRequest {
             pool: a.pool.clone(),
-            digest: a.digest.clone(),
+            digest: Some(a.digest.clone()),
             mountpoint: a.mountpoint.clone(),
             cache_dir: a.cache_dir.clone(),
             job_id: super::mount::job_id(a.job_id.clone(), env),
@@ -47,6 +47,8 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
         let stop = AtomicBool::new(false);
         let nodes = job.nodes();
         swpool_core::ondemand::serve::serve(&job, &node, &req, &stop, &|rec| {
+            // the end of the job (SIGTERM) before the epilog releases the mount
+            swpool_core::ondemand::serve::hold(&node.state, &rec.mount_point, env.path_var());
             if rank0 {
                 let line = serde_json::json!({"mountpoint": rec.mount_point, "nodes": nodes});
                 let mut o = std::io::stdout().lock();
@@ -77,16 +79,22 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
 }
 
 /// `load --lazy` (see the module's documentation).
+///
+/// Three ways, by where it runs: in a Slurm job's batch script or shell (not in a step), the servers
+/// are a background step of the job; started by an MPI launcher (`mpirun -np N sw-pool load --lazy
+/// POOL`, one rank per node, or `srun --mpi=pmix` in a step), every rank is its node's server, in
+/// the foreground, until the mounts go (`sw-pool unload` on the nodes) or it is interrupted;
+/// neither (one node outside a job), the node's server is started detached, like the step, and
+/// lives until `unload`.
 pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Error> {
-    let Some(job_id) = super::mount::job_id(a.job_id.clone(), env)
-        .filter(|_| env.get(HostVar::SlurmJobId).is_some())
-    else {
-        return Err(Error::other(
-            ExitStatus::Usage,
-            "--lazy needs a Slurm job (its servers live as long as the job); on one node \
-             outside a job, `sw-pool mount --in-place POOL` serves a pool without copying it",
-        ));
-    };
+    if matches!(
+        swpool_core::transfer::job::launched_by_launcher(env),
+        Ok(true)
+    ) {
+        return foreground(g, a, env);
+    }
+    let in_job = env.get(HostVar::SlurmJobId).is_some();
+    let job_id = super::mount::job_id(a.job_id.clone(), env).filter(|_| in_job);
     let (cfg, shell) = super::load::settings(a, env)?;
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
@@ -105,11 +113,12 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         "lazy-serve".into(),
         "--digest".into(),
         m.digest.clone().into(),
-        "--job-id".into(),
-        job_id.clone().into(),
         "--timeout".into(),
         a.timeout.to_string().into(),
     ];
+    if let Some(j) = &job_id {
+        args.extend(["--job-id".into(), j.into()]);
+    }
     if let Some(p) = &a.mountpoint {
         args.extend(["-m".into(), swpool_core::exec::absolute(p).into_os_string()]);
     }
@@ -123,7 +132,6 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         args.extend(["--prefetch".into(), list.into_os_string()]);
     }
     args.push(src.clone().into_os_string());
-    let cmd = swpool_core::slurm::overlap_step(env, &exe, args, nodes, None, "");
     let short = m
         .digest
         .rsplit(':')
@@ -131,22 +139,38 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         .unwrap_or("")
         .get(..12)
         .unwrap_or("");
-    let log: PathBuf = node.state.path().join(format!("lazy-{job_id}-{short}.log"));
+    let log: PathBuf = node.state.path().join(format!(
+        "lazy-{}-{short}.log",
+        job_id.as_deref().unwrap_or("local")
+    ));
     let out = std::fs::File::create(&log)
         .map_err(|e| Error::other(ExitStatus::System, format!("{}: {e}", log.display())))?;
     let err = out
         .try_clone()
         .map_err(|e| Error::other(ExitStatus::System, e.to_string()))?;
-    let mut c = cmd.command(env.path_var())?;
+    // in a job: a background step on every node; outside: this node's server, detached
+    let (mut c, cmdline) = if in_job {
+        let cmd = swpool_core::slurm::overlap_step(env, &exe, args, nodes, None, "");
+        (cmd.command(env.path_var())?, cmd.cmdline())
+    } else {
+        let line = format!(
+            "{} {}",
+            exe.display(),
+            args.join(" ".as_ref()).to_string_lossy()
+        );
+        let mut c = std::process::Command::new(&exe);
+        c.args(&args).stdin(std::process::Stdio::null());
+        (c, line)
+    };
     {
         use std::os::unix::process::CommandExt;
         c.stdout(out).stderr(err).process_group(0);
     }
-    tracing::debug!("starting the servers: {}", cmd.cmdline());
+    tracing::debug!("starting the servers: {cmdline}");
     let mut child = c.spawn().map_err(|e| {
         Error::other(
             ExitStatus::Tool,
-            format!("cannot start the servers ({}): {e}", cmd.cmdline()),
+            format!("cannot start the servers ({cmdline}): {e}"),
         )
     })?;
     let t0 = Instant::now();
@@ -184,7 +208,7 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
             ));
         }
         if t0.elapsed() > limit {
-            let _ = child.kill(); // srun, our own child: it ends the step's tasks
+            let _ = child.kill(); // srun (it ends the step's tasks) or the server: our child
             let _ = child.wait();
             return Err(Error::other(
                 ExitStatus::System,
@@ -215,12 +239,17 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
     }
     if g.verbose > 0 {
         eline!(
-            "sw-pool: {}/{} served on demand on {} node(s) at {} after {:.3} s (background step; log {})",
+            "sw-pool: {}/{} served on demand on {} node(s) at {} after {:.3} s ({}; log {})",
             m.name,
             m.version,
             ready["nodes"],
             mp.display(),
             t0.elapsed().as_secs_f64(),
+            if in_job {
+                "background step"
+            } else {
+                "server in the background until `sw-pool unload`"
+            },
             log.display()
         );
     }
@@ -234,6 +263,61 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
     let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
     crate::output::shell_code(&code);
     Ok(())
+}
+
+/// `load --lazy` started by an MPI launcher: this rank is its node's server (see [`launch`]).
+fn foreground(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Error> {
+    let job = Job::init(env)?;
+    let rank0 = job.world_rank() == 0;
+    let r = (|| {
+        if job.world_size() != job.nodes() {
+            return Err(Error::other(
+                ExitStatus::Usage,
+                format!(
+                    "load --lazy under an MPI launcher takes one rank per node ({} ranks on {} \
+                     nodes): mpirun --map-by ppr:1:node, or srun --ntasks-per-node=1",
+                    job.world_size(),
+                    job.nodes()
+                ),
+            ));
+        }
+        let (cfg, _) = super::load::settings(a, env)?;
+        let sys = RealSys::new(env.path_var());
+        let node = NodeContext::real(&cfg, env, &sys)?;
+        let src = swpool_core::load::resolve(&a.pool, &cfg.pool_path.value)?;
+        let prefetch = match a.prefetch.as_deref() {
+            None => None,
+            Some("auto") => {
+                Some(swpool_core::ondemand::prefetch::auto_path(&src)).filter(|p| p.exists())
+            }
+            Some(f) => Some(swpool_core::exec::absolute(std::path::Path::new(f))),
+        };
+        let req = LazyRequest {
+            pool: src,
+            digest: None,
+            mountpoint: a.mountpoint.as_deref().map(swpool_core::exec::absolute),
+            cache_dir: a.cache_dir.as_deref().map(swpool_core::exec::absolute),
+            job_id: super::mount::job_id(a.job_id.clone(), env),
+            stall: Duration::from_secs(60),
+            timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+            prefetch,
+        };
+        let stop = AtomicBool::new(false);
+        let (nodes, quiet) = (job.nodes(), g.quiet);
+        swpool_core::ondemand::serve::serve(&job, &node, &req, &stop, &|rec| {
+            swpool_core::ondemand::serve::hold(&node.state, &rec.mount_point, env.path_var());
+            if rank0 && !quiet {
+                eline!(
+                    "sw-pool: {} served on demand on {nodes} node(s) at {}; it stays until \
+                     `sw-pool unload {}` on every node (or an interrupt)",
+                    a.pool.display(),
+                    rec.mount_point.display(),
+                    rec.mount_point.display()
+                );
+            }
+        })
+    })();
+    super::finish_collective(job, r.map(|_| ()))
 }
 
 /// `--prefetch FILE|auto`: the list's path for the servers, checked here first (a clear error

@@ -23,13 +23,50 @@ use crate::load::{explicit_mountpoint, NodeContext};
 use crate::mount::MountOptions;
 use crate::state::{self, AcquireRequest, Record};
 
+/// The mounts of the servers running in this process, released by [`release_held`] when the
+/// process is interrupted (SIGINT/SIGTERM/SIGHUP: an interrupted `mpirun sw-pool load --lazy`, or
+/// the end of the job before its epilog): record store, mount point, `PATH` for the tools.
+type Held = (state::StateDir, PathBuf, Option<std::ffi::OsString>);
+static HELD: std::sync::Mutex<Vec<Held>> = std::sync::Mutex::new(Vec::new());
+
+/// Have [`release_held`] release the mount at `mp` (recorded in `dir`) if the process is
+/// interrupted while it serves.
+pub fn hold(dir: &state::StateDir, mp: &std::path::Path, path_var: Option<&std::ffi::OsStr>) {
+    if let Ok(mut h) = HELD.lock() {
+        h.push((
+            dir.clone(),
+            mp.to_path_buf(),
+            path_var.map(|p| p.to_os_string()),
+        ));
+    }
+}
+
+/// For the signal handler: release every mount [`hold`] named that is still recorded (its FUSE
+/// helper stopped, the mount and its record gone), so that an interrupted server leaves nothing.
+pub fn release_held() {
+    let held = match HELD.lock() {
+        Ok(mut h) => std::mem::take(&mut *h),
+        Err(_) => return,
+    };
+    for (dir, mp, path_var) in held {
+        let sys = crate::mount::RealSys::new(path_var.as_deref());
+        if matches!(dir.read(&mp), Ok(Some(_))) {
+            if let Err(e) = state::release(&sys, &dir, &mp, true, None) {
+                tracing::warn!("{}: {e}", mp.display());
+            }
+        }
+    }
+}
+
 /// What to serve.
 #[derive(Debug, Clone)]
 pub struct LazyRequest {
     /// The pool file (resolved by the launcher).
     pub pool: PathBuf,
-    /// The manifest digest the launcher authorized: every node must find the same.
-    pub digest: String,
+    /// The manifest digest the launcher authorized: every node must find the same. `None` when
+    /// there is no launcher (`mpirun sw-pool load --lazy`: every rank serves in the foreground):
+    /// the pool node 0 authorized, which every node authorizes again with its own policy.
+    pub digest: Option<String>,
     pub mountpoint: Option<PathBuf>,
     pub cache_dir: Option<PathBuf>,
     pub job_id: Option<String>,
@@ -83,10 +120,10 @@ pub fn serve(
                 pool
             }
         };
-        if pool.manifest.digest != req.digest {
+        if let Some(want) = req.digest.as_ref().filter(|d| **d != pool.manifest.digest) {
             return Err(crate::load::LoadError::ChangedSinceJob {
                 pool: req.pool.clone(),
-                want: req.digest.clone(),
+                want: want.clone(),
                 got: pool.manifest.digest.clone(),
             }
             .into());
@@ -144,6 +181,7 @@ pub fn serve(
             .path()
             .join(format!("lazy-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&sock);
+        crate::atomic::unregister_file(&sock);
         let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
             Error::other(
                 crate::ExitStatus::System,
@@ -151,6 +189,8 @@ pub fn serve(
             )
         })?;
         let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+        // an interrupted server removes it (main's signal handler)
+        crate::atomic::register_file(&sock);
         Ok((full, store, sock, listener))
     })();
     job.agree(crate::error::step_part(Some(&prepared)))?;
@@ -348,6 +388,7 @@ pub fn serve(
             let _ = state::release(node.sys, &node.state, &r.mount_point, true, None);
         }
         let _ = std::fs::remove_file(&sock);
+        crate::atomic::unregister_file(&sock);
         return Err(Error::other(
             crate::ExitStatus::System,
             format!("failed on {} node(s): {}", f.len(), f.join("; ")),
@@ -357,6 +398,7 @@ pub fn serve(
         let _ = st.flush();
     }
     let _ = std::fs::remove_file(&sock);
+    crate::atomic::unregister_file(&sock);
     stats.map_err(|e| {
         Error::other(
             crate::ExitStatus::System,

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# load --lazy without a background step (issue 30: "outside Slurm, as long as the user keeps it"),
+# as the unprivileged test user:
+# - one node outside any job: `sw-pool load --lazy` starts the node's server detached and returns
+#   with the shell code once mounted; the pool reads right; `unload` ends the server and leaves no
+#   mount, record, server or socket; a server ended by SIGTERM releases its mount and socket itself;
+# - under an MPI launcher (`srun --mpi=pmix -N4 --ntasks-per-node=1 sw-pool load --lazy` in a
+#   job, as `mpirun -np N sw-pool load --lazy` outside one): every rank is its node's server in the
+#   foreground; task 0 says when every node has mounted; every node reads the pool right; `srun
+#   sw-pool unload` on the nodes ends the step with status 0 and leaves nothing; two ranks on one
+#   node are refused by name.
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_testbed
+cd /
+read -r -a nodes <<< "$TB_NODES"
+[[ ${#nodes[@]} -ge 4 ]] || { fail "4 nodes" "the testbed has only ${#nodes[@]} nodes"; finish; }
+SW=$REPO/target/release/sw-pool
+[[ -x $SW && -x $SW-serve ]] || { fail "sw-pool and sw-pool-serve built" "missing (cargo build --release)"; finish; }
+uid=$(id -u "$TB_USER")
+W=$TB/scratch/t82-$$
+E=$TB/export/t82-$$          # the storage server's disk; nodes see it as $TB/shared/t82-$$
+S=$TB/shared/t82-$$
+MP=$TB/local/t82lazy
+C=$TB/local/t82cache
+cleanup() {
+  for n in "${nodes[@]}"; do
+    "$TESTBED/exec" "$n" sh -c "
+      awk '\$3 ~ /^fuse/ && \$2 ~ \"^$TB/local/t82\" {print \$2}' /proc/self/mounts | sort -r |
+        while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
+      rm -rf $TB/local/t82*" >/dev/null 2>&1 || true
+  done
+  rm -rf "$W" "$E"
+}
+trap cleanup EXIT
+cleanup
+mkdir -p "$W/bin" "$W/tree/data" "$W/out" "$E"
+chmod 1777 "$W/out"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
+SW=$W/bin/sw-pool
+chmod -R a+rX "$W"
+for i in 0 1 2 3; do head -c 3M /dev/urandom > "$W/tree/data/f$i"; done
+want=$(cd "$W/tree" && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+if out=$("$SW" build -q -s 64MB "$E/t82.pool" "$W/tree" 2>&1); then
+  pass "built a 12 MiB squashfs pool on shared storage"
+else
+  fail "built a 12 MiB squashfs pool on shared storage" "$(tail -n 5 <<< "$out")"
+  finish
+fi
+chmod 644 "$E/t82.pool"
+on1() { "$TESTBED/exec" node1 runuser -u "$TB_USER" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh "$@"; }
+sum_on1() { on1 sh -c "cd $MP && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1" 2>&1; }
+# the node's on-demand servers of the test user (nodes share one PID namespace: node1's by its
+# network namespace)
+servers_on1() {
+  local ns p
+  ns=$("$TESTBED/exec" node1 readlink /proc/self/ns/net)
+  for p in $(ps -u "$uid" -o pid=,args= | awk '$2 ~ /sw-pool-full$/ && $3 == "lazy-serve" {print $1}'); do
+    [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$ns" ]] && echo "$p"
+  done
+}
+left_on1() {  # mounts, records, servers, sockets of the test user on node1
+  "$TESTBED/exec" node1 sh -c "echo \$(grep -c '$MP' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .) \$(ls /tmp/sw-pool-$uid*/lazy-*.sock 2>/dev/null | grep -c .)"
+  servers_on1 | grep -c . || true
+}
+none_on1=$(printf '0 0 0\n0')
+
+# --- one node, outside any job
+on1 mkdir -p "$C"
+t0=$(date +%s.%N)
+out=$(on1 timeout 60 "$SW" -v load --lazy -m "$MP" --cache-dir "$C" "$S/t82.pool" 2>&1) && rc=0 || rc=$?
+t1=$(date +%s.%N)
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+if [[ $rc == 0 ]] && grep -q "^export MODULEPATH='$MP/modulefiles'" <<< "$out" &&
+   grep -q "server in the background until \`sw-pool unload\`" <<< "$out"; then
+  pass "outside a job: load --lazy returned with the shell code once node1 mounted ($secs s)"
+else
+  fail "outside a job: load --lazy returned with the shell code once node1 mounted" "rc $rc: $(tail -n 6 <<< "$out")"
+fi
+got=$(sum_on1)
+if [[ $got == "$want" ]]; then pass "outside a job: every file reads right through the lazy mount"
+else fail "outside a job: every file reads right through the lazy mount" "$got"; fi
+n=$(servers_on1 | grep -c . || true)
+if [[ $n == 1 ]]; then pass "outside a job: one server runs detached on node1 after load returned"
+else fail "outside a job: one server runs detached on node1 after load returned" "$n servers"; fi
+out=$(on1 "$SW" unload "$MP" 2>&1) || true
+for _ in $(seq 50); do [[ $(left_on1) == "$none_on1" ]] && break; sleep 0.2; done
+left=$(left_on1)
+if [[ $left == "$none_on1" ]]; then pass "outside a job: unload ends the server; no mount, record, server or socket left"
+else fail "outside a job: unload ends the server; no mount, record, server or socket left" "left (mounts records sockets / servers): $left; $out"; fi
+
+# a server ended by SIGTERM (the test's own: started above by this test, found by its node)
+out=$(on1 timeout 60 "$SW" -q load --lazy -m "$MP" --cache-dir "$C" "$S/t82.pool" 2>&1) || true
+pid=$(servers_on1 | head -n 1)
+if [[ -n $pid ]]; then
+  kill -TERM "$pid"
+  for _ in $(seq 50); do [[ $(left_on1) == "$none_on1" ]] && break; sleep 0.2; done
+  left=$(left_on1)
+  if [[ $left == "$none_on1" ]]; then pass "outside a job: a server ended by SIGTERM releases its mount, record and socket"
+  else fail "outside a job: a server ended by SIGTERM releases its mount, record and socket" "left: $left"; fi
+else
+  fail "outside a job: a server ended by SIGTERM releases its mount, record and socket" "no server started: $out"
+fi
+
+# --- under an MPI launcher: every rank its node's server, in the foreground
+cat > "$W/fg.sh" <<EOF
+#!/bin/bash
+export SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh
+srun -N4 --ntasks-per-node=1 mkdir -p $C
+timeout 120 srun --overlap --mpi=pmix -N4 --ntasks-per-node=1 $SW load --lazy -m $MP --cache-dir $C $S/t82.pool > $W/out/fg-step.out 2>&1 &
+step=\$!
+for i in \$(seq 300); do grep -q 'served on demand on 4 node' $W/out/fg-step.out && break; sleep 0.2; done
+echo "ready: \$(grep -c 'served on demand on 4 node' $W/out/fg-step.out)"
+srun --overlap -N4 --ntasks-per-node=1 sh -c 'cd $MP && find . -type f | sort | xargs sha256sum | sha256sum | cut -d" " -f1' | sort | uniq -c | sed 's/^ */sums: /'
+srun --overlap --mpi=pmix -N4 --ntasks-per-node=1 $SW -q unload $MP
+wait \$step
+echo "step: \$?"
+srun --overlap -N4 --ntasks-per-node=1 sh -c 'echo left: \$(grep -c $MP /proc/self/mounts) \$(ls /tmp/sw-pool-\$(id -u)*/mounts/*.json /tmp/sw-pool-\$(id -u)*/lazy-*.sock 2>/dev/null | grep -c .)' | sort | uniq -c
+timeout 60 srun --overlap --overcommit --mpi=pmix -N2 --ntasks-per-node=2 $SW load --lazy -m $MP --cache-dir $C $S/t82.pool > $W/out/fg-two.out 2>&1
+echo "two per node: \$?"
+EOF
+chmod 755 "$W/fg.sh"
+as_user sbatch -W -N4 --chdir=/tmp -o "$W/out/fg.out" "$W/fg.sh" >/dev/null 2>&1 || true
+out=$(cat "$W/out/fg.out" 2>/dev/null || true)
+step=$(cat "$W/out/fg-step.out" 2>/dev/null || true)
+if grep -q "^ready: 1$" <<< "$out"; then pass "under srun --mpi=pmix: task 0 says every node (4) mounted"
+else fail "under srun --mpi=pmix: task 0 says every node (4) mounted" "$(tail -n 8 <<< "$out$step")"; fi
+if grep -q "^sums: 4 $want$" <<< "$out"; then pass "under srun --mpi=pmix: every file reads right on 4 of 4 nodes"
+else fail "under srun --mpi=pmix: every file reads right on 4 of 4 nodes" "$(grep sums <<< "$out")"; fi
+if grep -q "^step: 0$" <<< "$out"; then pass "under srun --mpi=pmix: unload on every node ends the servers' step with status 0"
+else fail "under srun --mpi=pmix: unload on every node ends the servers' step with status 0" "$(grep step: <<< "$out"); $(tail -n 6 <<< "$step")"; fi
+if grep -qE "^ +4 left: 0 0$" <<< "$out"; then pass "under srun --mpi=pmix: no mount, record or socket left on any node"
+else fail "under srun --mpi=pmix: no mount, record or socket left on any node" "$(grep left: <<< "$out")"; fi
+two=$(cat "$W/out/fg-two.out" 2>/dev/null || true)
+if grep -q "^two per node: [1-9]" <<< "$out" && grep -q "one rank per node (4 ranks on 2 nodes)" <<< "$two"; then
+  pass "under srun --mpi=pmix: two ranks per node refused by name"
+else
+  fail "under srun --mpi=pmix: two ranks per node refused by name" "$(grep 'two per node' <<< "$out"); $(tail -n 3 <<< "$two")"
+fi
+wait_nothing_left "$MP"
+left=$(left_of_user "$MP")
+if [[ $left == "$NOTHING_LEFT" ]]; then pass "after the job: nothing of the test user left on any node"
+else fail "after the job: nothing of the test user left on any node" "$left"; fi
+finish
