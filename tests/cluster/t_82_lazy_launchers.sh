@@ -7,8 +7,9 @@
 # - under an MPI launcher (`srun --mpi=pmix -N4 --ntasks-per-node=1 sw-pool load --lazy` in a
 #   job, as `mpirun -np N sw-pool load --lazy` outside one): every rank is its node's server in the
 #   foreground; task 0 says when every node has mounted; every node reads the pool right; `srun
-#   sw-pool unload` on the nodes ends the step with status 0 and leaves nothing; two ranks on one
-#   node are refused by name.
+#   sw-pool unload` on the nodes ends the step with status 0 and leaves nothing; a chunk changed on
+#   shared storage is EIO on every node for the file in it (the others read) and every node's
+#   server logs pool, chunk, offset and node; two ranks on one node are refused by name.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed
@@ -48,6 +49,12 @@ else
   finish
 fi
 chmod 644 "$E/t82.pool"
+# the same pool with one byte changed on shared storage after the build, in chunk 5
+cp "$E/t82.pool" "$E/t82bad.pool"
+off=$((5 * 1048576 + 4321))
+b=$(dd if="$E/t82.pool" bs=1 skip=$off count=1 status=none | od -An -tx1 | tr -d ' ')
+if [[ $b == 5a ]]; then printf '\x5b'; else printf '\x5a'; fi | dd of="$E/t82bad.pool" bs=1 seek=$off conv=notrunc status=none
+chmod 644 "$E/t82bad.pool"
 on1() { "$TESTBED/exec" node1 runuser -u "$TB_USER" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh "$@"; }
 sum_on1() { on1 sh -c "cd $MP && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1" 2>&1; }
 # the node's on-demand servers of the test user (nodes share one PID namespace: node1's by its
@@ -115,7 +122,23 @@ srun --overlap -N4 --ntasks-per-node=1 sh -c 'cd $MP && find . -type f | sort | 
 srun --overlap --mpi=pmix -N4 --ntasks-per-node=1 $SW -q unload $MP
 wait \$step
 echo "step: \$?"
-srun --overlap -N4 --ntasks-per-node=1 sh -c 'echo left: \$(grep -c $MP /proc/self/mounts) \$(ls /tmp/sw-pool-\$(id -u)*/mounts/*.json /tmp/sw-pool-\$(id -u)*/lazy-*.sock 2>/dev/null | grep -c .)' | sort | uniq -c
+# (a node's line can be missing while the servers' step still ends there: asked again, 3 times)
+for try in 1 2 3; do
+  r=\$(srun --overlap -N4 --ntasks-per-node=1 sh -c 'echo left: \$(grep -c $MP /proc/self/mounts) \$(ls /tmp/sw-pool-\$(id -u)*/mounts/*.json /tmp/sw-pool-\$(id -u)*/lazy-*.sock 2>/dev/null | grep -c .)' 2>&1 | sort | uniq -c)
+  echo "\$r" | grep -q '^ *4 left: ' && break
+  echo "try \$try: \$r"
+  sleep 1
+done
+echo "\$r"
+# the changed pool: every node reads every file; the file(s) in chunk 5 are EIO on every node
+# (an empty cache: the nodes' partial copies of the same digest hold chunk 5 verified)
+srun --overlap -N4 --ntasks-per-node=1 mkdir -p ${C}bad
+timeout 120 srun --overlap --mpi=pmix -N4 --ntasks-per-node=1 $SW load --lazy -m $MP --cache-dir ${C}bad $S/t82bad.pool > $W/out/fg-bad.out 2>&1 &
+step=\$!
+for i in \$(seq 300); do grep -q 'served on demand on 4 node' $W/out/fg-bad.out && break; sleep 0.2; done
+srun --overlap -N4 --ntasks-per-node=1 sh -c 'cd $MP && for f in data/*; do if cat \$f > /dev/null 2>/tmp/t82err.\$\$; then echo \$(hostname) ok \$f; else echo \$(hostname) eio \$f \$(grep -c "Input/output error" /tmp/t82err.\$\$); fi; rm -f /tmp/t82err.\$\$; done' | sort | sed 's/^/bad: /'
+srun --overlap --mpi=pmix -N4 --ntasks-per-node=1 $SW -q unload $MP
+wait \$step
 timeout 60 srun --overlap --overcommit --mpi=pmix -N2 --ntasks-per-node=2 $SW load --lazy -m $MP --cache-dir $C $S/t82.pool > $W/out/fg-two.out 2>&1
 echo "two per node: \$?"
 EOF
@@ -130,7 +153,25 @@ else fail "under srun --mpi=pmix: every file reads right on 4 of 4 nodes" "$(gre
 if grep -q "^step: 0$" <<< "$out"; then pass "under srun --mpi=pmix: unload on every node ends the servers' step with status 0"
 else fail "under srun --mpi=pmix: unload on every node ends the servers' step with status 0" "$(grep step: <<< "$out"); $(tail -n 6 <<< "$step")"; fi
 if grep -qE "^ +4 left: 0 0$" <<< "$out"; then pass "under srun --mpi=pmix: no mount, record or socket left on any node"
-else fail "under srun --mpi=pmix: no mount, record or socket left on any node" "$(grep left: <<< "$out")"; fi
+else fail "under srun --mpi=pmix: no mount, record or socket left on any node" "$(grep -A3 -B3 left: <<< "$out")"; fi
+# the changed chunk: EIO on every node for the file(s) in it, the others right; each node's
+# server says which chunk, at which offset, of which pool, on which node
+bad=$(grep '^bad: ' <<< "$out" || true)
+eio_nodes=$(awk '$3 == "eio" && $5 >= 1 {print $2}' <<< "$bad" | sort -u | grep -c . || true)
+eio_files=$(awk '$3 == "eio" {print $4}' <<< "$bad" | sort -u | grep -c . || true)
+ok_lines=$(awk '$3 == "ok"' <<< "$bad" | grep -c . || true)
+if [[ $eio_nodes == 4 && $eio_files == 1 && $ok_lines == 12 ]]; then
+  pass "a chunk changed on shared storage: its file is EIO on 4 of 4 nodes, the 3 others read on every node"
+else
+  fail "a chunk changed on shared storage: its file is EIO on 4 of 4 nodes, the 3 others read on every node" "$bad"
+fi
+lines=$(grep -E "chunk 5 at byte offset 5242880" "$W/out/fg-bad.out" 2>/dev/null || true)
+named=$(grep -oE "\(node node[1-4]\)|on node[1-4]|node node[1-4]" <<< "$lines" | grep -oE "node[1-4]" | sort -u | grep -c . || true)
+if grep -q "does not match the pool's signed manifest" <<< "$lines" && [[ $named == 4 ]]; then
+  pass "... logged on every node that touched it: pool, chunk 5, offset 5242880 and the node"
+else
+  fail "... logged on every node that touched it: pool, chunk 5, offset 5242880 and the node" "$named nodes named: $(head -n 5 <<< "$lines")"
+fi
 two=$(cat "$W/out/fg-two.out" 2>/dev/null || true)
 if grep -q "^two per node: [1-9]" <<< "$out" && grep -q "one rank per node (4 ranks on 2 nodes)" <<< "$two"; then
   pass "under srun --mpi=pmix: two ranks per node refused by name"

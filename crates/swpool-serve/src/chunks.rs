@@ -101,6 +101,8 @@ pub struct Chunks {
     ready: Condvar,
     /// `name/version` for messages.
     pool: String,
+    /// The manifest's digest (what a socket client must name, [`crate::socket`]).
+    digest: String,
     node: String,
     pub stats: Stats,
     zeros: Arc<Vec<u8>>,
@@ -108,6 +110,8 @@ pub struct Chunks {
     ahead: OnceLock<Mutex<mpsc::Sender<u64>>>,
     /// The last chunk a read touched (to tell a sequential reader).
     last: AtomicU64,
+    /// Chunk boundaries crossed forward in a row by the reads, up to the last one.
+    run: AtomicU64,
 }
 
 /// A chunk's bytes as a read needs them.
@@ -157,11 +161,13 @@ impl Chunks {
             }),
             ready: Condvar::new(),
             pool: format!("{}/{}", m.name, m.version),
+            digest: m.digest.clone(),
             node: node.to_string(),
             stats: Stats::default(),
             zeros: Arc::new(vec![0u8; m.chunk_size.min(m.image_size.max(1)) as usize]),
             ahead: OnceLock::new(),
             last: AtomicU64::new(u64::MAX),
+            run: AtomicU64::new(0),
         }
     }
 
@@ -203,17 +209,31 @@ impl Chunks {
         }
     }
 
-    /// A read touched chunk `i`: if it follows the previous one, queue the chunks ahead of it that
-    /// are not on this node.
+    /// A read touched chunk `i`: once the reads have crossed two chunk boundaries forward in a row,
+    /// queue the chunks ahead of it that are not on this node — 2, then 4, 8, … up to the window
+    /// with each further crossing (as the kernel's read-ahead grows). One crossing fetches nothing
+    /// ahead: the kernel reading a little past a mount's first read of the image (its superblock,
+    /// in chunk 0) made every mount fetch the window's chunks (measured: 9 chunks from storage to
+    /// read one 6-byte file of a fresh lazy mount).
     fn read_ahead(&self, i: u64) {
         let prev = self.last.swap(i, Ordering::Relaxed);
+        if prev == i {
+            return; // within the same chunk: nothing changes
+        }
+        let run = if prev == i.wrapping_sub(1) {
+            self.run.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.run.store(0, Ordering::Relaxed);
+            0
+        };
         let Some(tx) = self.ahead.get() else {
             return;
         };
-        if prev != i.wrapping_sub(1) {
+        if run < 2 {
             return;
         }
-        let end = (i + 1 + self.window()).min(self.hashes.len() as u64);
+        let n = (1u64 << (run - 1).min(32)).min(self.window());
+        let end = (i + 1 + n).min(self.hashes.len() as u64);
         let mut s = self.lock();
         for j in i + 1..end {
             let absent = s.slots[j as usize] == Slot::Absent
@@ -223,6 +243,11 @@ impl Chunks {
                 let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(j);
             }
         }
+    }
+
+    /// The digest of the manifest it serves.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     pub fn image_size(&self) -> u64 {
@@ -385,7 +410,10 @@ impl Chunks {
             .fetched
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
-        if hash_chunk(&buf) != want {
+        // (a source whose chunks this user's own server already hashed against this manifest is
+        // not hashed again: the node's on-demand server for sw-pool-serve; measured: sw-pool-serve's
+        // CPU for a 256 MB lazy read 0.28 s -> 0.24 s)
+        if !self.source.verified() && hash_chunk(&buf) != want {
             self.stats.bad.fetch_add(1, Ordering::Relaxed);
             let e = self.mismatch(i);
             // once per chunk and server: later reads of it fail without a line

@@ -12,6 +12,12 @@ pub trait ChunkSource: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Where the bytes come from, for messages (`/scratch/pools/gcc-12.pool`).
     fn describe(&self) -> String;
+    /// Whether every chunk it gives was already hashed against the same manifest by a server of
+    /// this user (the node's own on-demand server, whose digest was checked when connecting): then
+    /// [`crate::Chunks`] does not hash it a second time. False for anything else.
+    fn verified(&self) -> bool {
+        false
+    }
 }
 
 /// The pool file itself (on shared storage), read through the descriptor the manifest was read

@@ -127,6 +127,7 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             Some(p) => Box::new(swpool_serve::socket::UnixSource::new(
                 std::path::Path::new(p),
                 Duration::from_secs(args.stall.max(1)),
+                &m.digest,
             )),
             None => return Err(format!("--source {s}: give unix:PATH")),
         },

@@ -79,6 +79,42 @@ fn reads_across_chunks_are_the_image_and_each_chunk_is_fetched_once() {
     ));
 }
 
+/// A 32-task job on one node: 32 readers asking for the same chunk at the same moment make one
+/// fetch, and 32 readers of 32 different chunks are served in parallel (not one after another).
+#[test]
+fn thirty_two_readers_one_fetch_of_a_hot_chunk_and_different_chunks_in_parallel() {
+    let data = image(40, 0);
+    let delay = Duration::from_millis(100);
+    let (c, reads) = serve(&data, delay, Limits::default());
+    let barrier = std::sync::Barrier::new(32);
+    std::thread::scope(|s| {
+        for _ in 0..32 {
+            s.spawn(|| {
+                barrier.wait();
+                let got = c.read(5 * CS + 17, 1000).unwrap();
+                assert_eq!(got, &data[5 * CS as usize + 17..5 * CS as usize + 1017]);
+            });
+        }
+    });
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "one fetch for 32 readers");
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for k in 0..32u64 {
+            let (c, data, barrier) = (&c, &data, &barrier);
+            s.spawn(move || {
+                let i = 6 + k; // chunks 6..37 (not the null chunk 2, not chunk 5)
+                barrier.wait();
+                let got = c.read(i * CS, CS as u32).unwrap();
+                assert_eq!(got, &data[(i * CS) as usize..((i + 1) * CS) as usize]);
+            });
+        }
+    });
+    let took = t.elapsed();
+    assert_eq!(reads.load(Ordering::SeqCst), 33);
+    // one after another: 32 x 100 ms; in parallel: about one delay
+    assert!(took < delay * 8, "32 different chunks took {took:?}");
+}
+
 #[test]
 fn a_changed_chunk_is_eio_naming_pool_chunk_offset_and_node_and_the_rest_stays_readable() {
     let data = image(4, 0);
@@ -212,13 +248,17 @@ fn a_sequential_reader_has_the_next_chunks_fetched_ahead_and_a_random_one_does_n
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(reads.load(Ordering::SeqCst), 3);
-    // sequential: 0 then 1 (in two reads each): chunks 2 (null: never fetched), 3, 4 and 5 come
-    // in the background
+    // one boundary crossed: 0 then 1 (in two reads each): nothing ahead
     for i in [0u64, 1] {
         c.read(i * CS, 100).unwrap();
         c.read(i * CS + 100, 100).unwrap();
     }
-    let want = 3 + 2 + 3;
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(reads.load(Ordering::SeqCst), 3 + 2);
+    // the second crossing, into 2 (null: never fetched): 2 chunks ahead, 3 and 4, in the
+    // background
+    c.read(2 * CS, 100).unwrap();
+    let want = 3 + 2 + 2;
     for _ in 0..100 {
         if reads.load(Ordering::SeqCst) >= want {
             break;
@@ -227,10 +267,11 @@ fn a_sequential_reader_has_the_next_chunks_fetched_ahead_and_a_random_one_does_n
     }
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(reads.load(Ordering::SeqCst), want);
-    // reading them now: the image's bytes, and the reader moving on from 3 to 5 has 6 to 9
-    // fetched ahead (never more than the window past the reader)
+    // reading on to 5: the image's bytes; the window doubles with each crossing (4 ahead of 3,
+    // then the window, 4, ahead of 4 and of 5): 5 to 9 fetched, never more than the window past
+    // the reader
     let got = c.read(2 * CS, 4 * CS as u32).unwrap();
     assert_eq!(got, &data[2 * CS as usize..6 * CS as usize]);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(reads.load(Ordering::SeqCst), want + 4);
+    assert_eq!(reads.load(Ordering::SeqCst), want + 5);
 }
