@@ -214,7 +214,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
   echo "| N | first use, lazy small (s) | lazy large (s) | large ÷ small (goal ≤ 1.2) | full load large (s) | lazy ÷ full, large (goal ≤ 0.1) | same 5 % on every node: storage ÷ touched (goal ≤ 1.1) |"
   echo "|---|---|---|---|---|---|---|"
   for N in $COUNTS; do
-    echo "| $N | ${R[lazy.small.$N.first]:-} | ${R[lazy.large.$N.first]:-} | $(ratio "${R[lazy.large.$N.first]:-0}" "${R[lazy.small.$N.first]:-0}") | ${R[full.large.$N.first]:-} | $(ratio "${R[lazy.large.$N.first]:-0}" "${R[full.large.$N.first]:-0}") | $(calc "${R[same5.$N]:-0} / ($FIVE * 1048576)") (${R[same5.$N.ok]:-0}/$N agree) |"
+    echo "| $N | ${R[lazy.small.$N.first]:-} | ${R[lazy.large.$N.first]:-} | $(ratio "${R[lazy.large.$N.first]:-0}" "${R[lazy.small.$N.first]:-0}") | ${R[full.large.$N.first]:-} | $(ratio "${R[lazy.large.$N.first]:-0}" "${R[full.large.$N.first]:-0}") | $(if [[ -n ${R[same5.$N]:-} ]]; then echo "$(calc "${R[same5.$N]} / ($FIVE * 1048576)") (${R[same5.$N.ok]:-0}/$N agree)"; else echo "— (the filler holds less than 5 %)"; fi) |"
   done
   echo
   echo "| N | lazy first use + sha256 (s) | full load + sha256 (s) | lazy ÷ full (goal ≤ 1.3) | sha256 from shared storage (s) | checksums ok lazy / full | storage bytes lazy / full ÷ pool |"

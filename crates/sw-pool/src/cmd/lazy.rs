@@ -285,13 +285,13 @@ fn foreground(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         let sys = RealSys::new(env.path_var());
         let node = NodeContext::real(&cfg, env, &sys)?;
         let src = swpool_core::load::resolve(&a.pool, &cfg.pool_path.value)?;
-        let prefetch = match a.prefetch.as_deref() {
-            None => None,
-            Some("auto") => {
-                Some(swpool_core::ondemand::prefetch::auto_path(&src)).filter(|p| p.exists())
-            }
-            Some(f) => Some(swpool_core::exec::absolute(std::path::Path::new(f))),
-        };
+        // (checked by every server against the pool node 0 authorized; one that does not fit is
+        // skipped with a warning)
+        let prefetch = a
+            .prefetch
+            .as_deref()
+            .and_then(|p| swpool_core::ondemand::prefetch::requested(p, &src))
+            .map(|(p, _)| p);
         let req = LazyRequest {
             pool: src,
             digest: None,
@@ -321,40 +321,17 @@ fn foreground(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
 }
 
 /// `--prefetch FILE|auto`: the list's path for the servers, checked here first (a clear error
-/// before any step starts). `auto` takes POOL.prefetch when there is one and it fits the pool (a
-/// list left from another version of the pool is skipped with a warning).
+/// before any step starts; the policy: `swpool_core::ondemand::prefetch::choose`).
 fn prefetch_list(
     g: &GlobalArgs,
     arg: Option<&str>,
     pool: &std::path::Path,
     m: &swpool_core::pool::manifest::Manifest,
 ) -> Result<Option<PathBuf>, Error> {
-    use swpool_core::ondemand::prefetch;
-    let (path, auto) = match arg {
-        None => return Ok(None),
-        Some("auto") => (prefetch::auto_path(pool), true),
-        Some(f) => (swpool_core::exec::absolute(std::path::Path::new(f)), false),
-    };
-    if auto && !path.exists() {
-        tracing::info!("no prefetch list at {}", path.display());
-        return Ok(None);
+    let Some(arg) = arg else { return Ok(None) };
+    let (path, skipped) = swpool_core::ondemand::prefetch::choose(arg, pool, m)?;
+    if let Some(w) = skipped.filter(|_| !g.quiet) {
+        eline!("sw-pool: warning: {w}");
     }
-    match prefetch::read_list(&path, m) {
-        Ok(l) => {
-            tracing::info!(
-                "prefetching {} of {} chunks from {}",
-                l.chunks.len(),
-                l.total,
-                path.display()
-            );
-            Ok(Some(path))
-        }
-        Err(e) if auto => {
-            if !g.quiet {
-                eline!("sw-pool: warning: {e}; nothing prefetched");
-            }
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
+    Ok(path)
 }

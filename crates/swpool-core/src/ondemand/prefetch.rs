@@ -16,6 +16,46 @@ pub fn auto_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The list `--prefetch ARG` names for the pool file `pool`: `auto` is [`auto_path`] when that
+/// exists (`None` without one), anything else that path (relative: to the working directory). The
+/// flag says it was `auto`.
+pub fn requested(arg: &str, pool: &Path) -> Option<(PathBuf, bool)> {
+    match arg {
+        "auto" => Some(auto_path(pool))
+            .filter(|p| p.exists())
+            .map(|p| (p, true)),
+        f => Some((crate::exec::absolute(Path::new(f)), false)),
+    }
+}
+
+/// `--prefetch ARG` checked against the authorized manifest `m` before anything starts: the list
+/// to warm, or `None` (no `auto` list; or an `auto` list made for another pool or version, which
+/// is skipped: the second value says why, for a warning). A list given by name that does not fit
+/// is an error naming it.
+pub fn choose(
+    arg: &str,
+    pool: &Path,
+    m: &Manifest,
+) -> Result<(Option<PathBuf>, Option<String>), Error> {
+    let Some((path, auto)) = requested(arg, pool) else {
+        tracing::info!("no prefetch list at {}", auto_path(pool).display());
+        return Ok((None, None));
+    };
+    match read_list(&path, m) {
+        Ok(l) => {
+            tracing::info!(
+                "prefetching {} of {} chunks from {}",
+                l.chunks.len(),
+                l.total,
+                path.display()
+            );
+            Ok((Some(path), None))
+        }
+        Err(e) if auto => Ok((None, Some(format!("{e}; nothing prefetched")))),
+        Err(e) => Err(e),
+    }
+}
+
 /// The chunks on-demand runs fetched on this node for the pool `m` (its partial copy in the
 /// cache `cache`, i.e. `<base>/sw-pool-<uid>/cache`).
 pub fn trace(cache: &Path, m: &Manifest) -> Result<PrefetchList, Error> {

@@ -3,8 +3,8 @@
 //! the chunks it fetches in the node's cache (`<entry>.part`, crash-safe: [`LocalStore`]), answers
 //! the node's `sw-pool-serve` through a socket in the user's state directory and its peers through
 //! the exchange ([`super::exchange`]), and mounts the pool on the node with the same record and
-//! helper chain as `mount --in-place` (`sw-pool-serve --source unix:SOCKET`, which verifies every
-//! chunk again before serving it). It returns when the node's mount is gone (`unload`, the epilog)
+//! helper chain as `mount --in-place` (`sw-pool-serve --source unix:SOCKET`, which names the
+//! manifest's digest when it connects and takes the chunks this server hashed). It returns when the node's mount is gone (`unload`, the epilog)
 //! or `stop` is set.
 
 use std::os::unix::fs::PermissionsExt;
