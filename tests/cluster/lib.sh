@@ -128,14 +128,14 @@ race_fixture() {
 
 # What is left of the test user's pools on the first 4 nodes: per node "NODE MOUNTS RECORDS" (the
 # mounts whose /proc/self/mounts line matches the extended regex $1 or a chunk server's, the records
-# in the user's default state directories), then the user's live chunk servers, FUSE helpers and
-# on-demand servers. The nodes share one PID namespace: those are counted once (and not zombies:
+# and on-demand servers' sockets in the user's default state directories), then the user's live chunk
+# servers, FUSE helpers and on-demand servers. The nodes share one PID namespace: those are counted once (and not zombies:
 # ps, as pgrep -f matches a zombie's name).
 left_of_user() {
   local uid n
   uid=$(id -u "$TB_USER")
   for n in $TB_NODES; do echo "$n"; done | head -n 4 | while read -r n; do
-    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$1' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .)"
+    "$TESTBED/exec" "$n" sh -c "echo \$(hostname) \$(grep -cE 'sw-pool-serve|$1' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json /tmp/sw-pool-$uid*/lazy-*.sock 2>/dev/null | grep -c .)"
   done | sort
   # shellcheck disable=SC2009
   ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll|\S*sw-pool-full lazy-serve) ' | grep -c . || true

@@ -124,7 +124,7 @@ wait \$step
 echo "step: \$?"
 # (a node's line can be missing while the servers' step still ends there: asked again, 3 times)
 for try in 1 2 3; do
-  r=\$(srun --overlap -N4 --ntasks-per-node=1 sh -c 'echo left: \$(grep -c $MP /proc/self/mounts) \$(ls /tmp/sw-pool-\$(id -u)*/mounts/*.json /tmp/sw-pool-\$(id -u)*/lazy-*.sock 2>/dev/null | grep -c .)' 2>&1 | sort | uniq -c)
+  r=\$(srun --overlap -N4 --ntasks-per-node=1 sh -c 'f=\$(ls /tmp/sw-pool-\$(id -u)*/mounts/*.json /tmp/sw-pool-\$(id -u)*/lazy-*.sock 2>/dev/null); echo left: \$(grep -c $MP /proc/self/mounts) \$(echo "\$f" | grep -c .) \$([ -n "\$f" ] && echo \$(hostname): \$f)' 2>&1 | sort | uniq -c)
   echo "\$r" | grep -q '^ *4 left: ' && break
   echo "try \$try: \$r"
   sleep 1

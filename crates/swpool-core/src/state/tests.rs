@@ -679,3 +679,42 @@ fn a_selection_becomes_the_same_cleanup_arguments() {
     };
     assert_eq!(s.cleanup_args(), ["--all", "--dry-run"]);
 }
+
+#[test]
+fn the_socket_of_an_on_demand_server_that_is_gone_is_removed_by_cleanup() {
+    let e = env();
+    let gone = e.dir.path().join("lazy-999999999.sock");
+    let other = e.dir.path().join("lazy-x.sock");
+    std::fs::write(&gone, b"").unwrap();
+    std::fs::write(&other, b"").unwrap();
+    // a dry run says so and keeps it
+    let dry = Selection {
+        stale: true,
+        dry_run: true,
+        ..Default::default()
+    };
+    let a = clean(&e.sys, &e.dir, &dry).unwrap();
+    assert!(
+        a.iter()
+            .any(|x| x.action == "socket-removed" && x.mount_point == gone && !x.done),
+        "{a:?}"
+    );
+    assert!(gone.exists());
+    // the epilog's (one job) and `cleanup --stale` remove it; a name not of a server stays
+    let job = Selection {
+        job: Some("7".into()),
+        ..Default::default()
+    };
+    let a = clean(&e.sys, &e.dir, &job).unwrap();
+    assert!(
+        a.iter().any(|x| x.action == "socket-removed" && x.done),
+        "{a:?}"
+    );
+    assert!(!gone.exists() && other.exists());
+    // nothing is selected: nothing is touched
+    std::fs::write(&gone, b"").unwrap();
+    assert!(clean(&e.sys, &e.dir, &Selection::default())
+        .unwrap()
+        .is_empty());
+    assert!(gone.exists());
+}
