@@ -143,36 +143,41 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         "lazy-{}-{short}.log",
         job_id.as_deref().unwrap_or("local")
     ));
-    let out = std::fs::File::create(&log)
-        .map_err(|e| Error::other(ExitStatus::System, format!("{}: {e}", log.display())))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| Error::other(ExitStatus::System, e.to_string()))?;
-    // in a job: a background step on every node; outside: this node's server, detached
-    let (mut c, cmdline) = if in_job {
-        let cmd = swpool_core::slurm::overlap_step(env, &exe, args, nodes, None, "");
-        (cmd.command(env.path_var())?, cmd.cmdline())
-    } else {
-        let line = format!(
-            "{} {}",
-            exe.display(),
-            args.join(" ".as_ref()).to_string_lossy()
-        );
-        let mut c = std::process::Command::new(&exe);
-        c.args(&args).stdin(std::process::Stdio::null());
-        (c, line)
+    // (re)start the servers, their output in a fresh log: in a job a background step on every
+    // node; outside, this node's server, detached
+    let start = || -> Result<std::process::Child, Error> {
+        let out = std::fs::File::create(&log)
+            .map_err(|e| Error::other(ExitStatus::System, format!("{}: {e}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| Error::other(ExitStatus::System, e.to_string()))?;
+        let (mut c, cmdline) = if in_job {
+            let cmd = swpool_core::slurm::overlap_step(env, &exe, args.clone(), nodes, None, "");
+            (cmd.command(env.path_var())?, cmd.cmdline())
+        } else {
+            let line = format!(
+                "{} {}",
+                exe.display(),
+                args.join(" ".as_ref()).to_string_lossy()
+            );
+            let mut c = std::process::Command::new(&exe);
+            c.args(&args).stdin(std::process::Stdio::null());
+            (c, line)
+        };
+        {
+            use std::os::unix::process::CommandExt;
+            c.stdout(out).stderr(err).process_group(0);
+        }
+        tracing::debug!("starting the servers: {cmdline}");
+        c.spawn().map_err(|e| {
+            Error::other(
+                ExitStatus::Tool,
+                format!("cannot start the servers ({cmdline}): {e}"),
+            )
+        })
     };
-    {
-        use std::os::unix::process::CommandExt;
-        c.stdout(out).stderr(err).process_group(0);
-    }
-    tracing::debug!("starting the servers: {cmdline}");
-    let mut child = c.spawn().map_err(|e| {
-        Error::other(
-            ExitStatus::Tool,
-            format!("cannot start the servers ({cmdline}): {e}"),
-        )
-    })?;
+    let mut child = start()?;
+    let mut retried = false;
     let t0 = Instant::now();
     // the servers start MPI, authorize on every node and mount: allow for the job's size
     let limit = Duration::from_secs_f64(a.timeout.max(0.1)) + Duration::from_secs(60);
@@ -196,6 +201,20 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
             return Err(Error::other(ExitStatus::System, l.to_string()));
         }
         if let Ok(Some(st)) = child.try_wait() {
+            // Open MPI's TCP wire-up between two nodes can fail under load ("failed to TCP connect
+            // to a peer", EINPROGRESS; seen on the testbed's busy 2 cores): nothing was mounted
+            // for good (a node that had mounted released it), so the servers start once more
+            if !retried && text.contains("Open MPI failed to TCP connect to a peer") {
+                retried = true;
+                if !g.quiet {
+                    eline!(
+                        "sw-pool: warning: the on-demand servers could not start MPI (Open MPI \
+                         failed to connect two nodes over TCP); starting them once more"
+                    );
+                }
+                child = start()?;
+                continue;
+            }
             return Err(Error::other(
                 ExitStatus::System,
                 format!(
