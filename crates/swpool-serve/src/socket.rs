@@ -6,10 +6,11 @@
 //! answers, so the client need not hash the chunks again ([`ChunkSource::verified`]; a second hash
 //! cost 15 % of sw-pool-serve's CPU on every node).
 //!
-//! Protocol (little endian): on connecting, the client sends [`HELLO`], `len: u16` and the digest
-//! (at most 256 bytes); the server answers `0u8` (the same digest) or `1u8, len: u32, message` and
-//! closes. Then request `offset: u64, len: u32`; answer `0u8, len: u32, bytes` or `1u8, len: u32,
-//! message` (UTF-8: why the chunk could not be had, named by the serving side).
+//! Protocol (little endian). An answer is `0u8, len: u32, bytes` or `1u8, len: u32, message`
+//! (UTF-8, at most 4096 bytes: what went wrong, named by the serving side). On connecting, the
+//! client sends [`HELLO`], `len: u16` and the digest (at most 256 bytes); the server answers with
+//! no bytes (the same digest) or a message, and then closes. Then each request is `offset: u64,
+//! len: u32`, answered with the chunk's bytes or why they could not be had.
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -25,6 +26,43 @@ pub const MAX_ANSWER: u32 = 1 << 30;
 /// What a client sends first, before the digest it serves.
 pub const HELLO: &[u8; 8] = b"swpool1\0";
 const MAX_DIGEST: usize = 256;
+/// The longest message an answer carries.
+const MAX_MESSAGE: usize = 4096;
+
+/// Send one answer: `bytes`, or the message (cut to [`MAX_MESSAGE`] bytes).
+fn send(s: &mut UnixStream, r: Result<&[u8], &str>) -> io::Result<()> {
+    let (status, body) = match r {
+        Ok(b) => (0u8, b),
+        Err(m) => (1u8, &m.as_bytes()[..m.len().min(MAX_MESSAGE)]),
+    };
+    let mut head = [status, 0, 0, 0, 0];
+    head[1..].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    s.write_all(&head)?;
+    s.write_all(body)
+}
+
+/// Receive one answer into `buf`, whose length is what was asked for; a message is an error.
+fn receive(s: &mut UnixStream, buf: &mut [u8]) -> io::Result<()> {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head)?;
+    let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
+    match head[0] {
+        0 if len as usize == buf.len() => s.read_exact(buf),
+        0 => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("answer of {len} bytes for a request of {}", buf.len()),
+        )),
+        _ if len as usize <= MAX_MESSAGE => {
+            let mut m = vec![0u8; len as usize];
+            s.read_exact(&mut m)?;
+            Err(io::Error::other(String::from_utf8_lossy(&m).into_owned()))
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an error message longer than 4096 bytes",
+        )),
+    }
+}
 
 /// A [`ChunkSource`] that asks the node's on-demand server through its socket.
 pub struct UnixSource {
@@ -55,16 +93,7 @@ impl UnixSource {
         hello.extend_from_slice(&(d.len().min(MAX_DIGEST) as u16).to_le_bytes());
         hello.extend_from_slice(&d[..d.len().min(MAX_DIGEST)]);
         s.write_all(&hello)?;
-        let mut ok = [0u8; 1];
-        s.read_exact(&mut ok)?;
-        if ok[0] != 0 {
-            let mut len = [0u8; 4];
-            s.read_exact(&mut len)?;
-            let len = u32::from_le_bytes(len).min(4096) as usize;
-            let mut m = vec![0u8; len];
-            s.read_exact(&mut m)?;
-            return Err(io::Error::other(String::from_utf8_lossy(&m).into_owned()));
-        }
+        receive(&mut s, &mut [])?;
         Ok(s)
     }
 
@@ -73,25 +102,7 @@ impl UnixSource {
         req[..8].copy_from_slice(&offset.to_le_bytes());
         req[8..].copy_from_slice(&(buf.len() as u32).to_le_bytes());
         s.write_all(&req)?;
-        let mut head = [0u8; 5];
-        s.read_exact(&mut head)?;
-        let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
-        match head[0] {
-            0 if len as usize == buf.len() => s.read_exact(buf),
-            0 => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("answer of {len} bytes for a request of {}", buf.len()),
-            )),
-            _ if len <= 4096 => {
-                let mut m = vec![0u8; len as usize];
-                s.read_exact(&mut m)?;
-                Err(io::Error::other(String::from_utf8_lossy(&m).into_owned()))
-            }
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "an error message longer than 4096 bytes",
-            )),
-        }
+        receive(s, buf)
     }
 }
 
@@ -154,28 +165,20 @@ fn answer(mut s: UnixStream, chunks: &Chunks) -> io::Result<()> {
     let mut hello = [0u8; 10];
     s.read_exact(&mut hello)?;
     let len = u16::from_le_bytes([hello[8], hello[9]]) as usize;
-    let refuse = |s: &mut UnixStream, m: String| -> io::Result<()> {
-        let mut out = vec![1u8];
-        out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-        out.extend_from_slice(m.as_bytes());
-        s.write_all(&out)
-    };
     if &hello[..8] != HELLO || len > MAX_DIGEST {
-        return refuse(&mut s, "not a sw-pool-serve client".into());
+        return send(&mut s, Err("not a sw-pool-serve client"));
     }
     let mut digest = vec![0u8; len];
     s.read_exact(&mut digest)?;
     if digest != chunks.digest().as_bytes() {
-        return refuse(
-            &mut s,
-            format!(
-                "this server serves {}, not {}",
-                chunks.digest(),
-                String::from_utf8_lossy(&digest)
-            ),
+        let m = format!(
+            "this server serves {}, not {}",
+            chunks.digest(),
+            String::from_utf8_lossy(&digest)
         );
+        return send(&mut s, Err(&m));
     }
-    s.write_all(&[0u8])?;
+    send(&mut s, Ok(&[]))?;
     loop {
         let mut req = [0u8; 12];
         match s.read_exact(&mut req) {
@@ -199,21 +202,7 @@ fn answer(mut s: UnixStream, chunks: &Chunks) -> io::Result<()> {
                     }
                 })
         };
-        match r {
-            Ok(v) => {
-                let mut head = vec![0u8];
-                head.extend_from_slice(&len.to_le_bytes());
-                s.write_all(&head)?;
-                s.write_all(&v)?;
-            }
-            Err(m) => {
-                let m = &m.as_bytes()[..m.len().min(4096)];
-                let mut head = vec![1u8];
-                head.extend_from_slice(&(m.len() as u32).to_le_bytes());
-                s.write_all(&head)?;
-                s.write_all(m)?;
-            }
-        }
+        send(&mut s, r.as_deref().map_err(String::as_str))?;
     }
 }
 
