@@ -47,8 +47,6 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
         let stop = AtomicBool::new(false);
         let nodes = job.nodes();
         swpool_core::ondemand::serve::serve(&job, &node, &req, &stop, &|rec| {
-            // the end of the job (SIGTERM) before the epilog releases the mount
-            swpool_core::ondemand::serve::hold(&node.state, &rec.mount_point, env.path_var());
             if rank0 {
                 let line = serde_json::json!({"mountpoint": rec.mount_point, "nodes": nodes});
                 let mut o = std::io::stdout().lock();
@@ -324,7 +322,6 @@ fn foreground(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         let stop = AtomicBool::new(false);
         let (nodes, quiet) = (job.nodes(), g.quiet);
         swpool_core::ondemand::serve::serve(&job, &node, &req, &stop, &|rec| {
-            swpool_core::ondemand::serve::hold(&node.state, &rec.mount_point, env.path_var());
             if rank0 && !quiet {
                 eline!(
                     "sw-pool: {} served on demand on {nodes} node(s) at {}; it stays until \

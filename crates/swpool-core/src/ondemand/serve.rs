@@ -4,8 +4,9 @@
 //! the node's `sw-pool-serve` through a socket in the user's state directory and its peers through
 //! the exchange ([`super::exchange`]), and mounts the pool on the node with the same record and
 //! helper chain as `mount --in-place` (`sw-pool-serve --source unix:SOCKET`, which names the
-//! manifest's digest when it connects and takes the chunks this server hashed). It returns when the node's mount is gone (`unload`, the epilog)
-//! or `stop` is set.
+//! manifest's digest when it connects and takes the chunks this server hashed). It returns when
+//! the node's mount is gone (`unload`, the epilog) or `stop` is set; interrupted, the process
+//! releases the mount ([`release_held`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ static HELD: std::sync::Mutex<Vec<Held>> = std::sync::Mutex::new(Vec::new());
 
 /// Have [`release_held`] release the mount at `mp` (recorded in `dir`) if the process is
 /// interrupted while it serves.
-pub fn hold(dir: &state::StateDir, mp: &std::path::Path, path_var: Option<&std::ffi::OsStr>) {
+fn hold(dir: &state::StateDir, mp: &std::path::Path, path_var: Option<&std::ffi::OsStr>) {
     if let Ok(mut h) = HELD.lock() {
         h.push((
             dir.clone(),
@@ -56,6 +57,12 @@ pub fn release_held() {
             }
         }
     }
+}
+
+/// Remove the server's socket, and forget it for the signal handler.
+fn remove_socket(sock: &std::path::Path) {
+    let _ = std::fs::remove_file(sock);
+    crate::atomic::unregister_file(sock);
 }
 
 /// What to serve.
@@ -176,12 +183,8 @@ pub fn serve(
                 })?,
             ),
         };
-        let sock = node
-            .state
-            .path()
-            .join(format!("lazy-{}.sock", std::process::id()));
+        let sock = node.state.server_socket(std::process::id());
         let _ = std::fs::remove_file(&sock);
-        crate::atomic::unregister_file(&sock);
         let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
             Error::other(
                 crate::ExitStatus::System,
@@ -249,6 +252,9 @@ pub fn serve(
                 }),
             },
         )?;
+        // interrupted (SIGTERM at the end of the job, Ctrl-C of a launcher), the process
+        // releases it before it exits
+        hold(&node.state, &a.record.mount_point, node.env.path_var());
         Ok(a.record)
     };
     // a prefetch list the launcher checked; a node that cannot read it serves without it
@@ -387,8 +393,7 @@ pub fn serve(
         if let Some(Ok(r)) = &mounted {
             let _ = state::release(node.sys, &node.state, &r.mount_point, true, None);
         }
-        let _ = std::fs::remove_file(&sock);
-        crate::atomic::unregister_file(&sock);
+        remove_socket(&sock);
         return Err(Error::other(
             crate::ExitStatus::System,
             format!("failed on {} node(s): {}", f.len(), f.join("; ")),
@@ -397,8 +402,7 @@ pub fn serve(
     if let Some(st) = engine.local() {
         let _ = st.flush();
     }
-    let _ = std::fs::remove_file(&sock);
-    crate::atomic::unregister_file(&sock);
+    remove_socket(&sock);
     stats.map_err(|e| {
         Error::other(
             crate::ExitStatus::System,

@@ -156,7 +156,7 @@ pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Actio
         unmount_and_reap(sys, sel, &m.mount_point, "-", vec![], None, me, &mut out);
     }
     // the sockets of on-demand servers that ended without removing them (SIGKILL, a cancelled
-    // step): `lazy-<pid>.sock` whose process is gone
+    // step), whose process is gone
     if sel.all || sel.stale || sel.job.is_some() {
         for (path, pid) in dead_server_sockets(sys, dir.path()) {
             if !sel.dry_run {
@@ -176,19 +176,15 @@ pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Actio
     Ok(out)
 }
 
-/// `lazy-<pid>.sock` files in the store whose server process is not running.
+/// The on-demand servers' sockets in the store ([`StateDir::server_socket`]) whose process is not
+/// running.
 fn dead_server_sockets(sys: &dyn Sys, dir: &Path) -> Vec<(PathBuf, u32)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     rd.flatten()
         .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let pid: u32 = name
-                .strip_prefix("lazy-")?
-                .strip_suffix(".sock")?
-                .parse()
-                .ok()?;
+            let pid = StateDir::server_socket_pid(e.file_name().to_str()?)?;
             (!sys.running(pid)).then(|| (e.path(), pid))
         })
         .collect()

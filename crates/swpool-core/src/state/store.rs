@@ -73,6 +73,20 @@ impl StateDir {
         &self.path
     }
 
+    /// The socket of this user's on-demand server with process id `pid` on this node
+    /// (`lazy-<pid>.sock`, [`crate::ondemand::serve`]).
+    pub fn server_socket(&self, pid: u32) -> PathBuf {
+        self.path.join(format!("lazy-{pid}.sock"))
+    }
+
+    /// The process id in a file name of [`StateDir::server_socket`]'s making.
+    pub fn server_socket_pid(name: &str) -> Option<u32> {
+        name.strip_prefix("lazy-")?
+            .strip_suffix(".sock")?
+            .parse()
+            .ok()
+    }
+
     /// Whether the long warning named `key` (a pool's digest and what is wrong with it) is due on
     /// this node: not given in the last `period`. Marks it given now. When the store cannot say,
     /// it is due (a warning is repeated rather than lost).
