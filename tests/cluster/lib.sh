@@ -140,6 +140,17 @@ left_of_user() {
   # shellcheck disable=SC2009
   ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +(\S*sw-pool-serve|\S*squashfuse_ll|\S*sw-pool-full lazy-serve) ' | grep -c . || true
 }
+# The test user's live on-demand servers (`sw-pool-full lazy-serve`) on node NODE, one pid a line.
+# The nodes share one PID namespace: a node's are those in its network namespace.
+lazy_servers_on() {
+  local ns p uid
+  uid=$(id -u "$TB_USER")
+  ns=$("$TESTBED/exec" "$1" readlink /proc/self/ns/net)
+  for p in $(ps -u "$uid" -o pid=,stat=,args= | awk '$2 !~ /^Z/ && $3 ~ /sw-pool-full$/ && $4 == "lazy-serve" {print $1}'); do
+    [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$ns" ]] && echo "$p"
+  done
+  return 0
+}
 # What left_of_user prints when nothing is left.
 NOTHING_LEFT="$(printf 'node%s 0 0\n' 1 2 3 4; echo 0)"
 # Wait up to 20 s (the epilog runs after the job) for nothing to be left (left_of_user PATTERN).

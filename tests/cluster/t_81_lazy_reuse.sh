@@ -167,11 +167,7 @@ drop
 (job kill "$body" > "$W/kill.txt") &
 jp=$!
 for _ in $(seq 300); do [[ -e $W/out/reading ]] && break; sleep 0.2; done
-ns2=$("$TESTBED/exec" node2 readlink /proc/self/ns/net)
-victim=
-for p in $(pgrep -u "$uid" -f 'sw-pool-full lazy-serve' || true); do
-  [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$ns2" ]] && victim=$p
-done
+victim=$(lazy_servers_on node2 | tail -n 1)
 if [[ -n $victim ]]; then kill -9 "$victim"; fi
 touch "$W/out/killed"
 wait "$jp" || true

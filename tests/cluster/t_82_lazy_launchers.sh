@@ -57,15 +57,7 @@ if [[ $b == 5a ]]; then printf '\x5b'; else printf '\x5a'; fi | dd of="$E/t82bad
 chmod 644 "$E/t82bad.pool"
 on1() { "$TESTBED/exec" node1 runuser -u "$TB_USER" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh "$@"; }
 sum_on1() { on1 sh -c "cd $MP && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1" 2>&1; }
-# the node's on-demand servers of the test user (nodes share one PID namespace: node1's by its
-# network namespace)
-servers_on1() {
-  local ns p
-  ns=$("$TESTBED/exec" node1 readlink /proc/self/ns/net)
-  for p in $(ps -u "$uid" -o pid=,args= | awk '$2 ~ /sw-pool-full$/ && $3 == "lazy-serve" {print $1}'); do
-    [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$ns" ]] && echo "$p"
-  done
-}
+servers_on1() { lazy_servers_on node1; }
 left_on1() {  # mounts, records, servers, sockets of the test user on node1
   "$TESTBED/exec" node1 sh -c "echo \$(grep -c '$MP' /proc/self/mounts) \$(ls /tmp/sw-pool-$uid*/mounts/*.json 2>/dev/null | grep -c .) \$(ls /tmp/sw-pool-$uid*/lazy-*.sock 2>/dev/null | grep -c .)"
   servers_on1 | grep -c . || true
