@@ -22,6 +22,9 @@
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/lazy.sh [SMALL_MB] [LARGE_MB] [NODE_COUNTS] [EXTRA_N]
 #                                              (root; defaults 256 4096 "1 2 4 8" 4; RAND=10)
+# PROFILE=1: the whole machine's CPU time during each large-pool job (lazy and full: load, first
+# use and the sha256 of every node), sampled with `perf record -a` and split by command and
+# library, in bench/results/lazy-<date>-cpu-<mode>-<N>.txt (where do the cores go).
 #
 # Caps as bench/load-e2e.sh: node links 400mbit, storage egress 800mbit. Writes
 # bench/results/lazy-<date>.md.
@@ -111,6 +114,10 @@ for N in $COUNTS; do
       flag=""; [[ $mode == lazy ]] && flag=--lazy
       fresh
       "$TESTBED/storage-bytes" --mark >/dev/null
+      prof=""
+      if [[ -n ${PROFILE:-} && $s == large ]]; then
+        perf record -a -F 199 -o "$W/perf.data" >/dev/null 2>&1 & prof=$!
+      fi
       out=$(job "$N" "$mode-$s-$N" "t0=$T
 eval \"\$($LOAD $flag -m $TB/local/lz $TB/shared/lz/$s.sqfs)\" || exit 3
 srun -N $N --ntasks-per-node=1 cat $TB/local/lz/data/small.txt >/dev/null || exit 4
@@ -121,6 +128,17 @@ if [ $s = large ]; then
   srun -N $N --ntasks-per-node=1 sh -c 'sha256sum < $TB/local/lz/data/big.bin' | sort | uniq -c | awk '{print \"sums\", \$1, \$2}'
   echo sha \$(awk -v a=\$t2 -v b=$T 'BEGIN{printf \"%.3f\", b-a}')
 fi")
+      if [[ -n $prof ]]; then
+        kill -INT "$prof"; wait "$prof" || true
+        { echo "# CPU of the whole machine ($(nproc) cores) during the $mode job, large pool, N = $N (perf record -a -F 199; swapper = idle)"
+          perf report -i "$W/perf.data" --sort comm --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 25'
+          echo; echo "# by command and library"
+          perf report -i "$W/perf.data" --sort comm,dso --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 40'
+          echo; echo "# by command and function (kernel and user)"
+          perf report -i "$W/perf.data" --sort comm,sym --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 80'
+        } > "$OUT-cpu-$mode-$N.txt" || true
+        rm -f "$W/perf.data"
+      fi
       R[$mode.$s.$N.first]=$(awk '/^first /{print $2}' <<< "$out")
       R[$mode.$s.$N.sha]=$(awk '/^sha /{print $2}' <<< "$out")
       R[$mode.$s.$N.ok]=$(awk -v w="$want" '/^sums /{ if ($3 == w) print $2 }' <<< "$out")

@@ -32,6 +32,8 @@ TEST_PACKAGES=(
   csh fish zsh tcl8.6
   # benchmarks and reports
   python3 python3-matplotlib hyperfine time
+  # bench/lazy.sh PROFILE=1: where the cores go (perf record -a)
+  linux-perf
   # the environment start benchmark's peers (bench/env-start.sh): bwrap, ch-run, unshare -U
   bubblewrap charliecloud-runtime uidmap
   # the environment overhead benchmark (bench/env-overhead.sh)

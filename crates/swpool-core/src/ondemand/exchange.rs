@@ -34,8 +34,13 @@ const ASK_LEN: usize = 16;
 pub struct Ask {
     index: u64,
     len: usize,
+    /// The owner's answer as it arrived: its 5-byte head, then the chunk (not copied out of the
+    /// receive buffer: one copy of a chunk fewer, measured as CPU on 8 nodes).
     reply: SyncSender<Result<Vec<u8>, String>>,
 }
+
+/// Bytes of an answer's head: status, then the length of what follows.
+const HEAD: usize = 5;
 
 /// The [`ChunkSource`] of a node's engine in an on-demand load: its own chunks from shared
 /// storage, the others from their owners through the exchange.
@@ -73,13 +78,13 @@ impl ChunkSource for PeerSource {
             })
             .map_err(|_| std::io::Error::other("the node's exchange with its peers has ended"))?;
         match rx.recv_timeout(self.stall) {
-            Ok(Ok(v)) if v.len() == buf.len() => {
-                buf.copy_from_slice(&v);
+            Ok(Ok(v)) if v.len() == HEAD + buf.len() => {
+                buf.copy_from_slice(&v[HEAD..]);
                 Ok(())
             }
             Ok(Ok(v)) => Err(std::io::Error::other(format!(
                 "{host} answered {} bytes for chunk {index} ({} asked)",
-                v.len(),
+                v.len().saturating_sub(HEAD),
                 buf.len()
             ))),
             Ok(Err(m)) => Err(std::io::Error::other(format!("{host} (its owner): {m}"))),
@@ -199,7 +204,7 @@ pub fn run(
                 continue;
             };
             busy = true;
-            let mut rbuf = vec![0u8; 5 + a.len];
+            let mut rbuf = vec![0u8; HEAD + a.len];
             let cap = rbuf.len();
             // SAFETY: `rbuf` moves into `waiting` (its heap buffer stays put) until completion.
             let rreq =
@@ -271,7 +276,7 @@ pub fn run(
                 Ok(v) => (0u8, v),
                 Err(m) => (1u8, m),
             };
-            let mut buf = Vec::with_capacity(5 + body.len());
+            let mut buf = Vec::with_capacity(HEAD + body.len());
             buf.push(status);
             buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
             buf.extend_from_slice(&body);
@@ -287,15 +292,16 @@ pub fn run(
                 continue;
             }
             busy = true;
-            let (f, a) = waiting.remove(&k).expect("waiting");
+            let (mut f, a) = waiting.remove(&k).expect("waiting");
             free[k.0].push(k.1);
-            let len = u32::from_le_bytes(f.buf[1..5].try_into().expect("4")) as usize;
-            let r = if 5 + len > f.buf.len() {
+            let len = u32::from_le_bytes(f.buf[1..HEAD].try_into().expect("4")) as usize;
+            let r = if HEAD + len > f.buf.len() {
                 Err(format!("an answer of {len} bytes for a chunk of {}", a.len))
             } else if f.buf[0] == 0 {
-                Ok(f.buf[5..5 + len].to_vec())
+                f.buf.truncate(HEAD + len);
+                Ok(f.buf)
             } else {
-                Err(String::from_utf8_lossy(&f.buf[5..5 + len]).into_owned())
+                Err(String::from_utf8_lossy(&f.buf[HEAD..HEAD + len]).into_owned())
             };
             let _ = a.reply.send(r);
         }

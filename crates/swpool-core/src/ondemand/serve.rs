@@ -214,6 +214,7 @@ pub fn serve(
             hosts: hosts.clone(),
         }),
     };
+    swpool_serve::keep_chunk_buffers(m.chunk_size);
     let engine = Arc::new(Chunks::new(
         &m,
         source,

@@ -132,6 +132,7 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             None => return Err(format!("--source {s}: give unix:PATH")),
         },
     };
+    swpool_serve::keep_chunk_buffers(m.chunk_size);
     let chunks = Arc::new(Chunks::new(
         &m,
         source,
