@@ -281,9 +281,17 @@ impl Chunks {
 
     /// Read `size` bytes at `offset` (fewer at the end of the image).
     pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>, ChunkError> {
+        let mut out = Vec::new();
+        self.read_into(offset, size, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`read`](Self::read), the bytes appended to `out` (after a message head the caller wrote:
+    /// the bytes are not copied again to be sent).
+    pub fn read_into(&self, offset: u64, size: u32, out: &mut Vec<u8>) -> Result<(), ChunkError> {
         if offset >= self.image_size {
             return if offset == self.image_size {
-                Ok(Vec::new())
+                Ok(())
             } else {
                 Err(ChunkError::PastEnd {
                     offset,
@@ -292,7 +300,7 @@ impl Chunks {
             };
         }
         let end = (offset + size as u64).min(self.image_size);
-        let mut out = Vec::with_capacity((end - offset) as usize);
+        out.reserve((end - offset) as usize);
         let mut pos = offset;
         while pos < end {
             let i = pos / self.chunk_size;
@@ -312,7 +320,7 @@ impl Chunks {
             }
             pos = r.start + b;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Fetch (verify, keep) chunk `i` if it is not on this node yet: a prefetch list's warming.

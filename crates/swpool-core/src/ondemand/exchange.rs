@@ -165,7 +165,8 @@ pub fn run(
     let mut waiting: HashMap<(usize, usize), (InFlight, Ask)> = HashMap::new();
     let mut free: Vec<Vec<usize>> = (0..n).map(|_| (0..SLOTS).rev().collect()).collect();
     // answers computed by workers, to send
-    let (ans_tx, ans_rx) = mpsc::channel::<(usize, usize, Result<Vec<u8>, Vec<u8>>)>();
+    // (peer, slot, the answer framed: head, then the chunk or the error's words)
+    let (ans_tx, ans_rx) = mpsc::channel::<(usize, usize, Vec<u8>)>();
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let mut busy = false;
@@ -232,13 +233,19 @@ pub fn run(
             stats.asked += 1;
         }
         queued = later;
-        // the peers' asks
+        // one step of progress for every request in flight: the peers' asks, the answers to
+        // this node's asks, the sends
         let peers: Vec<usize> = ask_in.keys().copied().collect();
-        for p in peers {
-            let done = plane.test(ask_in[&p].req)?;
-            if !done {
-                continue;
-            }
+        let keys: Vec<(usize, usize)> = waiting.keys().copied().collect();
+        let mut reqs = Vec::with_capacity(peers.len() + keys.len() + sends.len());
+        reqs.extend(peers.iter().map(|p| ask_in[p].req));
+        reqs.extend(keys.iter().map(|k| waiting[k].0.req));
+        reqs.extend(sends.iter().map(|f| f.req));
+        let done = plane.test_some(&reqs)?;
+        let (asked_done, rest) = done.split_at(peers.len());
+        let (answered_done, sent_done) = rest.split_at(keys.len());
+        // the peers' asks
+        for (&p, _) in peers.iter().zip(asked_done).filter(|(_, d)| **d) {
             busy = true;
             let f = ask_in.remove(&p).expect("posted");
             let index = u64::from_le_bytes(f.buf[..8].try_into().expect("8"));
@@ -252,45 +259,33 @@ pub fn run(
             let tx = ans_tx.clone();
             let local = local.clone();
             std::thread::spawn(move || {
+                // the answer as it is sent: its head, then the chunk read right after it
+                let mut v = Vec::with_capacity(HEAD + len as usize);
+                v.resize(HEAD, 0);
                 let r = if ok {
                     local
-                        .read(index * chunk_size, len as u32)
+                        .read_into(index * chunk_size, len as u32, &mut v)
                         .map_err(|e| e.to_string())
                 } else {
                     Err(format!(
                         "chunk {index} ({len} bytes) is not one of this node's to answer"
                     ))
                 };
-                // an error's words, never longer than the asker's buffer (the chunk it asked for)
-                let r = r.map_err(|m| {
+                if let Err(m) = r {
+                    // an error's words, never longer than the asker's buffer (the chunk it asked for)
                     let mut b = m.into_bytes();
                     b.truncate((len as usize).min(200));
-                    b
-                });
-                let _ = tx.send((p, slot, r));
+                    v.truncate(HEAD);
+                    v[0] = 1;
+                    v.extend_from_slice(&b);
+                }
+                let body = (v.len() - HEAD) as u32;
+                v[1..HEAD].copy_from_slice(&body.to_le_bytes());
+                let _ = tx.send((p, slot, v));
             });
         }
-        while let Ok((p, slot, r)) = ans_rx.try_recv() {
-            busy = true;
-            let (status, body) = match r {
-                Ok(v) => (0u8, v),
-                Err(m) => (1u8, m),
-            };
-            let mut buf = Vec::with_capacity(HEAD + body.len());
-            buf.push(status);
-            buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&body);
-            // SAFETY: `buf` is kept in `sends` until the send completes.
-            let req = unsafe { plane.isend(buf.as_ptr(), buf.len(), p, TAG_ANSWER + slot as i32)? };
-            sends.push(InFlight { req, buf });
-            stats.answered += 1;
-        }
         // answers to this node's asks
-        let keys: Vec<(usize, usize)> = waiting.keys().copied().collect();
-        for k in keys {
-            if !plane.test(waiting[&k].0.req)? {
-                continue;
-            }
+        for (&k, _) in keys.iter().zip(answered_done).filter(|(_, d)| **d) {
             busy = true;
             let (mut f, a) = waiting.remove(&k).expect("waiting");
             free[k.0].push(k.1);
@@ -305,14 +300,20 @@ pub fn run(
             };
             let _ = a.reply.send(r);
         }
-        let mut i = 0;
-        while i < sends.len() {
-            if plane.test(sends[i].req)? {
-                sends.swap_remove(i);
-                busy = true;
-            } else {
-                i += 1;
-            }
+        // sends done
+        let mut k = 0;
+        sends.retain(|_| {
+            let keep = !sent_done[k];
+            k += 1;
+            keep
+        });
+        busy |= sent_done.iter().any(|d| *d);
+        while let Ok((p, slot, buf)) = ans_rx.try_recv() {
+            busy = true;
+            // SAFETY: `buf` is kept in `sends` until the send completes.
+            let req = unsafe { plane.isend(buf.as_ptr(), buf.len(), p, TAG_ANSWER + slot as i32)? };
+            sends.push(InFlight { req, buf });
+            stats.answered += 1;
         }
         if busy {
             idle = 0;

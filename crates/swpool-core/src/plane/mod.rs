@@ -120,6 +120,14 @@ pub trait DataPlane {
     /// Whether `req` completed (then it is gone). An error also ends it.
     fn test(&self, req: Req) -> Result<bool, PlaneError>;
 
+    /// Which of `reqs` completed (those are gone; an error ends them all), with one step of
+    /// progress for all of them. The MPI plane asks MPI once (`MPI_Testsome`): testing each
+    /// request makes Open MPI poll every peer's socket once per request (measured on 8 nodes: the
+    /// on-demand exchange's polling was 4.5 s of CPU in a 70 s run). By default, each is tested.
+    fn test_some(&self, reqs: &[Req]) -> Result<Vec<bool>, PlaneError> {
+        reqs.iter().map(|r| self.test(*r)).collect()
+    }
+
     /// Ask that a posted receive that will never match be cancelled; [`DataPlane::test`] then
     /// completes it.
     fn cancel(&self, req: Req);

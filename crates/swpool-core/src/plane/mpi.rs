@@ -233,6 +233,47 @@ impl DataPlane for MpiPlane {
         Ok(flag != 0)
     }
 
+    fn test_some(&self, reqs: &[Req]) -> Result<Vec<bool>, PlaneError> {
+        let mut t = self.reqs.borrow_mut();
+        let mut handles: Vec<ffi::MPI_Request> = reqs.iter().map(|r| t.slots[r.0]).collect();
+        let mut done = vec![false; reqs.len()];
+        let n = count(reqs.len(), "MPI_Testsome")?;
+        let mut out = 0;
+        let mut idx = vec![0i32; reqs.len()];
+        // SAFETY: `handles` holds live request handles of this plane (or MPI_REQUEST_NULL, which
+        // counts as complete below, as MPI_Test reports it); MPI_Testsome sets those that complete
+        // to MPI_REQUEST_NULL and writes at most `n` indices.
+        let rc = unsafe {
+            ffi::MPI_Testsome(
+                n,
+                handles.as_mut_ptr(),
+                &mut out,
+                idx.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        // SAFETY: reading an MPI constant.
+        let undefined = unsafe { ffi::RSMPI_UNDEFINED };
+        if rc == 0 && out != undefined {
+            for &k in &idx[..(out.max(0) as usize).min(idx.len())] {
+                if let Some(d) = done.get_mut(k as usize) {
+                    *d = true;
+                }
+            }
+        }
+        for (k, (r, h)) in reqs.iter().zip(&handles).enumerate() {
+            if t.slots[r.0] == null() || *h == null() {
+                done[k] = true;
+            }
+            t.slots[r.0] = *h;
+            if done[k] || rc != 0 {
+                t.free.push(r.0);
+            }
+        }
+        check(rc, "MPI_Testsome")?;
+        Ok(done)
+    }
+
     fn cancel(&self, req: Req) {
         let mut t = self.reqs.borrow_mut();
         if t.slots[req.0] != null() {
