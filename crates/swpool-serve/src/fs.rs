@@ -25,6 +25,7 @@ pub struct ImageFs {
     uid: u32,
     gid: u32,
     mtime: SystemTime,
+    direct: bool,
 }
 
 impl ImageFs {
@@ -35,7 +36,18 @@ impl ImageFs {
             uid,
             gid,
             mtime,
+            direct: false,
         }
+    }
+
+    /// Reads of the image bypass the kernel's page cache (`FOPEN_DIRECT_IO`): for a server whose
+    /// chunks another cache on the node already holds (the on-demand server's store), a second
+    /// copy of the image in the page cache only costs memory and copies. The file system's helper
+    /// (squashfuse_ll, fuse2fs) keeps its own cache of what it decoded, and its mount has the page
+    /// cache of the files. Measured on the testbed with `bench/lazy.sh` (see docs/architecture.md).
+    pub fn direct_io(mut self, direct: bool) -> ImageFs {
+        self.direct = direct;
+        self
     }
 
     fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
@@ -88,6 +100,9 @@ impl Filesystem for ImageFs {
         }
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return reply.error(Errno::EROFS);
+        }
+        if self.direct {
+            return reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
         }
         // the page cache stays valid across opens: the bytes never change
         reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);

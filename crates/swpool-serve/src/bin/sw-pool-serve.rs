@@ -151,7 +151,9 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
         rustix::process::geteuid().as_raw(),
         rustix::process::getegid().as_raw(),
         mtime,
-    );
+    )
+    // the node's on-demand server keeps every chunk in its store (and the page cache of it)
+    .direct_io(args.source.is_some());
     let mut cfg = fuser::Config::default();
     cfg.mount_options = vec![
         fuser::MountOption::RO,
