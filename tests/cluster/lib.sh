@@ -126,6 +126,57 @@ race_fixture() {
   mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null
 }
 
+# lazy_fixture TAG: what the on-demand tests (t_80 to t_82) share: 4 nodes and the built binaries
+# (else fail and finish); uid; W (scratch, the same path on every node) with bin/ (copies of the
+# binaries the nodes can run; SW names the copy), tree/data/ and out/ (writable by the jobs); E (the
+# storage server's disk) and S (where the nodes see it); HOOK (the Slurm epilog, see install_epilog);
+# and a clean-up, now and on exit (unless LAZY_KEEP is set), that removes the hook, stops the chunk
+# servers run from $W/bin (proved by their executable), unmounts every mount under
+# $TB/local/TAG* and the user's FUSE mounts in its default state directories on every node, and
+# removes them, $W and $E.
+lazy_fixture() {
+  read -r -a nodes <<< "$TB_NODES"
+  [[ ${#nodes[@]} -ge 4 ]] || { fail "4 nodes" "the testbed has only ${#nodes[@]} nodes"; finish; }
+  SW=$REPO/target/release/sw-pool
+  [[ -x $SW && -x $SW-serve ]] || { fail "sw-pool and sw-pool-serve built" "missing (cargo build --release)"; finish; }
+  uid=$(id -u "$TB_USER")
+  LAZY_TAG=$1
+  W=$TB/scratch/$1-$$
+  E=$TB/export/$1-$$
+  # shellcheck disable=SC2034 # the callers' name for the pool's directory on the nodes
+  S=$TB/shared/$1-$$
+  HOOK=$TB/etc/epilog.d/50-sw-pool
+  [[ -n ${LAZY_KEEP:-} ]] || trap lazy_cleanup EXIT
+  lazy_cleanup
+  mkdir -p "$W/bin" "$W/tree/data" "$W/out" "$E"
+  chmod 1777 "$W/out"
+  cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
+  SW=$W/bin/sw-pool
+  chmod -R a+rX "$W"
+}
+lazy_cleanup() {
+  local n
+  rm -f "$HOOK"
+  for n in "${nodes[@]}"; do
+    "$TESTBED/exec" "$n" sh -c "
+      for e in /proc/[0-9]*/exe; do
+        [ \"\$(readlink \$e 2>/dev/null)\" = $W/bin/sw-pool-serve ] && p=\${e#/proc/} && kill -9 \${p%/exe}
+      done
+      awk '(\$2 ~ \"^$TB/local/$LAZY_TAG\") || (\$3 ~ /^fuse/ && \$2 ~ \"/sw-pool-$uid\") {print \$2}' /proc/self/mounts | sort -r |
+        while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
+      rm -rf $TB/local/$LAZY_TAG*" >/dev/null 2>&1 || true
+  done
+  rm -rf "$W" "$E"
+}
+# install_epilog: the Slurm epilog as an admin installs it (README "For admins: Slurm"), running
+# $W's binaries; lazy_cleanup removes it.
+install_epilog() {
+  mkdir -p "$W/libexec/sw-pool"
+  ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/epilog"
+  printf '#!/bin/sh\nexec %s\n' "$W/libexec/sw-pool/epilog" > "$HOOK"
+  chmod 755 "$HOOK"
+}
+
 # What is left of the test user's pools on the first 4 nodes: per node "NODE MOUNTS RECORDS" (the
 # mounts whose /proc/self/mounts line matches the extended regex $1 or a chunk server's, the records
 # and on-demand servers' sockets in the user's default state directories), then the user's live chunk

@@ -15,39 +15,13 @@
 . "$(dirname "$0")/lib.sh"
 require_testbed
 cd /
-read -r -a nodes <<< "$TB_NODES"
-[[ ${#nodes[@]} -ge 4 ]] || { fail "4 nodes" "the testbed has only ${#nodes[@]} nodes"; finish; }
-SW=$REPO/target/release/sw-pool
-[[ -x $SW && -x $SW-serve ]] || { fail "sw-pool and sw-pool-serve built" "missing (cargo build --release)"; finish; }
-uid=$(id -u "$TB_USER")
-W=$TB/scratch/t80-$$
-E=$TB/export/t80-$$          # the storage server's disk; nodes see it as $TB/shared/t80-$$
-S=$TB/shared/t80-$$
+lazy_fixture t80
 MP=$TB/local/t80mnt-$uid     # node-local
 ST=$TB/local/t80state-$uid   # node-local record store of the interactive part (its logs)
 SMALL=$TB/local/t80small
-HOOK=$TB/etc/epilog.d/50-sw-pool
-cleanup() {
-  rm -f "$HOOK"
-  for n in "${nodes[@]}"; do
-    "$TESTBED/exec" "$n" sh -c "
-      for p in \$(pgrep -u $uid -f '^$W/bin/sw-pool-serve' 2>/dev/null); do kill -9 \$p; done
-      awk -v u=$uid '\$3 ~ /^fuse/ && (\$2 ~ \"^$TB/local/t80\" || \$2 ~ \"/sw-pool-$uid\") {print \$2}' /proc/self/mounts | sort -r |
-        while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
-      umount $SMALL 2>/dev/null; rm -rf $TB/local/t80*" >/dev/null 2>&1 || true
-  done
-  rm -rf "$W" "$E"
-}
-[[ -n ${T80_KEEP:-} ]] || trap cleanup EXIT
-cleanup
-mkdir -p "$W/bin" "$W/tree" "$W/out" "$E"
-chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
-SW=$W/bin/sw-pool
-chmod -R a+rX "$W"
 
 # --- a pool of 8 x 4 MiB random files and 200 small ones, on shared storage
-mkdir -p "$W/tree/data" "$W/tree/small"
+mkdir -p "$W/tree/small"
 for i in 1 2 3 4 5 6 7 8; do head -c 4M /dev/urandom > "$W/tree/data/f$i"; done
 for i in $(seq 200); do echo "small file $i $RANDOM" > "$W/tree/small/s$i"; done
 want=$(cd "$W/tree" && find . -type f | sort | xargs sha256sum)
@@ -126,10 +100,7 @@ assert_eq "umount of the stale mount: no server, no mount (the server's dead one
 
 # --- 4. a batch job on 4 nodes with no room for the copy: served in place, with a warning
 # (the Slurm epilog as an admin installs it: README "For admins: Slurm")
-mkdir -p "$W/libexec/sw-pool"
-ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/epilog"
-printf '#!/bin/sh\nexec %s\n' "$W/libexec/sw-pool/epilog" > "$HOOK"
-chmod 755 "$HOOK"
+install_epilog
 for n in "${nodes[@]:0:4}"; do
   "$TESTBED/exec" "$n" sh -c "mkdir -p $SMALL && mount -t tmpfs -o size=2m,mode=1777 tmpfs $SMALL"
 done

@@ -16,39 +16,10 @@
 . "$(dirname "$0")/lib.sh"
 require_testbed
 cd /
-read -r -a nodes <<< "$TB_NODES"
-[[ ${#nodes[@]} -ge 4 ]] || { fail "4 nodes" "the testbed has only ${#nodes[@]} nodes"; finish; }
-SW=$REPO/target/release/sw-pool
-[[ -x $SW && -x $SW-serve ]] || { fail "sw-pool and sw-pool-serve built" "missing (cargo build --release)"; finish; }
-uid=$(id -u "$TB_USER")
-W=$TB/scratch/t81-$$
-E=$TB/export/t81-$$          # the storage server's disk; nodes see it as $TB/shared/t81-$$
-S=$TB/shared/t81-$$
+lazy_fixture t81
 MP=$TB/local/t81lazy
 C=$TB/local/t81cache
-HOOK=$TB/etc/epilog.d/50-sw-pool
-cleanup() {
-  rm -f "$HOOK"
-  for n in "${nodes[@]}"; do
-    "$TESTBED/exec" "$n" sh -c "
-      awk '\$3 ~ /^fuse/ && (\$2 ~ \"^$TB/local/t81\" || \$2 ~ \"/sw-pool-$uid\") {print \$2}' /proc/self/mounts | sort -r |
-        while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
-      rm -rf $TB/local/t81*" >/dev/null 2>&1 || true
-  done
-  rm -rf "$W" "$E"
-}
-[[ -n ${T81_KEEP:-} ]] || trap cleanup EXIT
-cleanup
-mkdir -p "$W/bin" "$W/tree/data" "$W/out" "$E"
-chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
-SW=$W/bin/sw-pool
-chmod -R a+rX "$W"
-# the epilog, as the site installs it
-mkdir -p "$W/libexec/sw-pool"
-ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/epilog"
-printf '#!/bin/sh\nexec %s\n' "$W/libexec/sw-pool/epilog" > "$HOOK"
-chmod 755 "$HOOK"
+install_epilog
 
 # --- a pool of 10 x 4 MiB random files on shared storage
 for i in $(seq -w 0 19); do head -c 4M /dev/urandom > "$W/tree/data/f$i"; done

@@ -14,32 +14,9 @@
 . "$(dirname "$0")/lib.sh"
 require_testbed
 cd /
-read -r -a nodes <<< "$TB_NODES"
-[[ ${#nodes[@]} -ge 4 ]] || { fail "4 nodes" "the testbed has only ${#nodes[@]} nodes"; finish; }
-SW=$REPO/target/release/sw-pool
-[[ -x $SW && -x $SW-serve ]] || { fail "sw-pool and sw-pool-serve built" "missing (cargo build --release)"; finish; }
-uid=$(id -u "$TB_USER")
-W=$TB/scratch/t82-$$
-E=$TB/export/t82-$$          # the storage server's disk; nodes see it as $TB/shared/t82-$$
-S=$TB/shared/t82-$$
+lazy_fixture t82
 MP=$TB/local/t82lazy
 C=$TB/local/t82cache
-cleanup() {
-  for n in "${nodes[@]}"; do
-    "$TESTBED/exec" "$n" sh -c "
-      awk '\$3 ~ /^fuse/ && \$2 ~ \"^$TB/local/t82\" {print \$2}' /proc/self/mounts | sort -r |
-        while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
-      rm -rf $TB/local/t82*" >/dev/null 2>&1 || true
-  done
-  rm -rf "$W" "$E"
-}
-trap cleanup EXIT
-cleanup
-mkdir -p "$W/bin" "$W/tree/data" "$W/out" "$E"
-chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
-SW=$W/bin/sw-pool
-chmod -R a+rX "$W"
 for i in 0 1 2 3; do head -c 3M /dev/urandom > "$W/tree/data/f$i"; done
 want=$(cd "$W/tree" && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 if out=$("$SW" build -q -s 64MB "$E/t82.pool" "$W/tree" 2>&1); then
