@@ -14,7 +14,8 @@
 //! - [`socket`]: chunks over a Unix socket, from the node's on-demand server (the MPI rank that
 //!   fetches from peers) to the node's `sw-pool-serve`.
 //! - [`fs::ImageFs`]: the FUSE file system (one directory, one file `image`), multithreaded, with
-//!   the kernel's page cache kept across opens (a pool is immutable).
+//!   the kernel's page cache kept across opens (a pool is immutable), or bypassed over the node's
+//!   on-demand server, whose store already holds every chunk ([`fs::ImageFs::direct_io`]).
 //!
 //! The `sw-pool-serve` binary mounts it and runs the file system's own FUSE helper (squashfuse_ll,
 //! fuse2fs) on the served file as its child; it ends when that helper ends (the pool is unmounted),
