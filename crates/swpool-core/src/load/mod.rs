@@ -381,7 +381,7 @@ pub fn load(
             .map(|h| site::mount_cached(node.sys, h, &plan.digest, req.job_id.as_deref()));
         if let Err(e) = job.agree(outcome(&from_cache)) {
             if let (Some(h), Some(Ok(Some(m)))) = (&helper, &from_cache) {
-                let _ = site::release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
+                let _ = state::helper_release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
             }
             return Err(e.into());
         }
@@ -449,7 +449,7 @@ pub fn load(
         };
         if let Err(e) = job.agree(outcome(&fresh)) {
             if let (Some(h), Some(Ok(m))) = (&helper, &fresh) {
-                let _ = site::release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
+                let _ = state::helper_release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
             }
             return Err(e.into());
         }

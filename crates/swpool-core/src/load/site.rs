@@ -121,7 +121,7 @@ pub(super) fn finish(
     };
     if let Err(e) = job.agree(super::outcome(&recorded)) {
         if let (Some(h), Some(m)) = (helper, &mounted) {
-            let _ = release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
+            let _ = state::helper_release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
             if let Some(Ok((rec, _))) = &recorded {
                 let _ = drop_ref(&node.state, rec, req.job_id.as_deref());
             }
@@ -202,16 +202,6 @@ pub fn mount_file(
     }
     args.push(&f);
     ask(sys, helper, &node, "verify and mount the pool", &args)
-}
-
-/// `release-pool NAME/VERSION`: the user's reference at the helper (the last user's unmounts).
-pub fn release(
-    sys: &dyn Sys,
-    helper: &Path,
-    pool: &PoolId,
-    job: Option<&str>,
-) -> Result<(), String> {
-    state::helper_release(sys, helper, pool, job)
 }
 
 /// The user's record of a helper mount: one reference per load, like a FUSE mount's.

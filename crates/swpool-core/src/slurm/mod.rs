@@ -397,7 +397,7 @@ fn helper_epilog(sys: &dyn crate::mount::Sys, je: &JobEnv, env: &Environment) ->
         .arg("--kill");
     let ran = sys.run(&cmd);
     if let Err(e) = &ran {
-        let why = crate::state::helper_reason(e);
+        let why = e.helper_reason();
         syslog(
             Level::Error,
             &format!(

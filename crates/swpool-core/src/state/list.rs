@@ -200,7 +200,7 @@ pub fn helper_unreported(
         Ok(o) => o.stdout,
         Err(e) => {
             return HelperUnreported {
-                error: Some(super::helper_reason(&e)),
+                error: Some(e.helper_reason()),
                 ..Default::default()
             }
         }

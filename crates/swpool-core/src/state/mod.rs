@@ -48,8 +48,7 @@ pub use list::{
     ListFilter, ListStatus, NodeList,
 };
 pub use release::{
-    helper_reason, helper_release, helper_release_spec, helper_sudo, helper_umount, release,
-    Released,
+    helper_release, helper_release_spec, helper_sudo, helper_umount, release, Released,
 };
 pub use store::{images_in_use, StateDir, StateLock};
 

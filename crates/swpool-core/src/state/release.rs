@@ -125,14 +125,6 @@ pub fn release(
 
 pub use swpool_sys::exec::helper_sudo;
 
-/// Why a call of the helper failed: its own words (stderr), else how running it failed.
-pub fn helper_reason(e: &crate::exec::ExecError) -> String {
-    e.stderr()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| e.to_string())
-}
-
 /// Drop this user's reference to a site pool at the site's mount helper (`sudo -n HELPER
 /// release-pool NAME/VERSION [--job-id J]`); the last user's unmounts it there.
 pub fn helper_release(
@@ -155,11 +147,11 @@ pub fn helper_release_spec(
     if let Some(j) = job {
         cmd = cmd.arg("--job-id").arg(j);
     }
-    sys.run(&cmd).map(drop).map_err(|e| helper_reason(&e))
+    sys.run(&cmd).map(drop).map_err(|e| e.helper_reason())
 }
 
 /// `sudo -n HELPER umount DIR`: the helper unmounts a user image it mounted for this user.
 pub fn helper_umount(sys: &dyn Sys, helper: &Path, mp: &Path) -> Result<(), String> {
     let cmd = helper_sudo(helper).arg("umount").path(mp);
-    sys.run(&cmd).map(drop).map_err(|e| helper_reason(&e))
+    sys.run(&cmd).map(drop).map_err(|e| e.helper_reason())
 }
