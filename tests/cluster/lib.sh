@@ -155,13 +155,16 @@ lazy_fixture() {
   chmod -R a+rX "$W"
 }
 lazy_cleanup() {
-  local n
+  local n e p
   rm -f "$HOOK"
+  # the nodes share this host's PID namespace: one look at its processes finds every node's
+  for e in /proc/[0-9]*/exe; do
+    [[ $(readlink "$e" 2>/dev/null) == "$W/bin/sw-pool-serve" ]] || continue
+    p=${e#/proc/}
+    kill -9 "${p%/exe}" 2>/dev/null || true
+  done
   for n in "${nodes[@]}"; do
     "$TESTBED/exec" "$n" sh -c "
-      for e in /proc/[0-9]*/exe; do
-        [ \"\$(readlink \$e 2>/dev/null)\" = $W/bin/sw-pool-serve ] && p=\${e#/proc/} && kill -9 \${p%/exe}
-      done
       awk '(\$2 ~ \"^$TB/local/$LAZY_TAG\") || (\$3 ~ /^fuse/ && \$2 ~ \"/sw-pool-$uid\") {print \$2}' /proc/self/mounts | sort -r |
         while read -r m; do fusermount3 -u -z \"\$m\" 2>/dev/null || umount -l \"\$m\"; done
       rm -rf $TB/local/$LAZY_TAG*" >/dev/null 2>&1 || true
