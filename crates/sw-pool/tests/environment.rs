@@ -128,6 +128,26 @@ fn run_returns_the_commands_status_and_sees_only_its_processes() {
     // a signal that ends the command: 128 + N
     let o = f.run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(o.code, 143, "{}", o.stderr);
+    // the command starts as after a plain exec: no signal blocked (pid 1 blocks the ones it
+    // forwards), SIGPIPE not ignored (Rust ignores it in pid 1), whether pid 1 spawns it directly
+    // (plain) or through a nested user namespace (--root has none; a layer has one)
+    for args in [&["run", "--"][..], &["run", "--root", "--"][..]] {
+        let mut a = args.to_vec();
+        a.extend(["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]);
+        let o = f.run(&a);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let mask = |name: &str| {
+            let l = o.stdout.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0, "{args:?}: {}", o.stdout);
+        assert_eq!(
+            mask("SigIgn:") & (1 << (13 - 1)),
+            0,
+            "SIGPIPE ignored: {}",
+            o.stdout
+        );
+    }
 }
 
 #[test]

@@ -120,6 +120,72 @@ pub fn run(spec: Spec) -> ! {
     std::process::exit(code)
 }
 
+/// Start `prog args` with `posix_spawnp` (the kernel's vfork: the caller's memory is not copied)
+/// with no signal blocked, the signals pid 1 handles or ignores back at their defaults, and
+/// `SW_POOL_ENVIRONMENT=name` in the environment. Its process id, or the error of the exec (as
+/// `Command::spawn` reports it: `NotFound` for a missing program).
+fn spawn(prog: &std::ffi::OsStr, args: &[OsString], name: &str) -> std::io::Result<i32> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a NUL byte in the command",
+        )
+    };
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| bad());
+    let argv: Vec<CString> = std::iter::once(prog)
+        .chain(args.iter().map(OsString::as_os_str))
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let mut envs: Vec<CString> = std::env::vars_os()
+        .filter(|(k, _)| k != "SW_POOL_ENVIRONMENT")
+        .map(|(k, v)| cstr(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect::<Result<_, _>>()?;
+    envs.push(cstr(format!("SW_POOL_ENVIRONMENT={name}").as_bytes())?);
+    let ptrs = |v: &[CString]| -> Vec<*mut libc::c_char> {
+        v.iter()
+            .map(|c| c.as_ptr() as *mut libc::c_char)
+            .chain(std::iter::once(std::ptr::null_mut()))
+            .collect()
+    };
+    let (argp, envp) = (ptrs(&argv), ptrs(&envs));
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: the attribute object is initialised, used and destroyed here; every pointer handed
+    // over points into `argv`/`envs`, alive until the call returns
+    let rc = unsafe {
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        libc::posix_spawnattr_init(&mut attr);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        let mut dfl: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut dfl);
+        for s in FORWARD.iter().chain(&[libc::SIGCHLD, libc::SIGPIPE]) {
+            libc::sigaddset(&mut dfl, *s);
+        }
+        libc::posix_spawnattr_setsigmask(&mut attr, &none);
+        libc::posix_spawnattr_setsigdefault(&mut attr, &dfl);
+        libc::posix_spawnattr_setflags(
+            &mut attr,
+            (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short,
+        );
+        let rc = libc::posix_spawnp(
+            &mut pid,
+            argv[0].as_ptr(),
+            std::ptr::null(),
+            &attr,
+            argp.as_ptr(),
+            envp.as_ptr(),
+        );
+        libc::posix_spawnattr_destroy(&mut attr);
+        rc
+    };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(pid)
+}
+
 /// The rendezvous socket and the directory it is in (removed through the directory: after the
 /// root changed, its path may lead elsewhere).
 struct Listener {
@@ -385,8 +451,6 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
         fail(&format!("signalfd: {}", std::io::Error::last_os_error()));
     }
     let handed = listener.map(|_| handed_fds(own_uid)).unwrap_or_default();
-    let mut cmd = std::process::Command::new(prog);
-    cmd.args(args).env("SW_POOL_ENVIRONMENT", &spec.name);
     let own = if spec.root {
         None
     } else {
@@ -397,30 +461,44 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
         spec.gid,
         !spec.root && own_uid.is_none() && !spec.identity,
     );
-    unsafe {
-        cmd.pre_exec(move || {
-            // the command starts with no signal blocked (std leaves the mask as it is; the
-            // handlers installed above are reset by exec)
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            // the caller's own uid inside, in the user namespace every such command shares
-            if let Some(fd) = own {
-                if libc::setns(fd, libc::CLONE_NEWUSER) != 0 {
-                    return Err(std::io::Error::last_os_error());
+    // without a user namespace to enter first, the command is started by posix_spawn: no copy of
+    // pid 1's page tables (3.5 vs 4.7 ms per `run -- true`, `perf stat -r 200`)
+    let started = if own.is_none() && !nested {
+        spawn(prog, args, &spec.name)
+    } else {
+        let mut cmd = std::process::Command::new(prog);
+        cmd.args(args).env("SW_POOL_ENVIRONMENT", &spec.name);
+        unsafe {
+            cmd.pre_exec(move || {
+                // the command starts with no signal blocked (std leaves the mask as it is; the
+                // handlers installed above are reset by exec)
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+                // the caller's own uid inside, in the user namespace every such command shares
+                if let Some(fd) = own {
+                    if libc::setns(fd, libc::CLONE_NEWUSER) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if nested {
+                    if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    crate::write_id_maps(
+                        "self",
+                        &format!("{uid} 0 1"),
+                        &format!("{gid} 0 1"),
+                        true,
+                    )?;
                 }
-            } else if nested {
-                if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                crate::write_id_maps("self", &format!("{uid} 0 1"), &format!("{gid} 0 1"), true)?;
-            }
-            Ok(())
-        });
-    }
+                Ok(())
+            });
+        }
+        cmd.spawn().map(|c| c.id() as i32)
+    };
     let mut status: Option<i32> = None;
-    let cmd_pid = match cmd.spawn() {
-        Ok(c) => c.id() as i32,
+    let cmd_pid = match started {
+        Ok(pid) => pid,
         Err(e) => {
             eprintln!(
                 "sw-pool: environment: cannot run {}: {e}",

@@ -16,6 +16,12 @@ pub use image::*;
 pub use load::*;
 pub use shadow::*;
 
+/// What `run` is (`sw-pool --help`, `sw-pool run --help`).
+pub const RUN_ABOUT: &str = "Run a command in an isolated environment (own user, mount and PID \
+                             namespaces), with a writable layer over the host's tree if asked";
+/// What `shell` is.
+pub const SHELL_ABOUT: &str = "Start your shell in an isolated environment (as `run`, interactive)";
+
 pub const EXIT_STATUS_HELP: &str = "\
 EXIT STATUS:
   0  success
@@ -113,10 +119,10 @@ pub enum Command {
     Config(ConfigArgs),
     /// Put programs, the libraries they load and the files they open into a pool tree or pool
     Bundle(BundleArgs),
-    /// Run a command in an isolated environment (own user, mount and PID namespaces), with a
-    /// writable layer over the host's tree if asked
+    // (the front parses these two itself: `FrontCommand` in front.rs, the same texts)
+    #[command(about = RUN_ABOUT)]
     Run(RunArgs),
-    /// Start your shell in an isolated environment (as `run`, interactive)
+    #[command(about = SHELL_ABOUT)]
     Shell(ShellArgs),
     /// Your writable layers: list, create, rm, du
     Layer(LayerArgs),
