@@ -123,6 +123,10 @@ fn start(
         Ok(s) => s,
         Err(e) => setup_failed(&e),
     };
+    let bases = match bases(&a.base, &cfg, env) {
+        Ok(b) => b,
+        Err(e) => setup_failed(&e),
+    };
     // only an environment with a layer or of a job step is shared
     let shared = a.layer.is_some() || step_key.is_some();
     let req = RunRequest {
@@ -151,6 +155,7 @@ fn start(
         synced,
         shadows,
         helper: cfg.mount_helper.value.clone(),
+        bases,
     };
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {
@@ -214,6 +219,84 @@ fn shadows(
             ));
         }
         out.extend(binds);
+    }
+    Ok(out)
+}
+
+/// The `--base` pools, bottom first: each a squashfs pool this user loaded (or mounted) on this
+/// node with FUSE, whose verified node-local image the environment mounts again inside itself.
+fn bases(
+    specs: &[String],
+    cfg: &Config,
+    env: &Environment,
+) -> Result<Vec<swpool_env::Base>, Failed> {
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    use swpool_core::state::Serving;
+    let uid = rustix::process::getuid().as_raw();
+    let node = swpool_core::users::hostname();
+    let bad = |m: String| Failed::new(ExitStatus::BadInput, m);
+    let state = swpool_core::state::StateDir::open_default(env).map_err(|e| {
+        bad(format!(
+            "--base: cannot open this user's state on {node}: {e}"
+        ))
+    })?;
+    let records = state.records().map_err(|e| {
+        bad(format!(
+            "--base: cannot read this user's mounts on {node}: {e}"
+        ))
+    })?;
+    let mut out = Vec::new();
+    for spec in specs {
+        let not_loaded = || {
+            bad(format!(
+                "--base {spec}: it is not loaded on {node}: run `sw-pool load {spec}` first (in a \
+                 job, once for all its nodes: `sw-pool load` in the batch script)"
+            ))
+        };
+        let Ok((mp, _)) = swpool_core::load::mountpoint_of(
+            std::path::Path::new(spec),
+            cfg.mount_dir.value.as_deref(),
+            uid,
+            env,
+        ) else {
+            return Err(not_loaded());
+        };
+        let rec = records
+            .iter()
+            .flatten()
+            .filter(|r| r.uid == uid && !r.pending && r.mount_point == mp)
+            .max_by_key(|r| r.created)
+            .ok_or_else(not_loaded)?;
+        match rec.serving {
+            Some(Serving::Fuse { .. }) | None => {}
+            _ => {
+                return Err(bad(format!(
+                    "--base {spec}: its mount at {} on {node} is not served from a verified \
+                     node-local copy by FUSE; --base mounts that copy again inside the \
+                     environment: load it with a full copy (`sw-pool load {spec}`, not --lazy or \
+                     --in-place, not through the site's helper)",
+                    mp.display()
+                )))
+            }
+        }
+        if rec.format != swpool_core::image::ImageFormat::Squashfs {
+            return Err(bad(format!(
+                "--base {spec}: {} is a {} image; a base is mounted inside the environment with \
+                 squashfuse, so it must be a squashfs pool (`sw-pool build --format squashfs`)",
+                rec.image.display(),
+                rec.format.as_str()
+            )));
+        }
+        out.push(swpool_env::Base {
+            label: rec
+                .pool
+                .as_ref()
+                .map_or_else(|| spec.clone(), |p| format!("{}/{}", p.name, p.version)),
+            image: rec.image.clone(),
+            at: mp,
+        });
     }
     Ok(out)
 }

@@ -343,3 +343,50 @@ fn no_compress_stores_the_data_uncompressed() {
     let text = String::from_utf8_lossy(&s.stdout);
     assert!(text.contains("Data is uncompressed"), "{text}");
 }
+
+/// `--all-root`: every file of a squashfs pool is root's whoever owned the tree (a base for
+/// `sw-pool run --base`); ext images cannot do it and say so, leaving nothing.
+#[test]
+fn all_root_makes_every_file_roots() {
+    if !is_root() {
+        skip("needs root to give the tree another owner");
+        return;
+    }
+    let d = scratch();
+    let tree = d.path().join("t");
+    std::fs::create_dir_all(tree.join("bin")).unwrap();
+    std::fs::write(tree.join("bin/tool"), "#!/bin/sh\n").unwrap();
+    for p in [tree.join("bin"), tree.join("bin/tool")] {
+        std::os::unix::fs::chown(&p, Some(4321), Some(4321)).unwrap();
+    }
+    let list = |pool: &std::path::Path| {
+        let s = Command::new("unsquashfs")
+            .arg("-lln")
+            .arg(pool)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&s.stdout).to_string()
+    };
+    let kept = d.path().join("kept.sqfs");
+    let o = run(sw()
+        .args(["build", "-q", "--format", "squashfs"])
+        .arg(&kept)
+        .arg(&tree));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(list(&kept).contains("4321/4321"), "{}", list(&kept));
+    let all = d.path().join("all.sqfs");
+    let o = run(sw()
+        .args(["build", "-q", "--all-root", "--format", "squashfs"])
+        .arg(&all)
+        .arg(&tree));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let l = list(&all);
+    assert!(l.contains("0/0") && !l.contains("4321"), "{l}");
+    let ext = d.path().join("a.ext4");
+    let o = run(sw()
+        .args(["build", "-q", "--all-root", "--format", "ext4"])
+        .arg(&ext)
+        .arg(&tree));
+    assert_fails(&o, 3, &["--all-root applies to squashfs and EROFS"]);
+    assert_nothing_left(d.path(), "a.ext4");
+}

@@ -37,6 +37,11 @@ pub struct Spec {
     #[serde(default)]
     pub identity: bool,
     pub fuse_overlayfs: Option<PathBuf>,
+    /// `--base` pools, bottom first, mounted here by `squashfuse` ([`crate::Base`]).
+    #[serde(default)]
+    pub bases: Vec<crate::Base>,
+    #[serde(default)]
+    pub squashfuse: Option<PathBuf>,
     /// Host mounts to bind into the new root.
     pub binds: Vec<PathBuf>,
     /// `(source, original)`: a pool's package bound over the original directory (shadow mounts);
@@ -309,6 +314,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
+    crate::base::mount(spec)?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     // the kernel path with views of some trees but not of `/`: they were mounted in place
     let in_place = match (&views, &spec.layer) {
@@ -321,11 +327,17 @@ fn setup(spec: &Spec) -> Result<(), String> {
             .map_err(|e| format!("cannot mount /proc: {e}"))?;
         shadow(spec, Path::new("/"));
     } else {
-        let l = spec.layer.as_ref().ok_or("an overlay without a layer")?;
-        if views.is_none() {
-            mount_overlay(spec, l, method)?;
-        }
-        let m = &l.merged;
+        let root = match (&spec.layer, method) {
+            (Some(l), _) => {
+                if views.is_none() {
+                    mount_overlay(spec, l, method)?;
+                }
+                l.merged.clone()
+            }
+            (None, Method::Base) => crate::base::root(spec)?,
+            _ => return Err("an overlay without a layer".into()),
+        };
+        let m = &root;
         for b in &spec.binds {
             let target = under(m, b);
             match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
@@ -353,7 +365,14 @@ fn setup(spec: &Spec) -> Result<(), String> {
             let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
         }
         rustix::mount::mount("proc", under(m, Path::new("/proc")), "proc", proc_flags, "")
-            .map_err(|e| format!("cannot mount /proc: {e}"))?;
+            .map_err(|e| match (e, spec.bases.last()) {
+                (rustix::io::Errno::NOENT, Some(b)) => format!(
+                    "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
+                     whole root file system: /proc, /dev, /sys, /tmp, /run, /home)",
+                    b.label
+                ),
+                _ => format!("cannot mount /proc: {e}"),
+            })?;
         shadow(spec, m);
         std::env::set_current_dir(m).map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
         rustix::mount::mount_move(".", "/")
@@ -398,17 +417,29 @@ fn under(root: &Path, b: &Path) -> PathBuf {
 
 fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
     match method {
+        Method::BaseOverlay => {
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={},userxattr",
+                crate::base::lowers(spec)?,
+                l.upper.display(),
+                l.work.display()
+            );
+            rustix::mount::mount("overlay", &l.merged, "overlay", MountFlags::empty(), opts)
+                .map_err(|e| {
+                    format!(
+                        "cannot mount the kernel's overlay of layer {} over the base pool: {e}",
+                        l.name
+                    )
+                })
+        }
         Method::FuseOverlay => {
             let prog = spec
                 .fuse_overlayfs
                 .clone()
                 .ok_or("fuse-overlayfs was not found")?;
-            // the job's copy of the layer above the host's tree (fuse-overlayfs reads its
-            // whiteouts in the `.wh.NAME` form)
-            let lower = match &spec.lower {
-                Some(c) => format!("{}:/", c.display()),
-                None => "/".into(),
-            };
+            // the job's copy of the layer above the host's tree or the base pools
+            // (fuse-overlayfs reads its whiteouts in the `.wh.NAME` form)
+            let lower = crate::base::lowers(spec)?;
             let opts = format!(
                 "lowerdir={lower},upperdir={},workdir={},squash_to_root",
                 l.upper.display(),
@@ -425,7 +456,7 @@ fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
             Ok(())
         }
         // mounted by `crate::idmap::mount_trees` in the helper's namespace
-        Method::KernelOverlay | Method::Plain => Ok(()),
+        Method::KernelOverlay | Method::Plain | Method::Base => Ok(()),
     }
 }
 

@@ -46,6 +46,8 @@ pub struct RunRequest {
     /// The site's privileged helper (`sw-pool-mount-helper`, through `sudo -n`): with a layer it
     /// is asked for idmapped views of the site's trees, for the kernel's overlay ([`crate::idmap`]).
     pub helper: Option<PathBuf>,
+    /// `--base` pools, bottom first: they replace the host's `/` as the lowest layers.
+    pub bases: Vec<crate::Base>,
 }
 
 /// A job's copy of a layer on this node.
@@ -92,13 +94,15 @@ pub fn run(
         }),
         (n, _) => n.map(|n| store.get(n)).transpose()?,
     };
+    let base = !req.bases.is_empty();
     let mut facts = probe::facts(
         req.path_var.as_deref(),
         layer.is_some(),
+        base,
         req.helper.as_deref(),
     );
     facts.copy_has_whiteouts = synced.is_some_and(|s| s.copies.has_whiteouts(&s.state));
-    let mut p = plan::choose(layer.is_some(), &facts)?;
+    let mut p = plan::choose(layer.is_some(), base, &facts)?;
     if let Some(s) = synced {
         p.why = format!(
             "{}; the layer is the job's copy on this node ({}) under a fresh upper ({}) that ends with the environment",
@@ -116,6 +120,11 @@ pub fn run(
         .map(|k| match req.shadows.is_empty() {
             true => k,
             false => format!("{k}-{}", share::shadow_key(&req.shadows)),
+        })
+        // and the same bases
+        .map(|k| match base {
+            false => k,
+            true => format!("{k}-{}", share::base_key(&req.bases)),
         });
     let mut share_lock = None;
     let mut socket = None;
@@ -199,15 +208,20 @@ pub fn run(
         })?;
         keep_fds.push(fd.as_raw_fd());
     }
-    let binds = match &layer {
-        Some(l) => {
+    // the new root (the layer's merged tree, or the top base) gets the host's mounts
+    let new_root = layer
+        .as_ref()
+        .map(|l| l.merged.clone())
+        .or_else(|| req.bases.last().map(|b| b.at.clone()));
+    let binds = match &new_root {
+        Some(r) => {
             let mi = swpool_sys::proc::read_mountinfo()
                 .map_err(|e| EnvError::io("cannot read", "/proc/self/mountinfo", e))?;
             let points: Vec<PathBuf> = mi.into_iter().map(|m| m.mount_point).collect();
             let mut keep: Vec<PathBuf> = plan::HOST_DIRS.iter().map(PathBuf::from).collect();
             keep.extend(req.home.clone());
             keep.retain(|d| d.is_dir());
-            plan::binds(&points, &keep, &l.merged)
+            plan::binds(&points, &keep, r)
         }
         None => Vec::new(),
     };
@@ -226,6 +240,8 @@ pub fn run(
         identity: direct && !req.root && socket.is_none() && p.method == Method::Plain,
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
+        bases: req.bases.clone(),
+        squashfuse: facts.squashfuse.clone(),
         binds,
         shadows: req.shadows.clone(),
         cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),

@@ -25,6 +25,7 @@
 //! command (the caller's own uid inside, through a nested user namespace, unless `--root`),
 //! forwards signals to it, reaps every orphan, and exits with the command's status.
 
+pub mod base;
 pub mod idmap;
 pub mod init;
 pub mod launch;
@@ -37,6 +38,7 @@ pub mod sync;
 
 use std::path::PathBuf;
 
+pub use base::Base;
 pub use launch::{run, RunOutcome, RunRequest, Synced};
 pub use layer::{LayerStore, LayerSummary};
 pub use plan::{Method, Plan};

@@ -27,6 +27,12 @@ pub enum Method {
     FuseOverlay,
     /// The kernel's overlay over idmapped lowers made by the site's helper.
     KernelOverlay,
+    /// `--base` without a layer: the base pools (mounted in the environment) as its read-only
+    /// root.
+    Base,
+    /// `--base` with a layer: the kernel's overlay over the base pools, rootless (squashfuse
+    /// mounts them inside the environment, where their root-owned files are its root's).
+    BaseOverlay,
 }
 
 impl Method {
@@ -35,6 +41,8 @@ impl Method {
             Method::Plain => "namespaces only (no layer)",
             Method::FuseOverlay => "rootless: fuse-overlayfs over the host's tree",
             Method::KernelOverlay => "kernel overlay over idmapped lowers (site helper)",
+            Method::Base => "the base pool as a read-only root (no layer)",
+            Method::BaseOverlay => "rootless kernel overlay over the base pool",
         }
     }
 }
@@ -52,6 +60,8 @@ pub struct Facts {
     pub helper_idmap: bool,
     /// The job's copy of the layer holds deletions (`.wh.NAME`), which only fuse-overlayfs reads.
     pub copy_has_whiteouts: bool,
+    /// Where `squashfuse_ll` is, if installed (looked for only with `--base`).
+    pub squashfuse: Option<PathBuf>,
 }
 
 /// The decision.
@@ -62,10 +72,13 @@ pub struct Plan {
     pub why: String,
 }
 
-/// Choose how to make the environment.
-pub fn choose(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
+/// Choose how to make the environment (`base`: `--base` pools were given).
+pub fn choose(layer: bool, base: bool, facts: &Facts) -> Result<Plan, EnvError> {
     if let Some(why) = &facts.userns_blocked {
         return Err(EnvError::Unsupported(why.clone()));
+    }
+    if base {
+        return choose_base(layer, facts);
     }
     if !layer {
         return Ok(Plan {
@@ -106,6 +119,57 @@ pub fn choose(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
             "a writable layer without the site's helper needs fuse-overlayfs, which is not \
              installed: install the Debian package fuse-overlayfs (or ask the site to install \
              sw-pool's helper)"
+                .into(),
+        )),
+    }
+}
+
+/// With `--base`: the pools are mounted by squashfuse inside the environment, so FUSE must be
+/// usable; with a layer the kernel's overlay goes over them rootless (their files are the
+/// environment's root's), unless the job's copy holds `.wh.NAME` deletions (fuse-overlayfs).
+fn choose_base(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
+    if let Some(why) = &facts.dev_fuse_blocked {
+        return Err(EnvError::Unsupported(format!(
+            "--base mounts the pool inside the environment with FUSE, but {why}"
+        )));
+    }
+    if facts.squashfuse.is_none() {
+        return Err(EnvError::Unsupported(
+            "--base mounts the pool inside the environment with squashfuse_ll, which is not \
+             installed: install the Debian package squashfuse"
+                .into(),
+        ));
+    }
+    if !layer {
+        return Ok(Plan {
+            method: Method::Base,
+            why: "--base without --layer: the base pool, mounted inside the environment, is its \
+                  read-only root"
+                .into(),
+        });
+    }
+    if !facts.copy_has_whiteouts {
+        return Ok(Plan {
+            method: Method::BaseOverlay,
+            why: "--base: the pool is mounted inside the environment, where its root-owned files \
+                  are the environment's root's, so the kernel's overlay writes over it without \
+                  privileges, at full speed"
+                .into(),
+        });
+    }
+    match &facts.fuse_overlayfs {
+        Some(p) => Ok(Plan {
+            method: Method::FuseOverlay,
+            why: format!(
+                "--base, and the job's copy of the layer deletes files (whiteouts in the .wh.NAME \
+                 form), which only fuse-overlayfs reads: rootless {} over the base pool",
+                p.display()
+            ),
+        }),
+        None => Err(EnvError::Unsupported(
+            "the job's copy of the layer deletes files in the .wh.NAME form, which only \
+             fuse-overlayfs reads, and it is not installed: install the Debian package \
+             fuse-overlayfs"
                 .into(),
         )),
     }
@@ -154,12 +218,15 @@ mod tests {
         let mut f = facts();
         f.fuse_overlayfs = None;
         f.dev_fuse_blocked = Some("x".into());
-        assert_eq!(choose(false, &f).unwrap().method, Method::Plain);
+        assert_eq!(choose(false, false, &f).unwrap().method, Method::Plain);
     }
 
     #[test]
     fn layer_rootless_is_fuse_overlayfs() {
-        assert_eq!(choose(true, &facts()).unwrap().method, Method::FuseOverlay);
+        assert_eq!(
+            choose(true, false, &facts()).unwrap().method,
+            Method::FuseOverlay
+        );
     }
 
     #[test]
@@ -167,7 +234,10 @@ mod tests {
         let mut f = facts();
         f.helper_idmap = true;
         f.dev_fuse_blocked = Some("no".into());
-        assert_eq!(choose(true, &f).unwrap().method, Method::KernelOverlay);
+        assert_eq!(
+            choose(true, false, &f).unwrap().method,
+            Method::KernelOverlay
+        );
     }
 
     #[test]
@@ -175,27 +245,47 @@ mod tests {
         let mut f = facts();
         f.helper_idmap = true;
         f.copy_has_whiteouts = true;
-        let p = choose(true, &f).unwrap();
+        let p = choose(true, false, &f).unwrap();
         assert_eq!(p.method, Method::FuseOverlay);
         assert!(p.why.contains(".wh.NAME"), "{}", p.why);
+    }
+
+    #[test]
+    fn a_base_is_the_root_or_the_kernel_overlays_lower() {
+        let mut f = facts();
+        f.squashfuse = Some("/usr/bin/squashfuse_ll".into());
+        f.helper_idmap = true; // no helper needed: the base's files are the namespace's
+        assert_eq!(choose(false, true, &f).unwrap().method, Method::Base);
+        assert_eq!(choose(true, true, &f).unwrap().method, Method::BaseOverlay);
+        f.copy_has_whiteouts = true;
+        assert_eq!(choose(true, true, &f).unwrap().method, Method::FuseOverlay);
+        f.fuse_overlayfs = None;
+        let e = choose(true, true, &f).unwrap_err().to_string();
+        assert!(e.contains("package fuse-overlayfs"), "{e}");
+        f.squashfuse = None;
+        let e = choose(false, true, &f).unwrap_err().to_string();
+        assert!(e.contains("package squashfuse"), "{e}");
+        f.dev_fuse_blocked = Some("/dev/fuse is mode 0600".into());
+        let e = choose(false, true, &f).unwrap_err().to_string();
+        assert!(e.contains("--base") && e.contains("0600"), "{e}");
     }
 
     #[test]
     fn what_is_missing_is_named() {
         let mut f = facts();
         f.fuse_overlayfs = None;
-        let e = choose(true, &f).unwrap_err().to_string();
+        let e = choose(true, false, &f).unwrap_err().to_string();
         assert!(
             e.contains("install the Debian package fuse-overlayfs"),
             "{e}"
         );
         let mut f = facts();
         f.dev_fuse_blocked = Some("/dev/fuse is mode 0600".into());
-        let e = choose(true, &f).unwrap_err().to_string();
+        let e = choose(true, false, &f).unwrap_err().to_string();
         assert!(e.contains("/dev/fuse is mode 0600"), "{e}");
         let mut f = facts();
         f.userns_blocked = Some("user.max_user_namespaces is 0".into());
-        let e = choose(false, &f).unwrap_err().to_string();
+        let e = choose(false, false, &f).unwrap_err().to_string();
         assert!(e.contains("max_user_namespaces"), "{e}");
     }
 

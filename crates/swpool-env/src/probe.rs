@@ -8,11 +8,12 @@ use crate::plan::Facts;
 use swpool_sys::exec::Tool;
 
 /// Look at this node (cheap: a few reads and one `access`); what only a layer needs (FUSE,
-/// fuse-overlayfs) only when `layer`.
-pub fn facts(path_var: Option<&OsStr>, layer: bool, helper: Option<&Path>) -> Facts {
+/// fuse-overlayfs) only when `layer`, what only `--base` needs (FUSE, squashfuse_ll) only when
+/// `base`.
+pub fn facts(path_var: Option<&OsStr>, layer: bool, base: bool, helper: Option<&Path>) -> Facts {
     Facts {
         userns_blocked: userns_blocked(),
-        dev_fuse_blocked: layer
+        dev_fuse_blocked: (layer || base)
             .then(|| dev_fuse_blocked(Path::new("/dev/fuse")))
             .flatten(),
         fuse_overlayfs: layer
@@ -20,6 +21,9 @@ pub fn facts(path_var: Option<&OsStr>, layer: bool, helper: Option<&Path>) -> Fa
             .flatten(),
         helper_idmap: layer && helper.is_some_and(|h| h.is_file()),
         copy_has_whiteouts: false,
+        squashfuse: base
+            .then(|| Tool::SquashfuseLl.locate(path_var).ok())
+            .flatten(),
     }
 }
 

@@ -65,6 +65,16 @@ pub fn shadow_key(shadows: &[(PathBuf, PathBuf)]) -> String {
     format!("shadow-{}", &h.finalize().to_hex()[..12])
 }
 
+/// What an environment's `--base` pools add to its key (joined only by starts over the same
+/// images at the same places).
+pub fn base_key(bases: &[crate::Base]) -> String {
+    let pairs: Vec<(PathBuf, PathBuf)> = bases
+        .iter()
+        .map(|b| (b.image.clone(), b.at.clone()))
+        .collect();
+    format!("base-{}", &shadow_key(&pairs)["shadow-".len()..])
+}
+
 /// The key of a job step's environment without a layer.
 pub fn step_key(job: &str, step: &str) -> Option<String> {
     let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');

@@ -31,6 +31,12 @@ pub struct EnvironmentArgs {
     /// <shadow_root>/<pkg>/<ver> where that exists (config `shadow_root`); repeatable
     #[arg(long, value_name = "NAME/VERSION")]
     pub shadow: Vec<String>,
+    /// A whole root file system as a pool in place of the host's / (a squashfs pool you loaded
+    /// on this node: `sw-pool load`); repeatable, each stacked on the one before (an exported
+    /// layer on a base). With --layer, writes land in the layer through the kernel's overlay,
+    /// without the site's helper
+    #[arg(long, value_name = "NAME/VERSION")]
+    pub base: Vec<String>,
 }
 
 pub const ENVIRONMENT_HELP: &str = "\
@@ -63,6 +69,13 @@ with a warning. For every user on the node at once, the site's helper does it:
 on the host stay unreadable. The package managers' (empty) lock files get empty
 stand-ins in the layer and the layer gets APT::Sandbox::User root, so dpkg -i
 and apt-get install work; /etc/shadow does not.
+
+BASE: --base debian/12 runs the command in the pool's tree instead of the
+host's (a pool built from a root file system as root, e.g. of a debootstrap
+tree; loaded on the node first). /dev, /sys, /tmp, /run, /home, your $HOME and
+the node's other mounts are the host's, bound in where the base has the
+directory. Exported layers stack on it: --base debian/12 --base tools/1.
+With --layer the kernel's overlay writes into the layer without privileges.
 
 IN A JOB: after `sw-pool layer sync NAME` (or by itself in a step over several
 nodes) every node runs over its own copy of the layer under a fresh upper; what

@@ -274,6 +274,10 @@ pub struct BuildArgs {
     /// compressed) it builds faster and reads at the disk's speed; ext images are never compressed
     #[arg(long)]
     pub no_compress: bool,
+    /// Store every file as root's (squashfs, EROFS): for a root file system built from a tree
+    /// you own, to be a base of `sw-pool run --base` (ext images keep the tree's owners)
+    #[arg(long)]
+    pub all_root: bool,
     /// Print the build report as JSON
     #[arg(long)]
     pub json: bool,

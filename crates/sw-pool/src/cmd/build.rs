@@ -40,6 +40,13 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         })?),
         _ => None,
     };
+    if a.all_root && format.is_some_and(|f| f.is_ext()) {
+        return Err(Error::other(
+            swpool_core::ExitStatus::BadInput,
+            "--all-root applies to squashfs and EROFS pools: mke2fs keeps the tree's owners (build \
+             the tree as root, or choose --format squashfs)",
+        ));
+    }
     let opts = BuildOptions {
         out: a.out,
         src: a.src,
@@ -56,6 +63,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         },
         squashfs_level: cfg.squashfs_level.value,
         no_compress: a.no_compress,
+        all_root: a.all_root,
         source_date_epoch,
         path_var: env.path_var().map(ToOwned::to_owned),
     };

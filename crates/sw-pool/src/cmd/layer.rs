@@ -232,7 +232,10 @@ fn export(
         gen_modulefiles: false,
         modulefile_opts: Default::default(),
         squashfs_level: cfg.squashfs_level.value,
+        // the layer's files are its owner's; stacked under `run --base` they are the
+        // environment's root's (the user's) as a base pool's are
         no_compress: false,
+        all_root: true,
         source_date_epoch: None,
         path_var: env.path_var().map(ToOwned::to_owned),
     })?;

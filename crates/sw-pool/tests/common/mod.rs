@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod env_fixture;
 pub mod mount_fixture;
 
 use std::path::{Path, PathBuf};

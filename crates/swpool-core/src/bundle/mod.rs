@@ -686,6 +686,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 modulefile_opts: Default::default(),
                 squashfs_level: image.squashfs_level,
                 no_compress: false,
+                all_root: false,
                 source_date_epoch: image.source_date_epoch,
                 path_var: o.path_var.clone(),
             })?;

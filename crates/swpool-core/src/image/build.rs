@@ -40,6 +40,10 @@ pub struct BuildOptions {
     /// `--no-compress`: squashfs and EROFS store the data uncompressed (for incompressible data:
     /// faster to build, read at the disk's speed); ext images never compress.
     pub no_compress: bool,
+    /// Every file owned by root in the image (squashfs `-all-root`, EROFS `--all-root`; ext images
+    /// keep the tree's owners): a root file system or an exported layer stacked under
+    /// `sw-pool run --base`, where the environment's root (you) owns what root owns.
+    pub all_root: bool,
     /// `SOURCE_DATE_EPOCH`, if set: the build time recorded in the image and the manifest.
     pub source_date_epoch: Option<u64>,
     /// The value of `PATH` mksquashfs and mke2fs are looked up in (the caller's environment; see
@@ -425,6 +429,9 @@ fn write_squashfs(
         .arg("-mkfs-time")
         .arg(epoch.to_string())
         .env_remove("SOURCE_DATE_EPOCH");
+    if opts.all_root {
+        c = c.arg("-all-root");
+    }
     if opts.no_compress {
         c = c.args(["-noI", "-noId", "-noD", "-noF", "-noX"]);
     } else if let Some(l) = opts.squashfs_level {
@@ -448,6 +455,9 @@ fn write_erofs(
     uuid: &str,
 ) -> Result<(), BuildError> {
     let mut c = ToolCommand::new(Tool::MkfsErofs).arg("--quiet");
+    if opts.all_root {
+        c = c.arg("--all-root");
+    }
     if !opts.no_compress {
         c = c.arg("-zlz4hc");
     }

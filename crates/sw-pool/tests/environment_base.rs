@@ -1,0 +1,273 @@
+//! `sw-pool run --base POOL`: a pool holding a root file system in place of the host's `/`,
+//! mounted again by squashfuse inside the environment (real FUSE, real kernel overlay, as
+//! uid 65534); an exported layer stacked on it; a layer over both written through the kernel's
+//! overlay without privileges.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::env_fixture::*;
+use common::*;
+
+/// A tiny root file system: dash as /bin/sh, a few programs and their libraries, the directories
+/// the host's mounts are bound onto, and two marker files.
+fn root_tree(root: &Path) {
+    for d in [
+        "bin",
+        "etc",
+        "proc",
+        "dev",
+        "sys",
+        "tmp",
+        "run",
+        "home",
+        "root",
+        "var/tmp",
+        "usr/local/bin",
+    ] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let progs = [
+        ("/bin/dash", "bin/sh"),
+        ("/bin/cat", "bin/cat"),
+        ("/bin/ls", "bin/ls"),
+        ("/bin/rm", "bin/rm"),
+        ("/usr/bin/id", "bin/id"),
+    ];
+    for (from, to) in progs {
+        std::fs::copy(from, root.join(to)).unwrap();
+        let ldd = Command::new("ldd").arg(from).output().unwrap();
+        for lib in String::from_utf8_lossy(&ldd.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            let dest = root.join(&lib[1..]);
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            if !dest.exists() {
+                std::fs::copy(lib, &dest).unwrap();
+            }
+        }
+    }
+    std::fs::write(root.join("etc/os-release"), "NAME=\"sw-pool test base\"\n").unwrap();
+    std::fs::write(root.join("etc/motd"), "from the base\n").unwrap();
+    std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+}
+
+/// Unloads what the test loaded, also when it fails.
+struct Loaded<'a>(&'a Fixture, Vec<&'static str>);
+
+impl Drop for Loaded<'_> {
+    fn drop(&mut self) {
+        for p in &self.1 {
+            let _ = run(&mut base_cmd(self.0, &["unload", p]));
+        }
+    }
+}
+
+fn base_cmd(f: &Fixture, args: &[&str]) -> Command {
+    let mut c = f.cmd(args);
+    c.env("SW_POOL_MOUNT", f.dir.path().join("mnt"))
+        .env("SW_POOL_CACHE", f.dir.path().join("cache"));
+    c
+}
+
+#[test]
+fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_over_both() {
+    if !ready() {
+        return;
+    }
+    if !Path::new("/usr/bin/squashfuse_ll").exists() {
+        skip("squashfuse is not installed (tools/setup-deps.sh installs it)");
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for d in ["mnt", "cache", "out"] {
+        let p = f.dir.path().join(d);
+        std::fs::create_dir(&p).unwrap();
+        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let sh = |args: &[&str]| run(&mut base_cmd(&f, args));
+    // not loaded: refused, saying what to do
+    let o = sh(&["run", "--base", "tbase/1", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("sw-pool load tbase/1"), "{}", o.stderr);
+
+    // built by root from a root file system, loaded by the user
+    let tree = f.dir.path().join("tree");
+    root_tree(&tree);
+    let pool = f.dir.path().join("tbase.pool");
+    let b = sw_run(&[
+        "build",
+        "--format",
+        "squashfs",
+        "--name",
+        "tbase",
+        "--version",
+        "1",
+        pool.to_str().unwrap(),
+        tree.to_str().unwrap(),
+    ]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    std::fs::set_permissions(&pool, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = sha256_file(&pool);
+    let mut loaded = Loaded(&f, Vec::new());
+    let o = sh(&["load", pool.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    loaded.1.push("tbase/1");
+
+    // the base is the root (read-only without a layer); the host's /tmp is bound in
+    let o = sh(&[
+        "run", "-v", "--base", "tbase/1", "--",
+        "sh", "-c", "cat /etc/os-release; ls /usr/bin 2>&1; id -u; ls -d /tmp/* | cat >/dev/null; rm /etc/motd 2>/dev/null || echo rm refused; cat /etc/motd",
+    ]);
+    assert!(
+        o.stdout.contains("sw-pool test base"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stdout.contains("No such file"),
+        "the host's /usr/bin is not there: {}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("65534"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("rm refused\nfrom the base"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stderr.contains("the base pool as a read-only root"),
+        "{}",
+        o.stderr
+    );
+
+    // with a layer: writes anywhere land in the layer through the kernel's overlay, rootless
+    assert_eq!(sh(&["layer", "create", "dev"]).code, 0);
+    let o = sh(&[
+        "run",
+        "-v",
+        "--base",
+        "tbase/1",
+        "--layer",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "echo tool > /usr/local/bin/t && rm /etc/motd && echo changed > /etc/os-release",
+    ]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr
+            .contains("rootless kernel overlay over the base pool"),
+        "{}",
+        o.stderr
+    );
+    let upper = f.layers().join("dev/upper");
+    assert_eq!(
+        std::fs::read_to_string(upper.join("usr/local/bin/t")).unwrap(),
+        "tool\n"
+    );
+    let wh = std::fs::symlink_metadata(upper.join("etc/motd")).unwrap();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_char_device(&wh.file_type()),
+        "the deletion is a kernel whiteout"
+    );
+    let o = sh(&[
+        "run",
+        "--base",
+        "tbase/1",
+        "--layer",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "cat /usr/local/bin/t /etc/os-release; ls /etc",
+    ]);
+    assert_eq!(o.stdout, "tool\nchanged\nos-release\n", "{}", o.stderr);
+    // --root: uid 0 inside owns what the base's root owns
+    let o = sh(&[
+        "run",
+        "--root",
+        "--base",
+        "tbase/1",
+        "--layer",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "id -u; echo r > /root/x; ls -ln /root/x",
+    ]);
+    assert!(
+        o.stdout.starts_with("0\n") && o.stdout.contains(" 0 0 "),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+
+    // the layer exported as a pool, stacked on the base: a read-only stack, then a layer on top
+    let out = f.dir.path().join("out/dev.pool");
+    let o = sh(&[
+        "layer",
+        "export",
+        "--version",
+        "1",
+        "dev",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = sh(&["load", out.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    loaded.1.push("dev/1");
+    let o = sh(&[
+        "run",
+        "--base",
+        "tbase/1",
+        "--base",
+        "dev/1",
+        "--",
+        "sh",
+        "-c",
+        "cat /usr/local/bin/t /etc/os-release; ls /etc; id -u",
+    ]);
+    assert_eq!(
+        o.stdout, "tool\nchanged\nos-release\n65534\n",
+        "{}",
+        o.stderr
+    );
+    assert_eq!(sh(&["layer", "create", "top"]).code, 0);
+    let o = sh(&[
+        "run",
+        "--base",
+        "tbase/1",
+        "--base",
+        "dev/1",
+        "--layer",
+        "top",
+        "--",
+        "sh",
+        "-c",
+        "echo more >> /usr/local/bin/t && rm /etc/os-release && cat /usr/local/bin/t && ls /etc",
+    ]);
+    assert_eq!(o.stdout, "tool\nmore\n", "{}", o.stderr);
+    // nothing written into a pool or the host
+    assert_eq!(sha256_file(&pool), before);
+    let o = sh(&[
+        "run",
+        "--base",
+        "tbase/1",
+        "--base",
+        "dev/1",
+        "--",
+        "cat",
+        "/usr/local/bin/t",
+    ]);
+    assert_eq!(o.stdout, "tool\n", "{}", o.stderr);
+    assert!(!Path::new("/usr/local/bin/t").exists());
+    drop(loaded);
+}

@@ -1,0 +1,119 @@
+//! `--base` pools in an environment: each squashfs pool's verified node-local image mounted again
+//! by squashfuse inside the environment (pid 1, root of its user namespace), so that the files the
+//! pool's root owns are the environment's root's (the user's) and the kernel's overlay can copy
+//! them up without privileges (kernel-facts item 3); the lower directories of the overlays.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::mount::MountFlags;
+use swpool_sys::exec::{Tool, ToolCommand};
+
+use crate::init::Spec;
+
+/// A `--base` pool: the verified node-local image `sw-pool load` (or `mount`) made of it, mounted
+/// again by squashfuse inside the environment over its usual mount point `at` (the environment
+/// sees it there; the host's mount of it is hidden inside only).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Base {
+    /// NAME/VERSION (messages).
+    pub label: String,
+    pub image: PathBuf,
+    pub at: PathBuf,
+}
+
+/// Mount each `--base` pool's image over its usual mount point with squashfuse, in this
+/// namespace (its files owned by root are this namespace's root's, so the kernel's overlay can
+/// copy them up). The FUSE daemon lives in the environment's PID namespace and ends with it.
+pub(crate) fn mount(spec: &Spec) -> Result<(), String> {
+    for b in &spec.bases {
+        let prog = spec
+            .squashfuse
+            .clone()
+            .ok_or("squashfuse_ll was not found")?;
+        ToolCommand::new(Tool::SquashfuseLl)
+            .program(prog)
+            .path(&b.image)
+            .path(&b.at)
+            .run(None)
+            .map_err(|e| format!("cannot mount the base pool {}: {e}", b.label))?;
+    }
+    Ok(())
+}
+
+/// The overlay's lower directories, top first: the job's copy of the layer, then the base pools
+/// (top base first) or the host's `/`. Each must be free of the option separators.
+pub(crate) fn lowers(spec: &Spec) -> Result<String, String> {
+    let mut v: Vec<&Path> = spec.lower.iter().map(PathBuf::as_path).collect();
+    match spec.bases.is_empty() {
+        true => v.push(Path::new("/")),
+        false => v.extend(spec.bases.iter().rev().map(|b| b.at.as_path())),
+    }
+    let mut out = Vec::new();
+    for p in v {
+        match p.to_str() {
+            Some(s) if !s.contains([',', ':']) => out.push(s),
+            _ => {
+                return Err(format!(
+                    "{}: an overlay cannot take a directory whose path has ',' or ':' (or is not \
+                     UTF-8): choose another mount_dir or cache_dir",
+                    p.display()
+                ))
+            }
+        }
+    }
+    Ok(out.join(":"))
+}
+
+/// `--base` without a layer: the top base's mount is the root. Several bases are stacked by a
+/// kernel overlay over them with a throwaway upper in a small tmpfs (mounted over the bottom base's
+/// mount point, the bases reached through descriptors opened before), mounted read-only: a
+/// lowers-only overlay as the root breaks the nested user namespace the command enters (writing
+/// its maps fails with EACCES, measured on 6.18).
+pub(crate) fn root(spec: &Spec) -> Result<PathBuf, String> {
+    let top = spec.bases.last().ok_or("--base without a base")?;
+    if spec.bases.len() == 1 {
+        return Ok(top.at.clone());
+    }
+    let fds = spec
+        .bases
+        .iter()
+        .map(|b| {
+            rustix::fs::open(
+                &b.at,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| format!("cannot open the base pool {}: {e}", b.label))
+        })
+        .collect::<Result<Vec<OwnedFd>, String>>()?;
+    let spot = &spec.bases[0].at;
+    rustix::mount::mount(
+        "sw-pool-env",
+        spot,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        "mode=0755,size=1m",
+    )
+    .map_err(|e| format!("cannot stack the base pools: a tmpfs: {e}"))?;
+    let (upper, work, root) = (spot.join("u"), spot.join("w"), spot.join("r"));
+    for d in [&upper, &work, &root] {
+        std::fs::create_dir(d).map_err(|e| format!("cannot stack the base pools: {e}"))?;
+    }
+    let lower: Vec<String> = fds
+        .iter()
+        .rev()
+        .map(|f| format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .collect();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.join(":"),
+        upper.display(),
+        work.display()
+    );
+    rustix::mount::mount("overlay", &root, "overlay", MountFlags::RDONLY, opts)
+        .map_err(|e| format!("cannot stack the base pools: {e}"))?;
+    Ok(root)
+}
