@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use rustix::mount::MountFlags;
 use swpool_sys::exec::{Tool, ToolCommand};
 
-use crate::init::Spec;
-
 /// A `--base` pool: the verified node-local image `sw-pool load` (or `mount`) made of it, mounted
 /// again by squashfuse inside the environment over its usual mount point `at` (the environment
 /// sees it there; the host's mount of it is hidden inside only).
@@ -25,12 +23,9 @@ pub struct Base {
 /// Mount each `--base` pool's image over its usual mount point with squashfuse, in this
 /// namespace (its files owned by root are this namespace's root's, so the kernel's overlay can
 /// copy them up). The FUSE daemon lives in the environment's PID namespace and ends with it.
-pub(crate) fn mount(spec: &Spec) -> Result<(), String> {
-    for b in &spec.bases {
-        let prog = spec
-            .squashfuse
-            .clone()
-            .ok_or("squashfuse_ll was not found")?;
+pub(crate) fn mount(bases: &[Base], squashfuse: Option<&Path>) -> Result<(), String> {
+    for b in bases {
+        let prog = squashfuse.ok_or("squashfuse_ll was not found")?;
         ToolCommand::new(Tool::SquashfuseLl)
             .program(prog)
             .path(&b.image)
@@ -43,11 +38,11 @@ pub(crate) fn mount(spec: &Spec) -> Result<(), String> {
 
 /// The overlay's lower directories, top first: the job's copy of the layer, then the base pools
 /// (top base first) or the host's `/`. Each must be free of the option separators.
-pub(crate) fn lowers(spec: &Spec) -> Result<String, String> {
-    let mut v: Vec<&Path> = spec.lower.iter().map(PathBuf::as_path).collect();
-    match spec.bases.is_empty() {
+pub(crate) fn lowers(copy: Option<&Path>, bases: &[Base]) -> Result<String, String> {
+    let mut v: Vec<&Path> = copy.into_iter().collect();
+    match bases.is_empty() {
         true => v.push(Path::new("/")),
-        false => v.extend(spec.bases.iter().rev().map(|b| b.at.as_path())),
+        false => v.extend(bases.iter().rev().map(|b| b.at.as_path())),
     }
     let mut out = Vec::new();
     for p in v {
@@ -70,13 +65,12 @@ pub(crate) fn lowers(spec: &Spec) -> Result<String, String> {
 /// mount point, the bases reached through descriptors opened before), mounted read-only: a
 /// lowers-only overlay as the root breaks the nested user namespace the command enters (writing
 /// its maps fails with EACCES, measured on 6.18).
-pub(crate) fn root(spec: &Spec) -> Result<PathBuf, String> {
-    let top = spec.bases.last().ok_or("--base without a base")?;
-    if spec.bases.len() == 1 {
+pub(crate) fn root(bases: &[Base]) -> Result<PathBuf, String> {
+    let top = bases.last().ok_or("--base without a base")?;
+    if bases.len() == 1 {
         return Ok(top.at.clone());
     }
-    let fds = spec
-        .bases
+    let fds = bases
         .iter()
         .map(|b| {
             rustix::fs::open(
@@ -89,7 +83,7 @@ pub(crate) fn root(spec: &Spec) -> Result<PathBuf, String> {
             .map_err(|e| format!("cannot open the base pool {}: {e}", b.label))
         })
         .collect::<Result<Vec<OwnedFd>, String>>()?;
-    let spot = &spec.bases[0].at;
+    let spot = &bases[0].at;
     rustix::mount::mount(
         "sw-pool-env",
         spot,
@@ -116,4 +110,32 @@ pub(crate) fn root(spec: &Spec) -> Result<PathBuf, String> {
     rustix::mount::mount("overlay", &root, "overlay", MountFlags::RDONLY, opts)
         .map_err(|e| format!("cannot stack the base pools: {e}"))?;
     Ok(root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base(at: &str) -> Base {
+        Base {
+            label: at.into(),
+            image: "/c/x.pool".into(),
+            at: at.into(),
+        }
+    }
+
+    #[test]
+    fn lowers_are_the_copy_then_the_bases_top_first_else_the_host() {
+        assert_eq!(lowers(None, &[]).unwrap(), "/");
+        assert_eq!(lowers(Some(Path::new("/c/s1")), &[]).unwrap(), "/c/s1:/");
+        let b = [base("/m/debian/12"), base("/m/dev/1")];
+        assert_eq!(lowers(None, &b).unwrap(), "/m/dev/1:/m/debian/12");
+        assert_eq!(
+            lowers(Some(Path::new("/c/s1")), &b).unwrap(),
+            "/c/s1:/m/dev/1:/m/debian/12"
+        );
+        let e = lowers(None, &[base("/m/a,b/1")]).unwrap_err();
+        assert!(e.contains("/m/a,b/1") && e.contains("mount_dir"), "{e}");
+        assert!(lowers(Some(Path::new("/c:d")), &[]).is_err());
+    }
 }

@@ -314,7 +314,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
-    crate::base::mount(spec)?;
+    crate::base::mount(&spec.bases, spec.squashfuse.as_deref())?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     // the kernel path with views of some trees but not of `/`: they were mounted in place
     let in_place = match (&views, &spec.layer) {
@@ -334,7 +334,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
                 }
                 l.merged.clone()
             }
-            (None, Method::Base) => crate::base::root(spec)?,
+            (None, Method::Base) => crate::base::root(&spec.bases)?,
             _ => return Err("an overlay without a layer".into()),
         };
         let m = &root;
@@ -420,7 +420,7 @@ fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
         Method::BaseOverlay => {
             let opts = format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
-                crate::base::lowers(spec)?,
+                crate::base::lowers(spec.lower.as_deref(), &spec.bases)?,
                 l.upper.display(),
                 l.work.display()
             );
@@ -439,7 +439,7 @@ fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
                 .ok_or("fuse-overlayfs was not found")?;
             // the job's copy of the layer above the host's tree or the base pools
             // (fuse-overlayfs reads its whiteouts in the `.wh.NAME` form)
-            let lower = crate::base::lowers(spec)?;
+            let lower = crate::base::lowers(spec.lower.as_deref(), &spec.bases)?;
             let opts = format!(
                 "lowerdir={lower},upperdir={},workdir={},squash_to_root",
                 l.upper.display(),
