@@ -19,9 +19,11 @@
 //! since a `chmod` changes the file). Unchanged files are hard links to the previous state, so a
 //! new state costs the changed files only.
 //!
-//! Whiteouts: the layer's upper records a deleted lower file as a character device 0/0, which a
-//! user cannot create outside a user namespace; the copy records it as `.wh.NAME`, the other form
-//! fuse-overlayfs reads in a lower.
+//! Whiteouts: the layer's upper records a deleted lower file as a character device 0/0 (or, from
+//! fuse-overlayfs without that right, as `.wh.NAME`); the list names both `.wh.NAME`. The copy
+//! makes the device (users may since Linux 5.8; measured here), which the kernel's overlay and
+//! fuse-overlayfs both read, and the `.wh.NAME` file only where the kernel refuses it (then the
+//! environment takes fuse-overlayfs: [`NodeCopies::has_whiteouts`]).
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};

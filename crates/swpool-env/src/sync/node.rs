@@ -1,10 +1,11 @@
 //! The node side of a synced layer: its states on node-local storage ([`NodeCopies`]).
 
 use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{Entry, Kind, Manifest};
@@ -84,16 +85,24 @@ impl NodeCopies {
         (valid_gen(gen) && self.state(gen).is_dir()).then(|| self.state(gen))
     }
 
-    /// Whether the state at `state` (a directory of these copies) deletes lower files (holds
-    /// whiteouts): from its manifest; `true` when that cannot be read.
+    /// Whether the state at `state` (a directory of these copies) deletes lower files in the
+    /// `.wh.NAME` form, which only fuse-overlayfs reads (a copy made where the kernel refused the
+    /// character device 0/0 form, or by an earlier sw-pool): from its manifest and the entries
+    /// themselves; `true` when that cannot be read.
     pub fn has_whiteouts(&self, state: &Path) -> bool {
         let Some(gen) = state.file_name().and_then(|g| g.to_str()) else {
             return true;
         };
-        fs::read(self.dir.join(format!("{gen}.manifest")))
+        let Some(m) = fs::read(self.dir.join(format!("{gen}.manifest")))
             .ok()
             .and_then(|b| Manifest::decode(&b).ok())
-            .is_none_or(|m| m.entries.iter().any(|e| e.kind == super::Kind::Whiteout))
+        else {
+            return true;
+        };
+        m.entries
+            .iter()
+            .filter(|e| e.kind == super::Kind::Whiteout)
+            .any(|e| !is_kernel_whiteout(&state.join(kernel_name(&e.path))))
     }
 
     /// Record that job `job` uses state `gen`.
@@ -147,8 +156,7 @@ impl NodeCopies {
                 Kind::Symlink => {
                     std::os::unix::fs::symlink(e.target.as_deref().unwrap_or(Path::new("")), &p)
                 }
-                Kind::Whiteout => fs::File::create(&p)
-                    .and_then(|_| fs::set_permissions(&p, fs::Permissions::from_mode(0o000))),
+                Kind::Whiteout => make_whiteout(&p),
                 // to be written by the transfer: made at its size (holes read as zeros)
                 Kind::File if incoming.contains(&i) => {
                     fs::File::create(&p).and_then(|f| f.set_len(e.size))
@@ -358,4 +366,33 @@ pub fn finish_files(root: &Path, m: &Manifest, written: &[usize]) -> Result<(), 
             .map_err(|x| EnvError::io("cannot set the mtime of", &p, x))?;
     }
     Ok(())
+}
+
+/// Where the kernel's form of the whiteout `dir/.wh.NAME` is: `dir/NAME`.
+fn kernel_name(wh: &Path) -> PathBuf {
+    let name = wh.file_name().map(|n| &n.as_bytes()[4..]).unwrap_or_default();
+    wh.with_file_name(OsStr::from_bytes(name))
+}
+
+fn is_kernel_whiteout(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == 0)
+}
+
+/// A deleted lower file in the copy: the kernel's form (a character device 0/0 at `dir/NAME`,
+/// which the kernel's overlay and fuse-overlayfs both read; Linux lets users make it since 5.8),
+/// else the `.wh.NAME` file `p` names (fuse-overlayfs only).
+fn make_whiteout(p: &Path) -> io::Result<()> {
+    let k = kernel_name(p);
+    match rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &k,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::empty(),
+        0,
+    ) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::PERM) => fs::File::create(p)
+            .and_then(|_| fs::set_permissions(p, fs::Permissions::from_mode(0o000))),
+        Err(e) => Err(e.into()),
+    }
 }

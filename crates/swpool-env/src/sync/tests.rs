@@ -97,6 +97,16 @@ fn states_are_made_linked_checked_and_switched() {
     nc.commit(tmp, &m1, &g1).unwrap();
     let cur = nc.current().unwrap();
     assert_eq!(cur.0, g1);
+    // the upper's deletion (`.wh.motd` here) is the kernel's form in the copy (a character
+    // device 0/0 at `motd`), which the kernel's overlay reads too: the plan need not fall back
+    let s1 = nc.state(&g1);
+    let wh = fs::symlink_metadata(s1.join("etc/motd")).unwrap();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_char_device(&wh.file_type()) && wh.rdev() == 0,
+        "{wh:?}"
+    );
+    assert!(!s1.join("etc/.wh.motd").exists());
+    assert!(!nc.has_whiteouts(&s1));
     // second state: one file changed; the other is a link to the first state's
     fs::write(t.path().join("usr/local/data"), b"new").unwrap();
     let m2 = Manifest::scan(t.path()).unwrap();
@@ -126,6 +136,12 @@ fn states_are_made_linked_checked_and_switched() {
     assert_eq!(nc.for_job("42"), Some(s2.clone()));
     assert_eq!(nc.for_job("43"), None);
     assert_eq!(nc.for_job("../x"), None);
+    // a copy holding the other form (made where the kernel refused the device) is named as one
+    // only fuse-overlayfs reads
+    let s1 = nc.state(&g1);
+    fs::remove_file(s1.join("etc/motd")).unwrap();
+    fs::write(s1.join("etc/.wh.motd"), b"").unwrap();
+    assert!(nc.has_whiteouts(&s1));
     let held = nc.hold(&nc.state(&g1)).unwrap();
     nc.prune(&[&g2]);
     assert!(nc.state(&g1).is_dir(), "a held state stays");
