@@ -370,7 +370,10 @@ pub fn finish_files(root: &Path, m: &Manifest, written: &[usize]) -> Result<(), 
 
 /// Where the kernel's form of the whiteout `dir/.wh.NAME` is: `dir/NAME`.
 fn kernel_name(wh: &Path) -> PathBuf {
-    let name = wh.file_name().map(|n| &n.as_bytes()[4..]).unwrap_or_default();
+    let name = wh
+        .file_name()
+        .map(|n| &n.as_bytes()[4..])
+        .unwrap_or_default();
     wh.with_file_name(OsStr::from_bytes(name))
 }
 
