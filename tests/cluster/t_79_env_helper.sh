@@ -53,8 +53,9 @@ before=$(usr_hash)
 
 # 1. install through `sw-pool shell` on node1: the kernel path
 cat > "$W/install.sh" <<'EOS'
-printf '#!/bin/sh\necho "t79 from $(hostname) $(grep -c " overlay overlay " /proc/self/mountinfo) overlays $(grep -c fuse-overlayfs /proc/self/mountinfo) fuse"\n' > /usr/local/bin/t79hello
+printf '#!/bin/sh\necho "t79 from $(hostname) $(grep -c " overlay overlay " /proc/self/mountinfo) overlays $(grep -c fuse-overlayfs /proc/self/mountinfo) fuse $(test -e /usr/share/common-licenses/GPL-3 && echo present || echo deleted)"\n' > /usr/local/bin/t79hello
 chmod 755 /usr/local/bin/t79hello
+rm /usr/share/common-licenses/GPL-3
 grep " /usr " /proc/self/mountinfo
 EOS
 chmod 644 "$W/install.sh"
@@ -77,7 +78,7 @@ chmod 755 "$W/job.sh"
 rc=0; out=$(as_user sbatch -W -N4 --chdir="$W" -o "$W/out/job.out" "$W/job.sh" 2>&1) || rc=$?
 jo=$(cat "$W/out/job.out" 2>/dev/null || true)
 assert_eq "batch job: layer sync + srun -N4 run --layer dev exits 0" 0 "$rc"
-assert_eq "... the program ran on 4 nodes, each in the kernel's overlay (no FUSE)" 4 "$(grep -cE '^t79 from node[0-9] [1-9][0-9]* overlays 0 fuse$' <<< "$jo" || true)"
+assert_eq "... the program ran on 4 nodes, each in the kernel's overlay (no FUSE), the layer's deletion honoured (the copy's whiteout is the kernel's form)" 4 "$(grep -cE '^t79 from node[0-9] [1-9][0-9]* overlays 0 fuse deleted$' <<< "$jo" || true)"
 assert_eq "... -v on every node: the kernel path over the job's copy" 4 "$(grep -c "kernel overlay over idmapped lowers" <<< "$jo" || true)"
 [[ $(grep -c '^t79 from' <<< "$jo" || true) == 4 ]] || printf '  %s\n' "$out" "$jo"
 if [[ -x $W/bin/mpi-selftest ]]; then
@@ -144,6 +145,7 @@ else
 fi
 after=$(usr_hash)
 assert_eq "the hosts' /usr is unchanged on every node" "$before" "$after"
+assert_eq "... the file the layer deleted is still the host's" yes "$(test -e /usr/share/common-licenses/GPL-3 && echo yes)"
 holders=$(for n in $TB_NODES; do "$TESTBED/exec" "$n" sh -c "ps -u $TB_USER -o comm= | grep -c sw-pool-mount" || true; done | paste -sd+ | bc)
 assert_eq "no holder of the helper left on any node" 0 "${holders:-0}"
 leak=$(for n in $TB_NODES; do "$TESTBED/exec" "$n" grep -c sw-pool-env /proc/self/mountinfo || true; done | paste -sd+ | bc)
