@@ -39,6 +39,7 @@ LINK_MBIT=400 STOR_MBIT=800
   echo "| N | first sync (s) | wire limit (s) | ÷ wire limit | storage bytes served | ÷ layer bytes | 1 MiB change: files moved | bytes moved | seconds | unchanged again (s) |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT"
+phases=""
 for N in $COUNTS; do
   "$TESTBED/up" -n "$N" --node-rate "${LINK_MBIT}mbit" --storage-rate "${STOR_MBIT}mbit" >/dev/null
   install -m 755 "$SW_BIN" "$TB/scratch/sw-pool"
@@ -73,9 +74,14 @@ for N in $COUNTS; do
   awk -v n="$N" -v t1="$t1" -v w="$wire" -v sv="$served" -v b="$bytes" -v f2="$(field files_sent "$o2")" \
     -v b2="$(field bytes_sent "$o2")" -v t2="$t2" -v t3="$t3" -v u3="$(field nodes_updated "$o3")" \
     'BEGIN { printf "| %d | %.2f | %.2f | %.2f | %d | %.3f | %s | %s | %.2f | %.2f (%s nodes updated) |\n", n, t1, w, t1 / w, sv, sv / b, f2, b2, t2, t3, u3 }' >> "$OUT"
+  phases+="- N=$N, first sync: $(tr -d '\n ' <<< "$o1" | grep -o '"phases":{[^}]*}' | tr -d '"{}' | sed 's/phases://; s/,/, /g' || echo none) (s, node 0; each phase ends when every node has agreed)"$'\n'
   "$TESTBED/down" -q
 done
 {
+  echo
+  echo "Phases (\`layer sync --json\`):"
+  echo
+  printf '%s' "$phases"
   echo
   echo "SDEE (seed 003): 2 GB layer, 80 s. Goals (issue 29): first sync ≤ 1.3 × wire limit; after a"
   echo "1 MB change ≤ 2 MB moved and < 2 s at 8 nodes; storage bytes ≈ the layer's size, once."

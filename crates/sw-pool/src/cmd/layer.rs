@@ -183,6 +183,7 @@ fn sync(
             "bytes_sent": rep.bytes_sent,
             "bytes_read": rep.bytes_read,
             "seconds": rep.seconds,
+            "phases": rep.phases,
         }));
     }
     Ok(())

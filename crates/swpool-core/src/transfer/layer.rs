@@ -61,6 +61,26 @@ pub struct LayerSyncReport {
     /// Bytes read from the layer by the reader.
     pub bytes_read: u64,
     pub seconds: f64,
+    /// Where the time went, on node 0, each phase ending when every node has agreed on it.
+    #[serde(default)]
+    pub phases: LayerPhases,
+}
+
+/// Seconds per phase of a sync ([`LayerSyncReport::phases`]; `layer sync --json`, bench/layer-sync.sh).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct LayerPhases {
+    /// Node 0 lists the layer; the list reaches every node.
+    pub list: f64,
+    /// Every node compares it with its copy; the union of what they lack.
+    pub plan: f64,
+    /// Directories, links, whiteouts and hard links of the new state made.
+    pub prepare: f64,
+    /// The needed files streamed (read once, every chunk hashed and checked), modes and times set.
+    pub stream: f64,
+    /// Every node's tree checked against the list.
+    pub check: f64,
+    /// Renamed into place, marked for the job.
+    pub install: f64,
 }
 
 fn env_err(e: swpool_env::EnvError) -> (ExitStatus, String) {
@@ -110,6 +130,15 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         serde_json::to_vec(&v).expect("json")
     });
     let bytes = job.leaders_bcast(0, bytes.as_deref())?;
+    let mut phases = LayerPhases::default();
+    let mut mark = t0;
+    let mut lap = || {
+        let now = Instant::now();
+        let d = now.duration_since(mark).as_secs_f64();
+        mark = now;
+        d
+    };
+    phases.list = lap();
     let manifest: Local<Manifest> = match scanned {
         Some(own) => own,
         None => match serde_json::from_slice::<Result<Vec<u8>, (u8, String)>>(&bytes) {
@@ -163,6 +192,7 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         message: e,
         status: ExitStatus::Internal,
     })?;
+    phases.plan = lap();
     let mut report = LayerSyncReport {
         generation: gen.clone(),
         path: nc.state(&gen),
@@ -195,6 +225,7 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         Ok(None)
     };
     job.leaders_agree(prepared.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    phases.prepare = lap();
     let tmp = prepared.expect("agreed");
     let plane = job.leaders_plane(member);
     let hosts: Vec<String> = (0..job.nodes())
@@ -239,11 +270,15 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
     };
     drop(plane);
     // 4. check everywhere, then install everywhere
-    let checked: Local<()> = streamed.and_then(|()| match &tmp {
+    let streamed = job.leaders_agree(streamed);
+    phases.stream = lap();
+    streamed?;
+    let checked: Local<()> = match &tmp {
         Some(t) => nc.check(t, &m).map_err(env_err),
         None => Ok(()),
-    });
+    };
     job.leaders_agree(checked)?;
+    phases.check = lap();
     let installed: Local<()> = match tmp {
         Some(t) if !up_to_date => nc.install(t, &m, &gen).map(|_| ()).map_err(env_err),
         _ => Ok(()),
@@ -253,6 +288,8 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         None => Ok(()),
     });
     job.leaders_agree(installed)?;
+    phases.install = lap();
+    report.phases = phases;
     // the states no environment holds any more (a running one keeps its own)
     nc.prune(&[gen.as_str()]);
     report.bytes_read = job
@@ -359,18 +396,101 @@ impl Concat {
     }
 }
 
+/// A chunk spanning at least this many files is read by [`READERS`] threads at once: small files
+/// one after the other cost a round trip each to the shared storage (open, read).
+const PARALLEL_FROM: usize = 16;
+const READERS: usize = 8;
+
+impl Concat {
+    fn shorter(&self, i: usize) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} is shorter than when the sync listed it: do not change a layer while it is synced",
+                self.root.join(&self.layout.files[i].0).display()
+            ),
+        )
+    }
+
+    /// The files of `off .. off + len`, as [`Self::pieces`] visits them, without opening them.
+    fn plan(&self, off: u64, len: usize) -> Vec<(usize, u64, std::ops::Range<usize>)> {
+        let mut v = Vec::new();
+        let mut done = 0usize;
+        while done < len && off + (done as u64) < self.layout.len {
+            let pos = off + done as u64;
+            let i = self.layout.find(pos);
+            let (_, start, flen) = &self.layout.files[i];
+            let within = pos - start;
+            let n = (len - done).min((flen - within) as usize);
+            v.push((i, within, done..done + n));
+            done += n;
+        }
+        v
+    }
+
+    /// Read `pieces` (consecutive ranges of `buf` from 0) with [`READERS`] threads, each opening
+    /// its files itself (not through the shared cache: no lock held across an open).
+    fn read_parallel(
+        &self,
+        buf: &mut [u8],
+        pieces: &[(usize, u64, std::ops::Range<usize>)],
+    ) -> std::io::Result<usize> {
+        let total = pieces.last().map_or(0, |p| p.2.end);
+        let mut rest = &mut buf[..total];
+        let mut work: Vec<(usize, u64, &mut [u8])> = Vec::with_capacity(pieces.len());
+        for (i, within, r) in pieces {
+            let (a, b) = std::mem::take(&mut rest).split_at_mut(r.len());
+            work.push((*i, *within, a));
+            rest = b;
+        }
+        let per = work.len().div_ceil(READERS);
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = work
+                .chunks_mut(per)
+                .map(|group| {
+                    sc.spawn(move || -> std::io::Result<()> {
+                        for (i, within, dst) in group.iter_mut() {
+                            let p = self.root.join(&self.layout.files[*i].0);
+                            let f = std::fs::OpenOptions::new()
+                                .read(true)
+                                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                                .open(&p)
+                                .map_err(|e| {
+                                    std::io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+                                })?;
+                            let mut got = 0;
+                            while got < dst.len() {
+                                let k =
+                                    FileExt::read_at(&f, &mut dst[got..], *within + got as u64)?;
+                                if k == 0 {
+                                    return Err(self.shorter(*i));
+                                }
+                                got += k;
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("a reader thread panicked")))
+            })
+        })?;
+        Ok(total)
+    }
+}
+
 impl engine::Source for Concat {
     fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+        let plan = self.plan(off, buf.len());
+        if plan.len() >= PARALLEL_FROM {
+            return self.read_parallel(buf, &plan);
+        }
         self.pieces(off, buf.len(), |f, i, at, r| {
             let k = FileExt::read_at(f, &mut buf[r.clone()], at)?;
             if k == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "{} is shorter than when the sync listed it: do not change a layer while it is synced",
-                        self.root.join(&self.layout.files[i].0).display()
-                    ),
-                ));
+                return Err(self.shorter(i));
             }
             Ok(k)
         })
@@ -444,6 +564,36 @@ mod tests {
 
     /// First sync: everything moves once; again: nothing; one file changed: that file only, the
     /// rest hard-linked; every node ends on the same state, the old one pruned.
+    /// A chunk over many small files reads them with several threads; the bytes are the files'
+    /// in order, and a file shorter than listed is named.
+    #[test]
+    fn a_chunk_of_many_small_files_reads_in_parallel_and_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let up = d.path().join("upper");
+        fs::create_dir_all(up.join("s")).unwrap();
+        let mut want = Vec::new();
+        for k in 0..100u8 {
+            let body = vec![k; 100 + usize::from(k)];
+            fs::write(up.join(format!("s/f{k:03}")), &body).unwrap();
+            want.extend(body);
+        }
+        let m = Manifest::scan(&up).unwrap();
+        let moved: Vec<usize> = (0..m.entries.len())
+            .filter(|&i| m.entries[i].kind == Kind::File)
+            .collect();
+        let layout = Arc::new(Layout::new(&m, &moved));
+        let src = Concat::new(up.clone(), layout.clone(), false);
+        let mut buf = vec![0u8; want.len() + 10];
+        // from an offset inside the third file, to the end
+        let n = engine::Source::read_at(&src, &mut buf, 250).unwrap();
+        assert_eq!(n, want.len() - 250);
+        assert_eq!(&buf[..n], &want[250..]);
+        assert!(src.plan(250, buf.len()).len() >= PARALLEL_FROM);
+        fs::write(up.join("s/f050"), b"short").unwrap();
+        let e = engine::Source::read_at(&src, &mut buf, 0).unwrap_err();
+        assert!(e.to_string().contains("f050 is shorter"), "{e}");
+    }
+
     #[test]
     fn full_then_nothing_then_the_change() {
         let t = tempfile::tempdir().unwrap();
@@ -464,7 +614,12 @@ mod tests {
                 fs::read(s.join("usr/local/big")).unwrap(),
                 vec![5u8; 300_000]
             );
-            assert!(s.join("etc/.wh.motd").is_file());
+            // the deletion in the kernel's form (the kernel's overlay reads it too)
+            let wh = fs::symlink_metadata(s.join("etc/motd")).unwrap();
+            assert!(
+                std::os::unix::fs::FileTypeExt::is_char_device(&wh.file_type()) && wh.rdev() == 0,
+                "{wh:?}"
+            );
             assert_eq!(
                 fs::read_link(s.join("usr/local/t")).unwrap(),
                 Path::new("bin/tool")
