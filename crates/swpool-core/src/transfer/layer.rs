@@ -357,9 +357,13 @@ impl Concat {
             return Ok(f.clone());
         }
         let p = self.root.join(&self.layout.files[i].0);
+        // the sink creates its files (in the sync's private temporary state; `prepare` made the
+        // directories)
         let f = std::fs::OpenOptions::new()
             .read(!self.write)
             .write(self.write)
+            .create(self.write)
+            .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&p)
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;

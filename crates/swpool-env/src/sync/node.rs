@@ -136,9 +136,9 @@ impl NodeCopies {
 
     /// Start state `m` in a temporary directory: every directory made, every file of `m` not in
     /// `incoming` hard-linked from the current state `have` (it is the same there), whiteouts
-    /// and symlinks made, the files in `incoming` made empty at their size. Those are then
-    /// written (and given their modes and mtimes: [`finish_files`]); [`Self::commit`] checks the
-    /// tree and moves it into place.
+    /// and symlinks made, the empty files in `incoming` made. The others of `incoming` are then
+    /// created and written by the transfer (and given their modes and mtimes: [`finish_files`]);
+    /// [`Self::commit`] checks the tree and moves it into place.
     pub fn prepare(
         &self,
         m: &Manifest,
@@ -157,10 +157,13 @@ impl NodeCopies {
                     std::os::unix::fs::symlink(e.target.as_deref().unwrap_or(Path::new("")), &p)
                 }
                 Kind::Whiteout => make_whiteout(&p),
-                // to be written by the transfer: made at its size (holes read as zeros)
-                Kind::File if incoming.contains(&i) => {
-                    fs::File::create(&p).and_then(|f| f.set_len(e.size))
-                }
+                // to be written by the transfer, which creates it when its first bytes arrive
+                // (overlapped with the network: making 2,000 files here cost 1 s of an 8-node
+                // sync on 2 cores); only an empty one is made here
+                Kind::File if incoming.contains(&i) => match e.size {
+                    0 => fs::File::create(&p).map(drop),
+                    _ => Ok(()),
+                },
                 Kind::File => match &old_root {
                     Some(o) => fs::hard_link(o.join(&e.path), &p),
                     None => Err(io::Error::other("no earlier copy to link from")),

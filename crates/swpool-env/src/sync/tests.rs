@@ -113,10 +113,10 @@ fn states_are_made_linked_checked_and_switched() {
     let need: HashSet<usize> = m2.needs(Some(&cur.1)).into_iter().collect();
     assert_eq!(need.len(), 1);
     let tmp = nc.prepare(&m2, Some(&cur), &need).unwrap();
-    // a tree that is not the manifest's (an entry missing) fails the check and leaves the
-    // current state as it was
+    // a tree that is not the manifest's (the incoming file never written: the transfer creates
+    // it) fails the check and leaves the current state as it was
     let g2 = m2.generation();
-    fs::remove_file(tmp.path().join("usr/local/data")).unwrap();
+    assert!(!tmp.path().join("usr/local/data").exists());
     assert!(nc.commit(tmp, &m2, &g2).is_err());
     assert_eq!(nc.current().unwrap().0, g1);
     let tmp = nc.prepare(&m2, Some(&cur), &need).unwrap();
