@@ -29,7 +29,7 @@ SW=$W/bin/sw-pool
 # a tiny root file system: dash as /bin/sh, a few programs and their libraries, mount points
 T=$W/tree
 mkdir -p "$T"/{bin,etc,proc,dev,sys,tmp,run,home,root,var/tmp,usr/local/bin}
-for p in /bin/dash:sh /bin/cat:cat /bin/ls:ls /bin/rm:rm; do
+for p in /bin/dash:sh /bin/cat:cat /bin/ls:ls /bin/rm:rm /bin/chmod:chmod; do
   cp "${p%%:*}" "$T/bin/${p##*:}"
   for l in $(ldd "${p%%:*}" | grep -o '/lib[^ ]*'); do mkdir -p "$T$(dirname "$l")"; cp -n "$l" "$T$l"; done
 done
@@ -64,7 +64,7 @@ srun -N1 -w \$(hostname) sh -c 'sw-pool layer create dev >/dev/null && sw-pool -
 sw-pool layer sync dev >/dev/null || { echo "SYNC FAILED"; exit 5; }
 srun -N4 sw-pool -v run --base tbase/1 --layer dev -- t61tool
 srun --mpi=pmix -N4 --ntasks-per-node=1 sw-pool unload tbase/1 >/dev/null
-srun -N4 sh -c 'echo "left \$(grep -c sw-pool /proc/self/mounts)"'
+srun -N4 sh -c 'echo "left \$(grep -cE " /tmp/sw-pool-$uid/|squashfuse|overlay" /proc/self/mounts)"'
 EOS
 chmod 755 "$W/job.sh"
 rc=0; as_user "${ENVV[@]}" sbatch -W -N4 --chdir=/tmp -o "$W/out/job.out" "$W/job.sh" >/dev/null 2>&1 || rc=$?
@@ -76,7 +76,7 @@ assert_eq "... the program ran on 4 nodes inside the base (its os-release, the l
 assert_eq "... on 4 distinct nodes" 4 "$(grep -E '^t61 on node' <<< "$jo" | cut -d: -f1 | sort -u | wc -l)"
 assert_eq "... -v on every node: the kernel's overlay over the base and the job's copy" 5 "$(grep -c "rootless kernel overlay over the base pool" <<< "$jo" || true)"
 assert_eq "... no mount of sw-pool's left on any node after unload" 4 "$(grep -c '^left 0$' <<< "$jo" || true)"
-[[ $rc == 0 && $(grep -c '^t61 on' <<< "$jo" || true) == 4 ]] || printf '  job: %s\n' "$jo"
+[[ $rc == 0 && $(grep -c '^t61 on' <<< "$jo" || true) == 4 && $(grep -c '^left 0$' <<< "$jo" || true) == 4 ]] || printf '  job: %s\n' "$jo"
 assert_eq "the pool on shared storage is unchanged" "$pool_hash" "$(sha256sum < "$E/pools/tbase/1.sqfs")"
 n1=$("$TESTBED/exec" node1 sh -c "test -x $LD/dev/upper/usr/local/bin/t61tool && stat -c %u $LD/dev/upper/usr/local/bin/t61tool" || true)
 assert_eq "the program is in node1's layer, the user's own file" "$uid" "$n1"

@@ -531,6 +531,11 @@ mod tests {
         fs::create_dir_all(up.join("etc")).unwrap();
         fs::write(up.join("usr/local/bin/tool"), b"#!/bin/sh\necho tool\n").unwrap();
         fs::write(up.join("usr/local/big"), vec![5u8; 300_000]).unwrap();
+        // zeros the transfer leaves unwritten: a file of them only, and one ending in them
+        fs::write(up.join("usr/local/zeros"), vec![0u8; 200_000]).unwrap();
+        let mut tail = b"abc".to_vec();
+        tail.resize(150_000, 0);
+        fs::write(up.join("usr/local/tailz"), tail).unwrap();
         fs::write(up.join("etc/.wh.motd"), b"").unwrap();
         std::os::unix::fs::symlink("bin/tool", up.join("usr/local/t")).unwrap();
         up
@@ -609,8 +614,8 @@ mod tests {
             .iter()
             .all(|o| o.as_ref().unwrap().generation == rep.generation));
         assert_eq!((rep.nodes, rep.nodes_updated), (4, 4));
-        assert_eq!((rep.files, rep.files_sent), (2, 2));
-        assert_eq!(rep.bytes_sent, 300_000 + 20);
+        assert_eq!((rep.files, rep.files_sent), (4, 4));
+        assert_eq!(rep.bytes_sent, 300_000 + 20 + 200_000 + 150_000);
         for n in 0..4 {
             let c = copies(t.path(), n);
             let s = c.for_job("7").unwrap();
@@ -618,6 +623,12 @@ mod tests {
                 fs::read(s.join("usr/local/big")).unwrap(),
                 vec![5u8; 300_000]
             );
+            assert_eq!(
+                fs::read(s.join("usr/local/zeros")).unwrap(),
+                vec![0u8; 200_000]
+            );
+            let tail = fs::read(s.join("usr/local/tailz")).unwrap();
+            assert_eq!((tail.len(), &tail[..3]), (150_000, &b"abc"[..]));
             // the deletion in the kernel's form (the kernel's overlay reads it too)
             let wh = fs::symlink_metadata(s.join("etc/motd")).unwrap();
             assert!(
@@ -665,7 +676,7 @@ mod tests {
         crate::atomic::TempDir::create(&t.path().join("x"), "y").ok();
         swpool_env::layer::remove_tree(&t.path().join("node2/layers")).unwrap();
         let rep = sync_all(3, &r)[0].clone().unwrap();
-        assert_eq!((rep.nodes_updated, rep.files_sent), (1, 2));
+        assert_eq!((rep.nodes_updated, rep.files_sent), (1, 4));
         assert!(copies(t.path(), 2).for_job("1").is_some());
     }
 

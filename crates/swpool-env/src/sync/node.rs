@@ -360,11 +360,30 @@ fn valid_job(j: &str) -> bool {
 /// Give the files of `m` listed in `written` (written into the tree at `root` by the transfer)
 /// their modes and mtimes.
 pub fn finish_files(root: &Path, m: &Manifest, written: &[usize]) -> Result<(), EnvError> {
+    use std::os::unix::fs::OpenOptionsExt;
     for &i in written {
         let e = &m.entries[i];
         let p = root.join(&e.path);
-        fs::set_permissions(&p, fs::Permissions::from_mode(e.mode))
+        // the transfer creates a file with its first bytes and leaves runs of zeros unwritten:
+        // a file of zeros only is made here, and one ending in zeros gets its length
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&p)
+            .map_err(|x| EnvError::io("cannot open", &p, x))?;
+        let len = f
+            .metadata()
+            .map_err(|x| EnvError::io("cannot stat", &p, x))?
+            .len();
+        if len < e.size {
+            f.set_len(e.size)
+                .map_err(|x| EnvError::io("cannot set the length of", &p, x))?;
+        }
+        f.set_permissions(fs::Permissions::from_mode(e.mode))
             .map_err(|x| EnvError::io("cannot chmod", &p, x))?;
+        drop(f);
         swpool_sys::atomic::set_mtime(&p, e.mtime_ns)
             .map_err(|x| EnvError::io("cannot set the mtime of", &p, x))?;
     }
