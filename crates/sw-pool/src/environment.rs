@@ -175,6 +175,20 @@ fn start(
     }
 }
 
+/// Where the pool `spec` names (NAME/VERSION, a pool file or a mount point) is mounted for this
+/// user on this node, if it is. The error itself is not formatted here (see `Failed`): the callers
+/// say what it means.
+fn loaded_at(spec: &str, cfg: &Config, uid: u32, env: &Environment) -> Option<PathBuf> {
+    swpool_core::load::mountpoint_of(
+        std::path::Path::new(spec),
+        cfg.mount_dir.value.as_deref(),
+        uid,
+        env,
+    )
+    .ok()
+    .map(|(mp, _)| mp)
+}
+
 /// The binds of `--shadow NAME/VERSION...`: each pool must be loaded by this user on this node.
 fn shadows(
     specs: &[String],
@@ -194,13 +208,7 @@ fn shadows(
     let uid = rustix::process::getuid().as_raw();
     let mut out = Vec::new();
     for spec in specs {
-        // the error itself is not formatted here (see `Failed`): what it means is said
-        let Ok((mp, _)) = swpool_core::load::mountpoint_of(
-            std::path::Path::new(spec),
-            cfg.mount_dir.value.as_deref(),
-            uid,
-            env,
-        ) else {
+        let Some(mp) = loaded_at(spec, cfg, uid, env) else {
             return Err(Failed::new(
                 ExitStatus::BadInput,
                 format!(
@@ -255,12 +263,7 @@ fn bases(
                  job, once for all its nodes: `sw-pool load` in the batch script)"
             ))
         };
-        let Ok((mp, _)) = swpool_core::load::mountpoint_of(
-            std::path::Path::new(spec),
-            cfg.mount_dir.value.as_deref(),
-            uid,
-            env,
-        ) else {
+        let Some(mp) = loaded_at(spec, cfg, uid, env) else {
             return Err(not_loaded());
         };
         let rec = records

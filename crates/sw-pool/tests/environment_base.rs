@@ -74,6 +74,15 @@ fn base_cmd(f: &Fixture, args: &[&str]) -> Command {
     c
 }
 
+/// `sw-pool run FLAGS -- sh -c SCRIPT` (FLAGS split at spaces) as nobody with the fixture's
+/// directories.
+fn in_env(f: &Fixture, flags: &str, script: &str) -> Out {
+    let mut a: Vec<&str> = vec!["run"];
+    a.extend(flags.split_whitespace());
+    a.extend(["--", "sh", "-c", script]);
+    run(&mut base_cmd(f, &a))
+}
+
 #[test]
 fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_over_both() {
     if !ready() {
@@ -90,9 +99,14 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
         std::fs::create_dir(&p).unwrap();
         std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
     }
-    let sh = |args: &[&str]| run(&mut base_cmd(&f, args));
+    let sh = |args: &str| {
+        run(&mut base_cmd(
+            &f,
+            &args.split_whitespace().collect::<Vec<_>>(),
+        ))
+    };
     // not loaded: refused, saying what to do
-    let o = sh(&["run", "--base", "tbase/1", "--", "true"]);
+    let o = in_env(&f, "--base tbase/1", "true");
     assert_eq!(o.code, 125, "{}", o.stderr);
     assert!(o.stderr.contains("sw-pool load tbase/1"), "{}", o.stderr);
 
@@ -100,67 +114,51 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
     let tree = f.dir.path().join("tree");
     root_tree(&tree);
     let pool = f.dir.path().join("tbase.pool");
-    let b = sw_run(&[
-        "build",
-        "--format",
-        "squashfs",
-        "--name",
-        "tbase",
-        "--version",
-        "1",
-        pool.to_str().unwrap(),
-        tree.to_str().unwrap(),
-    ]);
+    let b = run(sw()
+        .args([
+            "build",
+            "--format",
+            "squashfs",
+            "--name",
+            "tbase",
+            "--version",
+            "1",
+        ])
+        .arg(&pool)
+        .arg(&tree));
     assert_eq!(b.code, 0, "{}", b.stderr);
     std::fs::set_permissions(&pool, std::fs::Permissions::from_mode(0o644)).unwrap();
     let before = sha256_file(&pool);
     let mut loaded = Loaded(&f, Vec::new());
-    let o = sh(&["load", pool.to_str().unwrap()]);
+    let o = sh(&format!("load {}", pool.display()));
     assert_eq!(o.code, 0, "{}", o.stderr);
     loaded.1.push("tbase/1");
 
     // the base is the root (read-only without a layer); the host's /tmp is bound in
-    let o = sh(&[
-        "run", "-v", "--base", "tbase/1", "--",
-        "sh", "-c", "cat /etc/os-release; ls /usr/bin 2>&1; id -u; ls -d /tmp/* | cat >/dev/null; rm /etc/motd 2>/dev/null || echo rm refused; cat /etc/motd",
-    ]);
-    assert!(
-        o.stdout.contains("sw-pool test base"),
-        "{}{}",
-        o.stdout,
-        o.stderr
+    let o = in_env(
+        &f,
+        "-v --base tbase/1",
+        "cat /etc/os-release; ls /usr/bin 2>&1; id -u; ls -d /tmp/* | cat >/dev/null; \
+         rm /etc/motd 2>/dev/null || echo rm refused; cat /etc/motd",
     );
-    assert!(
-        o.stdout.contains("No such file"),
-        "the host's /usr/bin is not there: {}",
-        o.stdout
-    );
-    assert!(o.stdout.contains("65534"), "{}", o.stdout);
-    assert!(
-        o.stdout.contains("rm refused\nfrom the base"),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stderr.contains("the base pool as a read-only root"),
-        "{}",
-        o.stderr
-    );
+    let all = format!("{}{}", o.stdout, o.stderr);
+    for want in [
+        "sw-pool test base",
+        "No such file", // the host's /usr/bin is not there
+        "65534",
+        "rm refused\nfrom the base",
+        "the base pool as a read-only root",
+    ] {
+        assert!(all.contains(want), "{want:?} in {all}");
+    }
 
     // with a layer: writes anywhere land in the layer through the kernel's overlay, rootless
-    assert_eq!(sh(&["layer", "create", "dev"]).code, 0);
-    let o = sh(&[
-        "run",
-        "-v",
-        "--base",
-        "tbase/1",
-        "--layer",
-        "dev",
-        "--",
-        "sh",
-        "-c",
+    assert_eq!(sh("layer create dev").code, 0);
+    let o = in_env(
+        &f,
+        "-v --base tbase/1 --layer dev",
         "echo tool > /usr/local/bin/t && rm /etc/motd && echo changed > /etc/os-release",
-    ]);
+    );
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
         o.stderr
@@ -178,31 +176,15 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
         std::os::unix::fs::FileTypeExt::is_char_device(&wh.file_type()),
         "the deletion is a kernel whiteout"
     );
-    let o = sh(&[
-        "run",
-        "--base",
-        "tbase/1",
-        "--layer",
-        "dev",
-        "--",
-        "sh",
-        "-c",
-        "cat /usr/local/bin/t /etc/os-release; ls /etc",
-    ]);
+    let read = "cat /usr/local/bin/t /etc/os-release; ls /etc";
+    let o = in_env(&f, "--base tbase/1 --layer dev", read);
     assert_eq!(o.stdout, "tool\nchanged\nos-release\n", "{}", o.stderr);
     // --root: uid 0 inside owns what the base's root owns
-    let o = sh(&[
-        "run",
-        "--root",
-        "--base",
-        "tbase/1",
-        "--layer",
-        "dev",
-        "--",
-        "sh",
-        "-c",
+    let o = in_env(
+        &f,
+        "--root --base tbase/1 --layer dev",
         "id -u; echo r > /root/x; ls -ln /root/x",
-    ]);
+    );
     assert!(
         o.stdout.starts_with("0\n") && o.stdout.contains(" 0 0 "),
         "{}{}",
@@ -212,61 +194,27 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
 
     // the layer exported as a pool, stacked on the base: a read-only stack, then a layer on top
     let out = f.dir.path().join("out/dev.pool");
-    let o = sh(&[
-        "layer",
-        "export",
-        "--version",
-        "1",
-        "dev",
-        out.to_str().unwrap(),
-    ]);
+    let o = sh(&format!("layer export --version 1 dev {}", out.display()));
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let o = sh(&["load", out.to_str().unwrap()]);
+    let o = sh(&format!("load {}", out.display()));
     assert_eq!(o.code, 0, "{}", o.stderr);
     loaded.1.push("dev/1");
-    let o = sh(&[
-        "run",
-        "--base",
-        "tbase/1",
-        "--base",
-        "dev/1",
-        "--",
-        "sh",
-        "-c",
-        "cat /usr/local/bin/t /etc/os-release; ls /etc; id -u",
-    ]);
+    let o = in_env(&f, "--base tbase/1 --base dev/1", &format!("{read}; id -u"));
     assert_eq!(
         o.stdout, "tool\nchanged\nos-release\n65534\n",
         "{}",
         o.stderr
     );
-    assert_eq!(sh(&["layer", "create", "top"]).code, 0);
-    let o = sh(&[
-        "run",
-        "--base",
-        "tbase/1",
-        "--base",
-        "dev/1",
-        "--layer",
-        "top",
-        "--",
-        "sh",
-        "-c",
+    assert_eq!(sh("layer create top").code, 0);
+    let o = in_env(
+        &f,
+        "--base tbase/1 --base dev/1 --layer top",
         "echo more >> /usr/local/bin/t && rm /etc/os-release && cat /usr/local/bin/t && ls /etc",
-    ]);
+    );
     assert_eq!(o.stdout, "tool\nmore\n", "{}", o.stderr);
     // nothing written into a pool or the host
     assert_eq!(sha256_file(&pool), before);
-    let o = sh(&[
-        "run",
-        "--base",
-        "tbase/1",
-        "--base",
-        "dev/1",
-        "--",
-        "cat",
-        "/usr/local/bin/t",
-    ]);
+    let o = in_env(&f, "--base tbase/1 --base dev/1", "cat /usr/local/bin/t");
     assert_eq!(o.stdout, "tool\n", "{}", o.stderr);
     assert!(!Path::new("/usr/local/bin/t").exists());
     drop(loaded);

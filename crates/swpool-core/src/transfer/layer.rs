@@ -384,13 +384,9 @@ impl Concat {
         mut f: impl FnMut(&File, usize, u64, std::ops::Range<usize>) -> std::io::Result<usize>,
     ) -> std::io::Result<usize> {
         let mut done = 0usize;
-        while done < len && off + (done as u64) < self.layout.len {
-            let pos = off + done as u64;
-            let i = self.layout.find(pos);
-            let (_, start, flen) = &self.layout.files[i];
-            let within = pos - start;
-            let n = (len - done).min((flen - within) as usize);
-            let k = f(&*self.file(i)?, i, within, done..done + n)?;
+        for (i, within, r) in self.plan(off, len) {
+            let n = r.len();
+            let k = f(&*self.file(i)?, i, within, r)?;
             done += k;
             if k < n {
                 break;
