@@ -51,6 +51,11 @@ cp /bin/true "$I/bin/"
 for l in $(ldd /bin/true | grep -o '/lib[^ ]*'); do mkdir -p "$I$(dirname "$l")"; cp "$l" "$I$l"; done
 touch "$I"/etc/{passwd,group,hosts,resolv.conf}
 chmod -R a+rX "$I"
+# the same tree as a root file system pool for `run --base` (built by root: its files are root's)
+mkdir -p "$I"/{sys,usr/local/bin}
+chmod 1777 "$I/tmp"
+"$SW" build -q --format squashfs --name envbase --version 1 "$W/envbase.sqfs" "$I" >/dev/null 2>&1
+chmod 644 "$W/envbase.sqfs"
 
 # the inner script runs as nobody: NAME REP SECONDS per line
 cat > "$W/inner.sh" <<'EOS'
@@ -91,6 +96,12 @@ loop sw-pool-run-layer-kernel env SW_POOL_MOUNT_HELPER="$W/sbin/sw-pool-mount-he
 for _ in $(seq 200); do [ -S "$(ls "$W"/state/envs/layer-*.sock 2>/dev/null | head -1)" ] && break; sleep 0.05; done
 loop sw-pool-run-layer-joined "$SW" run --layer bench -- true
 kill "$holder"; wait "$holder" 2>/dev/null || true
+# --base: the pool (loaded by the user) mounted by squashfuse in each new environment, the layer
+# written through the kernel's overlay without the helper
+"$SW" load "$W/envbase.sqfs" >/dev/null 2>&1 || true
+"$SW" layer create benchb >/dev/null
+loop sw-pool-run-base-layer "$SW" run --base envbase/1 --layer benchb -- /bin/true
+"$SW" unload envbase/1 >/dev/null 2>&1 || true
 burst burst-sw-pool-run "$SW" run -- true
 # the tasks of one job step on a node share one environment
 SLURM_JOB_ID=60 SLURM_STEP_ID=0 burst burst-sw-pool-run-step "$SW" run -- true
@@ -109,7 +120,7 @@ SWR=$(med sw-pool-run)
 {
   echo "| contender | 100 starts (s) | per start (ms) | ÷ sw-pool run |"
   echo "|---|---|---|---|"
-  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-kernel sw-pool-run-layer-joined; do
+  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-kernel sw-pool-run-layer-joined sw-pool-run-base-layer; do
     f=$(failed "$n")
     if [[ -n $f ]]; then echo "| $n | failed: $f | | |"; continue; fi
     m=$(med "$n")
@@ -130,6 +141,9 @@ SWR=$(med sw-pool-run)
   echo "sw-pool-run-layer-kernel: the same with the site's helper (environment_trees = [\"/usr\"]):"
   echo "each start runs \`sudo -n sw-pool-mount-helper idmap\` and mounts the kernel's overlay."
   echo "sw-pool-run-layer-joined: an environment on the layer runs, each start joins it."
+  echo "sw-pool-run-base-layer: \`run --base envbase/1 --layer\` (the ch-run tree as a pool, loaded by"
+  echo "the user): each start mounts the pool with squashfuse inside the new environment and the"
+  echo "layer over it with the kernel's overlay, rootless."
   echo "burst-sw-pool-run-step: 128 starts with one job step's SLURM_JOB_ID/SLURM_STEP_ID (one"
   echo "environment for all). ch-run makes no PID namespace. podman: not measured (rootless podman"
   echo "needs an image store, subuid ranges and an image; none without network)."
