@@ -74,6 +74,27 @@ fn base_cmd(f: &Fixture, args: &[&str]) -> Command {
     c
 }
 
+/// `sw-pool build` (as root, the test) of `tree` as the squashfs pool NAME/1 beside it, readable
+/// by the test user.
+fn build_pool(tree: &Path, name: &str) -> std::path::PathBuf {
+    let pool = tree.with_file_name(format!("{name}.pool"));
+    let b = run(sw()
+        .args([
+            "build",
+            "--format",
+            "squashfs",
+            "--name",
+            name,
+            "--version",
+            "1",
+        ])
+        .arg(&pool)
+        .arg(tree));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    std::fs::set_permissions(&pool, std::fs::Permissions::from_mode(0o644)).unwrap();
+    pool
+}
+
 /// `sw-pool run FLAGS -- sh -c SCRIPT` (FLAGS split at spaces) as nobody with the fixture's
 /// directories.
 fn in_env(f: &Fixture, flags: &str, script: &str) -> Out {
@@ -113,21 +134,7 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
     // built by root from a root file system, loaded by the user
     let tree = f.dir.path().join("tree");
     root_tree(&tree);
-    let pool = f.dir.path().join("tbase.pool");
-    let b = run(sw()
-        .args([
-            "build",
-            "--format",
-            "squashfs",
-            "--name",
-            "tbase",
-            "--version",
-            "1",
-        ])
-        .arg(&pool)
-        .arg(&tree));
-    assert_eq!(b.code, 0, "{}", b.stderr);
-    std::fs::set_permissions(&pool, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let pool = build_pool(&tree, "tbase");
     let before = sha256_file(&pool);
     let mut loaded = Loaded(&f, Vec::new());
     let o = sh(&format!("load {}", pool.display()));
@@ -164,6 +171,11 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
         o.stderr
             .contains("rootless kernel overlay over the base pool"),
         "{}",
+        o.stderr
+    );
+    assert!(
+        !o.stderr.contains("not root's"),
+        "a root-built base is not warned about: {}",
         o.stderr
     );
     let upper = f.layers().join("dev/upper");
@@ -212,6 +224,29 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
         "echo more >> /usr/local/bin/t && rm /etc/os-release && cat /usr/local/bin/t && ls /etc",
     );
     assert_eq!(o.stdout, "tool\nmore\n", "{}", o.stderr);
+    // a base whose files are not root's in its image (built from a tree of uid 4321 without
+    // --all-root): writing over it is named before the command fails on it
+    let t2 = f.dir.path().join("tree2");
+    root_tree(&t2);
+    let chown = Command::new("chown")
+        .arg("-R")
+        .arg("4321:4321")
+        .arg(&t2)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let pool2 = build_pool(&t2, "ubase");
+    assert_eq!(sh(&format!("load {}", pool2.display())).code, 0);
+    loaded.1.push("ubase/1");
+    assert_eq!(sh("layer create u").code, 0);
+    let o = in_env(&f, "--base ubase/1 --layer u", "echo x >> /etc/motd");
+    assert_ne!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("base pool ubase/1 are not root's")
+            && o.stderr.contains("sw-pool build --all-root"),
+        "{}",
+        o.stderr
+    );
     // nothing written into a pool or the host
     assert_eq!(sha256_file(&pool), before);
     let o = in_env(&f, "--base tbase/1 --base dev/1", "cat /usr/local/bin/t");

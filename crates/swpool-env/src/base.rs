@@ -23,7 +23,13 @@ pub struct Base {
 /// Mount each `--base` pool's image over its usual mount point with squashfuse, in this
 /// namespace (its files owned by root are this namespace's root's, so the kernel's overlay can
 /// copy them up). The FUSE daemon lives in the environment's PID namespace and ends with it.
-pub(crate) fn mount(bases: &[Base], squashfuse: Option<&Path>) -> Result<(), String> {
+/// With `written` (a layer over the bases through the kernel's overlay), a base whose top directory is not root's in the image
+/// is named: copying its files up fails (EOVERFLOW: their owner is not mapped in the namespace).
+pub(crate) fn mount(
+    bases: &[Base],
+    squashfuse: Option<&Path>,
+    written: bool,
+) -> Result<(), String> {
     for b in bases {
         let prog = squashfuse.ok_or("squashfuse_ll was not found")?;
         ToolCommand::new(Tool::SquashfuseLl)
@@ -32,8 +38,27 @@ pub(crate) fn mount(bases: &[Base], squashfuse: Option<&Path>) -> Result<(), Str
             .path(&b.at)
             .run(None)
             .map_err(|e| format!("cannot mount the base pool {}: {e}", b.label))?;
+        if written {
+            if let Some(w) = not_roots(b) {
+                eprintln!("sw-pool: environment: warning: {w}");
+            }
+        }
     }
     Ok(())
+}
+
+/// Why writing over base `b` (mounted at `b.at`, seen from the environment's namespace, where
+/// root is uid 0) will fail, if its top directory is not root's.
+fn not_roots(b: &Base) -> Option<String> {
+    let st = rustix::fs::stat(&b.at).ok()?;
+    (st.st_uid != 0).then(|| {
+        format!(
+            "the files of the base pool {} are not root's in its image (its top directory is \
+             uid {} here): writing over them through the layer fails (EOVERFLOW); rebuild it \
+             with `sw-pool build --all-root`",
+            b.label, st.st_uid
+        )
+    })
 }
 
 /// The overlay's lower directories, top first: the job's copy of the layer, then the base pools

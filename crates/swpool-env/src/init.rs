@@ -314,7 +314,11 @@ fn setup(spec: &Spec) -> Result<(), String> {
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
-    crate::base::mount(&spec.bases, spec.squashfuse.as_deref())?;
+    crate::base::mount(
+        &spec.bases,
+        spec.squashfuse.as_deref(),
+        spec.method == Method::BaseOverlay,
+    )?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     // the kernel path with views of some trees but not of `/`: they were mounted in place
     let in_place = match (&views, &spec.layer) {
