@@ -354,12 +354,17 @@ impl LayerStore {
 /// `.wh..opq` / `.wh..wh..opq` are not whiteouts.
 pub fn is_whiteout(name: &std::ffi::OsStr, m: &fs::Metadata) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::FileTypeExt;
     let n = name.as_bytes();
     if n.starts_with(b".wh..") {
         return false;
     }
-    n.starts_with(b".wh.") || (m.file_type().is_char_device() && m.rdev() == 0)
+    n.starts_with(b".wh.") || is_whiteout_device(m)
+}
+
+/// The kernel's form of a whiteout: a character device 0/0.
+pub fn is_whiteout_device(m: &fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    m.file_type().is_char_device() && m.rdev() == 0
 }
 
 /// The pid written in a lock file.

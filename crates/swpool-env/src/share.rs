@@ -54,25 +54,32 @@ pub fn layer_key(layer_dir: &Path) -> String {
 /// What an environment's shadow mounts add to its key (an environment is joined only by starts
 /// that ask for the same shadows).
 pub fn shadow_key(shadows: &[(PathBuf, PathBuf)]) -> String {
+    pairs_key(
+        "shadow",
+        shadows.iter().map(|(a, b)| (a.as_path(), b.as_path())),
+    )
+}
+
+/// `PREFIX-<hash of the path pairs>`, each path NUL-terminated.
+fn pairs_key<'a>(prefix: &str, pairs: impl Iterator<Item = (&'a Path, &'a Path)>) -> String {
     use std::os::unix::ffi::OsStrExt;
     let mut h = blake3::Hasher::new();
-    for (a, b) in shadows {
+    for (a, b) in pairs {
         h.update(a.as_os_str().as_bytes());
         h.update(b"\0");
         h.update(b.as_os_str().as_bytes());
         h.update(b"\0");
     }
-    format!("shadow-{}", &h.finalize().to_hex()[..12])
+    format!("{prefix}-{}", &h.finalize().to_hex()[..12])
 }
 
 /// What an environment's `--base` pools add to its key (joined only by starts over the same
 /// images at the same places).
 pub fn base_key(bases: &[crate::Base]) -> String {
-    let pairs: Vec<(PathBuf, PathBuf)> = bases
-        .iter()
-        .map(|b| (b.image.clone(), b.at.clone()))
-        .collect();
-    format!("base-{}", &shadow_key(&pairs)["shadow-".len()..])
+    pairs_key(
+        "base",
+        bases.iter().map(|b| (b.image.as_path(), b.at.as_path())),
+    )
 }
 
 /// The key of a job step's environment without a layer.

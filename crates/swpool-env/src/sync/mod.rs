@@ -30,7 +30,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// What an entry of a layer is.
@@ -161,7 +161,7 @@ impl Manifest {
                             + i128::from(m.mtime_nsec()),
                         target: None,
                     }
-                } else if ft.is_char_device() && m.rdev() == 0 {
+                } else if crate::layer::is_whiteout_device(&m) {
                     let mut wh = OsString::from(".wh.");
                     wh.push(&name);
                     Entry {

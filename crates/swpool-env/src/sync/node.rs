@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{Entry, Kind, Manifest};
@@ -400,7 +400,7 @@ fn kernel_name(wh: &Path) -> PathBuf {
 }
 
 fn is_kernel_whiteout(p: &Path) -> bool {
-    fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == 0)
+    fs::symlink_metadata(p).is_ok_and(|m| crate::layer::is_whiteout_device(&m))
 }
 
 /// A deleted lower file in the copy: the kernel's form (a character device 0/0 at `dir/NAME`,
