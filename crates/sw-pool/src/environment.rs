@@ -8,6 +8,8 @@ use swpool_core::ExitStatus;
 use swpool_env::{LayerStore, RunRequest};
 
 use crate::cli::{EnvironmentArgs, GlobalArgs, RunArgs, ShellArgs};
+
+mod pools;
 use crate::output::Printer;
 
 /// An error of `run`/`shell`: its message and exit status. The front never formats a
@@ -127,6 +129,13 @@ fn start(
         Ok(b) => b,
         Err(e) => setup_failed(&e),
     };
+    let pools = match pools::pools(&a.pool, &cfg, env) {
+        Ok(p) => p,
+        Err(e) => {
+            e.print();
+            std::process::exit(swpool_env::EXIT_SETUP)
+        }
+    };
     // only an environment with a layer or of a job step is shared
     let shared = a.layer.is_some() || step_key.is_some();
     let req = RunRequest {
@@ -156,6 +165,7 @@ fn start(
         shadows,
         helper: cfg.mount_helper.value.clone(),
         bases,
+        pools,
     };
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {

@@ -94,6 +94,68 @@ pub fn layers_dir(cache: &Path) -> PathBuf {
     crate::atomic::parent_dir(cache).join("layers")
 }
 
+/// Where the nodes of a job step leave the outcome of placing the pool `spec` for the step's
+/// tasks (`run --pool` in a step: task 0 places it on every node with `cache fetch --for-step`,
+/// each task reads its node's outcome): `<base>/sw-pool-<uid>/steps/<JOB.STEP>/<key>`, `key` a
+/// hash of the spec. `None` for a step id that is not `DIGITS.DIGITS` (or `DIGITS`).
+pub fn step_mark(cache: &Path, step: &str, spec: &str) -> Option<PathBuf> {
+    let ok = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    let valid = match step.split_once('.') {
+        Some((j, s)) => ok(j) && ok(s),
+        None => ok(step),
+    };
+    if !valid {
+        return None;
+    }
+    let key = blake3::hash(spec.as_bytes()).to_hex();
+    Some(
+        crate::atomic::parent_dir(cache)
+            .join("steps")
+            .join(step)
+            .join(&key.as_str()[..24]),
+    )
+}
+
+/// Record at `mark` ([`step_mark`]) what placing gave on this node: the placement (JSON) or why it
+/// failed; written whole under a temporary name and renamed.
+pub fn write_step_mark(mark: &Path, outcome: Result<&[u8], &str>) -> std::io::Result<()> {
+    let dir = crate::atomic::parent_dir(mark);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let (path, bytes) = match outcome {
+        Ok(b) => (mark.with_extension("ok"), b),
+        Err(why) => (mark.with_extension("failed"), why.as_bytes()),
+    };
+    crate::atomic::write_file(&path, bytes, true)
+}
+
+/// What [`write_step_mark`] left at `mark`, if anything yet: `Ok(bytes)` or `Err(why)`.
+pub fn read_step_mark(mark: &Path) -> Option<Result<Vec<u8>, String>> {
+    if let Ok(b) = std::fs::read(mark.with_extension("ok")) {
+        return Some(Ok(b));
+    }
+    std::fs::read_to_string(mark.with_extension("failed"))
+        .ok()
+        .map(Err)
+}
+
+/// Remove the marks of job `job`'s steps (the epilog; marks are a few hundred bytes each).
+pub fn remove_step_marks(cache: &Path, job: &str) {
+    let steps = crate::atomic::parent_dir(cache).join("steps");
+    let Ok(rd) = std::fs::read_dir(&steps) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n == job || n.strip_prefix(job).is_some_and(|r| r.starts_with('.')) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The user's cache directory under `base` when it exists (`None`: no pool was ever cached there),
 /// checked like [`dir`].
 pub fn existing_dir(base: &Path, uid: u32) -> Result<Option<PathBuf>, CacheError> {

@@ -42,6 +42,11 @@ pub struct Spec {
     pub bases: Vec<crate::Base>,
     #[serde(default)]
     pub squashfuse: Option<PathBuf>,
+    /// `--pool` pools, mounted at their usual mount points ([`crate::EnvPool`]).
+    #[serde(default)]
+    pub pools: Vec<crate::EnvPool>,
+    #[serde(default)]
+    pub fuse2fs: Option<PathBuf>,
     /// Host mounts to bind into the new root.
     pub binds: Vec<PathBuf>,
     /// `(source, original)`: a pool's package bound over the original directory (shadow mounts);
@@ -329,6 +334,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
     if method == Method::Plain || in_place {
         rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
             .map_err(|e| format!("cannot mount /proc: {e}"))?;
+        pools(spec, Path::new("/"))?;
         shadow(spec, Path::new("/"));
     } else {
         let root = match (&spec.layer, method) {
@@ -377,6 +383,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
                 ),
                 _ => format!("cannot mount /proc: {e}"),
             })?;
+        pools(spec, m)?;
         shadow(spec, m);
         std::env::set_current_dir(m).map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
         rustix::mount::mount_move(".", "/")
@@ -388,6 +395,17 @@ fn setup(spec: &Spec) -> Result<(), String> {
         let _ = std::env::set_current_dir("/");
     }
     Ok(())
+}
+
+/// The `--pool` pools at their usual mount points under the environment's root `root`.
+fn pools(spec: &Spec, root: &Path) -> Result<(), String> {
+    crate::pools::mount(
+        &spec.pools,
+        root,
+        spec.squashfuse.as_deref(),
+        spec.fuse2fs.as_deref(),
+        spec.verbose,
+    )
 }
 
 /// The shadow mounts, under the environment's root `root`: each pool package bound (read-only,

@@ -48,6 +48,8 @@ pub struct RunRequest {
     pub helper: Option<PathBuf>,
     /// `--base` pools, bottom first: they replace the host's `/` as the lowest layers.
     pub bases: Vec<crate::Base>,
+    /// `--pool` pools: mounted at their usual mount points in this environment only.
+    pub pools: Vec<crate::EnvPool>,
 }
 
 /// A job's copy of a layer on this node.
@@ -103,6 +105,17 @@ pub fn run(
     );
     facts.copy_has_whiteouts = synced.is_some_and(|s| s.copies.has_whiteouts(&s.state));
     let mut p = plan::choose(layer.is_some(), base, &facts)?;
+    // `--pool`: FUSE inside the environment, and the tools for the pools' formats
+    let (pool_squashfuse, fuse2fs) = if req.pools.is_empty() {
+        (None, None)
+    } else {
+        if let Some(why) = probe::dev_fuse_blocked(std::path::Path::new("/dev/fuse")) {
+            return Err(EnvError::Unsupported(format!(
+                "--pool mounts the pool inside the environment with FUSE, but {why}"
+            )));
+        }
+        crate::pools::tools(&req.pools, req.path_var.as_deref()).map_err(EnvError::Unsupported)?
+    };
     if let Some(s) = synced {
         p.why = format!(
             "{}; the layer is the job's copy on this node ({}) under a fresh upper ({}) that ends with the environment",
@@ -125,6 +138,11 @@ pub fn run(
         .map(|k| match base {
             false => k,
             true => format!("{k}-{}", share::base_key(&req.bases)),
+        })
+        // and the same pools
+        .map(|k| match req.pools.is_empty() {
+            true => k,
+            false => format!("{k}-{}", share::pools_key(&req.pools)),
         });
     let mut share_lock = None;
     let mut socket = None;
@@ -237,11 +255,18 @@ pub fn run(
         method: p.method,
         name: layer.as_ref().map_or("-".into(), |l| l.name.clone()),
         lower: synced.map(|s| s.state.clone()),
-        identity: direct && !req.root && socket.is_none() && p.method == Method::Plain,
+        // (pools are mounted by pid 1's FUSE daemons as the namespace's root)
+        identity: direct
+            && !req.root
+            && socket.is_none()
+            && p.method == Method::Plain
+            && req.pools.is_empty(),
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         bases: req.bases.clone(),
-        squashfuse: facts.squashfuse.clone(),
+        squashfuse: facts.squashfuse.clone().or(pool_squashfuse),
+        pools: req.pools.clone(),
+        fuse2fs,
         binds,
         shadows: req.shadows.clone(),
         cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),

@@ -31,6 +31,7 @@ pub mod init;
 pub mod launch;
 pub mod layer;
 pub mod plan;
+pub mod pools;
 pub mod probe;
 pub mod rootfix;
 pub mod share;
@@ -42,6 +43,7 @@ pub use base::Base;
 pub use launch::{run, RunOutcome, RunRequest, Synced};
 pub use layer::{LayerStore, LayerSummary};
 pub use plan::{Method, Plan};
+pub use pools::EnvPool;
 
 /// Exit status when the environment could not be set up (nothing ran), as `env(1)` and
 /// `chroot(1)` use it.

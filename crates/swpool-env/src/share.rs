@@ -82,6 +82,15 @@ pub fn base_key(bases: &[crate::Base]) -> String {
     )
 }
 
+/// What an environment's `--pool` pools add to its key (joined only by starts with the same pools
+/// at the same places).
+pub fn pools_key(pools: &[crate::EnvPool]) -> String {
+    pairs_key(
+        "pools",
+        pools.iter().map(|p| (p.image.as_path(), p.at.as_path())),
+    )
+}
+
 /// The key of a job step's environment without a layer.
 pub fn step_key(job: &str, step: &str) -> Option<String> {
     let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');

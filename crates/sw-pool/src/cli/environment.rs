@@ -37,6 +37,11 @@ pub struct EnvironmentArgs {
     /// without the site's helper
     #[arg(long, value_name = "NAME/VERSION")]
     pub base: Vec<String>,
+    /// A pool for this environment only, mounted at its usual place ($SW_POOL_MOUNT/NAME/VERSION)
+    /// with its modules on MODULEPATH: its verified node-local copy (made on first use, once per
+    /// node of a job step), nothing mounted on the node; repeatable
+    #[arg(long, value_name = "NAME/VERSION|FILE")]
+    pub pool: Vec<String>,
 }
 
 pub const ENVIRONMENT_HELP: &str = "\
@@ -76,6 +81,15 @@ tree; loaded on the node first). /dev, /sys, /tmp, /run, /home, your $HOME and
 the node's other mounts are the host's, bound in where the base has the
 directory. Exported layers stack on it: --base debian/12 --base tools/1.
 With --layer the kernel's overlay writes into the layer without privileges.
+
+POOL: --pool gcc/12 shows the pool at its usual mount point
+($SW_POOL_MOUNT/gcc/12) inside this environment only, its modules on MODULEPATH
+(`module load` works inside); nothing is mounted on the node and nothing is
+left when the environment ends. The pool is resolved, checked against the
+trust policy and copied into the node-local cache as `sw-pool load` does it
+(once per node: `sw-pool cache fetch`; in a job step the step's first task
+copies it to every node of the step, reading it once from shared storage).
+Squashfs and ext pools (squashfuse_ll, fuse2fs inside the environment).
 
 IN A JOB: after `sw-pool layer sync NAME` (or by itself in a step over several
 nodes) every node runs over its own copy of the layer under a fresh upper; what

@@ -683,6 +683,26 @@ pub enum CacheCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Copy POOL into the node-local cache of every node, verified, without mounting it
+    /// (collective like `load`: in a batch script once per node; nothing moves to a node that
+    /// holds it already). Prepares a job's nodes; `run --pool` mounts such a copy in one
+    /// environment
+    Fetch {
+        /// Refuse a pool that is not signed by a trusted key
+        #[arg(long)]
+        require_signature: bool,
+        /// No progress bar
+        #[arg(long)]
+        no_progress: bool,
+        /// Print a JSON report (the pool, its copy, bytes, phases) instead of a line
+        #[arg(long)]
+        json: bool,
+        /// Also leave each node's outcome for the tasks of job step JOB.STEP (`run --pool`)
+        #[arg(long, value_name = "JOB.STEP", hide = true)]
+        for_step: Option<String>,
+        /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
+        pool: PathBuf,
+    },
     /// Write the prefetch list of the chunks of POOL that on-demand runs fetched on this node
     /// (for `load --lazy --prefetch FILE`; as POOL.prefetch beside the pool, `--prefetch auto`)
     Trace {

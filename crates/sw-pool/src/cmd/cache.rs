@@ -22,6 +22,24 @@ pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error>
     let cfg = super::config(env)?;
     let uid = rustix::process::geteuid().as_raw();
     let base = cache::base_dir(a.cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), env);
+    if let CacheCommand::Fetch {
+        require_signature,
+        no_progress,
+        json,
+        for_step,
+        pool,
+    } = &a.command
+    {
+        let f = super::fetch::Fetch {
+            cache_dir: a.cache_dir.as_deref(),
+            require_signature: *require_signature,
+            no_progress: *no_progress,
+            json: *json,
+            for_step: for_step.as_deref(),
+            pool,
+        };
+        return super::fetch::run(g, f, env);
+    }
     if let CacheCommand::Trace { output, pool } = &a.command {
         return trace(g, &cfg, &base, uid, output.as_deref(), pool);
     }
@@ -100,7 +118,7 @@ pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error>
                 }
             ));
         }
-        CacheCommand::Trace { .. } => unreachable!("handled above"),
+        CacheCommand::Trace { .. } | CacheCommand::Fetch { .. } => unreachable!("handled above"),
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod cleanup;
 mod config;
 mod cp;
 mod env;
+mod fetch;
 mod generate;
 mod image;
 mod init;

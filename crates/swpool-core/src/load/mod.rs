@@ -9,7 +9,6 @@
 //! fails every rank with the same error naming the node, and leaves no temporary file and no mount
 //! anywhere (the nodes that mounted take their mount back). See `docs/architecture.md`.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use crate::mount::{self, paths, MountOptions, Sys};
 use crate::pool::{Manifest, Pool};
 use crate::slurm::{self, JobPool};
 use crate::state::{self, AcquireRequest, StateDir};
-use crate::transfer::{copy, Authorized, CopyOptions, CopyReport, ProgressSink};
+use crate::transfer::{CopyReport, ProgressSink};
 use crate::trust::{authorize, TrustPolicy, TrustedKeys, Verdict};
 
 /// What to load, and where.
@@ -186,37 +185,6 @@ pub fn explicit_mountpoint(mp: &Path) -> Result<PathBuf, Error> {
     Ok(mount::create_leaf(mp, 0o755)?)
 }
 
-/// Step 1 on a node leader: resolve, open once, authorize, choose the cache entry.
-/// Also returns the pool's open file: node 0's copy reads the very file the trust policy checked
-/// (and shared storage sees one open of the pool on node 0).
-fn plan(node: &NodeContext, req: &LoadRequest) -> Result<(Plan, Authorized, Option<File>), Error> {
-    let src = resolve(&req.pool, &node.cfg.pool_path.value)?;
-    let (mut pool, verdict) = open_authorized(node, &src)?;
-    let m = &pool.manifest;
-    if let Some(want) = &req.expect_digest {
-        if &m.digest != want {
-            return Err(LoadError::ChangedSinceJob {
-                pool: src.clone(),
-                want: want.clone(),
-                got: m.digest.clone(),
-            }
-            .into());
-        }
-    }
-    let dest = cache_entry(node, req.cache_dir.as_deref(), m)?;
-    let authorized = Authorized::of(&pool);
-    let plan = Plan {
-        src,
-        dest,
-        name: m.name.clone(),
-        version: m.version.clone(),
-        digest: m.digest.clone(),
-        verdict,
-        data_size: m.data_size,
-    };
-    Ok((plan, authorized, pool.file.take()))
-}
-
 /// This node's cache entry for the pool with manifest `m` (`cache_dir`, the request's, first; the
 /// cache directory is created if missing).
 pub(crate) fn cache_entry(
@@ -230,34 +198,6 @@ pub(crate) fn cache_entry(
         &m.name,
         &m.version,
         &m.digest,
-    ))
-}
-
-/// Step 1 on the other node leaders: node 0's plan, authorized here from the trailer bytes node
-/// 0 read (this node's trust policy, this node's cache entry).
-fn plan_from(
-    node: &NodeContext,
-    req: &LoadRequest,
-    first: Plan,
-    authorized: Authorized,
-) -> Result<(Plan, Authorized), Error> {
-    let pool = Pool::from_tail(&first.src, authorized.len, &authorized.tail)?;
-    if pool.manifest.digest != first.digest || pool.manifest.image_size != authorized.image_size {
-        return Err(LoadError::PlanMismatch {
-            pool: first.src.clone(),
-        }
-        .into());
-    }
-    let verdict = authorize(&pool, &node.policy)?;
-    let m = &pool.manifest;
-    let dest = cache_entry(node, req.cache_dir.as_deref(), m)?;
-    Ok((
-        Plan {
-            dest,
-            verdict,
-            ..first
-        },
-        authorized,
     ))
 }
 
@@ -316,48 +256,9 @@ pub fn load(
         ..req.clone()
     };
 
-    // 1. resolve, open once, authorize: before any byte moves. Node 0's leader opens the pool
-    // and reads its trailer; the other leaders authorize the very trailer bytes it read, each
-    // against its own trust policy: one trailer read from shared storage per job, not one per
-    // node. (Every reader's open file must still end in these bytes, and every chunk is hashed
-    // against this manifest as it lands.)
-    let first = leader && job.node_index() == 0;
+    // 1. resolve, open once, authorize: before any byte moves (place.rs)
     let mut src_file = None;
-    let planned = first.then(|| {
-        plan(node, req).map(|(p, a, f)| {
-            src_file = f;
-            (p, a)
-        })
-    });
-    job.agree(outcome(&planned))?;
-    let planned = if leader {
-        let mine = planned.map(|r| {
-            let (p, a) = r.expect("agreed: node 0's plan succeeded");
-            serde_json::to_vec(&(&p, &a)).expect("json")
-        });
-        let got = job.leaders_bcast(0, mine.as_deref())?;
-        let r: Result<(Plan, Authorized), Error> = serde_json::from_slice(&got)
-            .map_err(|e| Error::from(LoadError::PlanDecode(e.to_string())))
-            .and_then(|(p, a): (Plan, Authorized)| {
-                if first {
-                    Ok((p, a))
-                } else {
-                    plan_from(node, req, p, a)
-                }
-            });
-        if r.is_ok() {
-            observer.authorized(job.node_index(), &req.pool);
-        }
-        Some(r)
-    } else {
-        None
-    };
-    job.agree(outcome(&planned))?;
-    let (own_plan, authorized) = match planned {
-        Some(Ok((p, a))) => (Some(p), Some(a)),
-        _ => (None, None),
-    };
-    let plan: Plan = leader_value(job, own_plan.as_ref())?;
+    let (plan, authorized) = place::agree_plan(job, node, req, observer, &mut src_file)?;
     let resolve_trust = t0.elapsed();
 
     // the site path (site.rs): a site-signed pool through the site's mount helper, when every
@@ -414,25 +315,7 @@ pub fn load(
     }
 
     // 2.-6. place: the broadcast into the node-local cache, bound to the authorized bytes
-    let opts = CopyOptions {
-        progress: req.progress.is_some(),
-        progress_sink: req.progress.clone(),
-        authorized,
-        src_file: src_file.map(std::sync::Arc::new),
-        // what an on-demand run of this pool left on a node is not moved again
-        reuse_partial: true,
-        ..CopyOptions::from_env(node.env)
-    };
-    if leader {
-        // an entry changed since it was verified is checked again (or dropped and copied anew)
-        cache::revalidate(&plan.dest, &plan.digest);
-    }
-    let report: CopyReport = copy(job, &plan.src, &plan.dest, &opts)
-        .map_err(crate::transfer::TransferError::for_cache)?;
-    if leader {
-        // every chunk of it was verified (as it landed, or just now)
-        let _ = cache::record_verified(&plan.dest);
-    }
+    let report = place::copy_into_cache(job, node, req, &plan, authorized, src_file)?;
 
     // 7. mount on every node, all or nothing
     let tm = Instant::now();
@@ -779,6 +662,8 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
 }
 
 mod in_place;
+mod place;
+pub use place::{place, Placed, Placement};
 mod mount_image;
 mod mount_kernel;
 mod mount_rw;

@@ -12,6 +12,7 @@ use crate::collective::fake::{FakeCluster, FakeRank};
 use crate::mount::sys::{FakeHelper, FakeScript, FakeSys, Mounts};
 use crate::pool::manifest::sample;
 use crate::pool::trailer::write_trailer;
+use crate::transfer::Authorized;
 use crate::trust::{keys, sign_pool, TrustedKey};
 use swpool_format::status::ExitStatus;
 
@@ -574,4 +575,72 @@ fn a_full_load_takes_over_what_an_on_demand_run_left_on_each_node() {
         assert!(!parts[n].exists(), "node {n} kept its partial copy");
         assert!(!swpool_serve::store::record_path(&parts[n]).exists());
     }
+}
+
+/// `place` on the site's nodes (2 ranks each): each rank's node and placement or error.
+fn place_all(s: &Site, full: Option<usize>) -> Vec<(usize, Result<Placement, String>)> {
+    let cfg = Config::default();
+    let req = LoadRequest {
+        pool: s.pool.clone(),
+        cache_dir: Some(s.root.join("node%n/cache")),
+        ..LoadRequest::default()
+    };
+    FakeCluster::run(NODES, 2, |r: &FakeRank| {
+        let n = r.node_index();
+        let sys = FakeSys::new(FakeScript {
+            euid: s.uid,
+            ..Default::default()
+        });
+        let node = node_context(s, &cfg, &sys, n, trusted(&s.key, "site"));
+        if full == Some(n) {
+            crate::transfer::TEST_FREE_BYTES.with(|c| c.set(Some(4096)));
+        }
+        let res = place(r, &node, &req, &Quiet);
+        crate::transfer::TEST_FREE_BYTES.with(|c| c.set(None));
+        assert_eq!(sys.mounts().unwrap().len(), 0, "node {n} mounted");
+        (n, res.map(|p| p.placement).map_err(|e| e.to_string()))
+    })
+}
+
+/// `place` (`cache fetch`, `run --pool`) on every node: the pipeline up to the verified node-local
+/// copy, never a mount; a node without room fails every node alike (no serving in place: the
+/// caller wants the copy).
+#[test]
+fn place_copies_to_every_node_without_mounting_and_fails_alike() {
+    let s = site();
+    let original = std::fs::read(&s.pool).unwrap();
+    let out = place_all(&s, None);
+    let first = out[0].1.clone().unwrap();
+    for (n, r) in &out {
+        let p = r.as_ref().unwrap();
+        assert_eq!((&p.name, &p.digest), (&first.name, &first.digest));
+        assert!(p.trust.contains("site"), "{}", p.trust);
+        assert_eq!(p.format, crate::image::ImageFormat::Squashfs);
+        assert!(
+            p.image.starts_with(s.root.join(format!("node{n}/cache"))),
+            "{}",
+            p.image.display()
+        );
+        assert_eq!(std::fs::read(&p.image).unwrap(), original, "node {n}");
+    }
+    // placed again: nothing moves, the same copies
+    let again = place_all(&s, None);
+    assert_eq!(
+        again
+            .into_iter()
+            .map(|(_, r)| r.unwrap())
+            .collect::<Vec<_>>(),
+        out.into_iter().map(|(_, r)| r.unwrap()).collect::<Vec<_>>()
+    );
+    // a new site where node 1 has no room: every rank gets the same error, naming it
+    let s = site();
+    let out = place_all(&s, Some(1));
+    let msgs: Vec<String> = out.into_iter().map(|(_, r)| r.unwrap_err()).collect();
+    assert!(msgs.iter().all(|m| *m == msgs[0]), "{msgs:#?}");
+    assert!(
+        msgs[0].contains("not enough space") && msgs[0].contains("fake1"),
+        "{}",
+        msgs[0]
+    );
+    assert_nothing_cached(&s);
 }

@@ -1,0 +1,314 @@
+//! `run|shell --pool SPEC`: the pool's verified node-local copy, made by the full program (`sw-pool
+//! cache fetch`: resolve, trust, the broadcast into the cache, as `load` does it), mounted inside
+//! the environment at its usual mount point ([`swpool_env::pools`]), its modules on `MODULEPATH`.
+//!
+//! Outside a job step the front runs `cache fetch` on this node. In a step the step's first task
+//! runs it once for all the step's nodes (`srun --overlap`, one task per node, collective: the pool
+//! is read once from shared storage) and every task reads its node's outcome from the mark each
+//! node's fetch leaves ([`swpool_core::cache::step_mark`]).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use swpool_core::config::{Config, Environment, HostVar};
+use swpool_core::load::Placement;
+use swpool_core::ExitStatus;
+
+use super::Failed;
+
+/// The pools of `--pool SPEC...`, each placed on this node; their environment changes are made in
+/// this process's environment (the command inherits it).
+pub fn pools(
+    specs: &[String],
+    cfg: &Config,
+    env: &Environment,
+) -> Result<Vec<swpool_env::EnvPool>, Failed> {
+    let mut out = Vec::new();
+    let uid = rustix::process::getuid().as_raw();
+    let mount_root =
+        swpool_core::mount::paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid, env);
+    for spec in specs {
+        let pl = placement(spec, cfg, env)?;
+        let label = format!("{}/{}", pl.name, pl.version);
+        let ext = pl.format.is_ext();
+        if !ext && pl.format != swpool_core::image::ImageFormat::Squashfs {
+            return Err(Failed::new(
+                ExitStatus::BadInput,
+                format!(
+                    "--pool {spec}: {label} is a {} pool; an environment mounts its pools with \
+                     FUSE (squashfuse_ll, fuse2fs): use a squashfs or ext pool, or `sw-pool load` \
+                     it on the node",
+                    pl.format.as_str()
+                ),
+            ));
+        }
+        let at =
+            swpool_core::mount::paths::create_mountpoint(&mount_root, &pl.name, &pl.version, uid)
+                .map_err(|e| Failed::new(ExitStatus::BadInput, format!("--pool {spec}: {e}")))?;
+        // as changed by the pools before this one
+        let now = swpool_core::env::Snapshot::from_env(&Environment::capture());
+        let pm = swpool_core::env::PoolMount {
+            mount_point: at.clone(),
+            pool: Some((pl.name.clone(), pl.version.clone())),
+        };
+        for c in swpool_core::env::load_changes(&now, &pm) {
+            // the front is single-threaded (nothing reads the environment concurrently)
+            match c {
+                swpool_core::env::Change::Set(k, v) => std::env::set_var(k, v),
+                swpool_core::env::Change::Unset(k) => std::env::remove_var(k),
+            }
+        }
+        out.push(swpool_env::EnvPool {
+            label,
+            image: pl.image,
+            at,
+            ext,
+        });
+    }
+    Ok(out)
+}
+
+/// The full program beside this one (`cache fetch` links MPI and the trust code).
+fn full_program() -> Result<PathBuf, Failed> {
+    let exe = std::env::current_exe().map_err(|e| {
+        Failed::new(
+            ExitStatus::BadInput,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let full = exe.with_file_name("sw-pool-full");
+    Ok(if full.is_file() { full } else { exe })
+}
+
+/// `cache fetch` as a child on this node only: not spread over the job's nodes, without the
+/// task's MPI and step variables (it is not one of the step's ranks).
+fn local_fetch(args: &[OsString], env: &Environment) -> Result<std::process::Command, Failed> {
+    let mut cmd = std::process::Command::new(full_program()?);
+    cmd.args(args).env("SW_POOL_SPREAD", "0");
+    for p in swpool_core::config::STEP_PREFIXES {
+        for k in env.names_with_prefix(p) {
+            cmd.env_remove(k);
+        }
+    }
+    for v in swpool_core::config::STEP_NAMES {
+        cmd.env_remove(v.name());
+    }
+    Ok(cmd)
+}
+
+/// This node's copy of the pool `spec`.
+fn placement(spec: &str, cfg: &Config, env: &Environment) -> Result<Placement, Failed> {
+    let in_step = env.get(HostVar::SlurmJobId).is_some()
+        && env.get(HostVar::SlurmStepId).is_some()
+        && env.get(HostVar::SlurmProcid).is_some();
+    if in_step {
+        return step_placement(spec, cfg, env);
+    }
+    let args: Vec<OsString> = ["cache", "fetch", "--json", "--no-progress", spec]
+        .map(OsString::from)
+        .into();
+    let out = local_fetch(&args, env)?
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| {
+            Failed::new(
+                ExitStatus::BadInput,
+                format!("--pool {spec}: cannot run sw-pool cache fetch: {e}"),
+            )
+        })?;
+    if !out.status.success() {
+        // its error is on standard error already
+        return Err(Failed::new(
+            ExitStatus::BadInput,
+            format!("--pool {spec}: the pool could not be placed on this node (above)"),
+        ));
+    }
+    from_report(spec, &out.stdout)
+}
+
+/// The placement in `cache fetch --json`'s report.
+fn from_report(spec: &str, json: &[u8]) -> Result<Placement, Failed> {
+    let bad = || {
+        Failed::new(
+            ExitStatus::BadInput,
+            format!("--pool {spec}: sw-pool cache fetch gave no report"),
+        )
+    };
+    let v: serde_json::Value = serde_json::from_slice(json).map_err(|_| bad())?;
+    let s = |p: &str| v.pointer(p).and_then(|x| x.as_str()).map(String::from);
+    Ok(Placement {
+        name: s("/pool/name").ok_or_else(bad)?,
+        version: s("/pool/version").ok_or_else(bad)?,
+        digest: s("/pool/digest").ok_or_else(bad)?,
+        src: s("/pool/src").ok_or_else(bad)?.into(),
+        image: s("/cache").ok_or_else(bad)?.into(),
+        format: serde_json::from_value(v.get("format").cloned().ok_or_else(bad)?)
+            .map_err(|_| bad())?,
+        trust: s("/pool/trust").unwrap_or_default(),
+    })
+}
+
+/// In a job step: the first task places the pool on every node of the step; every task waits for
+/// its node's mark.
+fn step_placement(spec: &str, cfg: &Config, env: &Environment) -> Result<Placement, Failed> {
+    let fail = |m: String| Failed::new(ExitStatus::Collective, m);
+    let job = env.get(HostVar::SlurmJobId).unwrap_or_default();
+    let step = format!(
+        "{job}.{}",
+        env.get(HostVar::SlurmStepId).unwrap_or_default()
+    );
+    let uid = rustix::process::getuid().as_raw();
+    let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+    let cache = swpool_core::cache::dir(&base, uid, true)
+        .map_err(|e| Failed::new(ExitStatus::BadInput, format!("--pool {spec}: {e}")))?;
+    let mark = swpool_core::cache::step_mark(&cache, &step, spec).ok_or_else(|| {
+        fail(format!(
+            "--pool {spec}: job step {step:?} is not a Slurm step id"
+        ))
+    })?;
+    if env.get(HostVar::SlurmProcid).as_deref() == Some("0")
+        && swpool_core::cache::read_step_mark(&mark).is_none()
+    {
+        let nodes: u64 = env
+            .get(HostVar::SlurmStepNumNodes)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let args: Vec<OsString> = [
+            "-q",
+            "cache",
+            "fetch",
+            "--no-progress",
+            "--for-step",
+            &step,
+            spec,
+        ]
+        .map(OsString::from)
+        .into();
+        let mut cmd = if nodes > 1 {
+            let nodelist = env.get(HostVar::SlurmStepNodelist).ok_or_else(|| {
+                fail(format!("--pool {spec}: SLURM_STEP_NODELIST is not set: cannot place the pool on the step's nodes; run `sw-pool cache fetch {spec}` in the batch script first"))
+            })?;
+            let mut c = swpool_core::slurm::overlap_step(
+                env,
+                &full_program()?,
+                args,
+                nodes,
+                Some(&nodelist),
+                "",
+            )
+            .command(env.path_var())
+            .map_err(|e| {
+                fail(format!(
+                    "--pool {spec}: cannot place it on the step's nodes: {e}"
+                ))
+            })?;
+            for p in swpool_core::config::STEP_PREFIXES {
+                for k in env.names_with_prefix(p) {
+                    c.env_remove(k);
+                }
+            }
+            for v in swpool_core::config::STEP_NAMES {
+                c.env_remove(v.name());
+            }
+            c
+        } else {
+            local_fetch(&args, env)?
+        };
+        tracing::debug!("placing pool {spec} on the step's nodes: {cmd:?}");
+        let st = cmd.status().map_err(|e| {
+            fail(format!(
+                "--pool {spec}: cannot run sw-pool cache fetch: {e}"
+            ))
+        })?;
+        if !st.success() && swpool_core::cache::read_step_mark(&mark).is_none() {
+            return Err(fail(format!(
+                "--pool {spec}: placing the pool on the step's {nodes} node(s) failed (exit {}); run `sw-pool cache fetch {spec}` in the job to see why",
+                swpool_env::exit_code(st)
+            )));
+        }
+    }
+    wait_for(spec, &mark, Duration::from_secs(600))
+}
+
+/// This node's mark: the placement, or the fetch's failure, or a timeout naming what to do.
+fn wait_for(spec: &str, mark: &Path, limit: Duration) -> Result<Placement, Failed> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match swpool_core::cache::read_step_mark(mark) {
+            Some(Ok(b)) => {
+                return serde_json::from_slice(&b).map_err(|e| {
+                    Failed::new(
+                        ExitStatus::BadInput,
+                        format!("--pool {spec}: {}: {e}", mark.display()),
+                    )
+                })
+            }
+            Some(Err(why)) => {
+                return Err(Failed::new(
+                    ExitStatus::Collective,
+                    format!("--pool {spec}: {why}"),
+                ))
+            }
+            None if Instant::now() > deadline => {
+                return Err(Failed::new(
+                    ExitStatus::Collective,
+                    format!(
+                        "--pool {spec}: it reached no copy on {} within {} s (the step's first \
+                         task places it): run `sw-pool cache fetch {spec}` in the job first",
+                        swpool_core::users::hostname(),
+                        limit.as_secs()
+                    ),
+                ))
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fetch_report_gives_the_placement() {
+        let r = br#"{"pool":{"name":"gcc","version":"12","digest":"blake3:ab","src":"/s/gcc.pool","trust":"signed"},
+                    "cache":"/c/gcc-12-ab.pool","format":"squashfs","nodes":1}"#;
+        let p = from_report("gcc/12", r).unwrap();
+        assert_eq!((p.name.as_str(), p.version.as_str()), ("gcc", "12"));
+        assert_eq!(p.image, PathBuf::from("/c/gcc-12-ab.pool"));
+        assert_eq!(p.format, swpool_core::image::ImageFormat::Squashfs);
+        let e = from_report("gcc/12", br#"{"pool":{}}"#).unwrap_err();
+        assert!(e.message.contains("--pool gcc/12"), "{e}");
+        assert!(from_report("x/1", b"not json").is_err());
+    }
+
+    #[test]
+    fn a_mark_is_read_or_times_out_naming_the_node_and_what_to_do() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("sw-pool-1/cache"); // the marks go beside it
+        let mark = swpool_core::cache::step_mark(&cache, "7.0", "gcc/12").unwrap();
+        let e = wait_for("gcc/12", &mark, Duration::from_millis(1)).unwrap_err();
+        assert!(e.message.contains("cache fetch gcc/12"), "{e}");
+        swpool_core::cache::write_step_mark(&mark, Err("node2: no room")).unwrap();
+        let e = wait_for("gcc/12", &mark, Duration::from_secs(1)).unwrap_err();
+        assert!(e.message.contains("node2: no room"), "{e}");
+        let other = swpool_core::cache::step_mark(&cache, "7.0", "gcc/13").unwrap();
+        let pl = Placement {
+            name: "gcc".into(),
+            version: "13".into(),
+            digest: "blake3:cd".into(),
+            src: "/s/g.pool".into(),
+            image: "/c/g.pool".into(),
+            format: swpool_core::image::ImageFormat::Ext4,
+            trust: "unsigned".into(),
+        };
+        let b = serde_json::to_vec(&pl).unwrap();
+        swpool_core::cache::write_step_mark(&other, Ok(&b)).unwrap();
+        assert_eq!(
+            wait_for("gcc/13", &other, Duration::from_secs(1)).unwrap(),
+            pl
+        );
+        assert!(swpool_core::cache::step_mark(&cache, "../x", "a").is_none());
+    }
+}
