@@ -4,8 +4,9 @@
 # and a script) and puts it on the throttled shared storage; a user's Slurm job loads it on all four
 # nodes with one command, uses both packages through `module load` on every node, installs a tool
 # into /usr/local/bin inside an isolated environment with a writable layer on one node, syncs the
-# layer to every node and runs the tool there (the hosts stay unchanged), and unloads the pool;
-# nothing stays mounted. The cluster is taken down at the end.
+# layer to every node and runs the tool there (the hosts stay unchanged), unloads the pool, and
+# runs hello in an environment of its own with the pool (`run --pool`); nothing stays mounted.
+# The cluster is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -81,6 +82,8 @@ echo "--- sw-pool unload demo/1.0"
 code=\$(srun --mpi=pmix -n4 --ntasks-per-node=1 sw-pool unload demo/1.0)
 eval "\$code"
 echo "MODULEPATH after unload: '\${MODULEPATH:-}'"
+echo "--- a pool for one environment only (sw-pool run --pool demo/1.0): mounted inside it, on no node"
+srun -n4 --ntasks-per-node=1 sw-pool run --pool demo/1.0 -- bash -c 'source /usr/share/lmod/lmod/init/bash; module load hello/1.0 && hello' | sort
 srun -n4 --ntasks-per-node=1 $W/count-fuse.sh | sort
 EOS
 chmod 755 "$W/job.sh"
