@@ -3,12 +3,16 @@
  * optionally mount a kernel overlay over a lower the caller owns (MODE=ovl LOWER WORKDIR), and exec
  * /bin/true; wait. Nothing else: no launcher, no layer bookkeeping, no bind of the host's mounts.
  *   env-floor ns N
+ *   env-floor init N                   (pid 1 stays as the environment's init: it posix_spawns
+ *                                       /bin/true and waits, as sw-pool's pid 1 does; `ns` execs
+ *                                       /bin/true as pid 1, as `unshare -f` does)
  *   env-floor ovl N LOWER SCRATCH      (SCRATCH/u<pid>.<i>, SCRATCH/w<pid>.<i>, SCRATCH/m are made here)
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char **environ;
+
 static void put(const char *path, const char *s) {
     int fd = open(path, O_WRONLY);
     if (fd < 0 || write(fd, s, strlen(s)) < 0) { perror(path); _exit(125); }
@@ -25,8 +31,9 @@ static void put(const char *path, const char *s) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: env-floor ns|ovl N [LOWER SCRATCH]\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: env-floor ns|init|ovl N [LOWER SCRATCH]\n"); return 2; }
     int ovl = strcmp(argv[1], "ovl") == 0;
+    int init = strcmp(argv[1], "init") == 0;
     int n = atoi(argv[2]);
     if (ovl && argc < 5) { fprintf(stderr, "ovl needs LOWER SCRATCH\n"); return 2; }
     char m[4096];
@@ -49,6 +56,14 @@ int main(int argc, char **argv) {
             if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) { perror("private"); _exit(125); }
             if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) { perror("proc"); _exit(125); }
             if (ovl && mount("overlay", m, "overlay", 0, opts)) { perror("overlay"); _exit(125); }
+            if (init) {
+                char *args[] = {"true", NULL};
+                pid_t c;
+                int st;
+                if (posix_spawn(&c, "/bin/true", NULL, NULL, args, environ) != 0) _exit(126);
+                if (waitpid(c, &st, 0) < 0 || !WIFEXITED(st)) _exit(125);
+                _exit(WEXITSTATUS(st));
+            }
             execl("/bin/true", "true", (char *)NULL);
             _exit(127);
         }

@@ -83,6 +83,7 @@ export SW_POOL_LAYER_DIR=$W/layers SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= H
 cd "$W"
 "$SW" layer create bench >/dev/null
 loop floor-ns "$W/env-floor" ns 1
+loop floor-init "$W/env-floor" init 1
 loop sw-pool-run "$SW" run -- true
 loop unshare-Urmpf unshare -Urmpf --mount-proc true
 loop bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
@@ -120,7 +121,7 @@ SWR=$(med sw-pool-run)
 {
   echo "| contender | 100 starts (s) | per start (ms) | ÷ sw-pool run |"
   echo "|---|---|---|---|"
-  for n in floor-ns sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-kernel sw-pool-run-layer-joined sw-pool-run-base-layer; do
+  for n in floor-ns floor-init sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer sw-pool-run-layer-kernel sw-pool-run-layer-joined sw-pool-run-base-layer; do
     f=$(failed "$n")
     if [[ -n $f ]]; then echo "| $n | failed: $f | | |"; continue; fi
     m=$(med "$n")
@@ -136,8 +137,11 @@ SWR=$(med sw-pool-run)
   done
   echo ""
   echo "floor-ns / floor-ovl: bench/env-floor.c, one process per start (the launcher's exec included"
-  echo "via a fresh process each time). sw-pool-run-layer: each start makes the environment (a fresh"
-  echo "fuse-overlayfs mount: the program and its libraries are read through a cold FUSE mount);"
+  echo "via a fresh process each time); /bin/true is pid 1, as with unshare -f. floor-init: the same"
+  echo "with a pid 1 that stays the environment's init (posix_spawn of /bin/true, wait), the process"
+  echo "structure of sw-pool run (launcher, init, command) and bwrap."
+  echo "sw-pool-run-layer: each start makes the environment (a fresh fuse-overlayfs mount: the"
+  echo "program and its libraries are read through a cold FUSE mount);"
   echo "sw-pool-run-layer-kernel: the same with the site's helper (environment_trees = [\"/usr\"]):"
   echo "each start runs \`sudo -n sw-pool-mount-helper idmap\` and mounts the kernel's overlay."
   echo "sw-pool-run-layer-joined: an environment on the layer runs, each start joins it."

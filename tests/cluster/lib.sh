@@ -67,6 +67,14 @@ assert_within() {  # assert_within NAME VALUE LO HI [UNIT]
 }
 # calc EXPR: awk arithmetic, 4 significant digits (bench/lib.sh's calc gives 3 decimals)
 calc() { awk "BEGIN { printf \"%.4g\", $1 }"; }
+# flip_byte FILE OFFSET: damage FILE by inverting one byte (writing a fixed value would change
+# nothing where the byte already has it: 1 in 256 for random data)
+flip_byte() {
+  local b
+  b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  # shellcheck disable=SC2059  # the format is the octal escape of the byte
+  printf "\\$(printf %03o $((255 - b)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
 require_testbed() {
   if ! "$TESTBED/status" -q; then
     fail "testbed up" "testbed/status reports the testbed down or unhealthy (run testbed/up)"

@@ -124,7 +124,7 @@ cp "$W/test-pool.ext2" "$E/signed.ext2"
 "$SW" sign -q --key "$W/keys/adm.pem" "$E/signed.ext2"
 # (a) one flipped byte in the data of the pool on shared storage
 cp "$E/signed.ext2" "$E/corrupt.ext2"
-printf '\xff' | dd of="$E/corrupt.ext2" bs=1 seek=$((40 * 1024 * 1024 + 12345)) conv=notrunc status=none
+flip_byte "$E/corrupt.ext2" $((40 * 1024 * 1024 + 12345))
 out=$("$TESTBED/mpirun" -x SW_POOL_TRUSTED_KEYS="$W/trusted" "$SW" load -m "$LOCAL_TMPDIR/t30mnt" "$SCRATCH/t30-$$/corrupt.ext2" 2>&1) && rc=0 || rc=$?
 assert_eq "corrupted pool: load fails" 1 "$([[ $rc != 0 ]] && echo 1 || echo 0)"
 assert_match "corrupted pool: the error names the chunk offset and a node" "(offset|chunk).*node[1-4]|node[1-4].*(offset|chunk)" "$(tr '\n' ' ' <<< "$out")"

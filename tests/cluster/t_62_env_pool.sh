@@ -43,7 +43,7 @@ assert_eq "root builds the pool (a program and its modulefile) on shared storage
 [[ $rc == 0 ]] || printf '  %s\n' "$out"
 "$SW" build -q --format squashfs --name tbad --version 1 "$E/pools/tbad/1.sqfs" "$W/tbad" >/dev/null 2>&1
 # damaged after it was built: a byte of its image flipped (the manifest's chunk hashes catch it)
-printf '\xff' | dd of="$E/pools/tbad/1.sqfs" bs=1 seek=300 conv=notrunc status=none
+flip_byte "$E/pools/tbad/1.sqfs" 300
 pool_hash=$(sha256sum < "$E/pools/tp62/1.sqfs")
 chmod -R a+rX "$W" "$E"
 chmod 1777 "$W/out"

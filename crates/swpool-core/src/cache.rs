@@ -454,6 +454,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn step_marks_are_per_step_and_spec_and_go_with_their_job() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("sw-pool-7/cache");
+        let m = step_mark(&cache, "42.0", "gcc/12").unwrap();
+        assert!(
+            m.starts_with(d.path().join("sw-pool-7/steps/42.0")),
+            "{}",
+            m.display()
+        );
+        assert_ne!(m, step_mark(&cache, "42.0", "gcc/13").unwrap());
+        assert_ne!(m, step_mark(&cache, "42.1", "gcc/12").unwrap());
+        for bad in ["", "../1", "4.2.0", "42.x", "/abs", "1; rm"] {
+            assert!(step_mark(&cache, bad, "gcc/12").is_none(), "{bad}");
+        }
+        assert!(read_step_mark(&m).is_none());
+        write_step_mark(&m, Ok(b"{}")).unwrap();
+        assert_eq!(read_step_mark(&m), Some(Ok(b"{}".to_vec())));
+        let f = step_mark(&cache, "420.3", "x").unwrap();
+        write_step_mark(&f, Err("node2: no room")).unwrap();
+        assert_eq!(read_step_mark(&f), Some(Err("node2: no room".into())));
+        // job 42's steps go, job 420's stay
+        remove_step_marks(&cache, "42");
+        assert!(read_step_mark(&m).is_none());
+        assert!(read_step_mark(&f).is_some());
+    }
+
+    #[test]
     fn is_entry_of_accepts_only_this_users_entry_for_this_pool() {
         let d = "blake3:00ff";
         let ok = Path::new("/l/sw-pool-7/cache/demo-1.0-00ff.pool");

@@ -78,7 +78,8 @@ fn fetch(g: &GlobalArgs, f: &Fetch, job: &Job, env: &Environment) -> Result<(), 
         }));
         return Ok(());
     }
-    if !g.quiet {
+    // for a step's tasks (`run --pool`): the warnings only, not a line per step in the job's output
+    if !g.quiet && f.for_step.is_none() {
         crate::output::Printer::new(g, false).result(format!(
             "{}/{}: in the cache of {} node(s) ({}), {} read from {} in {:.2} s{}",
             p.plan.name,

@@ -174,17 +174,10 @@ fn step_placement(spec: &str, cfg: &Config, env: &Environment) -> Result<Placeme
             .get(HostVar::SlurmStepNumNodes)
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
-        let args: Vec<OsString> = [
-            "-q",
-            "cache",
-            "fetch",
-            "--no-progress",
-            "--for-step",
-            &step,
-            spec,
-        ]
-        .map(OsString::from)
-        .into();
+        // (not -q: a trust warning is shown, once, by the fetch's first rank)
+        let args: Vec<OsString> = ["cache", "fetch", "--no-progress", "--for-step", &step, spec]
+            .map(OsString::from)
+            .into();
         let mut cmd = if nodes > 1 {
             let nodelist = env.get(HostVar::SlurmStepNodelist).ok_or_else(|| {
                 fail(format!("--pool {spec}: SLURM_STEP_NODELIST is not set: cannot place the pool on the step's nodes; run `sw-pool cache fetch {spec}` in the batch script first"))
