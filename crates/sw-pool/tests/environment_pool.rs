@@ -205,18 +205,3 @@ fn a_pool_is_mounted_for_one_environment_only_and_leaves_nothing() {
     // the pools themselves are unchanged
     assert_eq!((sha256_file(&sq), sha256_file(&e2)), before);
 }
-
-fn walk(d: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(d) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(walk(&p));
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
-}

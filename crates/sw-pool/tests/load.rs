@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 struct T {
@@ -341,17 +341,6 @@ fn trust_policy_and_failures_leave_nothing() {
     let o = t.run(&["load", "nosuch/9"]);
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("nosuch"), "{}", o.stderr);
-}
-
-fn walk(d: &Path) -> Vec<PathBuf> {
-    let mut v = vec![];
-    for e in std::fs::read_dir(d).unwrap().flatten() {
-        v.push(e.path());
-        if e.path().is_dir() {
-            v.extend(walk(&e.path()));
-        }
-    }
-    v
 }
 
 #[test]

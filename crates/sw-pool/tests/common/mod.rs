@@ -185,3 +185,15 @@ pub fn envmod_init() -> String {
     );
     format!("module() {{ eval \"$(tclsh {MODULECMD_TCL} bash \"$@\")\"; }}")
 }
+
+/// Every entry below `d` (directories too), depth first; nothing for a missing directory.
+pub fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        v.push(e.path());
+        if e.path().is_dir() {
+            v.extend(walk(&e.path()));
+        }
+    }
+    v
+}
