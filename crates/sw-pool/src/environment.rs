@@ -129,7 +129,7 @@ fn start(
         Ok(b) => b,
         Err(e) => setup_failed(&e),
     };
-    let pools = match pools::pools(&a.pool, &cfg, env) {
+    let pools = match pools::pools(&a.pool, &cfg, env, pools::Voice::of(g)) {
         Ok(p) => p,
         Err(e) => {
             e.print();

@@ -17,19 +17,51 @@ use swpool_core::ExitStatus;
 
 use super::Failed;
 
+/// How much `cache fetch` says: the front's own `-q` / `-v`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Voice {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+impl Voice {
+    pub fn of(g: &crate::cli::GlobalArgs) -> Voice {
+        match (g.quiet, g.verbose) {
+            (true, _) => Voice::Quiet,
+            (false, 0) => Voice::Normal,
+            _ => Voice::Verbose,
+        }
+    }
+
+    /// `cache fetch`'s arguments, the front's `-q` / `-v` first.
+    fn args(self, rest: &[&str]) -> Vec<OsString> {
+        let flag = match self {
+            Voice::Quiet => Some("-q"),
+            Voice::Normal => None,
+            Voice::Verbose => Some("-v"),
+        };
+        flag.into_iter()
+            .chain(rest.iter().copied())
+            .map(OsString::from)
+            .collect()
+    }
+}
+
 /// The pools of `--pool SPEC...`, each placed on this node; their environment changes are made in
 /// this process's environment (the command inherits it).
 pub fn pools(
     specs: &[String],
     cfg: &Config,
     env: &Environment,
+    voice: Voice,
 ) -> Result<Vec<swpool_env::EnvPool>, Failed> {
     let mut out = Vec::new();
     let uid = rustix::process::getuid().as_raw();
     let mount_root =
         swpool_core::mount::paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid, env);
     for spec in specs {
-        let pl = placement(spec, cfg, env)?;
+        let pl = placement(spec, cfg, env, voice)?;
         let label = format!("{}/{}", pl.name, pl.version);
         let ext = pl.format.is_ext();
         if !ext && pl.format != swpool_core::image::ImageFormat::Squashfs {
@@ -98,16 +130,19 @@ fn local_fetch(args: &[OsString], env: &Environment) -> Result<std::process::Com
 }
 
 /// This node's copy of the pool `spec`.
-fn placement(spec: &str, cfg: &Config, env: &Environment) -> Result<Placement, Failed> {
+fn placement(
+    spec: &str,
+    cfg: &Config,
+    env: &Environment,
+    voice: Voice,
+) -> Result<Placement, Failed> {
     let in_step = env.get(HostVar::SlurmJobId).is_some()
         && env.get(HostVar::SlurmStepId).is_some()
         && env.get(HostVar::SlurmProcid).is_some();
     if in_step {
-        return step_placement(spec, cfg, env);
+        return step_placement(spec, cfg, env, voice);
     }
-    let args: Vec<OsString> = ["cache", "fetch", "--json", "--no-progress", spec]
-        .map(OsString::from)
-        .into();
+    let args = voice.args(&["cache", "fetch", "--json", "--no-progress", spec]);
     let out = local_fetch(&args, env)?
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -151,7 +186,12 @@ fn from_report(spec: &str, json: &[u8]) -> Result<Placement, Failed> {
 
 /// In a job step: the first task places the pool on every node of the step; every task waits for
 /// its node's mark.
-fn step_placement(spec: &str, cfg: &Config, env: &Environment) -> Result<Placement, Failed> {
+fn step_placement(
+    spec: &str,
+    cfg: &Config,
+    env: &Environment,
+    voice: Voice,
+) -> Result<Placement, Failed> {
     let fail = |m: String| Failed::new(ExitStatus::Collective, m);
     let job = env.get(HostVar::SlurmJobId).unwrap_or_default();
     let step = format!(
@@ -174,10 +214,8 @@ fn step_placement(spec: &str, cfg: &Config, env: &Environment) -> Result<Placeme
             .get(HostVar::SlurmStepNumNodes)
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
-        // (not -q: a trust warning is shown, once, by the fetch's first rank)
-        let args: Vec<OsString> = ["cache", "fetch", "--no-progress", "--for-step", &step, spec]
-            .map(OsString::from)
-            .into();
+        // (a trust warning is shown once, by the fetch's first rank; not with -q)
+        let args = voice.args(&["cache", "fetch", "--no-progress", "--for-step", &step, spec]);
         let mut cmd = if nodes > 1 {
             let nodelist = env.get(HostVar::SlurmStepNodelist).ok_or_else(|| {
                 fail(format!("--pool {spec}: SLURM_STEP_NODELIST is not set: cannot place the pool on the step's nodes; run `sw-pool cache fetch {spec}` in the batch script first"))
@@ -262,6 +300,19 @@ fn wait_for(spec: &str, mark: &Path, limit: Duration) -> Result<Placement, Faile
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fronts_voice_goes_first() {
+        let a = |v: Voice| -> Vec<String> {
+            v.args(&["cache", "fetch", "x/1"])
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(a(Voice::Quiet), ["-q", "cache", "fetch", "x/1"]);
+        assert_eq!(a(Voice::Normal), ["cache", "fetch", "x/1"]);
+        assert_eq!(a(Voice::Verbose), ["-v", "cache", "fetch", "x/1"]);
+    }
 
     #[test]
     fn a_fetch_report_gives_the_placement() {
