@@ -378,6 +378,19 @@ fn synced_copy(
     }))
 }
 
+/// The full program beside this one (`layer sync`, `cache fetch`: MPI and the trust code), or
+/// this one where it is not there.
+fn full_program() -> Result<PathBuf, Failed> {
+    let exe = std::env::current_exe().map_err(|e| {
+        Failed::new(
+            ExitStatus::BadInput,
+            format!("cannot find our own executable: {e}"),
+        )
+    })?;
+    let full = exe.with_file_name("sw-pool-full");
+    Ok(if full.is_file() { full } else { exe })
+}
+
 /// `run --layer NAME` in a step over several nodes whose job has no copy of the layer yet: task 0
 /// syncs it to the step's nodes (`srun --overlap` of `sw-pool layer sync`, one task per node,
 /// collective) while every task waits for its node's copy (or the sync's failure).
@@ -399,10 +412,7 @@ fn step_sync(
         let nodelist = env
             .get(HostVar::SlurmStepNodelist)
             .ok_or_else(|| fail("SLURM_STEP_NODELIST is not set: cannot sync the layer to the step's nodes; run `sw-pool layer sync` first".into()))?;
-        let exe = std::env::current_exe()
-            .map_err(|e| fail(format!("cannot find our own executable: {e}")))?;
-        let full = exe.with_file_name("sw-pool-full");
-        let prog = if full.is_file() { full } else { exe };
+        let prog = full_program().map_err(|e| fail(e.message))?;
         let mut cmd = swpool_core::slurm::overlap_step(
             env,
             &prog,

@@ -8,14 +8,14 @@
 //! node's fetch leaves ([`swpool_core::cache::step_mark`]).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use swpool_core::config::{Config, Environment, HostVar};
 use swpool_core::load::Placement;
 use swpool_core::ExitStatus;
 
-use super::Failed;
+use super::{full_program, Failed};
 
 /// How much `cache fetch` says: the front's own `-q` / `-v`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,18 +99,6 @@ pub fn pools(
         });
     }
     Ok(out)
-}
-
-/// The full program beside this one (`cache fetch` links MPI and the trust code).
-fn full_program() -> Result<PathBuf, Failed> {
-    let exe = std::env::current_exe().map_err(|e| {
-        Failed::new(
-            ExitStatus::BadInput,
-            format!("cannot find our own executable: {e}"),
-        )
-    })?;
-    let full = exe.with_file_name("sw-pool-full");
-    Ok(if full.is_file() { full } else { exe })
 }
 
 /// `cache fetch` as a child on this node only: not spread over the job's nodes, without the
@@ -300,6 +288,7 @@ fn wait_for(spec: &str, mark: &Path, limit: Duration) -> Result<Placement, Faile
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn the_fronts_voice_goes_first() {
