@@ -8,9 +8,9 @@ use swpool_core::ExitStatus;
 use swpool_env::{LayerStore, RunRequest};
 
 use crate::cli::{EnvironmentArgs, GlobalArgs, RunArgs, ShellArgs};
+use crate::output::Printer;
 
 mod pools;
-use crate::output::Printer;
 
 /// An error of `run`/`shell`: its message and exit status. The front never formats a
 /// `swpool_core::Error` (its trust variants would link libcrypto into the front: measured ~0.8 ms
@@ -424,13 +424,8 @@ fn step_sync(
         .command(env.path_var())
         .map_err(|e| fail(format!("cannot sync layer {name} to the step's nodes: {e}")))?;
         // the new step's own MPI and task variables, not this task's
-        for p in swpool_core::config::STEP_PREFIXES {
-            for k in env.names_with_prefix(p) {
-                cmd.env_remove(k);
-            }
-        }
-        for v in swpool_core::config::STEP_NAMES {
-            cmd.env_remove(v.name());
+        for k in env.step_task_names() {
+            cmd.env_remove(k);
         }
         tracing::debug!("syncing layer {name} to the step's nodes: {cmd:?}");
         let st = cmd.status().map_err(|e| {

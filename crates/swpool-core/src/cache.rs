@@ -108,12 +108,13 @@ pub fn step_mark(cache: &Path, step: &str, spec: &str) -> Option<PathBuf> {
         return None;
     }
     let key = blake3::hash(spec.as_bytes()).to_hex();
-    Some(
-        crate::atomic::parent_dir(cache)
-            .join("steps")
-            .join(step)
-            .join(&key.as_str()[..24]),
-    )
+    Some(steps_dir(cache).join(step).join(&key.as_str()[..24]))
+}
+
+/// The job steps' marks ([`step_mark`]), beside the cache directory `cache` as [`layers_dir`]:
+/// `<base>/sw-pool-<uid>/steps`.
+fn steps_dir(cache: &Path) -> PathBuf {
+    crate::atomic::parent_dir(cache).join("steps")
 }
 
 /// Record at `mark` ([`step_mark`]) what placing gave on this node: the placement (JSON) or why it
@@ -143,7 +144,7 @@ pub fn read_step_mark(mark: &Path) -> Option<Result<Vec<u8>, String>> {
 
 /// Remove the marks of job `job`'s steps (the epilog; marks are a few hundred bytes each).
 pub fn remove_step_marks(cache: &Path, job: &str) {
-    let steps = crate::atomic::parent_dir(cache).join("steps");
+    let steps = steps_dir(cache);
     let Ok(rd) = std::fs::read_dir(&steps) else {
         return;
     };

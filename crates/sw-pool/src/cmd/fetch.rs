@@ -75,6 +75,8 @@ fn fetch(g: &GlobalArgs, f: &Fetch, job: &Job, env: &Environment) -> Result<(), 
             "bytes_sent": r.bytes_sent,
             "bytes_written": r.bytes_written,
             "seconds": p.total.as_secs_f64(),
+            // what `run --pool` mounts, in the form the step marks carry it
+            "placement": p.placement,
         }));
         return Ok(());
     }
@@ -117,14 +119,16 @@ fn mark_step(
     let Some(mark) = swpool_core::cache::step_mark(&cache, step, &spec) else {
         return;
     };
-    let json = placed
-        .as_ref()
-        .map(|p| serde_json::to_vec(&p.placement).expect("json"));
-    let why = placed.as_ref().err().map(|e| e.to_string());
-    let outcome = match (&json, &why) {
-        (Ok(b), _) => Ok(b.as_slice()),
-        (_, Some(w)) => Err(w.as_str()),
-        _ => unreachable!(),
+    let (json, why);
+    let outcome = match placed {
+        Ok(p) => {
+            json = serde_json::to_vec(&p.placement).expect("json");
+            Ok(json.as_slice())
+        }
+        Err(e) => {
+            why = e.to_string();
+            Err(why.as_str())
+        }
     };
     if let Err(e) = swpool_core::cache::write_step_mark(&mark, outcome) {
         tracing::warn!(

@@ -106,13 +106,8 @@ pub fn pools(
 fn local_fetch(args: &[OsString], env: &Environment) -> Result<std::process::Command, Failed> {
     let mut cmd = std::process::Command::new(full_program()?);
     cmd.args(args).env("SW_POOL_SPREAD", "0");
-    for p in swpool_core::config::STEP_PREFIXES {
-        for k in env.names_with_prefix(p) {
-            cmd.env_remove(k);
-        }
-    }
-    for v in swpool_core::config::STEP_NAMES {
-        cmd.env_remove(v.name());
+    for k in env.step_task_names() {
+        cmd.env_remove(k);
     }
     Ok(cmd)
 }
@@ -150,26 +145,20 @@ fn placement(
     from_report(spec, &out.stdout)
 }
 
-/// The placement in `cache fetch --json`'s report.
+/// The placement in `cache fetch --json`'s report (its `placement`, the form the step marks carry).
 fn from_report(spec: &str, json: &[u8]) -> Result<Placement, Failed> {
-    let bad = || {
-        Failed::new(
-            ExitStatus::BadInput,
-            format!("--pool {spec}: sw-pool cache fetch gave no report"),
-        )
-    };
-    let v: serde_json::Value = serde_json::from_slice(json).map_err(|_| bad())?;
-    let s = |p: &str| v.pointer(p).and_then(|x| x.as_str()).map(String::from);
-    Ok(Placement {
-        name: s("/pool/name").ok_or_else(bad)?,
-        version: s("/pool/version").ok_or_else(bad)?,
-        digest: s("/pool/digest").ok_or_else(bad)?,
-        src: s("/pool/src").ok_or_else(bad)?.into(),
-        image: s("/cache").ok_or_else(bad)?.into(),
-        format: serde_json::from_value(v.get("format").cloned().ok_or_else(bad)?)
-            .map_err(|_| bad())?,
-        trust: s("/pool/trust").unwrap_or_default(),
-    })
+    #[derive(serde::Deserialize)]
+    struct Report {
+        placement: Placement,
+    }
+    serde_json::from_slice::<Report>(json)
+        .map(|r| r.placement)
+        .map_err(|e| {
+            Failed::new(
+                ExitStatus::BadInput,
+                format!("--pool {spec}: sw-pool cache fetch gave no report: {e}"),
+            )
+        })
 }
 
 /// In a job step: the first task places the pool on every node of the step; every task waits for
@@ -222,13 +211,8 @@ fn step_placement(
                     "--pool {spec}: cannot place it on the step's nodes: {e}"
                 ))
             })?;
-            for p in swpool_core::config::STEP_PREFIXES {
-                for k in env.names_with_prefix(p) {
-                    c.env_remove(k);
-                }
-            }
-            for v in swpool_core::config::STEP_NAMES {
-                c.env_remove(v.name());
+            for k in env.step_task_names() {
+                c.env_remove(k);
             }
             c
         } else {
@@ -305,8 +289,9 @@ mod tests {
 
     #[test]
     fn a_fetch_report_gives_the_placement() {
-        let r = br#"{"pool":{"name":"gcc","version":"12","digest":"blake3:ab","src":"/s/gcc.pool","trust":"signed"},
-                    "cache":"/c/gcc-12-ab.pool","format":"squashfs","nodes":1}"#;
+        let r = br#"{"pool":{"name":"gcc","version":"12"},"cache":"/c/gcc-12-ab.pool","nodes":1,
+                    "placement":{"name":"gcc","version":"12","digest":"blake3:ab","src":"/s/gcc.pool",
+                                 "image":"/c/gcc-12-ab.pool","format":"squashfs","trust":"signed"}}"#;
         let p = from_report("gcc/12", r).unwrap();
         assert_eq!((p.name.as_str(), p.version.as_str()), ("gcc", "12"));
         assert_eq!(p.image, PathBuf::from("/c/gcc-12-ab.pool"));

@@ -106,6 +106,15 @@ impl Environment {
             .filter(move |k| k.starts_with(prefix))
     }
 
+    /// The names of this task's variables that a step (or a program) started from it must not
+    /// inherit: its MPI and step variables ([`super::STEP_PREFIXES`], [`super::STEP_NAMES`]).
+    pub fn step_task_names(&self) -> impl Iterator<Item = &str> {
+        super::STEP_PREFIXES
+            .iter()
+            .flat_map(move |p| self.names_with_prefix(p))
+            .chain(super::STEP_NAMES.iter().map(|v| v.name()))
+    }
+
     /// The value of `PATH`, for looking up tools ([`crate::exec::Tool::locate`]).
     pub fn path_var(&self) -> Option<&OsStr> {
         self.get_os(HostVar::Path)

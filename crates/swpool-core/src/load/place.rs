@@ -148,14 +148,9 @@ pub fn place(
     let mut src_file = None;
     let (plan, authorized) = agree_plan(job, node, req, observer, &mut src_file)?;
     let copy = copy_into_cache(job, node, req, &plan, authorized, src_file)?;
-    let fmt = job.is_leader().then(|| {
-        swpool_format::format::detect(&plan.dest).map_err(|e| {
-            Error::from(LoadError::PlanDecode(format!(
-                "the cached copy {}: {e}",
-                plan.dest.display()
-            )))
-        })
-    });
+    let fmt = job
+        .is_leader()
+        .then(|| swpool_format::format::detect(&plan.dest).map_err(Error::from));
     job.agree(outcome(&fmt))?;
     let format: ImageFormat = leader_value(job, fmt.and_then(Result::ok).as_ref())?;
     if job.is_leader() {
