@@ -101,20 +101,26 @@ pub fn run(
         req.path_var.as_deref(),
         layer.is_some(),
         base,
+        &req.pools,
         req.helper.as_deref(),
     );
     facts.copy_has_whiteouts = synced.is_some_and(|s| s.copies.has_whiteouts(&s.state));
     let mut p = plan::choose(layer.is_some(), base, &facts)?;
     // `--pool`: FUSE inside the environment, and the tools for the pools' formats
-    let (pool_squashfuse, fuse2fs) = if req.pools.is_empty() {
-        (None, None)
+    let fuse2fs = if req.pools.is_empty() {
+        None
     } else {
-        if let Some(why) = probe::dev_fuse_blocked(std::path::Path::new("/dev/fuse")) {
+        if let Some(why) = &facts.dev_fuse_blocked {
             return Err(EnvError::Unsupported(format!(
                 "--pool mounts the pool inside the environment with FUSE, but {why}"
             )));
         }
-        crate::pools::tools(&req.pools, req.path_var.as_deref()).map_err(EnvError::Unsupported)?
+        crate::pools::tools(
+            &req.pools,
+            facts.squashfuse.as_deref(),
+            req.path_var.as_deref(),
+        )
+        .map_err(EnvError::Unsupported)?
     };
     if let Some(s) = synced {
         p.why = format!(
@@ -264,7 +270,7 @@ pub fn run(
         layer,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         bases: req.bases.clone(),
-        squashfuse: facts.squashfuse.clone().or(pool_squashfuse),
+        squashfuse: facts.squashfuse.clone(),
         pools: req.pools.clone(),
         fuse2fs,
         binds,

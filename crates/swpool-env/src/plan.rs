@@ -60,7 +60,7 @@ pub struct Facts {
     pub helper_idmap: bool,
     /// The job's copy of the layer holds deletions (`.wh.NAME`), which only fuse-overlayfs reads.
     pub copy_has_whiteouts: bool,
-    /// Where `squashfuse_ll` is, if installed (looked for only with `--base`).
+    /// Where `squashfuse_ll` is, if installed (looked for only with `--base` or a squashfs `--pool`).
     pub squashfuse: Option<PathBuf>,
 }
 

@@ -20,32 +20,35 @@ pub struct EnvPool {
     pub ext: bool,
 }
 
-/// The tools the pools need, located on `PATH`: `(squashfuse_ll, fuse2fs)`, each only when some
-/// pool needs it; an error names the missing tool's Debian package.
+/// Check that the tools the pools need are there: `squashfuse` is where the probe found
+/// `squashfuse_ll` (it looks whenever a pool is a squashfs), fuse2fs is located on `PATH` here and
+/// returned, each only when some pool needs it; an error names the missing tool's Debian package.
 pub fn tools(
     pools: &[EnvPool],
+    squashfuse: Option<&std::path::Path>,
     path_var: Option<&std::ffi::OsStr>,
-) -> Result<(Option<PathBuf>, Option<PathBuf>), String> {
-    let find = |t: Tool, pkg: &str, what: &str| {
-        t.locate(path_var).map_err(|_| {
-            format!(
-                "--pool {what}: {} mounts it inside the environment and was not found on PATH \
-                 (Debian package {pkg})",
-                t.program()
-            )
-        })
+) -> Result<Option<PathBuf>, String> {
+    let missing = |t: Tool, pkg: &str, what: &str| {
+        format!(
+            "--pool {what}: {} mounts it inside the environment and was not found on PATH \
+             (Debian package {pkg})",
+            t.program()
+        )
     };
-    let sq = pools
-        .iter()
-        .find(|p| !p.ext)
-        .map(|p| find(Tool::SquashfuseLl, "squashfuse", &p.label))
-        .transpose()?;
-    let e2 = pools
+    if let Some(p) = pools.iter().find(|p| !p.ext) {
+        if squashfuse.is_none() {
+            return Err(missing(Tool::SquashfuseLl, "squashfuse", &p.label));
+        }
+    }
+    pools
         .iter()
         .find(|p| p.ext)
-        .map(|p| find(Tool::Fuse2fs, "fuse2fs", &p.label))
-        .transpose()?;
-    Ok((sq, e2))
+        .map(|p| {
+            Tool::Fuse2fs
+                .locate(path_var)
+                .map_err(|_| missing(Tool::Fuse2fs, "fuse2fs", &p.label))
+        })
+        .transpose()
 }
 
 /// Mount each pool at its usual mount point below `root` (the environment's root being built, or
@@ -97,4 +100,37 @@ pub(crate) fn mount(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(label: &str, ext: bool) -> EnvPool {
+        EnvPool {
+            label: label.into(),
+            image: PathBuf::from("/nonexistent/image"),
+            at: PathBuf::from("/nonexistent/at"),
+            ext,
+        }
+    }
+
+    #[test]
+    fn tools_name_what_a_pool_needs_and_its_package() {
+        // a squashfs pool when the probe found no squashfuse_ll: the error names the pool and the
+        // package, whatever fuse2fs' state
+        let e = tools(&[pool("ext/1", true), pool("sq/2", false)], None, None).unwrap_err();
+        assert!(e.contains("--pool sq/2") && e.contains("squashfuse_ll"), "{e}");
+        assert!(e.contains("Debian package squashfuse"), "{e}");
+        // squashfs pools only: the probe's squashfuse_ll is enough, fuse2fs is not looked for
+        let sq = std::path::Path::new("/usr/bin/squashfuse_ll");
+        assert_eq!(tools(&[pool("sq/2", false)], Some(sq), None), Ok(None));
+        // no pools: nothing needed
+        assert_eq!(tools(&[], None, None), Ok(None));
+        // an ext pool: fuse2fs where it is installed (the test set-up installs it)
+        if Tool::Fuse2fs.locate(None).is_ok() {
+            let f = tools(&[pool("ext/1", true)], None, None).unwrap();
+            assert!(f.is_some_and(|p| p.ends_with("fuse2fs")));
+        }
+    }
 }

@@ -9,11 +9,18 @@ use swpool_sys::exec::Tool;
 
 /// Look at this node (cheap: a few reads and one `access`); what only a layer needs (FUSE,
 /// fuse-overlayfs) only when `layer`, what only `--base` needs (FUSE, squashfuse_ll) only when
-/// `base`.
-pub fn facts(path_var: Option<&OsStr>, layer: bool, base: bool, helper: Option<&Path>) -> Facts {
+/// `base`, and what `--pool` needs (FUSE; squashfuse_ll for a squashfs pool) only for `pools`.
+pub fn facts(
+    path_var: Option<&OsStr>,
+    layer: bool,
+    base: bool,
+    pools: &[crate::pools::EnvPool],
+    helper: Option<&Path>,
+) -> Facts {
+    let squashfs_pool = pools.iter().any(|p| !p.ext);
     Facts {
         userns_blocked: userns_blocked(),
-        dev_fuse_blocked: (layer || base)
+        dev_fuse_blocked: (layer || base || !pools.is_empty())
             .then(|| dev_fuse_blocked(Path::new("/dev/fuse")))
             .flatten(),
         fuse_overlayfs: layer
@@ -21,7 +28,7 @@ pub fn facts(path_var: Option<&OsStr>, layer: bool, base: bool, helper: Option<&
             .flatten(),
         helper_idmap: layer && helper.is_some_and(|h| h.is_file()),
         copy_has_whiteouts: false,
-        squashfuse: base
+        squashfuse: (base || squashfs_pool)
             .then(|| Tool::SquashfuseLl.locate(path_var).ok())
             .flatten(),
     }
