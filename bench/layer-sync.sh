@@ -10,8 +10,14 @@
 # by the storage server (goal ≈ the layer's size, once), and for the 1 MiB change: files and bytes
 # moved (goal ≤ 2 MB), seconds (goal < 2 s at 8 nodes). SDEE (seed 003) took 80 s for 2 GB.
 # The layer is root's (shared storage is writable by root only on the testbed), under
-# $SCRATCH/bench-layers; run through testbed/mpirun (one rank per node). Writes
+# $SCRATCH/bench-layers; run through testbed/mpirun (one rank per node). The nodes' sshfs mount
+# caches attributes for 20 s (a change made on the server sooner than that after a listing is not
+# seen, which Lustre or GPFS would show at once), so each change is made 21 s after the last sync;
+# through the uncached mount ($TB/coherent) every lstat and read is a round trip, which makes the
+# list 3-5 s and the first sync 1.4-1.9x the wire limit (measured: results/layer-sync-20261127-0745.md). Writes
 # bench/results/layer-sync-<date>.md and prints it.
+# PROFILE=1: the whole machine's CPU time during each first sync, sampled with `perf record -a`
+# and split by command, library and function, in bench/results/layer-sync-<date>-cpu-<N>.txt.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TESTBED=$REPO/testbed
@@ -36,7 +42,7 @@ LINK_MBIT=400 STOR_MBIT=800
   echo
   echo "Machine load (\`uptime\`) at the start: $(uptime)"
   echo
-  echo "| N | first sync (s) | wire limit (s) | ÷ wire limit | storage bytes served | ÷ layer bytes | 1 MiB change: files moved | bytes moved | seconds | unchanged again (s) |"
+  echo "| N | first sync (s) | wire limit (s) | ÷ wire limit | storage bytes served | ÷ layer bytes | 1 MiB change: files moved | bytes moved | seconds (median of 3) | unchanged again (s) |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT"
 phases=""
@@ -61,15 +67,38 @@ for N in $COUNTS; do
   }
   field() { grep -o "\"$1\": [0-9.]*" <<< "$2" | head -1 | awk '{print $2}'; }
   for n in $(<"$TB/run/nodes"); do rm -rf "$TB/nodes/$n/local/sw-pool-0/layers"; done
-  drop; "$TESTBED/storage-bytes" --mark >/dev/null; t=$(now)
+  drop; "$TESTBED/storage-bytes" --mark >/dev/null
+  prof=""
+  if [[ -n ${PROFILE:-} ]]; then
+    perf record -a -F 199 -o "$OUT.perf.data" >/dev/null 2>&1 & prof=$!
+  fi
+  t=$(now)
   o1=$(run); t1=$(el "$t"); served=$("$TESTBED/storage-bytes" --since-mark)
+  if [[ -n $prof ]]; then
+    kill -INT "$prof"; wait "$prof" || true
+    { echo "# CPU of the whole machine ($(nproc) cores) during the first sync, N = $N (perf record -a -F 199; swapper = idle)"
+      perf report -i "$OUT.perf.data" --sort comm --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 25'
+      echo; echo "# by command and library"
+      perf report -i "$OUT.perf.data" --sort comm,dso --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 40'
+      echo; echo "# by command and function (kernel and user)"
+      perf report -i "$OUT.perf.data" --sort comm,sym --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 80'
+    } > "${OUT%.md}-cpu-$N.txt" || true
+    rm -f "$OUT.perf.data"
+  fi
   grep -q '"generation"' <<< "$o1" || { echo "N=$N first sync failed: $o1" >&2; continue; }
   wire=$(awk -v b="$bytes" -v l="$LINK_MBIT" -v s="$STOR_MBIT" 'BEGIN { r = (l < s ? l : s) * 1e6 / 8; printf "%.2f", b / r }')
-  # one 1 MiB file changes
-  head -c $((1 << 20)) /dev/urandom > "$L/big/upper/opt/app/lib/part1.so"
-  drop; t=$(now)
-  o2=$(run); t2=$(el "$t")
-  drop; t=$(now)
+  # one 1 MiB file changes, three times (a different file each time): the median of the three
+  # (single runs of 8 nodes on 2 cores spread 1.1-3.2 s); then an unchanged resync
+  t2s=()
+  for k in 1 2 3; do
+    sleep 21
+    head -c $((1 << 20)) /dev/urandom > "$L/big/upper/opt/app/lib/part$k.so"
+    drop; t=$(now)
+    o2=$(run); t2s+=("$(el "$t")")
+    phases+="- N=$N, 1 MiB change $k (${t2s[-1]} s): $(tr -d '\n ' <<< "$o2" | grep -o '"phases":{[^}]*}' | tr -d '"{}' | sed 's/phases://; s/,/, /g' || echo none)"$'\n'
+  done
+  t2=$(printf '%s\n' "${t2s[@]}" | sort -n | sed -n 2p)
+  sleep 21; drop; t=$(now)
   o3=$(run); t3=$(el "$t")
   awk -v n="$N" -v t1="$t1" -v w="$wire" -v sv="$served" -v b="$bytes" -v f2="$(field files_sent "$o2")" \
     -v b2="$(field bytes_sent "$o2")" -v t2="$t2" -v t3="$t3" -v u3="$(field nodes_updated "$o3")" \

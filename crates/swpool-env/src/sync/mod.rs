@@ -27,10 +27,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs;
-use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// What an entry of a layer is.
@@ -100,93 +97,6 @@ const MAX_ENTRIES: usize = 10_000_000;
 const MAX_PATH: usize = 4096;
 
 impl Manifest {
-    /// Walk `upper` (not following symlinks). Special files other than whiteouts (sockets, fifos,
-    /// devices) are skipped with a warning; an unreadable directory is an error naming it.
-    pub fn scan(upper: &Path) -> io::Result<Manifest> {
-        let mut entries = Vec::new();
-        let mut stack = vec![PathBuf::new()];
-        while let Some(rel) = stack.pop() {
-            let dir = upper.join(&rel);
-            let mut names: Vec<OsString> = fs::read_dir(&dir)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?
-                .map(|e| e.map(|e| e.file_name()))
-                .collect::<io::Result<_>>()
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-            names.sort();
-            let mut subdirs = Vec::new();
-            let mut here = Vec::new();
-            for name in names {
-                let r = rel.join(&name);
-                let p = upper.join(&r);
-                let m = fs::symlink_metadata(&p)
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
-                let ft = m.file_type();
-                let mode = m.mode() & 0o7777;
-                let e = if ft.is_dir() {
-                    subdirs.push(r.clone());
-                    Entry {
-                        path: r,
-                        kind: Kind::Dir,
-                        mode,
-                        size: 0,
-                        mtime_ns: 0,
-                        target: None,
-                    }
-                } else if ft.is_symlink() {
-                    Entry {
-                        path: r,
-                        kind: Kind::Symlink,
-                        mode: 0o777,
-                        size: 0,
-                        mtime_ns: 0,
-                        target: Some(fs::read_link(&p)?),
-                    }
-                } else if ft.is_file() && is_wh_name(&name) {
-                    // fuse-overlayfs' other form of a whiteout
-                    Entry {
-                        path: r,
-                        kind: Kind::Whiteout,
-                        mode: 0,
-                        size: 0,
-                        mtime_ns: 0,
-                        target: None,
-                    }
-                } else if ft.is_file() {
-                    Entry {
-                        path: r,
-                        kind: Kind::File,
-                        mode,
-                        size: m.len(),
-                        mtime_ns: i128::from(m.mtime()) * 1_000_000_000
-                            + i128::from(m.mtime_nsec()),
-                        target: None,
-                    }
-                } else if crate::layer::is_whiteout_device(&m) {
-                    let mut wh = OsString::from(".wh.");
-                    wh.push(&name);
-                    Entry {
-                        path: rel.join(wh),
-                        kind: Kind::Whiteout,
-                        mode: 0,
-                        size: 0,
-                        mtime_ns: 0,
-                        target: None,
-                    }
-                } else {
-                    tracing::warn!(path = %p.display(), "skipping a special file in the layer (socket, fifo or device)");
-                    continue;
-                };
-                here.push(e);
-            }
-            // in the order of the names the copy has (a whiteout `x` is `.wh.x` there), so that a
-            // copy scans to the same list
-            here.sort_by(|a, b| a.path.cmp(&b.path));
-            entries.extend(here);
-            stack.extend(subdirs.into_iter().rev());
-        }
-        Ok(Manifest { entries })
-    }
-
     /// The manifest as text (what is stored and broadcast).
     pub fn encode(&self) -> Vec<u8> {
         let mut s = String::with_capacity(64 + self.entries.len() * 96);
@@ -383,6 +293,7 @@ pub fn union_sets(n: usize, sets: &[Vec<u8>]) -> Result<Vec<usize>, String> {
 }
 
 mod node;
+mod scan;
 pub use node::{finish_files, remove_stale_runs, NodeCopies};
 
 #[cfg(test)]
