@@ -120,7 +120,10 @@ mod tests {
         // a squashfs pool when the probe found no squashfuse_ll: the error names the pool and the
         // package, whatever fuse2fs' state
         let e = tools(&[pool("ext/1", true), pool("sq/2", false)], None, None).unwrap_err();
-        assert!(e.contains("--pool sq/2") && e.contains("squashfuse_ll"), "{e}");
+        assert!(
+            e.contains("--pool sq/2") && e.contains("squashfuse_ll"),
+            "{e}"
+        );
         assert!(e.contains("Debian package squashfuse"), "{e}");
         // squashfs pools only: the probe's squashfuse_ll is enough, fuse2fs is not looked for
         let sq = std::path::Path::new("/usr/bin/squashfuse_ll");
