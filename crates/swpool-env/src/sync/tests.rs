@@ -193,3 +193,12 @@ fn whiteouts_sort_as_in_the_copy() {
     let kinds: Vec<Kind> = mc.entries.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, m.entries.iter().map(|e| e.kind).collect::<Vec<_>>());
 }
+
+#[test]
+fn the_fuzz_seed_is_a_valid_list() {
+    // fuzz/fuzz_targets/layer_manifest.rs starts from this file: it must stay accepted
+    let seed = include_bytes!("../../../../fuzz/seeds/layer_manifest/valid.txt");
+    let m = Manifest::decode(seed).unwrap();
+    assert_eq!(m.entries.len(), 5);
+    assert_eq!(Manifest::decode(&m.encode()).unwrap(), m);
+}
