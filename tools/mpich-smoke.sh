@@ -8,6 +8,10 @@
 # starts under Slurm) on 2 fake nodes under mpirun.mpich: both mount (FUSE: needs root or a usable
 # /dev/fuse and squashfuse_ll), every file reads right on both (each node fetches the chunks the
 # other owns over MPICH), and unmounting both ends the servers.
+# Last, an MPICH program inside `sw-pool run` (issue 29): mpi-selftest built against MPICH, 4 ranks
+# under hydra as uid 65534, first each rank in an environment of its own (what broke Open MPI's
+# shared memory: kernel-facts), then all four joining one environment over a layer (rootless
+# fuse-overlayfs; a 0666 /dev/fuse of the script's own, bound in a private mount namespace).
 #
 #   tools/mpich-smoke.sh            (needs mpich + libmpich-dev; ~5 min for the first build)
 set -euo pipefail
@@ -16,7 +20,7 @@ TARGET=${SWP_MPICH_TARGET:-/var/tmp/swp-mpich-target}
 if ! command -v mpicc.mpich >/dev/null || ! command -v mpirun.mpich >/dev/null; then
   echo "mpich-smoke: mpicc.mpich / mpirun.mpich not found (apt-get install mpich libmpich-dev)"; exit 1
 fi
-(cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool -p swpool-serve)
+(cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool -p swpool-serve -p swpool-env -p mpi-selftest)
 # sw-pool is the front (no MPI); the MPI commands run as sw-pool-full beside it
 BIN=$TARGET/release/sw-pool
 # (ldd's output is read whole: `ldd | grep -q` fails under pipefail when grep exits first and ldd
@@ -78,5 +82,45 @@ if grep -q 'sw-pool-lazy: ready' "$D/lazy.out"; then
   if [[ $ended == yes ]]; then echo "PASS mpich: lazy servers ended with their mounts"; lazy_pid=; else echo "FAIL mpich: lazy servers still running"; rc=1; fi
 else
   echo "FAIL mpich: lazy-serve: $(tail -n 5 "$D/lazy.out")"; rc=1
+fi
+
+# --- an MPICH program inside `sw-pool run`, as a user
+unset SW_POOL_STATE_DIR
+H=$D/u
+install -d -o 65534 -g 65534 -m 700 "$H" "$H/layers"
+chmod 711 "$D"
+install -m 755 "$TARGET/release/mpi-selftest" "$D/mpi-selftest"
+mknod -m 666 "$D/fuse" c 10 229
+as_user() {  # CMD... as uid 65534, with the script's own usable /dev/fuse
+  # shellcheck disable=SC2016  # expanded by the inner sh
+  unshare -m --propagation private -- sh -c 'mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- env HOME="$H" SW_POOL_LAYER_DIR="$H/layers" "$@"' sh "$D/fuse" "$@"
+}
+export H
+check_ranks() {  # LABEL OUTPUT: 4 ranks, each printed the same sha256 of the broadcast buffer
+  local n sums
+  n=$(grep -c '^rank [0-3]/4 ' <<< "$2" || true)
+  sums=$(grep '^rank ' <<< "$2" | awk '{print $NF}' | sort -u | wc -l)
+  if [[ $n == 4 && $sums == 1 ]]; then echo "PASS mpich: $1: 4 ranks, identical bytes"; else echo "FAIL mpich: $1: $2"; rc=1; fi
+}
+# shellcheck disable=SC2016  # expanded inside the environment
+out=$(as_user timeout 120 mpirun.mpich -np 4 "$BIN" run -- sh -c 'echo "ns $(readlink /proc/self/ns/user)"; exec "$0" 8' "$D/mpi-selftest" 2>&1) || true
+check_ranks "run, an environment per rank" "$out"
+if [[ $(grep '^ns ' <<< "$out" | sort -u | wc -l) == 4 ]]; then
+  echo "PASS mpich: ... in 4 user namespaces"
+else
+  echo "FAIL mpich: user namespaces: $(grep '^ns ' <<< "$out" | sort | uniq -c)"; rc=1
+fi
+if as_user "$BIN" -q layer create mx; then
+  # shellcheck disable=SC2016  # expanded inside the environment
+  out=$(as_user timeout 120 mpirun.mpich -np 4 "$BIN" run --layer mx -- sh -c 'echo "ns $(readlink /proc/self/ns/user)"; exec "$0" 8' "$D/mpi-selftest" 2>&1) || true
+  check_ranks "run --layer, the ranks joining one environment" "$out"
+  if [[ $(grep '^ns ' <<< "$out" | sort | uniq -c | awk '{print $1}') == 4 ]]; then
+    echo "PASS mpich: the 4 ranks were in one user namespace"
+  else
+    echo "FAIL mpich: user namespaces: $(grep '^ns ' <<< "$out" | sort | uniq -c)"; rc=1
+  fi
+  as_user "$BIN" -q layer rm mx || { echo "FAIL mpich: layer rm"; rc=1; }
+else
+  echo "FAIL mpich: layer create"; rc=1
 fi
 exit $rc
