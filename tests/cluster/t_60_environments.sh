@@ -7,7 +7,7 @@
 #   the host's /usr/local/bin is unchanged on every node (hash of its listing);
 # - MPI inside `run`: `srun --mpi=pmix -N4 --ntasks-per-node=2 sw-pool run -- mpi-selftest`: the two
 #   tasks of a node share one environment (one user and PID namespace: what Open MPI's shared
-#   memory needs), 8 ranks, one digest;
+#   memory needs), 8 ranks, one digest; the same program built against MPICH under `srun --mpi=pmi2`;
 # - two users on one node: neither sees the other's processes, nor can use the other's layers;
 # - nothing left: no environment process, no rendezvous socket, no fuse-overlayfs mount.
 # shellcheck source=lib.sh
@@ -164,6 +164,24 @@ if [[ -x $W/bin/mpi-selftest ]]; then
   assert_eq "... 8 tasks answered" 8 "$(grep -c '^node' <<< "$out" || true)"
 else
   fail "mpi-selftest built" "$REPO/target/release/mpi-selftest missing"
+fi
+
+# 3b. the same with MPICH (Slurm's pmi2): mpi-selftest built against MPICH, as tools/mpich-smoke.sh
+# builds it (t_10 runs that first; alone, this builds it: ~1 min)
+mt=${SWP_MPICH_TARGET:-/var/tmp/swp-mpich-target}
+if command -v mpicc.mpich >/dev/null; then
+  [[ -x $mt/release/mpi-selftest ]] ||
+    (cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$mt cargo build --release -q -p mpi-selftest) || true
+  if [[ -x $mt/release/mpi-selftest ]]; then
+    install -m 755 "$mt/release/mpi-selftest" "$W/bin/mpi-selftest-mpich"
+    out=$(swrun --mpi=pmi2 -N4 --ntasks-per-node=2 "$SW" run -- "$W/bin/mpi-selftest-mpich" 2>&1 || true)
+    lines=$(grep -E '^rank [0-9]+/8 host node[0-9]+ sha256 [0-9a-f]{64}$' <<< "$out" || true)
+    assert_eq "MPICH (srun --mpi=pmi2) in sw-pool run, 4 nodes x 2 tasks: 8 ranks answered" 8 "$(grep -c . <<< "$lines")"
+    assert_eq "... on 4 nodes, one digest on every rank" "4 1" "$(awk '{print $4}' <<< "$lines" | sort -u | grep -c .) $(awk '{print $6}' <<< "$lines" | sort -u | grep -c .)"
+    [[ $(grep -c . <<< "$lines") == 8 ]] || printf '  %s\n' "$(tail -20 <<< "$out")"
+  else
+    fail "mpi-selftest built against MPICH" "$mt/release/mpi-selftest missing"
+  fi
 fi
 
 # 4. two users on one node: processes and layers kept apart
