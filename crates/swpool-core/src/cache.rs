@@ -118,9 +118,15 @@ fn steps_dir(cache: &Path) -> PathBuf {
 }
 
 /// Record at `mark` ([`step_mark`]) what placing gave on this node: the placement (JSON) or why it
-/// failed; written whole under a temporary name and renamed.
+/// failed; written whole under a temporary name and renamed. Steps' marks older than
+/// [`swpool_env::sync::MARK_MAX_AGE`] go first (the epilog removes a job's marks where the site's
+/// cache base is, [`remove_step_marks`]; a `--cache-dir` elsewhere would gather them for ever).
 pub fn write_step_mark(mark: &Path, outcome: Result<&[u8], &str>) -> std::io::Result<()> {
     let dir = crate::atomic::parent_dir(mark);
+    swpool_env::sync::prune_old_marks(
+        crate::atomic::parent_dir(dir),
+        swpool_env::sync::MARK_MAX_AGE,
+    );
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -479,6 +485,21 @@ mod tests {
         remove_step_marks(&cache, "42");
         assert!(read_step_mark(&m).is_none());
         assert!(read_step_mark(&f).is_some());
+        // marks no epilog removed (a --cache-dir elsewhere) go when older than MARK_MAX_AGE and
+        // another step writes its marks
+        let old_step = d.path().join("sw-pool-7/steps/420.3");
+        let day = 24 * 3600 * 1_000_000_000i128;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
+        swpool_sys::atomic::set_mtime(&old_step, now - 29 * day).unwrap();
+        write_step_mark(&step_mark(&cache, "43.0", "x").unwrap(), Ok(b"{}")).unwrap();
+        assert!(read_step_mark(&f).is_some(), "29 days: kept");
+        swpool_sys::atomic::set_mtime(&old_step, now - 31 * day).unwrap();
+        write_step_mark(&step_mark(&cache, "44.0", "x").unwrap(), Ok(b"{}")).unwrap();
+        assert!(read_step_mark(&f).is_none(), "31 days: removed");
+        assert!(read_step_mark(&step_mark(&cache, "43.0", "x").unwrap()).is_some());
     }
 
     #[test]

@@ -60,11 +60,13 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
     let cfg = super::config(env)?;
     let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
     if let Ok(Some(cache)) = swpool_core::cache::existing_dir(&base, euid) {
-        // the job's `run --pool` step marks (a few hundred bytes each; the epilog passes the job)
+        let layers = swpool_core::cache::layers_dir(&cache);
+        // the job's `run --pool` step marks and which layer state it used (a few bytes each; the
+        // epilog passes the job)
         if let (Some(job), false) = (a.job.as_deref(), a.dry_run) {
             swpool_core::cache::remove_step_marks(&cache, job);
+            swpool_env::sync::remove_job_marks(&layers, job);
         }
-        let layers = swpool_core::cache::layers_dir(&cache);
         for d in swpool_env::sync::remove_stale_runs(&layers, &envs, a.dry_run) {
             actions.push(Action {
                 mount_point: d,

@@ -105,11 +105,14 @@ impl NodeCopies {
             .any(|e| !is_kernel_whiteout(&state.join(kernel_name(&e.path))))
     }
 
-    /// Record that job `job` uses state `gen`.
+    /// Record that job `job` uses state `gen`. Marks older than [`MARK_MAX_AGE`] go first: the
+    /// epilog removes a job's marks ([`remove_job_marks`]) where the site's cache base is; a copy
+    /// kept elsewhere (`--cache-dir`) would otherwise gather one file per job for ever.
     pub fn mark_job(&self, job: &str, gen: &str) -> Result<(), EnvError> {
         if !valid_job(job) {
             return Err(EnvError::Unsupported(format!("bad job id {job:?}")));
         }
+        prune_old_marks(&self.dir.join("jobs"), MARK_MAX_AGE);
         let p = self.dir.join("jobs").join(job);
         swpool_sys::atomic::write_file(&p, format!("{gen}\n").as_bytes(), true)
             .map_err(|e| EnvError::io("cannot write", p, e))
@@ -309,6 +312,60 @@ fn open_lock(p: &Path) -> io::Result<fs::File> {
         .truncate(false)
         .write(true)
         .open(p)
+}
+
+/// How long a job's marks are kept when no epilog removed them: longer than any job runs (a mark
+/// is read when a step of its job starts `run --layer`).
+pub const MARK_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Remove the marks of job `job` (`jobs/<job>`, and `jobs/<job>.<step>.failed`) of every layer
+/// copy under the user's node-local `layers` (the epilog's `cleanup --job`, as the user);
+/// returns how many went.
+pub fn remove_job_marks(layers: &Path, job: &str) -> usize {
+    if !valid_job(job) || job.contains('.') {
+        return 0;
+    }
+    let mut n = 0;
+    let Ok(rd) = fs::read_dir(layers) else {
+        return 0;
+    };
+    for copies in rd.flatten() {
+        let Ok(marks) = fs::read_dir(copies.path().join("jobs")) else {
+            continue;
+        };
+        for m in marks.flatten() {
+            let name = m.file_name();
+            let name = name.to_string_lossy();
+            let ours = name == job || name.strip_prefix(job).is_some_and(|r| r.starts_with('.'));
+            if ours && fs::remove_file(m.path()).is_ok() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Remove the entries of `dir` (files, or directories with what is in them) last changed more
+/// than `age` ago. Best effort: marks are a few bytes each.
+pub fn prune_old_marks(dir: &Path, age: std::time::Duration) {
+    let Some(cutoff) = std::time::SystemTime::now().checked_sub(age) else {
+        return;
+    };
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(m) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if m.modified().is_ok_and(|t| t < cutoff) {
+            let _ = if m.is_dir() {
+                crate::layer::remove_tree(&e.path())
+            } else {
+                fs::remove_file(e.path())
+            };
+        }
+    }
 }
 
 /// The per-environment directories (`<copies>/run/<key>`) under the user's node-local `layers`

@@ -202,3 +202,39 @@ fn the_fuzz_seed_is_a_valid_list() {
     assert_eq!(m.entries.len(), 5);
     assert_eq!(Manifest::decode(&m.encode()).unwrap(), m);
 }
+
+#[test]
+fn job_marks_go_with_their_job_and_with_age() {
+    let t = tree();
+    let node = tempfile::tempdir().unwrap();
+    let layers = node.path().join("layers");
+    let nc = NodeCopies::open(&layers, "dev", t.path()).unwrap();
+    let gen = "0123456789abcdef0123456789abcdef";
+    fs::create_dir(nc.state(gen)).unwrap();
+    nc.mark_job("42", gen).unwrap();
+    nc.mark_job("420", gen).unwrap();
+    nc.mark_failed("42.3", "node2: no room").unwrap();
+    assert!(nc.for_job("42").is_some() && nc.failed("42.3").is_some());
+    // the epilog of job 42: its mark and its step's failure go, job 420's mark stays
+    assert_eq!(remove_job_marks(&layers, "42"), 2);
+    assert!(nc.for_job("42").is_none() && nc.failed("42.3").is_none());
+    assert!(nc.for_job("420").is_some());
+    for bad in ["", "..", "42.3", "../x"] {
+        assert_eq!(remove_job_marks(&layers, bad), 0, "{bad}");
+    }
+    // a mark nobody removed (no epilog saw this cache base) goes when it is older than
+    // MARK_MAX_AGE and another job marks
+    let old = nc.dir().join("jobs/420");
+    let day = 24 * 3600 * 1_000_000_000i128;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128;
+    set_mtime(&old, now - 29 * day);
+    nc.mark_job("421", gen).unwrap();
+    assert!(old.exists(), "29 days: kept");
+    set_mtime(&old, now - 31 * day);
+    nc.mark_job("422", gen).unwrap();
+    assert!(!old.exists(), "31 days: removed");
+    assert!(nc.for_job("421").is_some() && nc.for_job("422").is_some());
+}
