@@ -76,14 +76,7 @@ for N in $COUNTS; do
   o1=$(run); t1=$(el "$t"); served=$("$TESTBED/storage-bytes" --since-mark)
   if [[ -n $prof ]]; then
     kill -INT "$prof"; wait "$prof" || true
-    { echo "# CPU of the whole machine ($(nproc) cores) during the first sync, N = $N (perf record -a -F 199; swapper = idle)"
-      perf report -i "$OUT.perf.data" --sort comm --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 25'
-      echo; echo "# by command and library"
-      perf report -i "$OUT.perf.data" --sort comm,dso --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 40'
-      echo; echo "# by command and function (kernel and user)"
-      perf report -i "$OUT.perf.data" --sort comm,sym --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 80'
-    } > "${OUT%.md}-cpu-$N.txt" || true
-    rm -f "$OUT.perf.data"
+    cpu_report "$OUT.perf.data" "during the first sync, N = $N" > "${OUT%.md}-cpu-$N.txt" || true
   fi
   grep -q '"generation"' <<< "$o1" || { echo "N=$N first sync failed: $o1" >&2; continue; }
   wire=$(awk -v b="$bytes" -v l="$LINK_MBIT" -v s="$STOR_MBIT" 'BEGIN { r = (l < s ? l : s) * 1e6 / 8; printf "%.2f", b / r }')

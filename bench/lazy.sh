@@ -130,14 +130,7 @@ if [ $s = large ]; then
 fi")
       if [[ -n $prof ]]; then
         kill -INT "$prof"; wait "$prof" || true
-        { echo "# CPU of the whole machine ($(nproc) cores) during the $mode job, large pool, N = $N (perf record -a -F 199; swapper = idle)"
-          perf report -i "$W/perf.data" --sort comm --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 25'
-          echo; echo "# by command and library"
-          perf report -i "$W/perf.data" --sort comm,dso --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 40'
-          echo; echo "# by command and function (kernel and user)"
-          perf report -i "$W/perf.data" --sort comm,sym --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 80'
-        } > "$OUT-cpu-$mode-$N.txt" || true
-        rm -f "$W/perf.data"
+        cpu_report "$W/perf.data" "during the $mode job, large pool, N = $N" > "$OUT-cpu-$mode-$N.txt" || true
       fi
       R[$mode.$s.$N.first]=$(awk '/^first /{print $2}' <<< "$out")
       R[$mode.$s.$N.sha]=$(awk '/^sha /{print $2}' <<< "$out")

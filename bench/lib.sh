@@ -16,3 +16,14 @@ timeit() { local s; s=$(now); "$@" >/dev/null; sub "$s" "$(now)"; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 drop() { drop_caches; }
 log() { echo "$*" | tee -a "$OUT.log"; }
+# cpu_report DATA TITLE: the whole machine's CPU time in a `perf record -a` file, split by command,
+# by command and library, and by command and function (kernel and user), on stdout; DATA removed
+cpu_report() {
+  echo "# CPU of the whole machine ($(nproc) cores) $2 (perf record -a -F 199; swapper = idle)"
+  perf report -i "$1" --sort comm --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 25'
+  echo; echo "# by command and library"
+  perf report -i "$1" --sort comm,dso --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 40'
+  echo; echo "# by command and function (kernel and user)"
+  perf report -i "$1" --sort comm,sym --stdio -n 2>/dev/null | awk '!/^#/ && NF && n++ < 80'
+  rm -f "$1"
+}
