@@ -96,15 +96,18 @@ for n in $TB_NODES; do
   left=$("$TESTBED/exec" "$n" sh -c "ls -d $TB/local/sw-pool-$uid/layers/dev-*/run/* 2>/dev/null | grep -c . || true")
   assert_eq "$n: the job's per-node upper is gone" 0 "$left"
 done
-# the job's mark of the state it used goes with `cleanup --job` (what the epilog runs as the user,
-# where the cache base is known to it: the testbed's hooks do not get the tasks' LOCAL_TMPDIR, so
-# it is given here; elsewhere marks older than 30 days go when a new one is written: unit tests)
+# the job's mark of the state it used goes with the epilog: sw-pool's Slurm epilog run as slurmd
+# runs it (root, the job's SLURM_JOB_* and nothing of the tasks' environment: not the
+# LOCAL_TMPDIR the testbed's TaskProlog gives the tasks, under which the job put its marks; the
+# sync remembered that base in the user's state directory)
 jid=$(find "$W/out" -name 'sync-1-*.out' | sed 's/.*sync-1-\([0-9]*\)\.out/\1/' | head -1)
+mkdir -p "$W/libexec/sw-pool" && ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/epilog"
 for n in $TB_NODES; do
   mk() { "$TESTBED/exec" "$n" sh -c "ls $TB/local/sw-pool-$uid/layers/dev-*/jobs/$jid 2>/dev/null | grep -c . || true"; }
   before=$(mk)
-  "$TESTBED/exec" "$n" runuser -u "$TB_USER" -- env LOCAL_TMPDIR="$TB/local" SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= "$SW" -q cleanup --job "$jid" >/dev/null 2>&1 || true
-  assert_eq "$n: job $jid's mark of its layer state, there after the job, gone after cleanup --job" "1 0" "$before $(mk)"
+  "$TESTBED/exec" "$n" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_JOB_ID="$jid" SLURM_JOB_UID="$uid" \
+    SLURM_JOB_USER="$TB_USER" "$W/libexec/sw-pool/epilog" >/dev/null 2>&1 || true
+  assert_eq "$n: job $jid's mark of its layer state, there after the job, gone after the epilog" "1 0" "$before $(mk)"
 done
 # one file changes: only it moves
 swrun -N1 -w node1 "$SW" run --layer dev -- sh -c 'head -c 1048576 /dev/urandom > /usr/local/t60data' >/dev/null 2>&1 || true

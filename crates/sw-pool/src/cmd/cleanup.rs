@@ -58,8 +58,24 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
         .map(|d| d.join("envs"))
         .collect();
     let cfg = super::config(env)?;
-    let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
-    if let Ok(Some(cache)) = swpool_core::cache::existing_dir(&base, euid) {
+    // the cache base this environment names, and those the user's jobs put job-scoped things
+    // under on this node (`StateDir::remember_base`: the epilog does not see the tasks' variables)
+    let mut bases = vec![swpool_core::cache::base_dir(
+        None,
+        cfg.cache_dir.value.as_deref(),
+        env,
+    )];
+    for d in state::candidate_dirs(euid, env) {
+        for b in state::StateDir::remembered_bases_in(&d) {
+            if !bases.contains(&b) {
+                bases.push(b);
+            }
+        }
+    }
+    for base in &bases {
+        let Ok(Some(cache)) = swpool_core::cache::existing_dir(base, euid) else {
+            continue;
+        };
         let layers = swpool_core::cache::layers_dir(&cache);
         // the job's `run --pool` step marks and which layer state it used (a few bytes each; the
         // epilog passes the job)

@@ -115,6 +115,10 @@ fn mark_step(
     let Ok(cache) = swpool_core::cache::dir(&base, uid, true) else {
         return; // the tasks time out naming `cache fetch`; the step itself failed already
     };
+    // the step's marks go under `base`: the epilog's cleanup looks there too
+    if let Ok(st) = swpool_core::state::StateDir::open_default(env) {
+        st.remember_base(&base);
+    }
     let spec = f.pool.to_string_lossy();
     let Some(mark) = swpool_core::cache::step_mark(&cache, step, &spec) else {
         return;

@@ -132,6 +132,12 @@ fn sync(
     let node_layers = swpool_core::cache::dir(&base, uid, true)
         .map(|c| swpool_core::cache::layers_dir(&c))
         .map_err(|e| (e.exit_status(), e.to_string()));
+    if node_layers.is_ok() && env.get(HostVar::SlurmJobId).is_some() {
+        // the job's marks and uppers go under `base`: the epilog's cleanup looks there too
+        if let Ok(st) = swpool_core::state::StateDir::open_default(env) {
+            st.remember_base(&base);
+        }
+    }
     let r = job
         .agree(checked.and(node_layers.clone().map(|_| ())))
         .map_err(Error::from)

@@ -50,7 +50,7 @@ pub use list::{
 pub use release::{
     helper_release, helper_release_spec, helper_sudo, helper_umount, release, Released,
 };
-pub use store::{images_in_use, StateDir, StateLock};
+pub use store::{images_in_use, StateDir, StateLock, MAX_BASES};
 
 pub const SCHEMA: u32 = 1;
 const MAX_RECORD: u64 = 1 << 20;

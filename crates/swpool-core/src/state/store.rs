@@ -124,6 +124,59 @@ impl StateDir {
         !recent
     }
 
+    /// Remember that a job put what only lives as long as it (step marks, layer marks,
+    /// environments' uppers) under the cache base `base` on this node, so that the epilog's
+    /// `cleanup --job` looks there too: it runs without the tasks' environment, and a base that
+    /// came from `$LOCAL_TMPDIR` set by a TaskProlog, or from `--cache-dir`, is unknown to it
+    /// otherwise. Best effort; at most [`MAX_BASES`] are remembered.
+    pub fn remember_base(&self, base: &Path) {
+        let base = crate::exec::absolute(base);
+        let Some(line) = base.to_str().filter(|b| !b.contains('\n')) else {
+            return;
+        };
+        let known = self.remembered_bases();
+        if known.contains(&base) || known.len() >= MAX_BASES {
+            return;
+        }
+        use std::io::Write;
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc_nofollow())
+            .open(bases_file(&self.path, &self.node))
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    }
+
+    /// The cache bases [`Self::remember_base`] noted on this node (absolute paths, each once).
+    pub fn remembered_bases(&self) -> Vec<PathBuf> {
+        Self::remembered_bases_in(&self.path)
+    }
+
+    /// [`Self::remembered_bases`] of the store at `dir`, which is only read (`cleanup --dry-run`
+    /// changes nothing).
+    pub fn remembered_bases_in(dir: &Path) -> Vec<PathBuf> {
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_nofollow())
+            .open(bases_file(dir, &hostname()))
+        else {
+            return Vec::new();
+        };
+        use std::io::Read;
+        let mut text = String::new();
+        if f.take(64 * 1024).read_to_string(&mut text).is_err() {
+            return Vec::new();
+        }
+        let mut out: Vec<PathBuf> = Vec::new();
+        for l in text.lines().map(PathBuf::from) {
+            if l.is_absolute() && !out.contains(&l) && out.len() < MAX_BASES {
+                out.push(l);
+            }
+        }
+        out
+    }
+
     /// Take the store's exclusive lock (blocks until it is free).
     pub fn lock(&self) -> Result<StateLock, StateError> {
         let p = self.path.join("lock");
@@ -478,6 +531,25 @@ fn remove_if_there(p: &Path) -> Result<(), StateError> {
 }
 
 /// `O_NOFOLLOW`: a stamp in the private store is never reached through a symlink.
+/// Most cache bases remembered per node ([`StateDir::remember_base`]).
+pub const MAX_BASES: usize = 64;
+
+/// Where [`StateDir::remember_base`] keeps node `node`'s bases in the store at `dir` (per node: a
+/// store may be on shared storage).
+fn bases_file(dir: &Path, node: &str) -> PathBuf {
+    let node: String = node
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(format!("cache-bases.{node}"))
+}
+
 fn libc_nofollow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }

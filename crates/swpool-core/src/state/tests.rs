@@ -718,3 +718,36 @@ fn the_socket_of_an_on_demand_server_that_is_gone_is_removed_by_cleanup() {
         .is_empty());
     assert!(gone.exists());
 }
+
+#[test]
+fn cache_bases_are_remembered_once_per_node_and_read_without_changing_the_store() {
+    let e = env();
+    assert!(e.dir.remembered_bases().is_empty());
+    e.dir.remember_base(Path::new("/local/tmp"));
+    e.dir.remember_base(Path::new("/local/tmp"));
+    e.dir.remember_base(Path::new("/scratch/me"));
+    e.dir.remember_base(Path::new("/bad\nname"));
+    let want = vec![PathBuf::from("/local/tmp"), PathBuf::from("/scratch/me")];
+    assert_eq!(e.dir.remembered_bases(), want);
+    assert_eq!(StateDir::remembered_bases_in(e.dir.path()), want);
+    // a relative line (hand-edited, or another program's) is skipped
+    let f = std::fs::read_dir(e.dir.path())
+        .unwrap()
+        .flatten()
+        .find(|d| d.file_name().to_string_lossy().starts_with("cache-bases."))
+        .unwrap()
+        .path();
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    text.push_str("relative/x\n");
+    std::fs::write(&f, text).unwrap();
+    assert_eq!(e.dir.remembered_bases(), want);
+    // bounded
+    for i in 0..(MAX_BASES + 10) {
+        e.dir.remember_base(Path::new(&format!("/b/{i}")));
+    }
+    assert_eq!(e.dir.remembered_bases().len(), MAX_BASES);
+    // a store that does not exist: nothing, and nothing made
+    let none = e.dir.path().join("absent");
+    assert!(StateDir::remembered_bases_in(&none).is_empty());
+    assert!(!none.exists());
+}
