@@ -95,16 +95,7 @@ impl StateDir {
         if ensure_private_dir(&dir, self.uid).is_err() {
             return true;
         }
-        let name: String = format!("{}-{key}", self.node)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let name = file_safe(&format!("{}-{key}", self.node));
         let stamp = dir.join(name);
         let recent = std::fs::symlink_metadata(&stamp)
             .ok()
@@ -530,15 +521,18 @@ fn remove_if_there(p: &Path) -> Result<(), StateError> {
     }
 }
 
-/// `O_NOFOLLOW`: a stamp in the private store is never reached through a symlink.
 /// Most cache bases remembered per node ([`StateDir::remember_base`]).
 pub const MAX_BASES: usize = 64;
 
 /// Where [`StateDir::remember_base`] keeps node `node`'s bases in the store at `dir` (per node: a
 /// store may be on shared storage).
 fn bases_file(dir: &Path, node: &str) -> PathBuf {
-    let node: String = node
-        .chars()
+    dir.join(format!("cache-bases.{}", file_safe(node)))
+}
+
+/// `s` with every character but ASCII letters, digits and `-_.` made `_` (a file name part).
+fn file_safe(s: &str) -> String {
+    s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
                 c
@@ -546,10 +540,10 @@ fn bases_file(dir: &Path, node: &str) -> PathBuf {
                 '_'
             }
         })
-        .collect();
-    dir.join(format!("cache-bases.{node}"))
+        .collect()
 }
 
+/// `O_NOFOLLOW`: a stamp in the private store is never reached through a symlink.
 fn libc_nofollow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
