@@ -155,9 +155,7 @@ pub fn remove_step_marks(cache: &Path, job: &str) {
         return;
     };
     for e in rd.flatten() {
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        if n == job || n.strip_prefix(job).is_some_and(|r| r.starts_with('.')) {
+        if swpool_env::sync::of_job(&e.file_name().to_string_lossy(), job) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }

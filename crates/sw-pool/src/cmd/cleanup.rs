@@ -53,10 +53,8 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
     let mut actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref(), env)?;
     // environments killed with their job step (`kill -9`, a cancelled step) leave their
     // rendezvous socket and, over a synced layer, their node-local upper; nobody holds their lock
-    let envs: Vec<std::path::PathBuf> = state::candidate_dirs(euid, env)
-        .into_iter()
-        .map(|d| d.join("envs"))
-        .collect();
+    let stores = state::candidate_dirs(euid, env);
+    let envs: Vec<std::path::PathBuf> = stores.iter().map(|d| d.join("envs")).collect();
     let cfg = super::config(env)?;
     // the cache base this environment names, and those the user's jobs put job-scoped things
     // under on this node (`StateDir::remember_base`: the epilog does not see the tasks' variables)
@@ -65,8 +63,8 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
         cfg.cache_dir.value.as_deref(),
         env,
     )];
-    for d in state::candidate_dirs(euid, env) {
-        for b in state::StateDir::remembered_bases_in(&d) {
+    for d in &stores {
+        for b in state::StateDir::remembered_bases_in(d) {
             if !bases.contains(&b) {
                 bases.push(b);
             }

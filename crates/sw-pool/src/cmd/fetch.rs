@@ -116,9 +116,7 @@ fn mark_step(
         return; // the tasks time out naming `cache fetch`; the step itself failed already
     };
     // the step's marks go under `base`: the epilog's cleanup looks there too
-    if let Ok(st) = swpool_core::state::StateDir::open_default(env) {
-        st.remember_base(&base);
-    }
+    swpool_core::state::StateDir::remember_job_base(env, &base);
     let spec = f.pool.to_string_lossy();
     let Some(mark) = swpool_core::cache::step_mark(&cache, step, &spec) else {
         return;

@@ -134,9 +134,7 @@ fn sync(
         .map_err(|e| (e.exit_status(), e.to_string()));
     if node_layers.is_ok() && env.get(HostVar::SlurmJobId).is_some() {
         // the job's marks and uppers go under `base`: the epilog's cleanup looks there too
-        if let Ok(st) = swpool_core::state::StateDir::open_default(env) {
-            st.remember_base(&base);
-        }
+        swpool_core::state::StateDir::remember_job_base(env, &base);
     }
     let r = job
         .agree(checked.and(node_layers.clone().map(|_| ())))

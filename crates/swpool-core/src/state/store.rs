@@ -139,6 +139,14 @@ impl StateDir {
             .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
     }
 
+    /// [`Self::remember_base`] in the effective user's default store (opened, made if needed);
+    /// nothing when there is none to be had (best effort, as the remembering itself).
+    pub fn remember_job_base(env: &Environment, base: &Path) {
+        if let Ok(st) = Self::open_default(env) {
+            st.remember_base(base);
+        }
+    }
+
     /// The cache bases [`Self::remember_base`] noted on this node (absolute paths, each once).
     pub fn remembered_bases(&self) -> Vec<PathBuf> {
         Self::remembered_bases_in(&self.path)

@@ -295,7 +295,8 @@ pub fn union_sets(n: usize, sets: &[Vec<u8>]) -> Result<Vec<usize>, String> {
 mod node;
 mod scan;
 pub use node::{
-    finish_files, prune_old_marks, remove_job_marks, remove_stale_runs, NodeCopies, MARK_MAX_AGE,
+    finish_files, of_job, prune_old_marks, remove_job_marks, remove_stale_runs, NodeCopies,
+    MARK_MAX_AGE,
 };
 
 #[cfg(test)]

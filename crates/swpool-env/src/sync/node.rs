@@ -334,15 +334,18 @@ pub fn remove_job_marks(layers: &Path, job: &str) -> usize {
             continue;
         };
         for m in marks.flatten() {
-            let name = m.file_name();
-            let name = name.to_string_lossy();
-            let ours = name == job || name.strip_prefix(job).is_some_and(|r| r.starts_with('.'));
-            if ours && fs::remove_file(m.path()).is_ok() {
+            if of_job(&m.file_name().to_string_lossy(), job) && fs::remove_file(m.path()).is_ok() {
                 n += 1;
             }
         }
     }
     n
+}
+
+/// Whether the mark named `name` is job `job`'s: `<job>` itself, or one of its steps'
+/// (`<job>.<step>`, `<job>.<step>.failed`). Shared with the step marks' removal.
+pub fn of_job(name: &str, job: &str) -> bool {
+    name == job || name.strip_prefix(job).is_some_and(|r| r.starts_with('.'))
 }
 
 /// Remove the entries of `dir` (files, or directories with what is in them) last changed more

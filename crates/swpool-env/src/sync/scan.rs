@@ -158,27 +158,21 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 mod tests {
     use super::*;
 
-    /// The sequential walk the parallel one replaced: the list must be the same, in order.
-    fn sequential(upper: &Path) -> Vec<Entry> {
-        let mut entries = Vec::new();
-        let mut stack = vec![PathBuf::new()];
-        while let Some(rel) = stack.pop() {
-            let mut names = read_names(upper, &rel).unwrap();
-            names.sort();
-            let mut here: Vec<Entry> = names
-                .iter()
-                .filter_map(|n| entry(upper, &rel, n).unwrap())
-                .collect();
-            here.sort_by(|a, b| a.path.cmp(&b.path));
-            let subdirs: Vec<PathBuf> = here
-                .iter()
-                .filter(|e| e.kind == Kind::Dir)
-                .map(|e| e.path.clone())
-                .collect();
-            entries.extend(here);
-            stack.extend(subdirs.into_iter().rev());
+    /// The oracle: a plain recursive walk, one lstat after the other — each directory's entries
+    /// sorted by path, then each subdirectory's in that order (what the parallel scan must give).
+    fn sequential(upper: &Path, rel: &Path) -> Vec<Entry> {
+        let mut names = read_names(upper, rel).unwrap();
+        names.sort();
+        let mut here: Vec<Entry> = names
+            .iter()
+            .filter_map(|n| entry(upper, rel, n).unwrap())
+            .collect();
+        here.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut out = here.clone();
+        for d in here.iter().filter(|e| e.kind == Kind::Dir) {
+            out.extend(sequential(upper, &d.path));
         }
-        entries
+        out
     }
 
     #[test]
@@ -201,7 +195,7 @@ mod tests {
             fs::write(u.join(format!("many{i:02}/one")), b"1").unwrap();
         }
         let m = Manifest::scan(u).unwrap();
-        assert_eq!(m.entries, sequential(u));
+        assert_eq!(m.entries, sequential(u, Path::new("")));
         assert_eq!(m.entries.len(), 5 * 3 + 4 * 7 + 300 + 2 + 1 + 80);
         assert!(m.entries.iter().any(|e| e.kind == Kind::Whiteout));
         assert!(m
