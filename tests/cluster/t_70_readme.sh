@@ -75,23 +75,11 @@ job_from_readme() {  # job_from_readme KIND SCRIPT
   chmod 755 "$2"
 }
 run_job() {  # run_job SCRIPT KIND -> the job's output
-  local opts jid out attempt
+  local opts jid
   read -r -a opts <<< "$(bash "$REPO/tools/readme-example" "$2" | sed -n 's/^#SBATCH //p' | tr '\n' ' ')"
-  for attempt in 1 2; do
-    jid=$(as_user sbatch --parsable "${opts[@]}" -o "$W/out/$2-%j.out" --chdir=/tmp "$1")
-    wait_for 3000 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
-    out=$(cat "$W/out/$2-$jid.out" 2>/dev/null || true)
-    # once more only when an MPI step died of Open MPI's own start-up crash (as srun-mpi does;
-    # testbed/README.md, "Open MPI start-up crash")
-    if [[ $attempt == 1 && $out != *README-JOB-DONE* ]] &&
-       grep -qE 'Segmentation fault|exit code 139' <<< "$out" &&
-       grep -qE 'Open MPI failed to TCP connect|failed during shared memory initialization' <<< "$out"; then
-      echo "srun-mpi: RETRY: README $2 job $jid died of Open MPI's start-up crash" >&2
-      continue
-    fi
-    break
-  done
-  printf '%s\n' "$out"
+  jid=$(as_user sbatch --parsable "${opts[@]}" -o "$W/out/$2-%j.out" --chdir=/tmp "$1")
+  wait_for 3000 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  cat "$W/out/$2-$jid.out" 2>/dev/null || true
 }
 
 # --- job: load by name, module load, srun on every node, unload

@@ -172,6 +172,7 @@ host_vars! {
     SlurmNnodes "SLURM_NNODES" "the same, from older Slurm";
     SlurmNtasks "SLURM_NTASKS" "srun with several tasks but without MPI is refused";
     SlurmNprocs "SLURM_NPROCS" "the same, from older Slurm";
+    SlurmPmixFence "SLURM_PMIX_FENCE" "Slurm's pmix fence algorithm; sw-pool's own steps set `tree` unless it is set (Open MPI 4.1 start-up race)";
     OmpiCommWorldSize "OMPI_COMM_WORLD_SIZE" "started by an MPI launcher (Open MPI)";
     PmixRank "PMIX_RANK" "started by an MPI launcher (PMIx)";
     PmiRank "PMI_RANK" "started by an MPI launcher (PMI)";
