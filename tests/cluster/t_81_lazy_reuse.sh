@@ -11,7 +11,8 @@
 #   leaves no mount, record, server or helper on any node;
 # - prefetch: `sw-pool cache trace` after the first lazy job writes what node1 fetched; a later lazy
 #   job on empty caches with `--prefetch auto` (POOL.prefetch beside the pool) has every node hold
-#   every listed chunk without reading anything; a list of another pool is refused by name.
+#   every listed chunk without reading anything; a list of another pool is refused by name;
+# - the servers' step, sw-pool's own srun, runs with SLURM_PMIX_FENCE=tree.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed
@@ -139,6 +140,10 @@ drop
 jp=$!
 for _ in $(seq 300); do [[ -e $W/out/reading ]] && break; sleep 0.2; done
 victim=$(lazy_servers_on node2 | tail -n 1)
+# the servers' step is sw-pool's own srun (slurm::overlap_step): one fence algorithm for Open MPI's
+# two start-up fences, whatever the site configured (testbed/README.md, "Open MPI start-up crash")
+fence=$(tr '\0' '\n' < "/proc/${victim:-0}/environ" 2>/dev/null | grep '^SLURM_PMIX_FENCE=' || true)
+assert_eq "the servers' step (sw-pool's own srun) runs with SLURM_PMIX_FENCE=tree" "SLURM_PMIX_FENCE=tree" "$fence"
 if [[ -n $victim ]]; then kill -9 "$victim"; fi
 touch "$W/out/killed"
 wait "$jp" || true
