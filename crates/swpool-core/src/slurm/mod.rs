@@ -299,12 +299,10 @@ pub fn overlap_step(
         Some(m) => Some(m.to_string()),
         None => Some("pmix".to_string()),
     };
-    // Slurm's pmix plugin runs a fence that collects data (Open MPI's modex in MPI_Init) as a ring
-    // and one that does not (MPI_Init's closing barrier) as a tree, two separate collectives: a
-    // rank may then leave MPI_Init while a peer still waits for the modex, and the first message
-    // it sends kills that peer (Open MPI 4.1: a NULL callback in mca_btl_tcp, measured here in 9
-    // of 300 steps of a 4-node C program). One algorithm for both makes the two fences one
-    // ordered sequence (measured: 0 crashes in 300 steps). A site's or user's choice is kept.
+    // one fence algorithm for MPI_Init's two fences: by default Slurm's pmix plugin runs them as
+    // two separate collectives and Open MPI 4.1 ranks can crash in MPI_Init (README "For admins:
+    // Slurm", testbed/README.md "Open MPI start-up crash"). A SLURM_PMIX_FENCE already in the
+    // environment is kept; the one set here overrides mpi.conf's PMIxCollFence, as any would.
     let fence = if mpi.as_deref().is_some_and(|m| m.starts_with("pmix"))
         && env.get(HostVar::SlurmPmixFence).is_none()
     {
