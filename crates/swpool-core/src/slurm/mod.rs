@@ -302,9 +302,10 @@ pub fn overlap_step(
     // one fence algorithm for MPI_Init's two fences: by default Slurm's pmix plugin runs them as
     // two separate collectives and Open MPI 4.1 ranks can crash in MPI_Init (README "For admins:
     // Slurm", testbed/README.md "Open MPI start-up crash"). A SLURM_PMIX_FENCE already in the
-    // environment is kept; the one set here overrides mpi.conf's PMIxCollFence, as any would.
+    // environment is kept (an empty one is not a choice: Slurm ignores it and runs its default);
+    // the one set here overrides mpi.conf's PMIxCollFence, as any would.
     let fence = if mpi.as_deref().is_some_and(|m| m.starts_with("pmix"))
-        && env.get(HostVar::SlurmPmixFence).is_none()
+        && env.get_nonempty(HostVar::SlurmPmixFence).is_none()
     {
         ",SLURM_PMIX_FENCE=tree"
     } else {
@@ -552,6 +553,11 @@ mod tests {
         chosen.push(("SLURM_PMIX_FENCE", "ring"));
         let line = run(&chosen).expect("spreads");
         assert!(!line.contains("SLURM_PMIX_FENCE=tree"), "{line}");
+        // an empty value chooses nothing (Slurm falls back to its default): tree is still set
+        let mut empty = batch.to_vec();
+        empty.push(("SLURM_PMIX_FENCE", ""));
+        let line = run(&empty).expect("spreads");
+        assert!(line.contains(",SLURM_PMIX_FENCE=tree"), "{line}");
         let mut pmi2 = batch.to_vec();
         pmi2.push(("SW_POOL_SRUN_MPI", "pmi2"));
         let line = run(&pmi2).expect("spreads");
