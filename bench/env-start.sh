@@ -57,19 +57,32 @@ chmod 1777 "$I/tmp"
 "$SW" build -q --format squashfs --name envbase --version 1 "$W/envbase.sqfs" "$I" >/dev/null 2>&1
 chmod 644 "$W/envbase.sqfs"
 
-# the inner script runs as nobody: NAME REP SECONDS per line
+# the inner script runs as nobody: NAME REP SECONDS per line. The contenders take turns: each
+# repetition runs every contender's 100 starts once, so that a machine that drifts over the run
+# (measured here: the same contender 1.7 ms a start, then 2.4 ms minutes later) weighs on all alike
 cat > "$W/inner.sh" <<'EOS'
 set -euo pipefail
 W=$1 SW=$2 REPS=$3
 now() { date +%s.%N; }
-loop() { # NAME CMD... : 100 starts in a row, REPS times
-  local name=$1; shift
-  "$@" >/dev/null 2>&1 || { echo "$name FAILED: $("$@" 2>&1 | tail -1)"; return 0; }
-  for r in $(seq "$REPS"); do
-    local s; s=$(now)
-    for _ in $(seq 100); do "$@" >/dev/null; done
-    echo "$name $r $(awk -v a="$s" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')"
-  done
+# one start of contender NAME
+start() {
+  case $1 in
+    floor-ns) "$W/env-floor" ns 1 ;;
+    floor-init) "$W/env-floor" init 1 ;;
+    sw-pool-run) "$SW" run -- true ;;
+    unshare-Urmpf) unshare -Urmpf --mount-proc true ;;
+    bwrap) bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true ;;
+    ch-run) ch-run "$W/chimg" -- /bin/true ;;
+    floor-ovl) "$W/env-floor" ovl 1 "$W/floor/lower" "$W/floor" ;;
+    sw-pool-run-layer) "$SW" run --layer bench -- true ;;
+    # the site helper's kernel path: each start asks the helper (sudo) for the idmapped view of /usr
+    sw-pool-run-layer-kernel) SW_POOL_MOUNT_HELPER="$W/sbin/sw-pool-mount-helper" "$SW" run --layer bench -- true ;;
+    # a layer whose environment runs (the holder below): each start joins it
+    sw-pool-run-layer-joined) "$SW" run --layer benchj -- true ;;
+    # --base: the pool (loaded by the user) mounted by squashfuse in each new environment, the
+    # layer written through the kernel's overlay without the helper
+    sw-pool-run-base-layer) "$SW" run --base envbase/1 --layer benchb -- /bin/true ;;
+  esac
 }
 burst() { # NAME CMD... : 128 at once
   local name=$1; shift
@@ -81,27 +94,24 @@ burst() { # NAME CMD... : 128 at once
 export SW_POOL_LAYER_DIR=$W/layers SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= HOME=$W USER=nobody \
   SW_POOL_STATE_DIR=$W/state
 cd "$W"
-"$SW" layer create bench >/dev/null
-loop floor-ns "$W/env-floor" ns 1
-loop floor-init "$W/env-floor" init 1
-loop sw-pool-run "$SW" run -- true
-loop unshare-Urmpf unshare -Urmpf --mount-proc true
-loop bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
-loop ch-run ch-run "$W/chimg" -- /bin/true
-loop floor-ovl "$W/env-floor" ovl 1 "$W/floor/lower" "$W/floor"
-loop sw-pool-run-layer "$SW" run --layer bench -- true
-# the site helper's kernel path: each start asks the helper (sudo) for the idmapped view of /usr
-loop sw-pool-run-layer-kernel env SW_POOL_MOUNT_HELPER="$W/sbin/sw-pool-mount-helper" "$SW" run --layer bench -- true
-# the same layer while an environment on it runs: each start joins it
-"$SW" run --layer bench -- sleep 600 & holder=$!
-for _ in $(seq 200); do [ -S "$(ls "$W"/state/envs/layer-*.sock 2>/dev/null | head -1)" ] && break; sleep 0.05; done
-loop sw-pool-run-layer-joined "$SW" run --layer bench -- true
-kill "$holder"; wait "$holder" 2>/dev/null || true
-# --base: the pool (loaded by the user) mounted by squashfuse in each new environment, the layer
-# written through the kernel's overlay without the helper
+for l in bench benchj benchb; do "$SW" layer create "$l" >/dev/null; done
 "$SW" load "$W/envbase.sqfs" >/dev/null 2>&1 || true
-"$SW" layer create benchb >/dev/null
-loop sw-pool-run-base-layer "$SW" run --base envbase/1 --layer benchb -- /bin/true
+"$SW" run --layer benchj -- sleep 3600 & holder=$!
+for _ in $(seq 200); do [ -S "$(ls "$W"/state/envs/layer-*.sock 2>/dev/null | head -1)" ] && break; sleep 0.05; done
+names=(floor-ns floor-init sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer
+  sw-pool-run-layer-kernel sw-pool-run-layer-joined sw-pool-run-base-layer)
+ok=()
+for n in "${names[@]}"; do
+  if start "$n" >/dev/null 2>&1; then ok+=("$n"); else echo "$n FAILED: $(start "$n" 2>&1 | tail -1)"; fi
+done
+for r in $(seq "$REPS"); do
+  for n in "${ok[@]}"; do
+    s=$(now)
+    for _ in $(seq 100); do start "$n" >/dev/null; done
+    echo "$n $r $(awk -v a="$s" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')"
+  done
+done
+kill "$holder"; wait "$holder" 2>/dev/null || true
 "$SW" unload envbase/1 >/dev/null 2>&1 || true
 burst burst-sw-pool-run "$SW" run -- true
 # the tasks of one job step on a node share one environment
@@ -136,6 +146,7 @@ SWR=$(med sw-pool-run)
     echo "- $n: $(awk -v n="$n" '$1 == n { print $3 }' "$W/raw.txt")"
   done
   echo ""
+  echo "The contenders take turns (each repetition runs every contender's 100 starts once)."
   echo "floor-ns / floor-ovl: bench/env-floor.c, one process per start (the launcher's exec included"
   echo "via a fresh process each time); /bin/true is pid 1, as with unshare -f. floor-init: the same"
   echo "with a pid 1 that stays the environment's init (posix_spawn of /bin/true, wait), the process"
