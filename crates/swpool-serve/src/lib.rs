@@ -11,6 +11,8 @@
 //!   on disk (resume and reuse); absent for `mount --in-place`, which keeps no copy.
 //! - [`chunks::Chunks`]: the engine: one fetch per chunk however many readers ask at once, a
 //!   bounded memory cache when there is no local store, verification before anything is served.
+//! - [`frame`]: the answer frame of both chunk transports (the socket below, and the MPI exchange
+//!   between the nodes' on-demand servers).
 //! - [`socket`]: chunks over a Unix socket, from the node's on-demand server (the MPI rank that
 //!   fetches from peers) to the node's `sw-pool-serve`.
 //! - [`fs::ImageFs`]: the FUSE file system (one directory, one file `image`), multithreaded, with
@@ -22,6 +24,7 @@
 //! so one record and one unmount cover both (see `docs/architecture.md`, "Serving on demand").
 
 pub mod chunks;
+pub mod frame;
 pub mod fs;
 pub mod prefetch;
 pub mod socket;

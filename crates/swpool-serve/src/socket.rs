@@ -6,8 +6,8 @@
 //! answers, so the client need not hash the chunks again ([`ChunkSource::verified`]; a second hash
 //! cost 15 % of sw-pool-serve's CPU on every node).
 //!
-//! Protocol (little endian). An answer is `0u8, len: u32, bytes` or `1u8, len: u32, message`
-//! (UTF-8, at most 4096 bytes: what went wrong, named by the serving side). On connecting, the
+//! Protocol (little endian). An answer is a [`crate::frame`]: the chunk's bytes, or a message
+//! (UTF-8, at most 4096 bytes here: what went wrong, named by the serving side). On connecting, the
 //! client sends [`HELLO`], `len: u16` and the digest (at most 256 bytes); the server answers with
 //! no bytes (the same digest) or a message, and then closes. Then each request is `offset: u64,
 //! len: u32`, answered with the chunk's bytes or why they could not be had.
@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::chunks::Chunks;
+use crate::frame::{Answer, HEAD};
 use crate::source::ChunkSource;
 
 /// The longest answer accepted (a chunk is at most 1 GiB; messages are short).
@@ -31,33 +32,33 @@ const MAX_MESSAGE: usize = 4096;
 
 /// Send one answer: `bytes`, or the message (cut to [`MAX_MESSAGE`] bytes).
 fn send(s: &mut UnixStream, r: Result<&[u8], &str>) -> io::Result<()> {
-    let (status, body) = match r {
-        Ok(b) => (0u8, b),
-        Err(m) => (1u8, &m.as_bytes()[..m.len().min(MAX_MESSAGE)]),
+    let (answer, body) = match r {
+        Ok(b) => (Answer::Chunk(b.len() as u32), b),
+        Err(m) => {
+            let b = &m.as_bytes()[..m.len().min(MAX_MESSAGE)];
+            (Answer::Message(b.len() as u32), b)
+        }
     };
-    let mut head = [status, 0, 0, 0, 0];
-    head[1..].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    s.write_all(&head)?;
+    s.write_all(&answer.head())?;
     s.write_all(body)
 }
 
 /// Receive one answer into `buf`, whose length is what was asked for; a message is an error.
 fn receive(s: &mut UnixStream, buf: &mut [u8]) -> io::Result<()> {
-    let mut head = [0u8; 5];
+    let mut head = [0u8; HEAD];
     s.read_exact(&mut head)?;
-    let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
-    match head[0] {
-        0 if len as usize == buf.len() => s.read_exact(buf),
-        0 => Err(io::Error::new(
+    match Answer::parse(&head) {
+        Answer::Chunk(len) if len as usize == buf.len() => s.read_exact(buf),
+        Answer::Chunk(len) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("answer of {len} bytes for a request of {}", buf.len()),
         )),
-        _ if len as usize <= MAX_MESSAGE => {
+        Answer::Message(len) if len as usize <= MAX_MESSAGE => {
             let mut m = vec![0u8; len as usize];
             s.read_exact(&mut m)?;
             Err(io::Error::other(String::from_utf8_lossy(&m).into_owned()))
         }
-        _ => Err(io::Error::new(
+        Answer::Message(_) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "an error message longer than 4096 bytes",
         )),

@@ -19,6 +19,9 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
+// answers are the same frames as over a node's socket: a head, then the chunk or a message (here at
+// most 200 bytes, and never longer than the chunk asked for: the asker's buffer)
+use swpool_serve::frame::{Answer, HEAD};
 use swpool_serve::{ChunkSource, Chunks};
 
 use crate::plane::{DataPlane, PlaneError, Req};
@@ -38,9 +41,6 @@ pub struct Ask {
     /// receive buffer: one copy of a chunk fewer, measured as CPU on 8 nodes).
     reply: SyncSender<Result<Vec<u8>, String>>,
 }
-
-/// Bytes of an answer's head: status, then the length of what follows.
-const HEAD: usize = 5;
 
 /// The [`ChunkSource`] of a node's engine in an on-demand load: its own chunks from shared
 /// storage, the others from their owners through the exchange.
@@ -271,16 +271,19 @@ pub fn run(
                         "chunk {index} ({len} bytes) is not one of this node's to answer"
                     ))
                 };
-                if let Err(m) = r {
-                    // an error's words, never longer than the asker's buffer (the chunk it asked for)
-                    let mut b = m.into_bytes();
-                    b.truncate((len as usize).min(200));
-                    v.truncate(HEAD);
-                    v[0] = 1;
-                    v.extend_from_slice(&b);
-                }
-                let body = (v.len() - HEAD) as u32;
-                v[1..HEAD].copy_from_slice(&body.to_le_bytes());
+                let answer = match r {
+                    Ok(()) => Answer::Chunk((v.len() - HEAD) as u32),
+                    Err(m) => {
+                        // an error's words, never longer than the asker's buffer (the chunk it
+                        // asked for)
+                        let mut b = m.into_bytes();
+                        b.truncate((len as usize).min(200));
+                        v.truncate(HEAD);
+                        v.extend_from_slice(&b);
+                        Answer::Message(b.len() as u32)
+                    }
+                };
+                v[..HEAD].copy_from_slice(&answer.head());
                 let _ = tx.send((p, slot, v));
             });
         }
@@ -289,10 +292,11 @@ pub fn run(
             busy = true;
             let (mut f, a) = waiting.remove(&k).expect("waiting");
             free[k.0].push(k.1);
-            let len = u32::from_le_bytes(f.buf[1..HEAD].try_into().expect("4")) as usize;
+            let answer = Answer::parse(f.buf[..HEAD].try_into().expect("a head"));
+            let len = answer.body_len() as usize;
             let r = if HEAD + len > f.buf.len() {
                 Err(format!("an answer of {len} bytes for a chunk of {}", a.len))
-            } else if f.buf[0] == 0 {
+            } else if let Answer::Chunk(_) = answer {
                 f.buf.truncate(HEAD + len);
                 Ok(f.buf)
             } else {
