@@ -107,7 +107,18 @@ fn start(
     let step_key = env
         .get(HostVar::SlurmJobId)
         .zip(env.get(HostVar::SlurmStepId))
-        .and_then(|(j, s)| swpool_env::share::step_key(&j, &s));
+        .and_then(|(j, s)| swpool_env::share::step_key(&j, &s))
+        // under an MPI launcher outside a Slurm step (mpirun, mpiexec) the ranks it starts on this
+        // node share one environment as a step's tasks do (MPI needs a node's ranks in one
+        // namespace: Open MPI's shared memory breaks across them, MPICH's hangs now and then),
+        // keyed by the process that started them all
+        .or_else(|| {
+            swpool_core::transfer::job::launched_by_launcher(env)
+                .unwrap_or(false)
+                .then(rustix::process::getppid)
+                .flatten()
+                .and_then(|p| swpool_env::share::launcher_key(p.as_raw_nonzero().get() as u32))
+        });
     let synced = match &a.layer {
         Some(name) => match synced_copy(&store, &cfg, name, step_key.as_deref(), env) {
             Ok(s) => s.map(|s| swpool_env::Synced {
@@ -136,7 +147,7 @@ fn start(
             std::process::exit(swpool_env::EXIT_SETUP)
         }
     };
-    // only an environment with a layer or of a job step is shared
+    // only an environment with a layer, of a job step or of an MPI launcher's ranks is shared
     let shared = a.layer.is_some() || step_key.is_some();
     let req = RunRequest {
         argv,
@@ -159,7 +170,7 @@ fn start(
             .get_os(HostVar::Home)
             .map(PathBuf::from)
             .filter(|h| h.is_absolute()),
-        // the tasks of one job step on a node share one environment
+        // the tasks of one job step (or the ranks of one launcher) on a node share one environment
         step_key,
         synced,
         shadows,

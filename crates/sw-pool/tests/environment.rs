@@ -76,6 +76,75 @@ fn run_returns_the_commands_status_and_sees_only_its_processes() {
     }
 }
 
+/// `mpirun -np 4 sw-pool run -- PROG` outside Slurm: the ranks Open MPI starts on this node share
+/// one environment, as a Slurm step's tasks do (with an environment each, every run died: Open MPI's
+/// shared memory across user namespaces, all ranks pid 2 — SIGSEGV, 4 runs of 4), the program gives
+/// the right answer, and no rendezvous file of the environment is left.
+#[test]
+fn an_mpi_launchers_ranks_share_one_environment() {
+    if !ready() {
+        return;
+    }
+    let Some(mpirun) = ["/usr/bin/mpirun", "/bin/mpirun"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+    else {
+        skip("mpirun (Open MPI) is not installed");
+        return;
+    };
+    let selftest = bin().with_file_name("mpi-selftest");
+    if !selftest.exists() {
+        skip("mpi-selftest is not built (cargo build --release --workspace builds it)");
+        return;
+    }
+    let f = Fixture::new();
+    let sw = bin();
+    let mut c = f.cmd_of(
+        std::ffi::OsStr::new("timeout"),
+        &[
+            "120",
+            mpirun.to_str().unwrap(),
+            "--oversubscribe",
+            "-np",
+            "4",
+            sw.to_str().unwrap(),
+            "run",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "ns $(readlink /proc/self/ns/user)"; exec "$0" 1"#,
+            selftest.to_str().unwrap(),
+        ],
+    );
+    let o = run(&mut c);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let sums: Vec<&str> = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("rank "))
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(sums.len(), 4, "{}", o.stdout);
+    assert!(sums.iter().all(|s| *s == sums[0]), "{}", o.stdout);
+    let mut ns: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("ns ")).collect();
+    ns.sort();
+    ns.dedup();
+    assert_eq!(
+        ns.len(),
+        1,
+        "the ranks ran in {} namespaces: {}",
+        ns.len(),
+        o.stdout
+    );
+    // the environment is gone with its ranks, and so are its socket, lock and record
+    let envs = f.dir.path().join("state").join("envs");
+    let left: Vec<_> = std::fs::read_dir(&envs)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", envs.display());
+}
+
 #[test]
 fn writes_anywhere_land_in_the_layer_and_the_host_is_unchanged() {
     if !ready() {

@@ -224,12 +224,18 @@ impl Listener {
         })
     }
 
+    /// Remove the socket, then the rendezvous lock beside it, which pid 1 still holds: a start
+    /// that locked the removed file sees that it is no longer at its path and takes the path's
+    /// new one ([`crate::share::find`]), and no lock file is left per key (an MPI launcher's key is
+    /// new with every job).
     fn remove(&self) {
         let _ = rustix::fs::unlinkat(
             &self.dir,
             self.name.as_os_str(),
             rustix::fs::AtFlags::empty(),
         );
+        let lock = Path::new(&self.name).with_extension("lock");
+        let _ = rustix::fs::unlinkat(&self.dir, lock.as_os_str(), rustix::fs::AtFlags::empty());
     }
 }
 

@@ -97,11 +97,23 @@ pub fn step_key(job: &str, step: &str) -> Option<String> {
     (ok(job) && ok(step)).then(|| format!("step-{job}.{step}"))
 }
 
+/// The key of the environment an MPI launcher's ranks on this node share, outside a Slurm step
+/// (`mpirun`/`mpiexec` of Open MPI or MPICH's Hydra start every rank of a node as a child of one
+/// process: mpirun itself, its daemon or `hydra_pmi_proxy`): that parent's pid and start time, so
+/// that a recycled pid is another key. None for an orphan (parent 1) or an unreadable parent.
+pub fn launcher_key(parent: u32) -> Option<String> {
+    if parent <= 1 {
+        return None;
+    }
+    swpool_sys::process::start_ticks(parent).map(|t| format!("mpi-{parent}.{t}"))
+}
+
 /// What `sw-pool list` shows of a running environment: `<key>.json` beside its lock, written by
 /// the start that creates it, removed when it ends (or, after a `kill -9`, with its socket).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Info {
-    /// The rendezvous key (`layer-…`, `step-JOB.STEP`).
+    /// The rendezvous key (`layer-…`, `step-JOB.STEP`; `mpi-PID.TICKS`: an MPI launcher's
+    /// ranks).
     pub key: String,
     /// The layer's name (`-`: none).
     pub layer: String,
@@ -153,7 +165,8 @@ pub fn running(dir: &Path) -> Vec<Info> {
 
 /// The sockets in `dir` (a state directory's `envs/`) whose environment is gone (nobody holds
 /// their lock): what a `kill -9` of a whole job step leaves. Removed unless `dry_run`; the lock
-/// files stay (empty, and a start may hold one an instant later).
+/// files stay (empty, and a start may hold one an instant later; an environment that ends removes
+/// its own).
 pub fn remove_stale(dir: &Path, dry_run: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     // the lock is held while the socket is removed: a start that creates the environment anew
@@ -215,6 +228,14 @@ impl LockProbe {
     }
 }
 
+/// Is the file open as `fd` the one at `path` (not removed, not replaced)?
+fn still_at(fd: &OwnedFd, path: &Path) -> bool {
+    match (rustix::fs::fstat(fd), rustix::fs::lstat(path)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
+}
+
 /// What [`find`] found.
 #[derive(Debug)]
 pub enum Found {
@@ -239,6 +260,11 @@ pub fn find(rv: &Rendezvous, wait: Duration) -> Result<Found, EnvError> {
         )
         .map_err(|e| EnvError::io("cannot open", &rv.lock, e.into()))?;
         if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            // an environment removes its lock file as it ends, still holding it: a lock taken on a
+            // file no longer at the path is that one's, not the key's; open the path again
+            if !still_at(&fd, &rv.lock) {
+                continue;
+            }
             // nobody holds it: a socket left there is a dead environment's
             let _ = std::fs::remove_file(&rv.socket);
             return Ok(Found::Create(fd));
@@ -341,6 +367,17 @@ mod tests {
 
     #[test]
     fn keys() {
+        let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32);
+        let k = launcher_key(parent).expect("the test's parent");
+        assert_eq!(
+            k,
+            format!(
+                "mpi-{parent}.{}",
+                swpool_sys::process::start_ticks(parent).unwrap()
+            )
+        );
+        assert_eq!(launcher_key(1), None);
+        assert_eq!(launcher_key(0), None);
         assert_eq!(step_key("123", "0").as_deref(), Some("step-123.0"));
         assert_eq!(step_key("123", "batch"), Some("step-123.batch".into()));
         assert_eq!(step_key("../x", "0"), None);
@@ -378,5 +415,28 @@ mod tests {
             Found::Create(_)
         ));
         assert!(!rv.socket.exists());
+    }
+
+    #[test]
+    fn a_lock_removed_by_its_ending_environment_is_not_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let rv = Rendezvous::new(t.path(), "mpi-1.2");
+        let Found::Create(held) = find(&rv, Duration::from_millis(50)).unwrap() else {
+            panic!("nothing runs")
+        };
+        // a start opened the lock file before the environment ended
+        let early = rustix::fs::open(&rv.lock, OFlags::RDWR, Mode::empty()).unwrap();
+        // the environment ends: it removes its lock file while holding it, then lets it go
+        std::fs::remove_file(&rv.lock).unwrap();
+        drop(held);
+        // the early opener's lock is on the removed file: not the key's
+        assert!(rustix::fs::flock(&early, FlockOperation::NonBlockingLockExclusive).is_ok());
+        assert!(!still_at(&early, &rv.lock));
+        // find takes the path's new file, and only one start at a time can hold it
+        let Found::Create(new) = find(&rv, Duration::from_millis(50)).unwrap() else {
+            panic!("nothing runs")
+        };
+        assert!(still_at(&new, &rv.lock));
+        assert!(find(&rv, Duration::from_millis(30)).is_err());
     }
 }

@@ -48,6 +48,21 @@ pub fn ended(pid: u32) -> bool {
     !alive(pid) || zombie(pid)
 }
 
+/// When `pid` started, in clock ticks after boot (field 22 of `/proc/PID/stat`): with the pid, an
+/// identity of the process that a recycled pid does not share.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    start_ticks_of(&stat)
+}
+
+/// [`start_ticks`] from the text of a `/proc/PID/stat` (the command name, in parentheses, may hold
+/// spaces and parentheses itself: the fields are counted after its last `)`).
+pub fn start_ticks_of(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(") ")?;
+    // `rest` begins with field 3 (the state): field 22 is its 20th
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
 fn zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -89,6 +104,19 @@ pub fn is_our_helper(pid: u32, uid: u32, mp: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_ticks_count_fields_after_the_last_parenthesis() {
+        let stat =
+            "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1 2 3";
+        assert_eq!(start_ticks_of(stat), Some(987654));
+        assert_eq!(start_ticks_of("4242 (x) S 1"), None);
+        assert_eq!(start_ticks_of("garbage"), None);
+        // this process: a value, the same twice
+        let me = std::process::id();
+        assert!(start_ticks(me).is_some());
+        assert_eq!(start_ticks(me), start_ticks(me));
+    }
 
     #[test]
     fn refuses_init_zero_and_itself() {

@@ -43,12 +43,17 @@ impl Fixture {
 
     /// `sw-pool ARGS` as nobody, with the private /dev/fuse and this fixture's layer store.
     pub fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_of(bin().as_os_str(), args)
+    }
+
+    /// `PROG ARGS` (an MPI launcher, say) as nobody, as [`Fixture::cmd`] runs sw-pool.
+    pub fn cmd_of(&self, prog: &std::ffi::OsStr, args: &[&str]) -> Command {
         let mut c = Command::new("unshare");
         c.args(["-m", "--propagation", "private", "--", "sh", "-c"])
             .arg(r#"mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@""#)
             .arg("sh")
             .arg(self.dir.path().join("fuse"))
-            .arg(bin())
+            .arg(prog)
             .args(args)
             .env("SW_POOL_SYSTEM_CONFIG", "")
             .env("SW_POOL_USER_CONFIG", "")
