@@ -51,23 +51,31 @@ pub fn ended(pid: u32) -> bool {
 /// When `pid` started, in clock ticks after boot (field 22 of `/proc/PID/stat`): with the pid, an
 /// identity of the process that a recycled pid does not share.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    start_ticks_of(&stat)
+    start_ticks_of(&stat(pid)?)
 }
 
-/// [`start_ticks`] from the text of a `/proc/PID/stat` (the command name, in parentheses, may hold
-/// spaces and parentheses itself: the fields are counted after its last `)`).
+/// [`start_ticks`] from the text of a `/proc/PID/stat`.
 pub fn start_ticks_of(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(") ")?;
-    // `rest` begins with field 3 (the state): field 22 is its 20th
-    rest.split(' ').nth(19)?.parse().ok()
+    // field 22 is the 20th from the state (field 3)
+    fields_from_state(stat)?.split(' ').nth(19)?.parse().ok()
 }
 
-fn zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
-        .unwrap_or(false)
+/// Is `pid` a zombie (ended, not yet reaped by its parent)?
+pub fn zombie(pid: u32) -> bool {
+    stat(pid)
+        .as_deref()
+        .and_then(fields_from_state)
+        .is_some_and(|r| r.starts_with('Z'))
+}
+
+fn stat(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+}
+
+/// The fields of a `/proc/PID/stat` from the state (field 3) on: the command name before it, in
+/// parentheses, may hold spaces and parentheses itself, so they begin after its last `) `.
+fn fields_from_state(stat: &str) -> Option<&str> {
+    stat.rsplit_once(") ").map(|(_, rest)| rest)
 }
 
 /// Is `pid` a FUSE helper of ours for `mp`: owned by `uid`, a helper sw-pool starts, with the mount

@@ -325,7 +325,7 @@ impl Job {
                     .and_then(rustix::process::Pid::from_raw)
                 {
                     let alive = rustix::process::test_kill_process(pid).is_ok()
-                        && !is_zombie(pid.as_raw_nonzero().get());
+                        && !swpool_sys::process::zombie(pid.as_raw_nonzero().get() as u32);
                     if !alive {
                         return Err(TransferError::Failed {
                             message: format!(
@@ -346,16 +346,6 @@ impl Job {
             }));
         }
     }
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 /// Every member's bytes, in rank order, on every member of `comm` (two `MPI_Allgather(v)` calls).
