@@ -68,6 +68,8 @@ pub enum Tool {
     Mke2fs,
     E2fsck,
     Dumpe2fs,
+    /// `sw-pool inspect`: `ncheck` names an ext image's setuid files and device nodes.
+    Debugfs,
     /// `sw-pool image resize`: grows or shrinks a user image offline.
     Resize2fs,
     Mksquashfs,
@@ -110,6 +112,7 @@ impl Tool {
             Tool::Mke2fs => "mke2fs",
             Tool::E2fsck => "e2fsck",
             Tool::Dumpe2fs => "dumpe2fs",
+            Tool::Debugfs => "debugfs",
             Tool::Resize2fs => "resize2fs",
             Tool::Mksquashfs => "mksquashfs",
             Tool::Unsquashfs => "unsquashfs",
@@ -138,7 +141,9 @@ impl Tool {
     /// The Debian package that provides the tool (for the "how to fix" hint).
     pub fn package(self) -> &'static str {
         match self {
-            Tool::Mke2fs | Tool::E2fsck | Tool::Dumpe2fs | Tool::Resize2fs => "e2fsprogs",
+            Tool::Mke2fs | Tool::E2fsck | Tool::Dumpe2fs | Tool::Debugfs | Tool::Resize2fs => {
+                "e2fsprogs"
+            }
             Tool::Mksquashfs | Tool::Unsquashfs => "squashfs-tools",
             Tool::SquashfuseLl | Tool::Squashfuse => "squashfuse",
             Tool::Fuse2fs => "fuse2fs",

@@ -197,6 +197,10 @@ cache_dir, $LOCAL_TMPDIR)."
         /// Replace OUT if it exists
         #[arg(short, long)]
         force: bool,
+        /// Keep setuid/setgid bits and device nodes (root only): without it they are cleared and
+        /// left out, as the pool's files are root's
+        #[arg(long)]
+        keep_special: bool,
         /// Print the result as JSON
         #[arg(long)]
         json: bool,

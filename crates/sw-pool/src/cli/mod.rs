@@ -278,6 +278,10 @@ pub struct BuildArgs {
     /// you own, to be a base of `sw-pool run --base` (ext images keep the tree's owners)
     #[arg(long)]
     pub all_root: bool,
+    /// With --all-root: keep setuid/setgid bits and device nodes (root only); without it they are
+    /// cleared and left out, each named in a warning
+    #[arg(long, requires = "all_root")]
+    pub keep_special: bool,
     /// Print the build report as JSON
     #[arg(long)]
     pub json: bool,

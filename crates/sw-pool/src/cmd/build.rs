@@ -64,6 +64,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         squashfs_level: cfg.squashfs_level.value,
         no_compress: a.no_compress,
         all_root: a.all_root,
+        keep_special: a.keep_special,
         source_date_epoch,
         path_var: env.path_var().map(ToOwned::to_owned),
     };

@@ -1,5 +1,5 @@
 use swpool_core::config::Environment;
-use swpool_core::image::{check::check, detect};
+use swpool_core::image::{check::check, detect, SpecialKind};
 use swpool_core::pool::Pool;
 use swpool_core::size::Bytes;
 use swpool_core::{Error, ExitStatus};
@@ -90,6 +90,24 @@ pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Erro
             ));
         }
     }
+    // setuid/setgid files and device nodes, read from the image: what a mount without
+    // nosuid/nodev (or an unpacking as root) would give their owner
+    let special = swpool_core::image::special::list(&a.pool, m.format, env.path_var());
+    match &special {
+        Ok(v) if v.is_empty() => {
+            p.result("special   none (no setuid/setgid files, no device nodes)")
+        }
+        Ok(v) => {
+            p.result(format!(
+                "special   {} setuid/setgid file(s) or device node(s):",
+                v.len()
+            ));
+            for s in v {
+                p.result(format!("  {}", s.describe()));
+            }
+        }
+        Err(e) => p.result(format!("special   not read: {e}")),
+    }
     if let Some(c) = &fsck {
         p.result(format!(
             "check     {} ({})",
@@ -110,6 +128,22 @@ pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Erro
         "signed": !pool.signature.is_empty(),
         "manifest": m,
         "check": fsck,
+        "special": match &special {
+            Ok(v) => serde_json::json!(v.iter().map(|s| serde_json::json!({
+                "path": s.path,
+                "kind": match s.kind {
+                    SpecialKind::SetId => "setid",
+                    SpecialKind::CharDevice { .. } => "char-device",
+                    SpecialKind::BlockDevice { .. } => "block-device",
+                },
+                "mode": format!("{:o}", s.mode),
+                "device": match s.kind {
+                    SpecialKind::CharDevice { major, minor } | SpecialKind::BlockDevice { major, minor } => Some([major, minor]),
+                    SpecialKind::SetId => None,
+                },
+            })).collect::<Vec<_>>()),
+            Err(e) => serde_json::json!({"error": e.to_string()}),
+        },
     }));
     if let Some(c) = fsck {
         if !c.ok {

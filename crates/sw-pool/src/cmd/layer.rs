@@ -83,13 +83,14 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             format,
             version,
             force,
+            keep_special,
             json: j,
         } => export(
             g,
             &store,
             &cfg,
             env,
-            (&name, out, format, version, force),
+            (&name, out, format, version, force, keep_special),
             j,
         )?,
         LayerCommand::Du { name, json: j } => {
@@ -196,16 +197,19 @@ fn sync(
 /// `layer export NAME OUT`: the layer's upper built as a pool (named after the layer), under the
 /// layer's lock (no environment writes into it meanwhile). Whiteouts (character devices 0/0, or
 /// `.wh.NAME` files) stay in the image as they are: the pool is an overlay layer, to be stacked.
+/// The files become root's, so setuid/setgid bits are cleared and device nodes left out (each
+/// named in a warning) unless root asks to keep them (`--keep-special`).
 fn export(
     g: &GlobalArgs,
     store: &swpool_env::LayerStore,
     cfg: &swpool_core::config::Config,
     env: &Environment,
-    (name, out, format, version, force): (
+    (name, out, format, version, force, keep_special): (
         &str,
         std::path::PathBuf,
         Option<crate::cli::FormatArg>,
         String,
+        bool,
         bool,
     ),
     j: bool,
@@ -241,6 +245,7 @@ fn export(
         // environment's root's (the user's) as a base pool's are
         no_compress: false,
         all_root: true,
+        keep_special,
         source_date_epoch: None,
         path_var: env.path_var().map(ToOwned::to_owned),
     })?;

@@ -687,6 +687,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 squashfs_level: image.squashfs_level,
                 no_compress: false,
                 all_root: false,
+                keep_special: false,
                 source_date_epoch: image.source_date_epoch,
                 path_var: o.path_var.clone(),
             })?;

@@ -26,9 +26,13 @@ fn bad(msg: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
 }
 
-/// Set atime and ctime to mtime in every used inode of the ext2/3/4 image in `f`.
-/// Returns the number of inodes rewritten.
-pub fn normalize_times(f: &File) -> std::io::Result<u64> {
+/// Call `visit(inode number, inode bytes)` for every used inode of the ext2/3/4 image in `f`;
+/// with `write`, the inode tables `visit` changed (it returns true) are written back.
+fn walk_inodes(
+    f: &File,
+    write: bool,
+    mut visit: impl FnMut(u64, &mut [u8]) -> bool,
+) -> std::io::Result<()> {
     let mut sb = [0u8; 1024];
     f.read_exact_at(&mut sb, SB_OFFSET)?;
     if le16(&sb, 0x38) != EXT_MAGIC {
@@ -65,10 +69,15 @@ pub fn normalize_times(f: &File) -> std::io::Result<u64> {
         32
     };
     let groups = inodes_count.div_ceil(inodes_per_group);
+    let file_len = f.metadata()?.len();
+    if groups * desc_size > file_len || inodes_per_group * inode_size > file_len.min(1 << 30) {
+        return Err(bad(format!(
+            "implausible geometry in the superblock ({groups} groups of {inodes_per_group} inodes) for an image of {file_len} bytes"
+        )));
+    }
     let mut gdt = vec![0u8; (groups * desc_size) as usize];
     f.read_exact_at(&mut gdt, (first_data_block + 1) * block_size)?;
     let mut table = vec![0u8; (inodes_per_group * inode_size) as usize];
-    let mut rewritten = 0u64;
     for g in 0..groups as usize {
         let d = &gdt[g * desc_size as usize..(g + 1) * desc_size as usize];
         let mut itable = le32(d, 0x8) as u64;
@@ -94,28 +103,61 @@ pub fn normalize_times(f: &File) -> std::io::Result<u64> {
             if le16(ino, 0x0) == 0 && le16(ino, 0x1A) == 0 {
                 continue; // free inode
             }
-            let mtime = [ino[0x10], ino[0x11], ino[0x12], ino[0x13]];
-            let mut dirty = ino[0x8..0xC] != mtime || ino[0xC..0x10] != mtime;
-            ino[0x8..0xC].copy_from_slice(&mtime); // i_atime
-            ino[0xC..0x10].copy_from_slice(&mtime); // i_ctime
-            if inode_size > 128 {
-                let extra = le16(ino, 0x80) as usize;
-                // i_ctime_extra 0x84, i_mtime_extra 0x88, i_atime_extra 0x8C (present when extra_isize covers them)
-                if 0x80 + extra >= 0x90 {
-                    let mx = [ino[0x88], ino[0x89], ino[0x8A], ino[0x8B]];
-                    dirty |= ino[0x84..0x88] != mx || ino[0x8C..0x90] != mx;
-                    ino[0x84..0x88].copy_from_slice(&mx);
-                    ino[0x8C..0x90].copy_from_slice(&mx);
-                }
-            }
-            if dirty {
-                rewritten += 1;
-                changed = true;
-            }
+            changed |= visit(g as u64 * inodes_per_group + i as u64 + 1, ino);
         }
-        if changed {
+        if changed && write {
             f.write_all_at(&table[..len], itable * block_size)?;
         }
     }
+    Ok(())
+}
+
+/// Set atime and ctime to mtime in every used inode of the ext2/3/4 image in `f`.
+/// Returns the number of inodes rewritten.
+pub fn normalize_times(f: &File) -> std::io::Result<u64> {
+    let mut rewritten = 0u64;
+    walk_inodes(f, true, |_, ino| {
+        let inode_size = ino.len();
+        let mtime = [ino[0x10], ino[0x11], ino[0x12], ino[0x13]];
+        let mut dirty = ino[0x8..0xC] != mtime || ino[0xC..0x10] != mtime;
+        ino[0x8..0xC].copy_from_slice(&mtime); // i_atime
+        ino[0xC..0x10].copy_from_slice(&mtime); // i_ctime
+        if inode_size > 128 {
+            let extra = le16(ino, 0x80) as usize;
+            // i_ctime_extra 0x84, i_mtime_extra 0x88, i_atime_extra 0x8C (present when extra_isize covers them)
+            if 0x80 + extra >= 0x90 {
+                let mx = [ino[0x88], ino[0x89], ino[0x8A], ino[0x8B]];
+                dirty |= ino[0x84..0x88] != mx || ino[0x8C..0x90] != mx;
+                ino[0x84..0x88].copy_from_slice(&mx);
+                ino[0x8C..0x90].copy_from_slice(&mx);
+            }
+        }
+        rewritten += u64::from(dirty);
+        dirty
+    })?;
     Ok(rewritten)
+}
+
+/// Every used inode's number, `i_mode` and device number (`st_rdev`, for device inodes; 0
+/// otherwise), read from the inode tables of the ext2/3/4 image at the start of `f`.
+pub fn inode_modes(f: &File) -> std::io::Result<Vec<(u64, u32, u64)>> {
+    let mut v = Vec::new();
+    walk_inodes(f, false, |n, ino| {
+        let mode = u32::from(le16(ino, 0x0));
+        let t = mode & libc::S_IFMT;
+        let rdev = if t == libc::S_IFCHR || t == libc::S_IFBLK {
+            // i_block[0]: the old 8:8 encoding; else i_block[1]: the new 12:20 one
+            let (old, new) = (le32(ino, 0x28), le32(ino, 0x2C));
+            if old != 0 {
+                libc::makedev((old >> 8) & 0xff, old & 0xff)
+            } else {
+                libc::makedev((new & 0xfff00) >> 8, (new & 0xff) | ((new >> 12) & 0xfff00))
+            }
+        } else {
+            0
+        };
+        v.push((n, mode, rdev));
+        false
+    })?;
+    Ok(v)
 }

@@ -3,9 +3,10 @@
 mod build;
 pub mod check;
 mod ext_times;
+pub mod special;
 mod tree;
 
 pub use build::{build, ext_min_size, BuildError, BuildOptions, BuildReport, Timings};
-pub use tree::{scan as scan_tree, TreeError, TreeStats};
+pub use tree::{scan as scan_tree, Special, SpecialKind, TreeError, TreeStats};
 
 pub use swpool_format::format::{detect, detect_bytes, DetectError, ImageFormat};

@@ -28,6 +28,74 @@ pub struct TreeStats {
     pub long_symlinks: u64,
     /// Newest modification time in the tree (seconds since the epoch).
     pub newest_mtime: i64,
+    /// Setuid/setgid regular files and device nodes (not whiteouts), in walk order.
+    pub special: Vec<Special>,
+}
+
+/// An entry that gives privileges to whoever owns it in an image mounted without nosuid/nodev:
+/// what `--all-root` builds and `layer export` leave out or defuse unless root asks to keep them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Special {
+    /// Relative to the tree's root.
+    pub path: PathBuf,
+    pub kind: SpecialKind,
+    /// The permission bits (with setuid 0o4000, setgid 0o2000, sticky 0o1000).
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecialKind {
+    /// A regular file with the setuid and/or setgid bit.
+    SetId,
+    /// A character device other than 0/0 (0/0 is an overlay whiteout: kept, it opens nothing).
+    CharDevice {
+        major: u32,
+        minor: u32,
+    },
+    BlockDevice {
+        major: u32,
+        minor: u32,
+    },
+}
+
+impl Special {
+    /// How a warning or `inspect` names it: `setuid file install/bin/x (mode 4755)`.
+    pub fn describe(&self) -> String {
+        let p = self.path.display();
+        match self.kind {
+            SpecialKind::SetId => {
+                let what = match (self.mode & 0o4000 != 0, self.mode & 0o2000 != 0) {
+                    (true, true) => "setuid+setgid",
+                    (true, false) => "setuid",
+                    _ => "setgid",
+                };
+                format!("{what} file {p} (mode {:o})", self.mode)
+            }
+            SpecialKind::CharDevice { major, minor } => {
+                format!("character device {p} ({major},{minor})")
+            }
+            SpecialKind::BlockDevice { major, minor } => {
+                format!("block device {p} ({major},{minor})")
+            }
+        }
+    }
+
+    pub fn is_device(&self) -> bool {
+        !matches!(self.kind, SpecialKind::SetId)
+    }
+}
+
+/// Classify one entry by its `st_mode` and `st_rdev`; `None` for everything harmless.
+pub fn classify(path: PathBuf, st_mode: u32, rdev: u64) -> Option<Special> {
+    let mode = st_mode & 0o7777;
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let kind = match st_mode & libc::S_IFMT {
+        libc::S_IFREG if mode & 0o6000 != 0 => SpecialKind::SetId,
+        libc::S_IFCHR if (major, minor) != (0, 0) => SpecialKind::CharDevice { major, minor },
+        libc::S_IFBLK => SpecialKind::BlockDevice { major, minor },
+        _ => return None,
+    };
+    Some(Special { path, kind, mode })
 }
 
 impl TreeStats {
@@ -116,6 +184,13 @@ pub fn scan(root: &Path, ext: bool) -> Result<TreeStats, TreeError> {
             })?;
             st.newest_mtime = st.newest_mtime.max(m.mtime());
             let ft = m.file_type();
+            if let Some(sp) = classify(
+                path.strip_prefix(root).unwrap_or(&path).to_path_buf(),
+                m.mode(),
+                m.rdev(),
+            ) {
+                st.special.push(sp);
+            }
             if ft.is_dir() {
                 st.dirs += 1;
                 stack.push(path);
