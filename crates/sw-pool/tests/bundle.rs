@@ -550,3 +550,134 @@ fn bad_input_fails_cleanly() {
     assert!(out.join("install/prog/0/bin/prog").is_file());
     assert_nothing_left_bundle(&outdir);
 }
+
+/// The glibc and loader names of the default exclude list (file names, as bundled).
+const GLIBC: &[&str] = &[
+    "ld-linux",
+    "libc.so.",
+    "libm.so.",
+    "libmvec.so.",
+    "libpthread.so.",
+    "libdl.so.",
+    "librt.so.",
+    "libutil.so.",
+    "libresolv.so.",
+    "libanl.so.",
+    "libnss_",
+    "libthread_db.so.",
+    "libBrokenLocale.so.",
+];
+
+fn is_glibc(name: &str) -> bool {
+    GLIBC.iter().any(|g| name.starts_with(g))
+}
+
+/// `--trace` of an interpreter: what it opened and executed passes the exclude list as its
+/// closure does (the interpreter loads libm with dlopen-like opens, executes helpers linked to
+/// libc): no glibc or loader file is bundled, no file is both in and out; `--python` says the
+/// standard library is the host's, and the bundled interpreter, run from the unpacked pool, imports
+/// it from there.
+#[test]
+fn traced_interpreter_bundles_no_glibc_and_says_whose_stdlib_it_uses() {
+    let python = "/usr/bin/python3";
+    if !Path::new(python).exists() {
+        skip("/usr/bin/python3 is not installed");
+        return;
+    }
+    let d = scratch();
+    let pool = d.path().join("py.sqfs");
+    let o = run(sw().args([
+        "bundle",
+        "--name",
+        "py",
+        "--version",
+        "1",
+        "--python",
+        "-o",
+        pool.to_str().unwrap(),
+        python,
+        "--trace",
+        "--",
+        python,
+        "-c",
+        "import json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let tree = d.path().join("unpacked");
+    let u = Command::new("unsquashfs")
+        .args(["-q", "-no-progress", "-d"])
+        .arg(&tree)
+        .arg(&pool)
+        .output()
+        .unwrap();
+    assert!(u.status.success(), "{}", String::from_utf8_lossy(&u.stderr));
+    let j = bundle_json(&tree, "py", "1");
+    let files = j["files"].as_array().unwrap();
+    let sources = |inc: bool| -> BTreeSet<String> {
+        files
+            .iter()
+            .filter(|f| f["included"].as_bool() == Some(inc))
+            .map(|f| f["source"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let both: Vec<String> = sources(true)
+        .intersection(&sources(false))
+        .cloned()
+        .collect();
+    assert!(both.is_empty(), "both in and out of the bundle: {both:?}");
+    for f in files
+        .iter()
+        .filter(|f| f["included"].as_bool() == Some(true))
+    {
+        let src = Path::new(f["source"].as_str().unwrap());
+        let names = [
+            src.file_name().unwrap().to_string_lossy().into_owned(),
+            std::fs::canonicalize(src)
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+        ];
+        assert!(
+            !names.iter().any(|n| is_glibc(n)),
+            "a glibc file bundled: {f}"
+        );
+    }
+    let pkg = tree.join("install/py/1");
+    let mut stack = vec![pkg.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            assert!(!is_glibc(&n), "in the pool: {}", e.path().display());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    let version = j["python"]["version"].as_str().unwrap();
+    assert!(
+        !pkg.join(format!("share/lib/python{version}")).exists(),
+        "no standard library where python never looks"
+    );
+    // the standard library: said to be the host's, and it is the host's the interpreter imports
+    let stdlib = j["python"]["stdlib"][0].as_str().unwrap().to_string();
+    assert!(
+        o.stdout.contains("standard library is not bundled") && o.stdout.contains(&stdlib),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(j["notes"].as_array().map(Vec::len), Some(1), "{j}");
+    let r = Command::new(pkg.join("bin/python3"))
+        .args(["-c", "import json, sys; print(json.__file__)"])
+        .env_remove("PYTHONPATH")
+        .env_remove("PYTHONHOME")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let at = String::from_utf8_lossy(&r.stdout).trim().to_string();
+    assert!(
+        at.starts_with(&format!("{stdlib}/")),
+        "json from {at}, expected the host's {stdlib}"
+    );
+}

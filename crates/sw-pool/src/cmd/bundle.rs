@@ -88,6 +88,9 @@ pub fn run(g: &GlobalArgs, a: BundleArgs, env: &Environment) -> Result<(), Error
         excluded,
         r.package.display()
     ));
+    for n in &r.notes {
+        p.result(n.clone());
+    }
     if let Some(b) = &r.build {
         p.result(format!("digest {}", b.manifest.digest));
     }

@@ -282,6 +282,10 @@ pub struct BundleReport {
     pub python: Option<python::PythonInfo>,
     /// The package directory inside the tree: `install/NAME/VERSION`.
     pub package: PathBuf,
+    /// What the bundle relies on the host for beyond the exclude list (with `--python`: the
+    /// standard library).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     #[serde(skip)]
     pub build: Option<crate::image::BuildReport>,
 }
@@ -504,21 +508,36 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 continue;
             }
             let is_elf = elf::is_elf(&c);
+            // the exclude list applies to what the command opened or executed as it does to the
+            // closure: the C library and the loader, MPI, drivers come from the host
+            if let Some(reason) = traced_exclusion(&ex, &f, &c, is_elf) {
+                if seen_out.insert(c.clone()) {
+                    plan.out.push(FileRecord {
+                        source: f.clone(),
+                        dest: None,
+                        included: false,
+                        kind: "excluded",
+                        reason,
+                    });
+                }
+                continue;
+            }
             if let Some(pi) = &py {
+                // the standard library stays the host's, wherever the file was found from
+                if pi.is_stdlib(&f) || pi.is_stdlib(&c) {
+                    plan.out.push(FileRecord {
+                        source: f.clone(),
+                        dest: None,
+                        included: false,
+                        kind: "excluded",
+                        reason: format!(
+                            "Python {} standard library: not bundled, the host's interpreter's is used",
+                            pi.version
+                        ),
+                    });
+                    continue;
+                }
                 if let Some((_, rel)) = pi.locate(&f).or_else(|| pi.locate(&c)) {
-                    if pi.is_stdlib(&f) {
-                        plan.out.push(FileRecord {
-                            source: f.clone(),
-                            dest: None,
-                            included: false,
-                            kind: "excluded",
-                            reason: format!(
-                                "Python {} standard library: comes with the interpreter",
-                                pi.version
-                            ),
-                        });
-                        continue;
-                    }
                     let k = plan.add(Planned {
                         source: f.clone(),
                         dest: Path::new("python").join(rel),
@@ -656,7 +675,25 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     let mfd = root.join("modulefiles").join(&name);
     std::fs::create_dir_all(&mfd).map_err(io("cannot create", &mfd))?;
     write(&mfd.join(format!("{version}.lua")), mf.as_bytes())?;
+    let notes: Vec<String> = py
+        .iter()
+        .map(|pi| {
+            format!(
+                "Python's standard library is not bundled: the modules under python/ run with the \
+                 host's ({}, Python {}), as does a bundled interpreter (it finds no standard \
+                 library beside it); run the bundle where Python {} is installed",
+                pi.stdlib
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                pi.version,
+                pi.version
+            )
+        })
+        .collect();
     let mut report = BundleReport {
+        notes,
         name: name.clone(),
         version: version.clone(),
         out: out.clone(),
@@ -700,6 +737,23 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         }
     }
     Ok(report)
+}
+
+/// Why a traced file (as opened, `f`; resolved, `c`) is left out by the exclude list: by its
+/// file names and, for an ELF object, its soname.
+fn traced_exclusion(ex: &Excludes, f: &Path, c: &Path, is_elf: bool) -> Option<String> {
+    let mut names: Vec<String> = [f, c]
+        .iter()
+        .filter_map(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    if is_elf {
+        if let Some(s) = elf::read(c).ok().and_then(|i| i.soname) {
+            names.push(s);
+        }
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    ex.reason(&refs)
 }
 
 mod exclude;
