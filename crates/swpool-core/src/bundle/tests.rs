@@ -52,4 +52,10 @@ fn excludes() {
     assert!(e.reason(&["libfoo.so.3"]).unwrap().contains("--exclude"));
     assert!(e.reason(&["libm.so.6"]).is_none());
     assert!(e.reason(&["libz.so.1"]).is_none());
+    // a traced file: by the name it was opened under or the one it resolves to
+    let lib = Path::new("/opt/x/lib");
+    assert!(traced_exclusion(&e, &lib.join("libc.so.6"), &lib.join("libc.so.6"), false).is_some());
+    assert!(traced_exclusion(&e, &lib.join("app.so"), &lib.join("libfoo.so.3"), false).is_some());
+    assert!(traced_exclusion(&e, &lib.join("libm.so.6"), &lib.join("libm.so.6"), false).is_none());
+    assert!(traced_exclusion(&e, &lib.join("data.txt"), &lib.join("data.txt"), false).is_none());
 }
