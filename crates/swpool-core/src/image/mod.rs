@@ -2,6 +2,7 @@
 
 mod build;
 pub mod check;
+mod defuse;
 mod ext_times;
 pub mod special;
 mod tree;
