@@ -17,7 +17,6 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 use crate::layer::Layer;
 use crate::plan::Method;
 use crate::{EXIT_CANNOT_EXEC, EXIT_NOT_FOUND, EXIT_SETUP};
-use swpool_sys::exec::{Tool, ToolCommand};
 
 /// Everything pid 1 needs, from the launcher (serialised into its argument).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -28,6 +27,10 @@ pub struct Spec {
     pub root: bool,
     pub method: Method,
     pub layer: Option<Layer>,
+    /// The layer's directories as the launcher opened and checked them (`dir`, `upper`, `work`,
+    /// `merged`; inherited descriptors): the overlay is made of these, never of the paths.
+    #[serde(default)]
+    pub layer_fds: Option<[i32; 4]>,
     /// A read-only lower above the host's tree (the job's copy of the layer on this node).
     #[serde(default)]
     pub lower: Option<PathBuf>,
@@ -102,7 +105,7 @@ pub fn main(spec_json: &str) -> ! {
 /// returns.
 pub fn run(spec: Spec) -> ! {
     // held here only: neither the FUSE daemon nor a command inherits them
-    for fd in &spec.keep_fds {
+    for fd in spec.keep_fds.iter().chain(spec.layer_fds.iter().flatten()) {
         unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
     // bound before the root changes: the path is the host's
@@ -331,9 +334,19 @@ fn setup(spec: &Spec) -> Result<(), String> {
         spec.method == Method::BaseOverlay,
     )?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    let mut held = Vec::new();
+    let dirs = match (&spec.layer, spec.layer_fds) {
+        (Some(l), Some(checked)) => Some(reopen(l, checked, &mut held)?),
+        (Some(l), None) => return Err(format!("layer {}: no opened directories", l.name)),
+        (None, _) => None,
+    };
     // the kernel path with views of some trees but not of `/`: they were mounted in place
-    let in_place = match (&views, &spec.layer) {
-        (Some(v), Some(l)) => crate::idmap::mount_trees(v, l, spec.lower.as_deref())?.is_none(),
+    let mut tree_root = None;
+    let in_place = match (&views, &spec.layer, &dirs) {
+        (Some(v), Some(_), Some(d)) => {
+            tree_root = crate::idmap::mount_trees(v, d, spec.lower.as_deref())?;
+            tree_root.is_none()
+        }
         _ => false,
     };
     // the host's tree stays the root (no layer, or the trees' overlays put in place)
@@ -343,19 +356,31 @@ fn setup(spec: &Spec) -> Result<(), String> {
         pools(spec, Path::new("/"))?;
         shadow(spec, Path::new("/"));
     } else {
-        let root = match (&spec.layer, method) {
-            (Some(l), _) => {
-                if views.is_none() {
-                    mount_overlay(spec, l, method)?;
-                }
+        // the root being built becomes the working directory: with a layer, through the
+        // overlay's own descriptor (it sits on the layer's checked `merged`, whatever that path
+        // leads to now); everything below is mounted relative to it
+        let root = match (&spec.layer, &dirs, method) {
+            (Some(l), Some(d), _) => {
+                let fd = match tree_root.take() {
+                    Some(fd) => fd,
+                    None => mount_overlay(spec, l, d, method)?,
+                };
+                rustix::process::fchdir(&fd)
+                    .map_err(|e| format!("cannot enter the layer's overlay: {e}"))?;
                 l.merged.clone()
             }
-            (None, Method::Base) => crate::base::root(&spec.bases)?,
+            (None, _, Method::Base) => {
+                let r = crate::base::root(&spec.bases)?;
+                std::env::set_current_dir(&r)
+                    .map_err(|e| format!("cannot enter {}: {e}", r.display()))?;
+                r
+            }
             _ => return Err("an overlay without a layer".into()),
         };
         let m = &root;
+        let here = Path::new(".");
         for b in &spec.binds {
-            let target = under(m, b);
+            let target = under(here, b);
             match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
                 Ok(()) => {}
                 // a mount point that is not in the host's root file system's tree (a file
@@ -377,10 +402,10 @@ fn setup(spec: &Spec) -> Result<(), String> {
         // daemon would look the merged directory up in its lower, i.e. in itself, and hang
         // (after the move below its lower no longer has the overlay there)
         if spec.binds.iter().any(|b| m.starts_with(b)) {
-            let copy = under(m, m);
+            let copy = under(here, m);
             let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
         }
-        rustix::mount::mount("proc", under(m, Path::new("/proc")), "proc", proc_flags, "")
+        rustix::mount::mount("proc", under(here, Path::new("/proc")), "proc", proc_flags, "")
             .map_err(|e| match (e, spec.bases.last()) {
                 (rustix::io::Errno::NOENT, Some(b)) => format!(
                     "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
@@ -390,8 +415,7 @@ fn setup(spec: &Spec) -> Result<(), String> {
                 _ => format!("cannot mount /proc: {e}"),
             })?;
         pools(spec, m)?;
-        shadow(spec, m);
-        std::env::set_current_dir(m).map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
+        shadow(spec, here);
         rustix::mount::mount_move(".", "/")
             .map_err(|e| format!("cannot move the environment's root into place: {e}"))?;
         rustix::process::chroot(".")
@@ -443,22 +467,133 @@ fn under(root: &Path, b: &Path) -> PathBuf {
     root.join(b.strip_prefix("/").unwrap_or(b))
 }
 
-fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
+/// The layer's directories as the launcher opened and checked them (inherited descriptors).
+pub(crate) struct Dirs {
+    pub dir: i32,
+    pub upper: i32,
+    pub work: i32,
+    pub merged: i32,
+}
+
+/// The layer's directories opened again in pid 1's own mount namespace (a mount can be made
+/// only of, and onto, mounts of one's own namespace; the launcher's descriptors are of the
+/// host's), each checked to be the very directory the launcher opened and checked (`checked`:
+/// the same device and inode), else refused: the layer was renamed or replaced during the start.
+fn reopen(l: &Layer, checked: [i32; 4], held: &mut Vec<OwnedFd>) -> Result<Dirs, String> {
+    use rustix::fs::{Mode, OFlags};
+    let fl = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let changed = |p: &Path| {
+        format!(
+            "the layer {}'s directory {} changed during the start (renamed, replaced or a \
+             symlink now): nothing was run; start again once it stays put",
+            l.name,
+            p.display()
+        )
+    };
+    let dir = rustix::fs::open(&l.dir, fl, Mode::empty()).map_err(|_| changed(&l.dir))?;
+    let mut out = [0i32; 4];
+    for (i, (name, p)) in [
+        ("", &l.dir),
+        (crate::layer::UPPER, &l.upper),
+        (crate::layer::WORK, &l.work),
+        (crate::layer::MERGED, &l.merged),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let fd = match i {
+            0 => dir.try_clone().map_err(|e| format!("dup: {e}"))?,
+            _ => rustix::fs::openat(&dir, name, fl, Mode::empty()).map_err(|_| changed(p))?,
+        };
+        // SAFETY: the launcher's descriptor, held by pid 1 for its whole life
+        let theirs = unsafe { std::os::fd::BorrowedFd::borrow_raw(checked[i]) };
+        let (a, b) = (rustix::fs::fstat(&fd), rustix::fs::fstat(theirs));
+        match (a, b) {
+            (Ok(a), Ok(b)) if a.st_dev == b.st_dev && a.st_ino == b.st_ino => {}
+            _ => return Err(changed(p)),
+        }
+        out[i] = fd.as_raw_fd();
+        held.push(fd);
+    }
+    Ok(Dirs {
+        dir: out[0],
+        upper: out[1],
+        work: out[2],
+        merged: out[3],
+    })
+}
+
+/// `/proc/self/fd/N`: the kernel resolves it to the directory descriptor `N` was opened on,
+/// whatever its path leads to now.
+pub(crate) fn fd_path(fd: i32) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{fd}"))
+}
+
+/// A kernel overlay made with the new mount API (detached; its descriptor) from `lowerdir`,
+/// `upper` and `work` (paths; the layer's as [`fd_path`]s).
+pub(crate) fn kernel_overlay(lowerdir: &str, upper: &Path, work: &Path) -> Result<OwnedFd, String> {
+    use rustix::mount::{fsconfig_create, fsconfig_set_flag, fsconfig_set_string, fsmount, fsopen};
+    let what = || {
+        format!(
+            "lowerdir={lowerdir},upperdir={},workdir={},userxattr",
+            upper.display(),
+            work.display()
+        )
+    };
+    let fs = fsopen("overlay", rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC)
+        .map_err(|e| format!("the kernel's overlay: fsopen: {e}"))?;
+    fsconfig_set_string(fs.as_fd(), "lowerdir", lowerdir)
+        .and_then(|_| fsconfig_set_string(fs.as_fd(), "upperdir", upper))
+        .and_then(|_| fsconfig_set_string(fs.as_fd(), "workdir", work))
+        .and_then(|_| fsconfig_set_flag(fs.as_fd(), "userxattr"))
+        .and_then(|_| fsconfig_create(fs.as_fd()))
+        .map_err(|e| format!("the kernel's overlay ({}): {e}", what()))?;
+    fsmount(
+        fs.as_fd(),
+        rustix::mount::FsMountFlags::FSMOUNT_CLOEXEC,
+        rustix::mount::MountAttrFlags::empty(),
+    )
+    .map_err(|e| format!("the kernel's overlay ({}): fsmount: {e}", what()))
+}
+
+/// Put the mount whose root `m` is onto the directory descriptor `at` (the layer's checked
+/// `merged`): by descriptor at both ends, no path.
+pub(crate) fn attach(m: &OwnedFd, at: i32, what: &str) -> Result<(), String> {
+    // SAFETY: `at` is a descriptor pid 1 holds for its whole life (the launcher's).
+    let at = unsafe { std::os::fd::BorrowedFd::borrow_raw(at) };
+    rustix::mount::move_mount(
+        m.as_fd(),
+        "",
+        at,
+        "",
+        rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH
+            | rustix::mount::MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(|e| format!("cannot put {what} on the layer's merged directory: {e}"))
+}
+
+/// How long fuse-overlayfs may take to mount (it runs in the foreground until it has).
+const FUSE_START: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Where fuse-overlayfs is given the layer's directories while it starts: a tmpfs over `/run` in
+/// pid 1's own mount namespace (a path of root's on the host: the user can neither rename nor
+/// replace it), holding binds of the checked descriptors; detached once the overlay is mounted
+/// (fuse-overlayfs keeps its layers open).
+const STAGE: &str = "/run";
+
+/// The layer's overlay, put on its checked `merged` directory; the descriptor of its root.
+fn mount_overlay(spec: &Spec, l: &Layer, d: &Dirs, method: Method) -> Result<OwnedFd, String> {
     match method {
         Method::BaseOverlay => {
-            let opts = format!(
-                "lowerdir={},upperdir={},workdir={},userxattr",
-                crate::base::lowers(spec.lower.as_deref(), &spec.bases)?,
-                l.upper.display(),
-                l.work.display()
-            );
-            rustix::mount::mount("overlay", &l.merged, "overlay", MountFlags::empty(), opts)
-                .map_err(|e| {
-                    format!(
-                        "cannot mount the kernel's overlay of layer {} over the base pool: {e}",
-                        l.name
-                    )
-                })
+            let lower = crate::base::lowers(spec.lower.as_deref(), &spec.bases)?;
+            let m = kernel_overlay(&lower, &fd_path(d.upper), &fd_path(d.work)).map_err(|e| {
+                format!(
+                    "cannot mount the kernel's overlay of layer {} over the base pool: {e}",
+                    l.name
+                )
+            })?;
+            attach(&m, d.merged, "the kernel's overlay")?;
+            Ok(m)
         }
         Method::FuseOverlay => {
             let prog = spec
@@ -466,26 +601,151 @@ fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
                 .clone()
                 .ok_or("fuse-overlayfs was not found")?;
             // the job's copy of the layer above the host's tree or the base pools
-            // (fuse-overlayfs reads its whiteouts in the `.wh.NAME` form)
-            let lower = crate::base::lowers(spec.lower.as_deref(), &spec.bases)?;
+            // (fuse-overlayfs reads its whiteouts in the `.wh.NAME` form); each but `/` opened
+            // now, before the staging tmpfs covers `/run`
+            let lowers = crate::base::lowers(spec.lower.as_deref(), &spec.bases)?;
+            let mut opened = Vec::new();
+            for p in lowers.split(':') {
+                opened.push(match p {
+                    "/" => None,
+                    _ => Some(
+                        rustix::fs::open(
+                            p,
+                            rustix::fs::OFlags::PATH
+                                | rustix::fs::OFlags::DIRECTORY
+                                | rustix::fs::OFlags::CLOEXEC,
+                            rustix::fs::Mode::empty(),
+                        )
+                        .map_err(|e| format!("cannot open the lower directory {p}: {e}"))?,
+                    ),
+                });
+            }
+            let stage = |e: rustix::io::Errno, what: &str| {
+                format!("the layer's staging area in {STAGE} (pid 1's own): {what}: {e}")
+            };
+            rustix::mount::mount(
+                "sw-pool-stage",
+                STAGE,
+                "tmpfs",
+                MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                "mode=0700,size=64k,nr_inodes=64",
+            )
+            .map_err(|e| stage(e, "tmpfs"))?;
+            let at = |n: &str| Path::new(STAGE).join(n);
+            let bind = |from: PathBuf, name: &str| -> Result<PathBuf, String> {
+                let to = at(name);
+                std::fs::create_dir(&to)
+                    .map_err(|e| format!("cannot create {}: {e}", to.display()))?;
+                rustix::mount::mount_recursive_bind(from.as_path(), to.as_path())
+                    .map_err(|e| stage(e, name))?;
+                Ok(to)
+            };
+            let upper = bind(fd_path(d.upper), "upper")?;
+            let work = bind(fd_path(d.work), "work")?;
+            let mut lower = Vec::new();
+            for (i, fd) in opened.iter().enumerate() {
+                lower.push(match fd {
+                    None => "/".to_string(),
+                    Some(fd) => bind(fd_path(fd.as_raw_fd()), &format!("lower{i}"))?
+                        .display()
+                        .to_string(),
+                });
+            }
+            drop(opened);
+            let merged = at("merged");
+            std::fs::create_dir(&merged)
+                .map_err(|e| format!("cannot create {}: {e}", merged.display()))?;
             let opts = format!(
-                "lowerdir={lower},upperdir={},workdir={},squash_to_root",
-                l.upper.display(),
-                l.work.display()
+                "lowerdir={},upperdir={},workdir={},squash_to_root",
+                lower.join(":"),
+                upper.display(),
+                work.display()
             );
-            ToolCommand::new(Tool::FuseOverlayfs)
-                .program(prog)
-                .arg("-o")
-                .arg(opts)
-                // fuse-overlayfs does not accept `--`; the mount point is absolute (no option)
-                .path(&l.merged)
-                .run(None)
+            start_fuse_overlayfs(&prog, &opts, &merged)
                 .map_err(|e| format!("cannot mount the layer {}: {e}", l.name))?;
-            Ok(())
+            let r = rustix::fs::open(
+                &merged,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| stage(e, "the mounted overlay"))?;
+            const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+            match rustix::fs::fstatfs(&r) {
+                Ok(st) if st.f_type as i64 == FUSE_SUPER_MAGIC => {}
+                _ => {
+                    return Err(format!(
+                        "fuse-overlayfs ({}) ended without mounting the layer {}",
+                        prog.display(),
+                        l.name
+                    ))
+                }
+            }
+            attach(&r, d.merged, "fuse-overlayfs' mount")?;
+            rustix::mount::unmount(STAGE, rustix::mount::UnmountFlags::DETACH)
+                .map_err(|e| stage(e, "detaching it"))?;
+            Ok(r)
         }
         // mounted by `crate::idmap::mount_trees` in the helper's namespace
-        Method::KernelOverlay | Method::Plain | Method::Base => Ok(()),
+        Method::KernelOverlay | Method::Plain | Method::Base => {
+            Err(format!("no overlay to mount for layer {} ({method:?})", l.name))
+        }
     }
+}
+
+/// Run fuse-overlayfs in the foreground of its start (it forks its daemon once mounted) for at
+/// most [`FUSE_START`]; killed after that. Its error output when it fails.
+fn start_fuse_overlayfs(prog: &Path, opts: &str, at: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut err = tempfile_stderr()?;
+    let mut c = std::process::Command::new(prog)
+        .arg("-o")
+        .arg(opts)
+        // fuse-overlayfs does not accept `--`; the mount point is absolute (no option)
+        .arg(at)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(err.try_clone().map_err(|e| format!("dup: {e}"))?)
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", prog.display()))?;
+    let t0 = std::time::Instant::now();
+    let st = loop {
+        match c.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if t0.elapsed() < FUSE_START => {
+                std::thread::sleep(std::time::Duration::from_millis(2))
+            }
+            Ok(None) | Err(_) => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!(
+                    "{} did not mount within {} s and was killed (a stopped or stuck FUSE \
+                     daemon); try again, or see whether fuse-overlayfs works here",
+                    prog.display(),
+                    FUSE_START.as_secs()
+                ));
+            }
+        }
+    };
+    if st.success() {
+        return Ok(());
+    }
+    use std::io::Seek;
+    let mut msg = String::new();
+    let _ = err.seek(std::io::SeekFrom::Start(0));
+    let _ = (&mut err).take(4096).read_to_string(&mut msg);
+    Err(format!("{} failed ({st}): {}", prog.display(), msg.trim()))
+}
+
+/// An unnamed file for a tool's error output (no pipe a daemon could hold open).
+fn tempfile_stderr() -> Result<std::fs::File, String> {
+    let fd = rustix::fs::memfd_create(
+        "fuse-overlayfs-stderr",
+        rustix::fs::MemfdFlags::CLOEXEC,
+    )
+    .map_err(|e| format!("memfd_create: {e}"))?;
+    Ok(std::fs::File::from(fd))
 }
 
 /// Start the command, serve joiners, forward signals, reap; the command's exit status once it
