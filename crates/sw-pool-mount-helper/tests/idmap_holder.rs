@@ -56,7 +56,16 @@ fn the_holder_keeps_no_descriptor_of_roots_once_it_is_the_callers() {
     }
     let d = tempfile::tempdir().unwrap();
     let o = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "--", "sh", "-c", SCRIPT, "sh"])
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            SCRIPT,
+            "sh",
+        ])
         .arg(d.path())
         .arg(env!("CARGO_BIN_EXE_sw-pool-mount-helper"))
         .current_dir("/")
@@ -69,10 +78,17 @@ fn the_holder_keeps_no_descriptor_of_roots_once_it_is_the_callers() {
     let fds: Vec<&str> = out.lines().filter(|l| l.starts_with("fd ")).collect();
     assert!(!fds.is_empty(), "{out}\n{err}");
     for l in &fds {
-        let ok = ["fd 0 -> /dev/null", "fd 1 -> /dev/null", "fd 2 -> /dev/null"]
-            .iter()
-            .any(|p| l.starts_with(p));
-        assert!(ok, "the holder, the caller's process, holds {l:?}:\n{out}\n{err}");
+        let ok = [
+            "fd 0 -> /dev/null",
+            "fd 1 -> /dev/null",
+            "fd 2 -> /dev/null",
+        ]
+        .iter()
+        .any(|p| l.starts_with(p));
+        assert!(
+            ok,
+            "the holder, the caller's process, holds {l:?}:\n{out}\n{err}"
+        );
     }
     assert_eq!(fds.len(), 3, "{out}\n{err}");
     assert!(out.contains("cwd -> /\n"), "{out}\n{err}");

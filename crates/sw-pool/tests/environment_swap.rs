@@ -77,14 +77,8 @@ fn a_layer_swapped_during_start_is_never_the_one_used() {
             )
             .unwrap();
             while !stop.load(Ordering::Relaxed) {
-                rustix::fs::renameat_with(
-                    &d,
-                    "a",
-                    &d,
-                    ".swap",
-                    rustix::fs::RenameFlags::EXCHANGE,
-                )
-                .unwrap();
+                rustix::fs::renameat_with(&d, "a", &d, ".swap", rustix::fs::RenameFlags::EXCHANGE)
+                    .unwrap();
                 swaps.fetch_add(1, Ordering::Relaxed);
             }
         })
@@ -102,7 +96,9 @@ fn a_layer_swapped_during_start_is_never_the_one_used() {
         match wait_bounded(&mut c, Duration::from_secs(30)) {
             None => hung += 1,
             Some(o) if o.status.success() && o.stdout == b"A" => a += 1,
-            Some(o) if o.status.success() => other.push(String::from_utf8_lossy(&o.stdout).into_owned()),
+            Some(o) if o.status.success() => {
+                other.push(String::from_utf8_lossy(&o.stdout).into_owned())
+            }
             Some(_) => refused += 1,
         }
         if hung > 0 {
@@ -119,5 +115,174 @@ fn a_layer_swapped_during_start_is_never_the_one_used() {
     );
     assert_eq!(hung, 0, "a start hung (killed after 30 s)");
     assert!(other.is_empty(), "starts ran over another layer: {other:?}");
-    assert!(a > 0 && swaps > 1000, "the race ran: {a} starts, {swaps} swaps");
+    assert!(
+        a > 0 && swaps > 1000,
+        "the race ran: {a} starts, {swaps} swaps"
+    );
+}
+
+/// A fuse-overlayfs that stops itself (SIGSTOP) before it mounts: the start gives up within its
+/// bound (20 s) with a message naming it, and nothing of the environment is left.
+#[test]
+fn a_fuse_overlayfs_that_never_mounts_ends_the_start_in_bounded_time() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    assert_eq!(f.run(&["layer", "create", "s"]).code, 0);
+    let bin = f.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let real = ["/usr/bin/fuse-overlayfs", "/bin/fuse-overlayfs"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    let w = bin.join("fuse-overlayfs");
+    std::fs::write(
+        &w,
+        format!("#!/bin/sh\nkill -STOP $$\nexec {real} \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display());
+    let t0 = Instant::now();
+    let mut c = f
+        .cmd(&["run", "--layer", "s", "--", "true"])
+        .env("PATH", &path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = c.id() as i32;
+    let o = wait_bounded(&mut c, Duration::from_secs(40));
+    let took = t0.elapsed();
+    let left = descendants_named(launcher, "fuse-overlayfs");
+    let o = o.unwrap_or_else(|| panic!("the start still waits after 40 s (killed)"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("gave up after {:.1} s: {err}", took.as_secs_f64());
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains("did not mount within 20 s"), "{err}");
+    assert!(left.is_empty(), "fuse-overlayfs left: {left:?}");
+    // and the layer is free again
+    assert_eq!(f.run(&["run", "--layer", "s", "--", "true"]).code, 0);
+}
+
+/// Processes named `comm` anywhere on the machine whose parent chain reaches `ancestor`, or that
+/// are orphans of it (re-parented): by the environment's pid namespace when it still exists.
+fn descendants_named(ancestor: i32, comm: &str) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let named =
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm);
+        if !named {
+            continue;
+        }
+        let mut p = pid;
+        for _ in 0..32 {
+            if p == ancestor {
+                v.push(pid);
+                break;
+            }
+            match parent(p) {
+                Some(q) if q > 1 => p = q,
+                _ => break,
+            }
+        }
+    }
+    v
+}
+
+fn parent(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &s[s.rfind(')')? + 2..];
+    after.split(' ').nth(1)?.parse().ok()
+}
+
+fn pidns(pid: i32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// Processes in the PID namespace `ns`.
+fn in_pidns(ns: &Path) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pidns(pid).as_deref() == Some(ns) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// An environment whose fuse-overlayfs is stopped (SIGSTOP) ends, daemon and all, when pid 1 or
+/// the launcher is killed (`kill -9`).
+#[test]
+fn kill_9_ends_an_environment_whose_fuse_overlayfs_is_stopped() {
+    if !ready() {
+        return;
+    }
+    for victim in ["pid 1", "the launcher"] {
+        let f = Fixture::new();
+        assert_eq!(f.run(&["layer", "create", "k"]).code, 0);
+        let mut c = f
+            .cmd(&["run", "--layer", "k", "--", "sleep", "300"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let launcher = c.id() as i32;
+        let t0 = Instant::now();
+        let (daemon, init) = loop {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the environment did not start"
+            );
+            let d = descendants_named(launcher, "fuse-overlayfs");
+            let s = descendants_named(launcher, "sleep");
+            if let (Some(&d), Some(&s)) = (d.first(), s.first()) {
+                break (d, parent(s).unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let ns = pidns(init).unwrap();
+        assert_eq!(
+            pidns(daemon).as_ref(),
+            Some(&ns),
+            "the daemon is in the environment"
+        );
+        // signals to processes this test started (by the pids it found under its child)
+        let sig = |pid: i32, s: rustix::process::Signal| {
+            rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), s).unwrap()
+        };
+        sig(daemon, rustix::process::Signal::Stop);
+        let killed = Instant::now();
+        let target = if victim == "pid 1" { init } else { launcher };
+        sig(target, rustix::process::Signal::Kill);
+        loop {
+            let left = in_pidns(&ns);
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(5),
+                "5 s after kill -9 of {victim}, with fuse-overlayfs stopped: left {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            wait_bounded(&mut c, Duration::from_secs(5)).is_some(),
+            "the launcher ended"
+        );
+        eprintln!(
+            "kill -9 of {victim}: the environment and its stopped daemon gone in {:.2} s",
+            killed.elapsed().as_secs_f64()
+        );
+    }
 }

@@ -405,15 +405,21 @@ fn setup(spec: &Spec) -> Result<(), String> {
             let copy = under(here, m);
             let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
         }
-        rustix::mount::mount("proc", under(here, Path::new("/proc")), "proc", proc_flags, "")
-            .map_err(|e| match (e, spec.bases.last()) {
-                (rustix::io::Errno::NOENT, Some(b)) => format!(
-                    "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
+        rustix::mount::mount(
+            "proc",
+            under(here, Path::new("/proc")),
+            "proc",
+            proc_flags,
+            "",
+        )
+        .map_err(|e| match (e, spec.bases.last()) {
+            (rustix::io::Errno::NOENT, Some(b)) => format!(
+                "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
                      whole root file system: /proc, /dev, /sys, /tmp, /run, /home)",
-                    b.label
-                ),
-                _ => format!("cannot mount /proc: {e}"),
-            })?;
+                b.label
+            ),
+            _ => format!("cannot mount /proc: {e}"),
+        })?;
         pools(spec, m)?;
         shadow(spec, here);
         rustix::mount::mount_move(".", "/")
@@ -640,8 +646,33 @@ fn mount_overlay(spec: &Spec, l: &Layer, d: &Dirs, method: Method) -> Result<Own
                     .map_err(|e| stage(e, name))?;
                 Ok(to)
             };
-            let upper = bind(fd_path(d.upper), "upper")?;
-            let work = bind(fd_path(d.work), "work")?;
+            // the layer's checked directory, bound whole: fuse-overlayfs renames from its work
+            // directory into its upper, which must be on one mount
+            let layer = bind(fd_path(d.dir), "layer")?;
+            let (upper, work) = (
+                layer.join(crate::layer::UPPER),
+                layer.join(crate::layer::WORK),
+            );
+            let same = |p: &Path, fd: i32| {
+                // SAFETY: pid 1's own descriptor, held for its life
+                let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                match (rustix::fs::lstat(p), rustix::fs::fstat(b)) {
+                    (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+                    _ => false,
+                }
+            };
+            // its upper and work as checked, before and after fuse-overlayfs opened them
+            let check = || -> Result<(), String> {
+                match same(&upper, d.upper) && same(&work, d.work) {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "the layer {}'s upper or work directory was renamed or replaced during \
+                         the start: nothing was run; start again once it stays put",
+                        l.name
+                    )),
+                }
+            };
+            check()?;
             let mut lower = Vec::new();
             for (i, fd) in opened.iter().enumerate() {
                 lower.push(match fd {
@@ -663,6 +694,7 @@ fn mount_overlay(spec: &Spec, l: &Layer, d: &Dirs, method: Method) -> Result<Own
             );
             start_fuse_overlayfs(&prog, &opts, &merged)
                 .map_err(|e| format!("cannot mount the layer {}: {e}", l.name))?;
+            check()?;
             let r = rustix::fs::open(
                 &merged,
                 rustix::fs::OFlags::PATH
@@ -688,9 +720,10 @@ fn mount_overlay(spec: &Spec, l: &Layer, d: &Dirs, method: Method) -> Result<Own
             Ok(r)
         }
         // mounted by `crate::idmap::mount_trees` in the helper's namespace
-        Method::KernelOverlay | Method::Plain | Method::Base => {
-            Err(format!("no overlay to mount for layer {} ({method:?})", l.name))
-        }
+        Method::KernelOverlay | Method::Plain | Method::Base => Err(format!(
+            "no overlay to mount for layer {} ({method:?})",
+            l.name
+        )),
     }
 }
 
@@ -740,11 +773,8 @@ fn start_fuse_overlayfs(prog: &Path, opts: &str, at: &Path) -> Result<(), String
 
 /// An unnamed file for a tool's error output (no pipe a daemon could hold open).
 fn tempfile_stderr() -> Result<std::fs::File, String> {
-    let fd = rustix::fs::memfd_create(
-        "fuse-overlayfs-stderr",
-        rustix::fs::MemfdFlags::CLOEXEC,
-    )
-    .map_err(|e| format!("memfd_create: {e}"))?;
+    let fd = rustix::fs::memfd_create("fuse-overlayfs-stderr", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| format!("memfd_create: {e}"))?;
     Ok(std::fs::File::from(fd))
 }
 

@@ -229,10 +229,14 @@ pub fn run(
         .map(|f| [&f.dir, &f.upper, &f.work, &f.merged].map(|d| d.as_raw_fd()));
     // pid 1 holds both locks for the environment's life, and gets the layer's directories
     // (inherited: not close-on-exec)
-    for fd in layer_fds
-        .iter()
-        .flat_map(|f| [f.dir.as_fd(), f.upper.as_fd(), f.work.as_fd(), f.merged.as_fd()])
-    {
+    for fd in layer_fds.iter().flat_map(|f| {
+        [
+            f.dir.as_fd(),
+            f.upper.as_fd(),
+            f.work.as_fd(),
+            f.merged.as_fd(),
+        ]
+    }) {
         rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| EnvError::Start {
             what: "passing the layer's directories on".into(),
             source: e.into(),
