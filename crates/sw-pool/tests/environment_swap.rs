@@ -9,13 +9,12 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env_fixture::*;
-use common::*;
 
 fn mark(f: &Fixture, layer: &str, what: &str) {
     let p = f.layers().join(layer).join("upper/layer-marker");

@@ -703,9 +703,11 @@ fn mount_overlay(spec: &Spec, l: &Layer, d: &Dirs, method: Method) -> Result<Own
                 rustix::fs::Mode::empty(),
             )
             .map_err(|e| stage(e, "the mounted overlay"))?;
-            const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+            // FUSE_SUPER_MAGIC (the field's type differs between architectures)
+            #[allow(clippy::unnecessary_cast)]
+            let fuse = |t: rustix::fs::StatFs| t.f_type as i64 == 0x6573_5546;
             match rustix::fs::fstatfs(&r) {
-                Ok(st) if st.f_type as i64 == FUSE_SUPER_MAGIC => {}
+                Ok(st) if fuse(st) => {}
                 _ => {
                     return Err(format!(
                         "fuse-overlayfs ({}) ended without mounting the layer {}",
