@@ -197,10 +197,10 @@ fn mkdirs(p: &Path, mode: u32) -> Result<(), String> {
 /// mounted over the host's in place).
 pub(crate) fn mount_trees(
     v: &Views,
-    d: &crate::init::Dirs,
+    d: &crate::overlay::Dirs,
     copy: Option<&Path>,
 ) -> Result<Option<OwnedFd>, String> {
-    use crate::init::fd_path;
+    use crate::overlay::fd_path;
     // outer trees before the trees inside them
     let mut order: Vec<usize> = (0..v.trees.len()).collect();
     order.sort_by_key(|i| v.trees[*i].components().count());
@@ -235,8 +235,8 @@ pub(crate) fn mount_trees(
                 .map(|p| opt_path(p))
                 .collect::<Result<Vec<_>, _>>()?
                 .join(":");
-            let m = crate::init::kernel_overlay(&lower, &fd_path(d.upper), &fd_path(d.work))?;
-            crate::init::attach(&m, d.merged, "the kernel's overlay")?;
+            let m = crate::overlay::kernel_overlay(&lower, &fd_path(d.upper), &fd_path(d.work))?;
+            crate::overlay::attach(&m, d.merged, "the kernel's overlay")?;
             Some(m)
         }
         None => None,
