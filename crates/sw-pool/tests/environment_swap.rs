@@ -285,3 +285,119 @@ fn kill_9_ends_an_environment_whose_fuse_overlayfs_is_stopped() {
         );
     }
 }
+
+/// The kernel path (the site's helper through sudo, `environment_trees = ["/"]`): the same race,
+/// no start over the other layer. The helper's configuration and a sudoers line for uid 65534
+/// exist only in a mount namespace of the test's own (an overlay of `/etc`, a private `/run`).
+#[test]
+fn a_layer_swapped_during_a_kernel_path_start_is_never_the_one_used() {
+    if !ready() {
+        return;
+    }
+    let helper = common::bin().with_file_name("sw-pool-mount-helper");
+    if !helper.is_file() || !Path::new("/usr/bin/sudo").exists() {
+        common::skip("needs sudo and sw-pool-mount-helper built beside sw-pool (cargo build --release --workspace)");
+        return;
+    }
+    let f = Fixture::new();
+    for l in ["a", "x"] {
+        assert_eq!(f.run(&["layer", "create", l]).code, 0);
+    }
+    mark(&f, "a", "A");
+    mark(&f, "x", "X");
+    let swap = f.layers().join(".swap");
+    std::os::unix::fs::symlink("x", &swap).unwrap();
+    std::os::unix::fs::lchown(&swap, Some(NOBODY), Some(NOBODY)).unwrap();
+    // root's copy of the helper, where sudo's rule names it
+    let h = f.dir.path().join("helper");
+    std::fs::copy(&helper, &h).unwrap();
+    std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for d in ["u", "w"] {
+        std::fs::create_dir(f.dir.path().join(d)).unwrap();
+    }
+    let script = r#"
+set -eu
+D=$1; H=$2; SW=$3
+mount -t tmpfs -o mode=0755 swaprun /run
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$D/u,workdir=$D/w" /etc
+mkdir -p /etc/sw-pool /etc/sudoers.d
+printf 'environment_trees = ["/"]\n' > /etc/sw-pool/helper.toml
+chmod 0644 /etc/sw-pool/helper.toml
+printf 'nobody ALL=(root) NOPASSWD: %s\n' "$H" > /etc/sudoers.d/sw-pool-swap-test
+chmod 0440 /etc/sudoers.d/sw-pool-swap-test
+export SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR=$D/layers SW_POOL_STATE_DIR=$D/state HOME=/nonexistent SW_POOL_MOUNT_HELPER=$H
+run() { timeout -k 1 30 setpriv --reuid=65534 --regid=65534 --clear-groups -- "$SW" "$@"; }
+# the kernel path applies (no race yet)
+run -v run --layer x -- cat /layer-marker 2>&1 | grep -q 'kernel overlay over idmapped lowers' || { echo "no kernel path"; exit 3; }
+a=0; r=0; o=0; h=0; t0=$(date +%s)
+while [ $(($(date +%s) - t0)) -lt 12 ]; do
+  out=$(run run --layer a -- cat /layer-marker 2>/dev/null) && rc=0 || rc=$?
+  if [ $rc = 124 ] || [ $rc = 137 ]; then h=$((h+1))
+  elif [ $rc = 0 ] && [ "$out" = A ]; then a=$((a+1))
+  elif [ $rc = 0 ]; then o=$((o+1))
+  else r=$((r+1)); fi
+done
+echo "counts $a $r $o $h"
+"#;
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let mut c = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(f.dir.path())
+        .arg(&h)
+        .arg(common::bin())
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the race starts once the first (unraced) start is through: give it a moment
+    std::thread::sleep(Duration::from_millis(500));
+    let swapper = {
+        let (stop, swaps, dir) = (stop.clone(), swaps.clone(), f.layers());
+        std::thread::spawn(move || {
+            let d = rustix::fs::open(
+                &dir,
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(&d, "a", &d, ".swap", rustix::fs::RenameFlags::EXCHANGE)
+                    .unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let o = wait_bounded(&mut c, Duration::from_secs(120));
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let o = o.expect("the kernel-path race did not end within 120 s");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    let n: Vec<u64> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("counts "))
+        .unwrap_or_else(|| panic!("{out}\n{err}"))
+        .split(' ')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let swaps = swaps.load(Ordering::Relaxed);
+    eprintln!(
+        "kernel path, {swaps} swaps: {} starts over the checked layer, {} refused, {} over another layer, {} hung",
+        n[0], n[1], n[2], n[3]
+    );
+    assert_eq!(n[3], 0, "a start hung");
+    assert_eq!(n[2], 0, "starts ran over another layer");
+    assert!(n[0] > 0 && swaps > 1000, "the race ran");
+}
