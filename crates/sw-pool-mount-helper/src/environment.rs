@@ -14,8 +14,9 @@
 //!    each idmapped view at `STAGING/<i>` (with an empty `STAGING/m<i>` beside it, where the
 //!    environment mounts its overlay before moving it into place);
 //! 2. drops every group, enters the environment's user namespace and becomes its root (the
-//!    caller's uid and gid: from here on it is one of the caller's processes, holding no
-//!    descriptor of root's);
+//!    caller's uid and gid: from here on it is one of the caller's processes; before the caller
+//!    may trace it (dumpable) it closes every descriptor but its standard streams, which are on
+//!    `/dev/null`, so it holds none of root's);
 //! 3. unshares a mount namespace again: a copy owned by the caller's namespace, in which every
 //!    mount, the views included, is locked (read-only, `nosuid`, `nodev`; none can be unmounted
 //!    to reveal what it covers);
@@ -41,6 +42,8 @@ use crate::error::{HelperError, Result};
 pub const STAGING: &str = "/run/sw-pool-env";
 /// How long the holder waits for the environment to enter its namespace.
 const HOLD: Duration = Duration::from_secs(10);
+/// How long the helper waits for the holder to become the caller's after it said it is ready.
+const READY: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Serialize)]
 pub struct Idmapped {
@@ -54,6 +57,8 @@ pub struct Idmapped {
 /// The environment's first process, checked to be the caller's.
 struct Target {
     pid: i32,
+    /// The caller's uid (the holder becomes theirs).
+    uid: u32,
     userns: OwnedFd,
     _pidfd: OwnedFd,
 }
@@ -163,6 +168,7 @@ fn check_target(c: &Caller, pid: i32) -> Result<Target> {
     }
     Ok(Target {
         pid,
+        uid: c.uid,
         userns,
         _pidfd: pidfd,
     })
@@ -235,6 +241,7 @@ fn start_holder(t: &Target, trees: &[PathBuf]) -> Result<i32> {
         );
         drop(wr);
         if r.is_ok() {
+            become_the_callers();
             wait_for_entry(t.pid);
         }
         // SAFETY: end the child without running the parent's exit handlers.
@@ -243,16 +250,48 @@ fn start_holder(t: &Target, trees: &[PathBuf]) -> Result<i32> {
     drop(wr);
     let mut said = String::new();
     let _ = std::fs::File::from(rd).read_to_string(&mut said);
-    if said == "ok" {
-        Ok(pid)
-    } else {
-        let mut st = 0;
-        // SAFETY: our own child.
-        unsafe { libc::waitpid(pid, &mut st, 0) };
+    let fail = |said: String| {
+        // SAFETY: our own child: ended (or killed here) and reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
         Err(HelperError::new(
             swpool_format::status::ExitStatus::System,
             format!("idmapped views for process {}: {said}", t.pid),
         ))
+    };
+    if said != "ok" {
+        return fail(said);
+    }
+    // the environment opens the holder's namespace once the holder is the caller's (dumpable:
+    // its /proc entries are then the caller's); it closes every descriptor before that
+    let t0 = Instant::now();
+    loop {
+        match std::fs::metadata(format!("/proc/{pid}")) {
+            Ok(m) if std::os::unix::fs::MetadataExt::uid(&m) == t.uid => return Ok(pid),
+            Ok(_) if t0.elapsed() < READY => std::thread::sleep(Duration::from_millis(1)),
+            _ => {
+                return fail(format!(
+                    "the helper's holder (pid {pid}) did not become yours within {} s",
+                    READY.as_secs()
+                ))
+            }
+        }
+    }
+}
+
+/// In the holder, once it is in the caller's user namespace as their uid and before it may be
+/// traced by them (dumpable): close every descriptor but the standard streams (on `/dev/null`) —
+/// the helper's own (`/run`, the target's pidfd and user namespace, whatever the helper
+/// inherited) — and leave the directory the helper ran in.
+fn become_the_callers() {
+    // SAFETY: plain system calls in the single-threaded holder.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        libc::chdir(c"/".as_ptr());
+        // the caller's own process from here on: the environment may open its namespace
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
     }
 }
 
@@ -326,8 +365,6 @@ fn holder_setup(t: &Target, trees: &[PathBuf]) -> std::result::Result<(), String
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
             return Err(errno("a mount namespace for the environment"));
         }
-        // the caller's own process from here on: the environment may open its namespace
-        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
     }
     Ok(())
 }

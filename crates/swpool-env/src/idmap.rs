@@ -14,7 +14,6 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use crate::layer::Layer;
 use crate::plan::Method;
 
 /// The helper's answer to `idmap --pid P`.
@@ -192,13 +191,16 @@ fn mkdirs(p: &Path, mode: u32) -> Result<(), String> {
 
 /// Pid 1, in the helper's namespace: one kernel overlay per tree (the view below, the job's
 /// copy of that tree above it when there is one, the layer's part of the tree as the upper),
-/// each put in place. The new root to move into place when `/` is one of the trees, else `None`
-/// (the trees were mounted over the host's in place).
+/// each put in place. The layer is reached through the directories the launcher opened and
+/// checked (`d`, as `/proc/self/fd/N`), never through its paths. The root overlay's descriptor
+/// (on the layer's checked `merged`) when `/` is one of the trees, else `None` (the trees were
+/// mounted over the host's in place).
 pub(crate) fn mount_trees(
     v: &Views,
-    l: &Layer,
+    d: &crate::overlay::Dirs,
     copy: Option<&Path>,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<OwnedFd>, String> {
+    use crate::overlay::fd_path;
     // outer trees before the trees inside them
     let mut order: Vec<usize> = (0..v.trees.len()).collect();
     order.sort_by_key(|i| v.trees[*i].components().count());
@@ -212,9 +214,9 @@ pub(crate) fn mount_trees(
     // the trees' overlays first: their uppers are inside the root overlay's upper, which must not
     // be in use when theirs are mounted (the kernel warns of overlapping layers otherwise)
     for &i in order.iter().filter(|i| Some(**i) != root) {
-        let upper = l.upper.join(rel(i));
+        let upper = fd_path(d.upper).join(rel(i));
         mkdirs(&upper, 0o755)?;
-        let work = l.dir.join(format!("work.{i}"));
+        let work = fd_path(d.dir).join(format!("work.{i}"));
         mkdirs(&work, 0o700)?;
         let mut lower: Vec<PathBuf> = copy
             .map(|c| c.join(rel(i)))
@@ -224,26 +226,42 @@ pub(crate) fn mount_trees(
         lower.push(v.staging.join(i.to_string()));
         overlay(&lower, &upper, &work, &v.staging.join(format!("m{i}")))?;
     }
-    let base: PathBuf = match root {
+    let base = match root {
         Some(r) => {
             let mut lower: Vec<PathBuf> = copy.map(Path::to_path_buf).into_iter().collect();
             lower.push(v.staging.join(r.to_string()));
-            overlay(&lower, &l.upper, &l.work, &l.merged)?;
-            l.merged.clone()
+            let lower = lower
+                .iter()
+                .map(|p| opt_path(p))
+                .collect::<Result<Vec<_>, _>>()?
+                .join(":");
+            let m = crate::overlay::kernel_overlay(&lower, &fd_path(d.upper), &fd_path(d.work))?;
+            crate::overlay::attach(&m, d.merged, "the kernel's overlay")?;
+            Some(m)
         }
-        None => PathBuf::from("/"),
+        None => None,
     };
     for &i in order.iter().filter(|i| Some(**i) != root) {
         let from = v.staging.join(format!("m{i}"));
-        let to = base.join(rel(i));
-        rustix::mount::mount_move(from.as_path(), to.as_path()).map_err(|e| {
+        let moved = match &base {
+            // inside the root overlay, through its descriptor
+            Some(b) => rustix::mount::move_mount(
+                rustix::fs::CWD,
+                from.as_path(),
+                std::os::fd::AsFd::as_fd(b),
+                rel(i).as_path(),
+                rustix::mount::MoveMountFlags::empty(),
+            ),
+            None => rustix::mount::mount_move(from.as_path(), v.trees[i].as_path()),
+        };
+        moved.map_err(|e| {
             format!(
                 "cannot put the overlay of {} in place: {e}",
                 v.trees[i].display()
             )
         })?;
     }
-    Ok(root.map(|_| base))
+    Ok(base)
 }
 
 /// The method pid 1 ends up with, from the handshake.

@@ -17,7 +17,6 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 use crate::layer::Layer;
 use crate::plan::Method;
 use crate::{EXIT_CANNOT_EXEC, EXIT_NOT_FOUND, EXIT_SETUP};
-use swpool_sys::exec::{Tool, ToolCommand};
 
 /// Everything pid 1 needs, from the launcher (serialised into its argument).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -28,6 +27,10 @@ pub struct Spec {
     pub root: bool,
     pub method: Method,
     pub layer: Option<Layer>,
+    /// The layer's directories as the launcher opened and checked them (`dir`, `upper`, `work`,
+    /// `merged`; inherited descriptors): the overlay is made of these, never of the paths.
+    #[serde(default)]
+    pub layer_fds: Option<[i32; 4]>,
     /// A read-only lower above the host's tree (the job's copy of the layer on this node).
     #[serde(default)]
     pub lower: Option<PathBuf>,
@@ -102,7 +105,7 @@ pub fn main(spec_json: &str) -> ! {
 /// returns.
 pub fn run(spec: Spec) -> ! {
     // held here only: neither the FUSE daemon nor a command inherits them
-    for fd in &spec.keep_fds {
+    for fd in spec.keep_fds.iter().chain(spec.layer_fds.iter().flatten()) {
         unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
     // bound before the root changes: the path is the host's
@@ -331,9 +334,19 @@ fn setup(spec: &Spec) -> Result<(), String> {
         spec.method == Method::BaseOverlay,
     )?;
     let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    let mut held = Vec::new();
+    let dirs = match (&spec.layer, spec.layer_fds) {
+        (Some(l), Some(checked)) => Some(crate::overlay::reopen(l, checked, &mut held)?),
+        (Some(l), None) => return Err(format!("layer {}: no opened directories", l.name)),
+        (None, _) => None,
+    };
     // the kernel path with views of some trees but not of `/`: they were mounted in place
-    let in_place = match (&views, &spec.layer) {
-        (Some(v), Some(l)) => crate::idmap::mount_trees(v, l, spec.lower.as_deref())?.is_none(),
+    let mut tree_root = None;
+    let in_place = match (&views, &spec.layer, &dirs) {
+        (Some(v), Some(_), Some(d)) => {
+            tree_root = crate::idmap::mount_trees(v, d, spec.lower.as_deref())?;
+            tree_root.is_none()
+        }
         _ => false,
     };
     // the host's tree stays the root (no layer, or the trees' overlays put in place)
@@ -343,19 +356,38 @@ fn setup(spec: &Spec) -> Result<(), String> {
         pools(spec, Path::new("/"))?;
         shadow(spec, Path::new("/"));
     } else {
-        let root = match (&spec.layer, method) {
-            (Some(l), _) => {
-                if views.is_none() {
-                    mount_overlay(spec, l, method)?;
-                }
+        // the root being built becomes the working directory: with a layer, through the
+        // overlay's own descriptor (it sits on the layer's checked `merged`, whatever that path
+        // leads to now); everything below is mounted relative to it
+        let root = match (&spec.layer, &dirs, method) {
+            (Some(l), Some(d), _) => {
+                let fd = match tree_root.take() {
+                    Some(fd) => fd,
+                    None => crate::overlay::mount(
+                        spec.lower.as_deref(),
+                        &spec.bases,
+                        spec.fuse_overlayfs.as_deref(),
+                        l,
+                        d,
+                        method,
+                    )?,
+                };
+                rustix::process::fchdir(&fd)
+                    .map_err(|e| format!("cannot enter the layer's overlay: {e}"))?;
                 l.merged.clone()
             }
-            (None, Method::Base) => crate::base::root(&spec.bases)?,
+            (None, _, Method::Base) => {
+                let r = crate::base::root(&spec.bases)?;
+                std::env::set_current_dir(&r)
+                    .map_err(|e| format!("cannot enter {}: {e}", r.display()))?;
+                r
+            }
             _ => return Err("an overlay without a layer".into()),
         };
         let m = &root;
+        let here = Path::new(".");
         for b in &spec.binds {
-            let target = under(m, b);
+            let target = under(here, b);
             match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
                 Ok(()) => {}
                 // a mount point that is not in the host's root file system's tree (a file
@@ -377,21 +409,26 @@ fn setup(spec: &Spec) -> Result<(), String> {
         // daemon would look the merged directory up in its lower, i.e. in itself, and hang
         // (after the move below its lower no longer has the overlay there)
         if spec.binds.iter().any(|b| m.starts_with(b)) {
-            let copy = under(m, m);
+            let copy = under(here, m);
             let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
         }
-        rustix::mount::mount("proc", under(m, Path::new("/proc")), "proc", proc_flags, "")
-            .map_err(|e| match (e, spec.bases.last()) {
-                (rustix::io::Errno::NOENT, Some(b)) => format!(
-                    "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
+        rustix::mount::mount(
+            "proc",
+            under(here, Path::new("/proc")),
+            "proc",
+            proc_flags,
+            "",
+        )
+        .map_err(|e| match (e, spec.bases.last()) {
+            (rustix::io::Errno::NOENT, Some(b)) => format!(
+                "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
                      whole root file system: /proc, /dev, /sys, /tmp, /run, /home)",
-                    b.label
-                ),
-                _ => format!("cannot mount /proc: {e}"),
-            })?;
+                b.label
+            ),
+            _ => format!("cannot mount /proc: {e}"),
+        })?;
         pools(spec, m)?;
-        shadow(spec, m);
-        std::env::set_current_dir(m).map_err(|e| format!("cannot enter {}: {e}", m.display()))?;
+        shadow(spec, here);
         rustix::mount::mount_move(".", "/")
             .map_err(|e| format!("cannot move the environment's root into place: {e}"))?;
         rustix::process::chroot(".")
@@ -441,51 +478,6 @@ fn shadow(spec: &Spec, root: &Path) {
 /// `b` (absolute) below `root`.
 fn under(root: &Path, b: &Path) -> PathBuf {
     root.join(b.strip_prefix("/").unwrap_or(b))
-}
-
-fn mount_overlay(spec: &Spec, l: &Layer, method: Method) -> Result<(), String> {
-    match method {
-        Method::BaseOverlay => {
-            let opts = format!(
-                "lowerdir={},upperdir={},workdir={},userxattr",
-                crate::base::lowers(spec.lower.as_deref(), &spec.bases)?,
-                l.upper.display(),
-                l.work.display()
-            );
-            rustix::mount::mount("overlay", &l.merged, "overlay", MountFlags::empty(), opts)
-                .map_err(|e| {
-                    format!(
-                        "cannot mount the kernel's overlay of layer {} over the base pool: {e}",
-                        l.name
-                    )
-                })
-        }
-        Method::FuseOverlay => {
-            let prog = spec
-                .fuse_overlayfs
-                .clone()
-                .ok_or("fuse-overlayfs was not found")?;
-            // the job's copy of the layer above the host's tree or the base pools
-            // (fuse-overlayfs reads its whiteouts in the `.wh.NAME` form)
-            let lower = crate::base::lowers(spec.lower.as_deref(), &spec.bases)?;
-            let opts = format!(
-                "lowerdir={lower},upperdir={},workdir={},squash_to_root",
-                l.upper.display(),
-                l.work.display()
-            );
-            ToolCommand::new(Tool::FuseOverlayfs)
-                .program(prog)
-                .arg("-o")
-                .arg(opts)
-                // fuse-overlayfs does not accept `--`; the mount point is absolute (no option)
-                .path(&l.merged)
-                .run(None)
-                .map_err(|e| format!("cannot mount the layer {}: {e}", l.name))?;
-            Ok(())
-        }
-        // mounted by `crate::idmap::mount_trees` in the helper's namespace
-        Method::KernelOverlay | Method::Plain | Method::Base => Ok(()),
-    }
 }
 
 /// Start the command, serve joiners, forward signals, reap; the command's exit status once it

@@ -213,11 +213,35 @@ pub fn run(
     if let (true, Method::FuseOverlay, Some(l)) = (req.root, p.method, &layer) {
         crate::rootfix::seed(&l.upper);
     }
-    let lock = match synced {
-        Some(_) => None,
-        None => layer.as_ref().map(|l| store.lock(l)).transpose()?,
+    // the layer's directories, opened and checked: pid 1 mounts these, never the paths (a layer
+    // swapped after the check is not the one used)
+    let layer_fds = match (&layer, synced) {
+        (Some(l), Some(_)) => Some(store.open_dir(l)?),
+        (Some(l), None) => Some(store.open(l)?),
+        (None, _) => None,
     };
-    // pid 1 holds both locks for the environment's life (inherited: not close-on-exec)
+    let lock = match (synced, &layer, &layer_fds) {
+        (None, Some(l), Some(f)) => Some(store.lock_at(l, f)?),
+        _ => None,
+    };
+    let layer_raw = layer_fds
+        .as_ref()
+        .map(|f| [&f.dir, &f.upper, &f.work, &f.merged].map(|d| d.as_raw_fd()));
+    // pid 1 holds both locks for the environment's life, and gets the layer's directories
+    // (inherited: not close-on-exec)
+    for fd in layer_fds.iter().flat_map(|f| {
+        [
+            f.dir.as_fd(),
+            f.upper.as_fd(),
+            f.work.as_fd(),
+            f.merged.as_fd(),
+        ]
+    }) {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| EnvError::Start {
+            what: "passing the layer's directories on".into(),
+            source: e.into(),
+        })?;
+    }
     let mut keep_fds = Vec::new();
     for fd in lock
         .as_ref()
@@ -268,6 +292,7 @@ pub fn run(
             && p.method == Method::Plain
             && req.pools.is_empty(),
         layer,
+        layer_fds: layer_raw,
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         bases: req.bases.clone(),
         squashfuse: facts.squashfuse.clone(),

@@ -75,6 +75,30 @@ impl LayerLock {
     }
 }
 
+/// A layer's directories, opened and checked ([`LayerStore::open`]).
+#[derive(Debug)]
+pub struct LayerFds {
+    pub dir: OwnedFd,
+    pub upper: OwnedFd,
+    pub work: OwnedFd,
+    pub merged: OwnedFd,
+}
+
+/// An open of a layer's directory that failed: a symlink or not a directory is not the caller's
+/// layer; anything else is `what`.
+fn not_yours_or(e: rustix::io::Errno, p: &Path, uid: u32, what: &'static str) -> EnvError {
+    let e = io::Error::from(e);
+    if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
+        EnvError::NotYours {
+            path: p.into(),
+            why: "is a symbolic link or not a directory".into(),
+            uid,
+        }
+    } else {
+        EnvError::io(what, p, e)
+    }
+}
+
 /// Is `name` a valid layer name?
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -122,18 +146,11 @@ impl LayerStore {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| {
-            let e = io::Error::from(e);
-            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
-                EnvError::NotYours {
-                    path: p.into(),
-                    why: "is a symbolic link or not a directory".into(),
-                    uid: self.uid,
-                }
-            } else {
-                EnvError::io("cannot open", p, e)
-            }
-        })?;
+        .map_err(|e| not_yours_or(e, p, self.uid, "cannot open"))?;
+        self.check_fd(fd, p)
+    }
+
+    fn check_fd(&self, fd: OwnedFd, p: &Path) -> Result<OwnedFd, EnvError> {
         let st = rustix::fs::fstat(&fd).map_err(|e| EnvError::io("cannot stat", p, e.into()))?;
         let why = if st.st_uid != self.uid {
             Some(format!("belongs to uid {}", st.st_uid))
@@ -264,6 +281,64 @@ impl LayerStore {
         Ok(l)
     }
 
+    /// Open and check a layer's directories for an environment: the store's root, the layer in
+    /// it and its `upper`, `work` and `merged`, each opened relative to the one checked before,
+    /// without following a symlink, and checked to be the caller's ([`LayerStore::get`]'s
+    /// checks, on the descriptors). The environment uses these descriptors, never the paths: a
+    /// layer swapped for another (or for a symlink) after this is not the one used.
+    pub fn open(&self, l: &Layer) -> Result<LayerFds, EnvError> {
+        let root = self.check_private(&self.root)?;
+        let dir = self.check_private_at(&root, &l.name, &l.dir)?;
+        self.open_parts(dir, l)
+    }
+
+    /// [`LayerStore::open`] for a layer outside the store (the job's copy's scratch directories,
+    /// made by the caller): `l.dir` opened without following a symlink and checked.
+    pub fn open_dir(&self, l: &Layer) -> Result<LayerFds, EnvError> {
+        let dir = self.check_private(&l.dir)?;
+        self.open_parts(dir, l)
+    }
+
+    fn open_parts(&self, dir: OwnedFd, l: &Layer) -> Result<LayerFds, EnvError> {
+        let sub = |name: &str, p: &Path| -> Result<OwnedFd, EnvError> {
+            let fd = rustix::fs::openat(
+                &dir,
+                name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| not_yours_or(e, p, self.uid, "layer is incomplete"))?;
+            let st =
+                rustix::fs::fstat(&fd).map_err(|e| EnvError::io("cannot stat", p, e.into()))?;
+            if st.st_uid != self.uid {
+                return Err(EnvError::NotYours {
+                    path: p.into(),
+                    why: "is not a directory of yours".into(),
+                    uid: self.uid,
+                });
+            }
+            Ok(fd)
+        };
+        Ok(LayerFds {
+            upper: sub(UPPER, &l.upper)?,
+            work: sub(WORK, &l.work)?,
+            merged: sub(MERGED, &l.merged)?,
+            dir,
+        })
+    }
+
+    /// `name` in the checked directory `at` (shown as `p`), checked as [`Self::check_private`].
+    fn check_private_at(&self, at: &OwnedFd, name: &str, p: &Path) -> Result<OwnedFd, EnvError> {
+        let fd = rustix::fs::openat(
+            at,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| not_yours_or(e, p, self.uid, "cannot open"))?;
+        self.check_fd(fd, p)
+    }
+
     /// Take the layer's lock (one environment per layer at a time on the machine).
     pub fn lock(&self, l: &Layer) -> Result<LayerLock, EnvError> {
         let p = l.dir.join(LOCK);
@@ -273,6 +348,24 @@ impl LayerStore {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| EnvError::io("cannot open the layer's lock", &p, e.into()))?;
+        self.locked(l, fd)
+    }
+
+    /// [`LayerStore::lock`] through the layer's opened directory.
+    pub fn lock_at(&self, l: &Layer, fds: &LayerFds) -> Result<LayerLock, EnvError> {
+        let p = l.dir.join(LOCK);
+        let fd = rustix::fs::openat(
+            &fds.dir,
+            LOCK,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| EnvError::io("cannot open the layer's lock", &p, e.into()))?;
+        self.locked(l, fd)
+    }
+
+    fn locked(&self, l: &Layer, fd: OwnedFd) -> Result<LayerLock, EnvError> {
+        let p = l.dir.join(LOCK);
         if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err() {
             return Err(EnvError::LayerInUse {
                 name: l.name.clone(),

@@ -30,6 +30,7 @@ pub mod idmap;
 pub mod init;
 pub mod launch;
 pub mod layer;
+pub(crate) mod overlay;
 pub mod plan;
 pub mod pools;
 pub mod probe;
