@@ -77,9 +77,10 @@ test-unit: build
 	python3 bench/test_labels.py
 	$(MAKE) test-model
 
-# the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down
+# the virtual cluster suite: brings the testbed up, runs tests/cluster, always tears it down;
+# BUSY=1: under a background load (one niced busy loop per core, tests/cluster/run --busy)
 test-cluster: build
-	bash tools/run-cluster-tests.sh
+	bash tools/run-cluster-tests.sh $(if $(BUSY),--busy)
 
 test: lint test-unit test-deb test-cluster
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Bring the virtual cluster up, run the cluster test suite, and always take the cluster down again
 # (also when a test fails or the run is interrupted). Exit status: the suite's.
+#
+#   tools/run-cluster-tests.sh [--busy] [PATTERN]    (arguments: tests/cluster/run's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run-cluster-tests: must run as root (the testbed makes namespaces)" >&2; exit 1; }

@@ -162,10 +162,14 @@ if [[ -x $W/bin/mpi-selftest ]]; then
   [[ $(grep -c . <<< "$lines") == 8 ]] || printf '  %s\n' "$(tail -20 <<< "$out")"
   # the two tasks of a node are in one environment while they run at the same time (as MPI ranks
   # do): one PID and user namespace per node
+  # (only the tasks' lines count: srun adds its own to the output, e.g. "srun: job N queued and
+  # waiting for resources" while the previous job's epilog still runs on a busy machine)
   out=$(swrun -N4 --ntasks-per-node=2 "$SW" run -- sh -c 'echo "$(hostname) $(readlink /proc/self/ns/pid) $(readlink /proc/self/ns/user)"; sleep 4' 2>&1 || true)
-  assert_eq "... two tasks per node: one PID and user namespace per node (4 distinct)" 4 "$(awk '{print $2, $3}' <<< "$out" | sort -u | grep -c .)"
-  [[ $(awk '{print $2, $3}' <<< "$out" | sort -u | grep -c .) == 4 ]] || printf '  %s\n' "$out"
-  assert_eq "... 8 tasks answered" 8 "$(grep -c '^node' <<< "$out" || true)"
+  tl=$(grep -E '^node[0-9]+ pid:\[[0-9]+\] user:\[[0-9]+\]$' <<< "$out" || true)
+  assert_eq "... 8 tasks answered" 8 "$(grep -c . <<< "$tl")"
+  assert_eq "... two tasks per node: one PID and user namespace per node (4 nodes, 4 distinct)" "4 4 4" \
+    "$(awk '{print $1}' <<< "$tl" | sort -u | grep -c .) $(awk '{print $1, $2, $3}' <<< "$tl" | sort -u | grep -c .) $(awk '{print $2, $3}' <<< "$tl" | sort -u | grep -c .)"
+  [[ $(awk '{print $1, $2, $3}' <<< "$tl" | sort -u | grep -c .) == 4 ]] || printf '  %s\n' "$out"
 else
   fail "mpi-selftest built" "$REPO/target/release/mpi-selftest missing"
 fi

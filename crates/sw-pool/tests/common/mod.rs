@@ -8,8 +8,75 @@ pub mod mount_fixture;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The `sw-pool` the tests run. Cargo's own when every user can reach it; else (a checkout under
+/// a private directory, such as root's 0700 home) the workspace's programs linked or copied into
+/// a 0755 directory under /var/tmp made for this test process and removed when it exits: the
+/// tests also run sw-pool as uid 65534, and sw-pool finds its other programs beside itself.
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_sw-pool"))
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let built = PathBuf::from(env!("CARGO_BIN_EXE_sw-pool"));
+        if reachable_by_all(&built) {
+            built
+        } else {
+            reachable_copy(&built)
+        }
+    })
+    .clone()
+}
+
+/// The programs beside `sw-pool` that it (or a test) runs from there.
+const BESIDE: &[&str] = &[
+    "sw-pool",
+    "sw-pool-full",
+    "sw-pool-enter",
+    "sw-pool-serve",
+    "sw-pool-mount-helper",
+    "mpi-selftest",
+];
+
+/// Can any user run `p`: every directory above it searchable by others, the file executable by
+/// them?
+pub fn reachable_by_all(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.permissions().mode());
+    mode(p) & 0o005 == 0o005 && p.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
+}
+
+/// The directory [`reachable_copy`] made, removed at exit.
+static COPY_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+extern "C" fn remove_copy_dir() {
+    if let Some(d) = COPY_DIR.get() {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+extern "C" {
+    fn atexit(f: extern "C" fn()) -> i32;
+}
+
+/// `built` and the programs beside it ([`BESIDE`]) in a new 0755 directory under /var/tmp
+/// (hard links where the file system allows, else copies); the copy of `built`.
+fn reachable_copy(built: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::Builder::new()
+        .prefix("swpool-test-bin-")
+        .tempdir_in("/var/tmp")
+        .expect("a directory under /var/tmp for the programs under test")
+        .keep();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    COPY_DIR.set(d.clone()).expect("made once");
+    unsafe { atexit(remove_copy_dir) };
+    let from = built.parent().expect("cargo's target directory");
+    for name in BESIDE {
+        let (src, dst) = (from.join(name), d.join(name));
+        if src.is_file() && std::fs::hard_link(&src, &dst).is_err() {
+            std::fs::copy(&src, &dst)
+                .unwrap_or_else(|e| panic!("copying {} to {}: {e}", src.display(), d.display()));
+        }
+    }
+    d.join("sw-pool")
 }
 
 /// `sw-pool` with no system or user config file and no inherited SW_POOL_* settings.
