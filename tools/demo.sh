@@ -9,7 +9,9 @@
 # The cluster is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
+# shellcheck source=preamble.sh
+. tools/preamble.sh
+from_reachable_copy tools/demo.sh "$@"
 # one user of the virtual cluster at a time on this machine
 if [ -z "${SWP_CLUSTER_SESSION:-}" ]; then
   SWP_CLUSTER_SESSION=1 exec flock -o -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"

@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run-cluster-tests: must run as root (the testbed makes namespaces)" >&2; exit 1; }
+# shellcheck source=preamble.sh
+. tools/preamble.sh
+from_reachable_copy tools/run-cluster-tests.sh "$@"
 # one user of the virtual cluster at a time on this machine (developers' runs and benchmarks share it)
 if [ -z "${SWP_CLUSTER_SESSION:-}" ]; then
   SWP_CLUSTER_SESSION=1 exec flock -o -w 3600 /var/tmp/swp-cluster-session.lock "$0" "$@"
