@@ -224,3 +224,21 @@ pub fn is_absolute_clean(p: &Path) -> bool {
             )
         })
 }
+
+/// [`unmount_id`] for a mount that must also still be ours: mount IDs are reused, so the mount
+/// table's entry for `id` must pass `ours` (its fstype, source, the FUSE user) before the mount's
+/// current location is opened by descriptor, its ID checked there and it is unmounted through that
+/// descriptor. A user who moved the mount (renamed a parent) does not hide it; a user who swapped
+/// something else in at its old path does not get that unmounted.
+pub fn unmount_id_if(
+    id: u64,
+    lazy: bool,
+    ours: &dyn Fn(&crate::proc::MountEntry) -> bool,
+) -> io::Result<Unmounted> {
+    let mounts = crate::proc::read_mountinfo()?;
+    match mounts.iter().find(|m| u64::from(m.mount_id) == id) {
+        None => Ok(Unmounted::Gone),
+        Some(m) if !ours(m) => Ok(Unmounted::Gone),
+        Some(_) => unmount_id(id, lazy),
+    }
+}

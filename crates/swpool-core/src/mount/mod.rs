@@ -24,7 +24,7 @@ mod unmount;
 pub use point::{canonical_mountpoint, check_mountpoint, create_leaf};
 pub use swpool_sys::{pinned, proc, sys, walk};
 use unmount::run_unmount;
-pub use unmount::{unmount, Unmounted};
+pub use unmount::{unmount, unmount_identified, Identity, Unmounted};
 
 use std::fmt;
 use std::path::{Path, PathBuf};

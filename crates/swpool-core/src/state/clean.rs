@@ -153,7 +153,17 @@ pub fn clean(sys: &dyn Sys, dir: &StateDir, sel: &Selection) -> Result<Vec<Actio
         if !sel.all {
             continue;
         }
-        unmount_and_reap(sys, sel, &m.mount_point, "-", vec![], None, me, &mut out);
+        unmount_and_reap(
+            sys,
+            sel,
+            &m.mount_point,
+            "-",
+            vec![],
+            None,
+            None,
+            me,
+            &mut out,
+        );
     }
     // the sockets of on-demand servers that ended without removing them (SIGKILL, a cancelled
     // step), whose process is gone
@@ -277,7 +287,18 @@ fn clean_record(
         }
     } else if st != MountState::Absent {
         let helper = (rec.helper_pid > 1).then_some(rec.helper_pid);
-        if !unmount_and_reap(sys, sel, &mp, &label, jobs.clone(), helper, rec.uid, out) {
+        let id = rec.mount_id;
+        if !unmount_and_reap(
+            sys,
+            sel,
+            &mp,
+            &label,
+            jobs.clone(),
+            helper,
+            id,
+            rec.uid,
+            out,
+        ) {
             return Ok(()); // still mounted: keep the record that says so
         }
     } else if rec.helper_pid > 1 && sys.is_our_helper(rec.helper_pid, rec.uid, &mp) {
@@ -314,6 +335,7 @@ fn unmount_and_reap(
     label: &str,
     jobs: Vec<String>,
     helper: Option<u32>,
+    mount_id: Option<u32>,
     uid: u32,
     out: &mut Vec<Action>,
 ) -> bool {
@@ -374,7 +396,8 @@ fn unmount_and_reap(
             String::new(),
         );
     } else {
-        match mount::unmount(sys, mp, true) {
+        // by the record's mount ID (root), wherever a user moved the mount since `mp` was read
+        match mount::unmount_identified(sys, mp, mount_id.map(|i| (i, uid)), true) {
             Ok(u) => act(
                 out,
                 sel,

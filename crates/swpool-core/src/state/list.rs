@@ -55,8 +55,18 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, StateError>
     for r in dir.records()? {
         match r {
             Ok(rec) => {
-                let st = rec.mount_state(sys, &mounts, &rec.mount_point);
+                // where the recorded mount is now (by its ID: a user may have renamed a parent)
+                let at = rec.located(&mounts);
+                let st = rec.mount_state(sys, &mounts, &at);
                 seen.insert(rec.mount_point.clone());
+                seen.insert(at.clone());
+                let moved = (at != rec.mount_point && st != MountState::Absent).then(|| {
+                    format!(
+                        "moved: a directory above it was renamed; the mount is now at {} (`sw-pool umount {}` unmounts it there)",
+                        at.display(),
+                        rec.mount_point.display()
+                    )
+                });
                 let writer = rec.refs.first().map(|r| r.pid).unwrap_or(0);
                 let (status, problem) = match st {
                     _ if rec.pending && sys.running(writer) => (ListStatus::Mounting, None),
@@ -66,7 +76,7 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, StateError>
                             "pid {writer} was killed while mounting it; clean it with `sw-pool cleanup --stale`"
                         )),
                     ),
-                    MountState::Mounted => (ListStatus::Ok, None),
+                    MountState::Mounted => (ListStatus::Ok, moved),
                     MountState::Stale => (
                         ListStatus::Stale,
                         Some(format!(

@@ -210,24 +210,29 @@ impl Record {
             _ => Ok(()),
         }
     }
-    /// Where the recorded mount is now: at its mount point, or, when a parent directory was renamed
-    /// since, wherever the mount table shows the same mount (its ID, a FUSE mount of sw-pool's
-    /// helpers made by the record's user); else the recorded mount point.
+    /// The recorded mount's [`mount::Identity`]: its ID and the uid that made it.
+    pub fn identity(&self) -> Option<mount::Identity> {
+        self.mount_id.map(|id| (id, self.uid))
+    }
+    /// Where the recorded mount is now. With a recorded ID: wherever the mount table shows that
+    /// mount (its ID, a FUSE mount of sw-pool's helpers made by the record's user; IDs are reused),
+    /// its mount point renamed or not; when no such mount exists, the recorded mount point (where
+    /// the mount is then absent for the caller, whatever a user put there). Without an ID (records
+    /// of earlier versions): the recorded mount point.
     pub fn located(&self, mounts: &[mount::proc::MountEntry]) -> PathBuf {
-        if mount::proc::mount_at(mounts, &self.mount_point).is_some() {
-            return self.mount_point.clone();
-        }
-        self.mount_id
-            .and_then(|id| {
-                mounts.iter().find(|e| {
+        match self.mount_id {
+            Some(id) => mounts
+                .iter()
+                .find(|e| {
                     e.mount_id == id
                         && e.is_fuse()
                         && e.is_swpool_helper()
                         && e.fuse_user_id() == Some(self.uid)
                 })
-            })
-            .map(|e| e.mount_point.clone())
-            .unwrap_or_else(|| self.mount_point.clone())
+                .map(|e| e.mount_point.clone())
+                .unwrap_or_else(|| self.mount_point.clone()),
+            None => self.mount_point.clone(),
+        }
     }
     /// [`mount::state`] of this record's mount at `at`; a mount whose chunk server died is stale
     /// too (its FUSE helper still answers, every read of data fails with `EIO`).
@@ -237,6 +242,20 @@ impl Record {
         mounts: &[mount::proc::MountEntry],
         at: &Path,
     ) -> MountState {
+        // a recorded mount that is not the mount at `at` (gone, or something else a user put
+        // there) is absent for this record
+        if let Some(id) = self.mount_id {
+            let here = mounts.iter().any(|e| {
+                e.mount_id == id
+                    && e.mount_point == at
+                    && e.is_fuse()
+                    && e.is_swpool_helper()
+                    && e.fuse_user_id() == Some(self.uid)
+            });
+            if !here {
+                return MountState::Absent;
+            }
+        }
         let st = mount::state(sys, mounts, at);
         match (&self.serving, st) {
             (Some(Serving::ChunkServer { pid, .. }), MountState::Mounted) if !sys.running(*pid) => {

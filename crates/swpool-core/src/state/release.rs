@@ -111,7 +111,9 @@ pub fn release(
             None
         }
         (_, MountState::Absent) => None,
-        _ => Some(mount::unmount(sys, &at, force)?),
+        // by the record's mount ID (root): wherever a user moved it since, and never another
+        // mount a user put at `at`; gone meanwhile → "not mounted", the record kept
+        _ => Some(mount::unmount_identified(sys, &at, rec.identity(), force)?),
     };
     rec.release_server(sys);
     dir.remove(&mp)?;

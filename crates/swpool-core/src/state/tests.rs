@@ -751,3 +751,5 @@ fn cache_bases_are_remembered_once_per_node_and_read_without_changing_the_store(
     assert!(StateDir::remembered_bases_in(&none).is_empty());
     assert!(!none.exists());
 }
+
+mod moved;

@@ -70,6 +70,13 @@ pub trait Mounts {
     fn remove_stage(&self, stage: &Path);
     /// Root: `umount2(mp, UMOUNT_NOFOLLOW [| MNT_DETACH])`.
     fn unmount_nofollow(&self, mp: &Path, lazy: bool) -> Result<(), ExecError>;
+    /// Root: unmount the mount with ID `id` wherever it is now, if the mount table's entry for it
+    /// is still a FUSE mount of sw-pool's helpers made by `user` (IDs are reused); `Ok(false)`: no
+    /// such mount any more. `at`: where the caller last saw it (a fake's key).
+    fn unmount_id(&self, id: u32, user: u32, at: &Path, lazy: bool) -> Result<bool, ExecError> {
+        let _ = (id, user);
+        self.unmount_nofollow(at, lazy).map(|()| true)
+    }
 }
 
 /// Who we are, the processes we start, and the one way we end a process.

@@ -148,6 +148,24 @@ impl Mounts for RealSys {
     fn remove_stage(&self, stage: &Path) {
         crate::pinned::Stage::remove(stage)
     }
+    fn unmount_id(&self, id: u32, user: u32, at: &Path, lazy: bool) -> Result<bool, ExecError> {
+        let ours =
+            |m: &MountEntry| m.is_fuse() && m.is_swpool_helper() && m.fuse_user_id() == Some(user);
+        match crate::kmount::unmount_id_if(u64::from(id), lazy, &ours) {
+            Ok(crate::kmount::Unmounted::Done) => Ok(true),
+            Ok(crate::kmount::Unmounted::Gone) => Ok(false),
+            Err(e) => Err(ExecError::Failed {
+                tool: crate::exec::Tool::Umount,
+                cmdline: format!(
+                    "umount2(mount {id}, last seen at {}, UMOUNT_NOFOLLOW{})",
+                    crate::exec::show(at),
+                    if lazy { "|MNT_DETACH" } else { "" }
+                ),
+                status: "failed".into(),
+                stderr: e.to_string(),
+            }),
+        }
+    }
     fn unmount_nofollow(&self, mp: &Path, lazy: bool) -> Result<(), ExecError> {
         use rustix::mount::UnmountFlags;
         let flags = if lazy {
