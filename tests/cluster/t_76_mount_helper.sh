@@ -111,8 +111,8 @@ refuse() {  # refuse NAME STATUS REGEX CMD...: refused with STATUS, message matc
 # --- hostile mount points
 as1 sudo -n "$H" list >/dev/null 2>&1 || true   # creates nothing; $UR/$U1 is made on first mount
 # the mount points are the helper's: $UR/<user> and every directory under it are root's, 0755
-helper1 mount-image "$W/u1.img" "$UR/$U1/first" >/dev/null 2>&1 && helper1 umount "$UR/$U1/first" >/dev/null 2>&1 || true
-as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/first" >/dev/null 2>&1 && as2 sudo -n "$H" umount "$UR/$U2/first" >/dev/null 2>&1 || true
+if helper1 mount-image "$W/u1.img" "$UR/$U1/first" >/dev/null 2>&1; then helper1 umount "$UR/$U1/first" >/dev/null 2>&1 || true; fi
+if as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/first" >/dev/null 2>&1; then as2 sudo -n "$H" umount "$UR/$U2/first" >/dev/null 2>&1 || true; fi
 assert_eq "the user's mount directory is root's, 0755" "0 755" "$(on stat -c '%u %a' "$UR/$U1")"
 assert_eq "the helper's mount point went with its unmount" "gone" "$(on sh -c "[ -e '$UR/$U1/first' ] && echo left || echo gone")"
 if as1 mkdir "$UR/$U1/mine" 2>/dev/null || as1 ln -s /etc "$UR/$U1/to-etc" 2>/dev/null; then
