@@ -110,15 +110,14 @@ refuse() {  # refuse NAME STATUS REGEX CMD...: refused with STATUS, message matc
 
 # --- hostile mount points
 as1 sudo -n "$H" list >/dev/null 2>&1 || true   # creates nothing; $UR/$U1 is made on first mount
-helper1 mount-image "$W/u1.img" "$UR/$U1/first" >/dev/null 2>&1 || true   # makes $UR/$U1 (then refused: no such dir)
-as1 mkdir -p "$UR/$U1/d" "$UR/$U1/race/sub" 
-as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/first" >/dev/null 2>&1 || true
-as2 mkdir -p "$UR/$U2/decoy"
-as1 ln -s /etc "$UR/$U1/to-etc"
-as1 ln -s "$UR/$U2/decoy" "$UR/$U1/to-other"
-refuse "mount point a symlink to /etc: refused" 3 "symlink|not a directory" helper1 mount-image "$W/u1.img" "$UR/$U1/to-etc"
-refuse "mount point a symlink to another user's directory: refused" 3 "symlink|not a directory" helper1 mount-image "$W/u1.img" "$UR/$U1/to-other"
-refuse "a symlink as a parent of the mount point: refused" 3 "symlink" helper1 mount-image "$W/u1.img" "$UR/$U1/to-other/x"
+# the mount points are the helper's: $UR/<user> and every directory under it are root's, 0755
+if helper1 mount-image "$W/u1.img" "$UR/$U1/first" >/dev/null 2>&1; then helper1 umount "$UR/$U1/first" >/dev/null 2>&1 || true; fi
+if as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/first" >/dev/null 2>&1; then as2 sudo -n "$H" umount "$UR/$U2/first" >/dev/null 2>&1 || true; fi
+assert_eq "the user's mount directory is root's, 0755" "0 755" "$(on stat -c '%u %a' "$UR/$U1")"
+assert_eq "the helper's mount point went with its unmount" "gone" "$(on sh -c "[ -e '$UR/$U1/first' ] && echo left || echo gone")"
+if as1 mkdir "$UR/$U1/mine" 2>/dev/null || as1 ln -s /etc "$UR/$U1/to-etc" 2>/dev/null; then
+  fail "the user can make nothing in their mount directory" "mkdir or ln -s succeeded"
+else pass "the user can make nothing in their mount directory (no symlink, no directory to swap)"; fi
 refuse "'..' in the mount point: refused" 3 "without '.' or '..'" helper1 mount-image "$W/u1.img" "$UR/$U1/d/../../$U2/decoy"
 refuse "'..' in the image path: refused" 3 "without '.' or '..'" helper1 mount-image "$W/../t76-$$/u1.img" "$UR/$U1/d"
 refuse "a newline in the mount point: refused" 3 "control character" helper1 mount-image "$W/u1.img" "$UR/$U1/d
@@ -160,7 +159,6 @@ refuse "a second mount of the same image: refused" 3 "already mounted|crosses a 
 refuse "another user cannot unmount it" 3 "not yours|nothing the helper mounted" as2 sudo -n "$H" umount "$UR/$U1/d"
 if out=$(helper1 umount "$UR/$U1/d" 2>&1); then pass "the owner unmounts it"; else fail "owner unmounts" "$out"; fi
 assert_cmd "the image is fsck-clean after the kernel rw mount" e2fsck -fn "$W/u1.img"
-as1 mkdir -p "$UR/$U1/s"
 helper1 mount-image "$W/suid.img" "$UR/$U1/s" >/dev/null
 rc=0; out=$(as1 "$UR/$U1/s/id" -u 2>&1) || rc=$?
 assert_match "a program in a user image does not run (noexec by default)" "^[1-9][0-9]* .*Permission denied" "$rc $out"
@@ -171,35 +169,55 @@ assert_eq "a setuid-root program in an image runs as the user (nosuid) where exe
 helper1 umount "$UR/$U1/s" >/dev/null
 cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml"
 
-# --- the race: the mount point swapped for a symlink to another user's directory during calls
+# --- the per-user cap: max_images_per_user = 1, a second image of the same user refused, another user's not
+printf 'max_images_per_user = 1\n' >> "$TB/etc/sw-pool/helper.toml"
+helper1 mount-image "$W/u1.img" "$UR/$U1/cap1" >/dev/null 2>&1 || fail "the first image under the cap mounts" "refused"
+refuse "a second image over max_images_per_user: refused, naming the limit" 3 "max_images_per_user = 1.*unmount one first" helper1 mount-image "$W/suid.img" "$UR/$U1/cap2"
+assert_eq "the refused mount left no directory" "gone" "$(on sh -c "[ -e '$UR/$U1/cap2' ] && echo left || echo gone")"
+if out=$(as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/cap" 2>&1); then pass "another user's image is not counted against the first"; as2 sudo -n "$H" umount "$UR/$U2/cap" >/dev/null 2>&1; else fail "another user under the cap" "$out"; fi
+helper1 umount "$UR/$U1/cap1" >/dev/null 2>&1 || true
+cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml"
+
+# --- the race: the user renames the mount point and its parent during and after the calls
 cp "$REPO/tests/cluster/race.py" "$W/race.py"
-as1 ln -s "$UR/$U2/decoy" "$UR/$U1/race/link"
-as1 python3 "$W/race.py" swap "$UR/$U1/race/sub" "$UR/$U1/race/link" "$W/stop" > "$W/swaps" 2>&1 &
-swapper=$!
-on python3 "$W/race.py" watch "$W/stop" "$UR/" "$UR/$U1/race/" "$UR/$U2/decoy" > "$W/watch" 2>&1 &
+cat > "$W/mover.py" <<'PY'
+import os, sys
+a, b, stop = sys.argv[1:4]
+moved = tried = 0
+while not os.path.exists(stop):
+    for src, dst in ((a + "/t76sub", b + "-sub"), (a, b)):
+        tried += 1
+        try:
+            os.rename(src, dst)
+            moved += 1
+        except OSError:
+            pass
+print(moved, tried)
+PY
+as1 python3 "$W/mover.py" "$UR/$U1/race" "$W/moved" "$W/stop" > "$W/moves" 2>&1 &
+mover=$!
+on python3 "$W/race.py" watch "$W/stop" t76sub "$UR/$U1/race/" > "$W/watch" 2>&1 &
 watcher=$!
-ok=0 refused=0 other=0 i=0
+ok=0 other=0 i=0
 : > "$W/other"
 end=$(( $(date +%s) + 10 ))
 while (( $(date +%s) < end )); do
   i=$((i + 1)); rc=0
-  out=$(helper1 mount-image "$W/u1.img" "$UR/$U1/race/sub" 2>&1) || rc=$?
+  out=$(helper1 mount-image "$W/u1.img" "$UR/$U1/race/t76sub" 2>&1) || rc=$?
   if [[ $rc == 0 ]]; then
     ok=$((ok + 1))
-    mp=$(sed -n 's/.*"mount_point":"\([^"]*\)".*/\1/p' <<< "$out")
-    for _ in $(seq 50); do helper1 umount "$mp" >/dev/null 2>&1 && break; as1 sudo -n "$H" umount "$UR/$U1/race/link" >/dev/null 2>&1 && break; sleep 0.01; done
-  elif grep -qE "symlink|not a directory|No such|crosses a mount" <<< "$out"; then
-    refused=$((refused + 1))
+    for _ in $(seq 50); do helper1 umount "$UR/$U1/race/t76sub" >/dev/null 2>&1 && break; sleep 0.01; done
   else
     other=$((other + 1)); printf '%s\n' "$out" >> "$W/other"
   fi
 done
-touch "$W/stop"; wait "$swapper" || true; wait "$watcher" || true
+touch "$W/stop"; wait "$mover" || true; wait "$watcher" || true
 read -r samples inside outside where < "$W/watch" || true
-echo "  $i helper calls in 10 s: $ok mounted, $refused refused, $other other; $(cat "$W/swaps") swaps; $samples mountinfo reads ($inside sightings inside)"
-assert_eq "no mount ever seen in the other user's directory (or outside the intended one)" "0" "${outside:-missing}${where:+ $where}"
-if (( ok >= 1 && refused >= 1 )); then pass "the race was run both ways ($ok mounted, $refused refused)"; else fail "race both ways" "$ok mounted, $refused refused"; fi
-assert_eq "every lost race was refused as a symlink" 0 "$other"
+read -r moved tried < "$W/moves" || true
+echo "  $i helper calls in 10 s: $ok mounted, $other refused; the user's renames: $moved of $tried succeeded; $samples mountinfo reads ($inside sightings inside)"
+assert_eq "no mount ever seen outside the user's mount directory" "0" "${outside:-missing}${where:+ $where}"
+assert_eq "the user renamed nothing of the helper's mount points" "0" "${moved:-missing}"
+assert_eq "every call of the race mounted (nothing moved under it)" 0 "$other"
 [[ $other == 0 ]] || head -3 "$W/other" | sed 's/^/  other: /'
 assert_eq "nothing mounted under the users' root after the race" 0 "$(mounts_under "$UR/")"
 assert_eq "no loop device left after the race" "$before_loops" "$(loops_of_test)"

@@ -1,12 +1,10 @@
 //! Who asked: the user who ran `sudo sw-pool-mount-helper …` (sudo's `SUDO_UID`, read once before
 //! the environment is dropped, and trusted only because the real uid is root: only sudo or root
 //! itself can start the helper that way), or root (the Slurm prolog, an admin). The helper touches
-//! a caller's files with the caller's credentials ([`Caller::open_as`]), so it never opens for a
+//! a caller's files with the caller's credentials ([`Caller::open_bounded`]), so it never opens for a
 //! user what that user could not open.
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::error::{HelperError, Result};
@@ -59,6 +57,53 @@ impl Caller {
         })
     }
 
+    /// The ids a thread takes to open the caller's files (`None`: root, as it is).
+    pub fn ids(&self) -> Option<crate::bounded::As> {
+        (!self.is_root()).then(|| crate::bounded::As {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        })
+    }
+
+    /// [`crate::bounded::open_as`] with the caller's ids: open `path` as the caller, within
+    /// `limit`, refused with a message naming the file when it fails or does not finish.
+    pub fn open_bounded(
+        &self,
+        what: &str,
+        path: &Path,
+        write: bool,
+        limit: std::time::Duration,
+    ) -> Result<crate::bounded::Opened> {
+        use crate::bounded::OpenError;
+        crate::bounded::open_as(self.ids(), path, write, limit).map_err(|e| match e {
+            OpenError::Stalled(d) => HelperError::refused(format!(
+                "{what} {}: opening it did not finish within {:.1} s (its file system does not answer: a stopped FUSE daemon?); nothing was done (helper.toml: file_timeout_secs)",
+                path.display(),
+                d.as_secs_f64()
+            )),
+            OpenError::Io(e) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::ELOOP) => "it is a symlink (refused: give the file itself)".to_string(),
+                    Some(libc::EACCES) => "you cannot open it (permission denied)".to_string(),
+                    _ => e.to_string(),
+                };
+                HelperError::refused(format!("{what} {}: {why}; nothing was done", path.display()))
+            }
+        })
+    }
+
+    /// A caller with no passwd lookup (unit tests).
+    #[cfg(test)]
+    pub fn fake(uid: u32, name: &str) -> Caller {
+        Caller {
+            uid,
+            gid: uid,
+            name: name.into(),
+            groups: vec![uid],
+        }
+    }
+
     pub fn is_root(&self) -> bool {
         self.uid == 0
     }
@@ -66,68 +111,6 @@ impl Caller {
     /// `gid` is the caller's primary group or one of their groups.
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
-    }
-
-    /// Open `path` with the caller's uid, gid and groups (then back to root): never a symlink as
-    /// its last component, never blocking on a FIFO, never a controlling terminal.
-    pub fn open_as(&self, path: &Path, write: bool) -> std::io::Result<File> {
-        let open = || {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(write)
-                .custom_flags(
-                    libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
-                )
-                .open(path)
-        };
-        if self.is_root() {
-            return open();
-        }
-        let _as = Credentials::become_(self)?;
-        open()
-    }
-}
-
-/// The caller's credentials for the time it lives; root's again when dropped (the helper is
-/// single-threaded, and glibc applies these to every thread anyway).
-struct Credentials {
-    root_groups: Vec<libc::gid_t>,
-}
-
-impl Credentials {
-    fn become_(c: &Caller) -> std::io::Result<Credentials> {
-        let root_groups = nix::unistd::getgroups()
-            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
-            .unwrap_or_default();
-        let check = |r: libc::c_int| {
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        };
-        // SAFETY: plain syscalls on ids; the slices outlive the calls.
-        unsafe {
-            check(libc::setgroups(c.groups.len(), c.groups.as_ptr()))?;
-            check(libc::setegid(c.gid))?;
-            check(libc::seteuid(c.uid))?;
-        }
-        Ok(Credentials { root_groups })
-    }
-}
-
-impl Drop for Credentials {
-    fn drop(&mut self) {
-        // SAFETY: back to root's ids (the saved set-user-ID is root, so seteuid(0) is allowed).
-        // If any of these failed the helper must not go on as root with mixed ids: abort.
-        unsafe {
-            if libc::seteuid(0) != 0
-                || libc::setegid(0) != 0
-                || libc::setgroups(self.root_groups.len(), self.root_groups.as_ptr()) != 0
-            {
-                libc::abort();
-            }
-        }
     }
 }
 

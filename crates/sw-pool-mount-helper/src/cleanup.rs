@@ -96,8 +96,15 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) ->
                     .extend(crate::shadow::remove(shadows, &mut errs));
                 out.errors.extend(errs);
             }
-            if let Record::Image { image, .. } = &r {
+            if let Record::Image {
+                image,
+                user,
+                mount_point,
+                ..
+            } = &r
+            {
                 recorded_images.push(image.clone());
+                crate::image::remove_mount_dirs(cfg, user, mount_point);
             }
             continue;
         }
@@ -129,7 +136,12 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) ->
                 }
             };
             match res {
-                Ok(()) => out.unmounted.push(r.mount_point().to_path_buf()),
+                Ok(()) => {
+                    if let Record::Image { user, .. } = &r {
+                        crate::image::remove_mount_dirs(cfg, user, r.mount_point());
+                    }
+                    out.unmounted.push(r.mount_point().to_path_buf())
+                }
                 Err(e) => {
                     out.errors
                         .push(format!("{}: {e}", r.mount_point().display()));

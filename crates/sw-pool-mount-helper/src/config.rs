@@ -50,6 +50,19 @@ pub struct HelperConfig {
     /// `SLURM_CONF` for `squeue` when Slurm's configuration is not at its default path.
     #[serde(default)]
     pub slurm_conf: Option<PathBuf>,
+    /// Seconds a step on a file the caller named may take (opening it, `fstat`, one read of
+    /// the copy of a site pool): a file system that does not answer (e.g. the caller's own stopped
+    /// FUSE daemon) gets the request refused after this, never a helper that waits.
+    #[serde(default = "default_file_timeout")]
+    pub file_timeout_secs: f64,
+    /// Seconds a tool may run on a caller's file (`e2fsck -fn` of an image) before it is killed
+    /// and the request refused.
+    #[serde(default = "default_tool_timeout")]
+    pub tool_timeout_secs: f64,
+    /// The most images one user may have mounted by the helper on this node at once (site pools
+    /// do not count: each is mounted once for everyone).
+    #[serde(default = "default_max_images")]
+    pub max_images_per_user: usize,
 }
 
 fn default_pool_mount_root() -> PathBuf {
@@ -64,11 +77,42 @@ fn default_trusted_keys() -> PathBuf {
 fn default_user_mount_root() -> PathBuf {
     "/run/sw-pool-user".into()
 }
+fn default_file_timeout() -> f64 {
+    10.0
+}
+fn default_tool_timeout() -> f64 {
+    300.0
+}
+fn default_max_images() -> usize {
+    8
+}
 fn yes() -> bool {
     true
 }
 
 impl HelperConfig {
+    pub fn file_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.file_timeout_secs)
+    }
+    pub fn tool_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.tool_timeout_secs)
+    }
+
+    /// A timeout that is no number of seconds in (0, 86400], or a cap of 0 images.
+    fn bad_limit(&self) -> Option<String> {
+        for (what, v) in [
+            ("file_timeout_secs", self.file_timeout_secs),
+            ("tool_timeout_secs", self.tool_timeout_secs),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 86400.0) {
+                return Some(format!(
+                    "{what} = {v} must be a number of seconds above 0 and at most 86400"
+                ));
+            }
+        }
+        None
+    }
+
     pub fn load() -> Result<HelperConfig, HelperError> {
         Self::load_from(Path::new(CONFIG_PATH))
     }
@@ -117,6 +161,9 @@ impl HelperConfig {
                 )));
             }
         }
+        if let Some(why) = c.bad_limit() {
+            return Err(HelperError::refused(format!("{}: {why}", path.display())));
+        }
         for t in &c.environment_trees {
             if !swpool_sys::kmount::is_absolute_clean(t) {
                 return Err(HelperError::refused(format!(
@@ -139,6 +186,9 @@ mod tests {
         let c: HelperConfig = toml::from_str("").unwrap();
         assert_eq!(c.pool_mount_root, Path::new("/run/sw-pool-site"));
         assert!(c.user_images && c.user_images_rw && !c.user_images_exec);
+        assert_eq!(c.max_images_per_user, 8);
+        assert_eq!(c.file_timeout().as_secs(), 10);
+        assert_eq!(c.tool_timeout().as_secs(), 300);
         assert!(toml::from_str::<HelperConfig>("surprise = 1").is_err());
     }
 
@@ -156,5 +206,31 @@ mod tests {
         );
         std::os::unix::fs::symlink(&p, d.path().join("link")).unwrap();
         assert!(HelperConfig::load_from(&d.path().join("link")).is_err());
+    }
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_out_of_range_are_refused() {
+        for bad in [
+            "file_timeout_secs = 0",
+            "tool_timeout_secs = -1",
+            "file_timeout_secs = 1e9",
+            "tool_timeout_secs = nan",
+        ] {
+            let c: HelperConfig = toml::from_str(bad).unwrap();
+            let why = c.bad_limit().unwrap_or_default();
+            assert!(
+                why.contains("must be a number of seconds"),
+                "{bad}: {why:?}"
+            );
+        }
+        let c: HelperConfig =
+            toml::from_str("file_timeout_secs = 0.5\nmax_images_per_user = 2").unwrap();
+        assert_eq!(c.bad_limit(), None);
+        assert_eq!(c.file_timeout().as_millis(), 500);
     }
 }

@@ -1,14 +1,22 @@
 //! A user's own image (an ext4 file made by `sw-pool image create`), mounted by the kernel under
 //! `<user_mount_root>/<user>/`.
 //!
-//! The image is opened with the caller's credentials, `O_NOFOLLOW|O_NONBLOCK`, and everything is
-//! checked on the opened descriptor (`fstat`: a regular file, owned by the caller), which then
-//! backs the loop device: no path is looked up again. Before the kernel sees it, `e2fsck -fn` reads
-//! it through that same descriptor; an image with errors is refused. The mount point is opened
-//! beneath the caller's directory with `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV` (a
-//! symlink, `..` or another mount anywhere on the way is refused by the kernel), must be an empty
-//! directory of the caller's, and gets the mount by descriptor (`fsmount` + `move_mount`).
-//! `nosuid,nodev` always, `noexec` unless the admin allows programs in users' images.
+//! The image is opened with the caller's ids (on a thread of its own that takes them as its
+//! file-system ids), `O_NOFOLLOW|O_NONBLOCK`, within `file_timeout_secs`, and everything is checked
+//! on the opened descriptor (`fstat`: a regular file, owned by the caller; `fstatfs`: not on FUSE,
+//! whose daemon the kernel would wait on through the loop device), which then backs the loop
+//! device: no path is looked up again. Before the kernel sees it, `e2fsck -fn` reads it through
+//! that same descriptor (killed after `tool_timeout_secs`); an image with errors is refused. The
+//! node-wide records (`state.rs`) are locked only to check them (already mounted? the caller's
+//! `max_images_per_user`?) before, and to check them again and record the mount after: never
+//! while the image is read.
+//!
+//! The mount point is the helper's own: `<user_mount_root>/<user>` is root's (0755), and each
+//! directory of `DIR` under it is made by root (`mkdirat` on descriptors, 0755), so the caller can
+//! rename none of them nor anything in them: the mount lands under `<user_mount_root>/<user>/` and
+//! stays there. It gets the mount by descriptor (`fsmount` + `move_mount`); `umount`/`cleanup`
+//! remove the directories again. `nosuid,nodev` always, `noexec` unless the admin allows programs
+//! in users' images.
 //!
 //! What this cannot prevent (SECURITY.md): the owner can rewrite the image file after the check,
 //! so a crafted image can reach the kernel's ext4; sites that do not accept that set
@@ -35,22 +43,11 @@ pub struct ImageMounted {
     pub loop_device: String,
 }
 
-/// The caller's directory `<user_mount_root>/<user>` (created for them, theirs, 0755) and the
-/// mount point `mp` opened beneath it.
-fn pin_user_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned> {
-    check_path("mount point", mp)?;
-    let home = cfg.user_mount_root.join(&c.name);
-    let rel = mp
-        .strip_prefix(&home)
-        .ok()
-        .filter(|r| !r.as_os_str().is_empty())
-        .ok_or_else(|| {
-            HelperError::refused(format!(
-                "mount point {} is not under {}/ (the only place the helper mounts your images)",
-                mp.display(),
-                home.display()
-            ))
-        })?;
+/// `<user_mount_root>/<user>`, root's and 0755, opened (made when missing). One made by an older
+/// version of the helper (the user's own) is taken over: its owner becomes root and its mode 0755,
+/// through the descriptor of that very directory (`<user_mount_root>` is root's, so its entry
+/// cannot be swapped meanwhile; a mount on it — the user's FUSE — is refused, never entered).
+fn user_dir(cfg: &HelperConfig, c: &Caller) -> Result<(std::os::fd::OwnedFd, PathBuf)> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -67,58 +64,213 @@ fn pin_user_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pin
             cfg.user_mount_root.display()
         )));
     }
-    let mine = kmount::mkdir_open(&root, &c.name, 0o755, Some((c.uid, c.gid)))
-        .map_err(|e| HelperError::system(&home, e))?;
-    let (hu, _) = kmount::owner_mode(&mine).map_err(|e| HelperError::system(&home, e))?;
-    if hu != c.uid {
-        return Err(HelperError::refused(format!(
-            "{} is not yours (uid {hu})",
-            home.display()
-        )));
-    }
-    let pinned = Pinned::open_beneath(&mine, rel).map_err(|e| {
-        let why = match e.raw_os_error() {
-            Some(libc::ELOOP) => "a symlink on the way (refused)".to_string(),
-            Some(libc::EXDEV) => {
-                "it leaves your directory or crosses a mount (refused)".to_string()
-            }
-            Some(libc::ENOENT) => "no such directory; create it first".to_string(),
-            Some(libc::ENOTDIR) => "not a directory (a symlink? refused)".to_string(),
-            _ => e.to_string(),
-        };
+    let home = cfg.user_mount_root.join(&c.name);
+    let mine = kmount::mkdir_open(&root, &c.name, 0o755, None).map_err(|e| {
         HelperError::refused(format!(
-            "mount point {}: {why}; nothing was mounted",
-            mp.display()
+            "{}: {e} (something of yours mounted on it, or not a directory?); nothing was mounted: unmount it (`fusermount3 -u {}`) and ask again",
+            home.display(),
+            home.display()
         ))
     })?;
-    if pinned.uid != c.uid && !c.is_root() {
-        return Err(HelperError::refused(format!(
-            "mount point {} is not your directory",
-            mp.display()
-        )));
+    let (hu, hm) = kmount::owner_mode(&mine).map_err(|e| HelperError::system(&home, e))?;
+    match rooted(hu, hm) {
+        Ownership::Root => {}
+        Ownership::Caller if hu == c.uid => {
+            adopt(&mine).map_err(|e| HelperError::system(&home, e))?;
+        }
+        _ => {
+            return Err(HelperError::refused(format!(
+                "{} belongs to uid {hu} (mode {:o}), not to root: an admin removes it; nothing was mounted",
+                home.display(),
+                hm & 0o7777
+            )))
+        }
     }
-    if !pinned.empty {
-        return Err(HelperError::refused(format!(
-            "mount point {} is not empty",
-            mp.display()
-        )));
+    Ok((mine, home))
+}
+
+/// Who may change a directory of the mount tree: root only, or someone else too.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    Root,
+    Caller,
+}
+
+/// A directory the mount tree may go through: root's, writable by root only.
+pub(crate) fn rooted(uid: u32, mode: u32) -> Ownership {
+    if uid == 0 && mode & 0o022 == 0 {
+        Ownership::Root
+    } else {
+        Ownership::Caller
     }
-    Ok(pinned)
+}
+
+/// Make the directory `fd` is on root's, mode 0755 (a user's directory of an older version).
+fn adopt(fd: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    rustix::fs::chownat(
+        fd,
+        "",
+        Some(rustix::fs::Uid::ROOT),
+        Some(rustix::fs::Gid::ROOT),
+        rustix::fs::AtFlags::EMPTY_PATH,
+    )?;
+    // an O_PATH descriptor takes no fchmod: its own /proc link, which is that directory
+    rustix::fs::chmod(
+        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+        rustix::fs::Mode::from_raw_mode(0o755),
+    )?;
+    Ok(())
+}
+
+/// The mount point `mp` (`<user_mount_root>/<user>/REL`) as the helper makes it: each component
+/// of REL opened beneath the one before (no symlink, no `..`, no other mount) or made there by
+/// root (`mkdirat`, 0755), each root's and writable by root only, so the caller can rename none of
+/// them nor anything in them: the mount lands under `<user_mount_root>/<user>/` and stays there.
+/// A directory of the caller's left in the tree by an older version is removed when empty (it is
+/// in a directory of root's: nothing can be swapped); a symlink too; anything else is refused.
+/// Returns the opened mount point (empty, not a mount).
+fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned> {
+    check_path("mount point", mp)?;
+    let home = cfg.user_mount_root.join(&c.name);
+    let rel = mp
+        .strip_prefix(&home)
+        .ok()
+        .filter(|r| !r.as_os_str().is_empty())
+        .ok_or_else(|| {
+            HelperError::refused(format!(
+                "mount point {} is not under {}/ (the only place the helper mounts your images)",
+                mp.display(),
+                home.display()
+            ))
+        })?;
+    let (mut dir, _) = user_dir(cfg, c)?;
+    let refuse = |at: &Path, why: String| {
+        HelperError::refused(format!(
+            "mount point {}: {} {why}; nothing was mounted",
+            mp.display(),
+            at.display()
+        ))
+    };
+    let mut at = home.clone();
+    let parts: Vec<_> = rel.components().collect();
+    for (i, part) in parts.iter().enumerate() {
+        let name = part.as_os_str().to_string_lossy().into_owned();
+        at.push(&name);
+        clear_legacy(&dir, &name).map_err(|why| refuse(&at, why))?;
+        let next = kmount::mkdir_open(&dir, &name, 0o755, None).map_err(|e| {
+            let why = match e.raw_os_error() {
+                Some(libc::EXDEV) => "is a mount point already (refused)".to_string(),
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => "is not a directory (refused)".into(),
+                _ => e.to_string(),
+            };
+            refuse(&at, why)
+        })?;
+        let (u, m) = kmount::owner_mode(&next).map_err(|e| HelperError::system(&at, e))?;
+        if rooted(u, m) != Ownership::Root {
+            return Err(refuse(
+                &at,
+                format!(
+                    "belongs to uid {u} (mode {:o}), not to root (refused)",
+                    m & 0o7777
+                ),
+            ));
+        }
+        if i + 1 == parts.len() {
+            let pinned = Pinned::open_beneath(&dir, Path::new(&name))
+                .map_err(|e| refuse(&at, e.to_string()))?;
+            let st = rustix::fs::fstat(&next).map_err(|e| HelperError::system(&at, e.into()))?;
+            if (pinned.dev, pinned.ino) != (st.st_dev, st.st_ino) {
+                return Err(refuse(&at, "changed while it was opened (refused)".into()));
+            }
+            if !pinned.empty {
+                return Err(HelperError::refused(format!(
+                    "mount point {} is not empty; nothing was mounted",
+                    mp.display()
+                )));
+            }
+            return Ok(pinned);
+        }
+        dir = next;
+    }
+    unreachable!("REL has at least one component")
+}
+
+/// An entry `name` in the root-owned directory `dir` that an older version let the caller make
+/// (a symlink, an empty directory of theirs): removed. `Err`: why it cannot be used.
+fn clear_legacy(dir: &std::os::fd::OwnedFd, name: &str) -> std::result::Result<(), String> {
+    use rustix::fs::{AtFlags, FileType};
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Symlink => rustix::fs::unlinkat(dir, name, AtFlags::empty())
+            .map_err(|e| format!("is a symlink that could not be removed: {e}")),
+        FileType::Directory if rooted(st.st_uid, st.st_mode) == Ownership::Root => Ok(()),
+        FileType::Directory => match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::NOTEMPTY) | Err(rustix::io::Errno::EXIST) => Err(format!(
+                "is a directory of uid {} (made before the helper kept these directories its own) and not empty: its owner empties it, then the helper removes it",
+                st.st_uid
+            )),
+            Err(e) => Err(format!("could not be removed: {e}")),
+        },
+        _ => Err("is not a directory (refused)".into()),
+    }
+}
+
+/// After an unmount: remove the mount point and its parents up to `<user_mount_root>/<user>`
+/// (kept), each only while empty and root's — the directories [`make_mount_point`] made.
+pub fn remove_mount_dirs(cfg: &HelperConfig, user: &str, mp: &Path) {
+    let home = cfg.user_mount_root.join(user);
+    let Ok(rel) = mp.strip_prefix(&home) else {
+        return;
+    };
+    let Ok(home_fd) = Pinned::open_root(&home) else {
+        return;
+    };
+    if kmount::owner_mode(&home_fd).map(|(u, m)| rooted(u, m)).ok() != Some(Ownership::Root) {
+        return;
+    }
+    let mut rel = rel.to_path_buf();
+    while let (Some(parent), Some(name)) = (rel.parent().map(Path::to_path_buf), rel.file_name()) {
+        let dir = if parent.as_os_str().is_empty() {
+            rustix::io::dup(&home_fd).ok()
+        } else {
+            swpool_sys::pinned::dir_beneath(&home_fd, &parent).ok()
+        };
+        let Some(dir) = dir else { return };
+        let owned = rustix::fs::statat(&dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| rooted(st.st_uid, st.st_mode) == Ownership::Root)
+            .unwrap_or(false);
+        if !owned || rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR).is_err() {
+            return;
+        }
+        rel = parent;
+    }
 }
 
 /// `e2fsck -fn` of the opened image, through the helper's own descriptor.
-fn fsck(fd: &std::fs::File, image: &Path) -> Result<()> {
+fn fsck(fd: &std::fs::File, image: &Path, limit: std::time::Duration) -> Result<()> {
     use std::os::fd::AsRawFd;
     let p = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
-    let out = crate::tools::command("e2fsck")?
-        .args(["-fn", &p])
-        .output()
-        .map_err(|e| {
-            HelperError::new(
-                swpool_format::status::ExitStatus::Tool,
-                format!("e2fsck: {e}"),
-            )
-        })?;
+    let mut cmd = crate::tools::command("e2fsck")?;
+    cmd.args(["-fn", &p]);
+    let tool_error = |e: String| HelperError::new(swpool_format::status::ExitStatus::Tool, e);
+    let out = match crate::bounded::run_tool(cmd, limit)
+        .map_err(|e| tool_error(format!("e2fsck: {e}")))?
+    {
+        crate::bounded::ToolEnd::Done(out) => out,
+        crate::bounded::ToolEnd::Killed(d) => {
+            return Err(HelperError::refused(format!(
+                "{}: e2fsck -fn did not finish within {:.0} s and was killed (an image this slow to check, or a file system that does not answer); nothing was mounted (helper.toml: tool_timeout_secs)",
+                image.display(),
+                d.as_secs_f64()
+            )))
+        }
+    };
     match out.status.code() {
         Some(0) => Ok(()),
         Some(8)
@@ -161,19 +313,10 @@ pub fn mount_image(
         return Err(HelperError::refused("read-write kernel mounts of users' images are turned off on this node (helper.toml: user_images_rw = false)"));
     }
     check_path("image", image)?;
-    let pinned = pin_user_mount_point(cfg, c, mp)?;
-    let file = c.open_as(image, rw).map_err(|e| {
-        let why = match e.raw_os_error() {
-            Some(libc::ELOOP) => "it is a symlink (refused: give the file itself)".to_string(),
-            Some(libc::EACCES) => "you cannot open it (permission denied)".to_string(),
-            _ => e.to_string(),
-        };
-        HelperError::refused(format!(
-            "image {}: {why}; nothing was mounted",
-            image.display()
-        ))
-    })?;
-    let meta = file.metadata().map_err(|e| HelperError::system(image, e))?;
+    check_path("mount point", mp)?;
+    // the caller's file: opened as the caller, on a thread of its own, within file_timeout_secs
+    let opened = c.open_bounded("image", image, rw, cfg.file_timeout())?;
+    let (file, meta) = (opened.file, opened.meta);
     if !meta.file_type().is_file() {
         return Err(HelperError::refused(format!(
             "image {} is not a regular file (a FIFO, a device or a directory); nothing was mounted",
@@ -186,18 +329,30 @@ pub fn mount_image(
             image.display(), meta.uid(), c.name, c.uid
         )));
     }
-    let (mut st, here) = State::open_live()?;
-    if st.records.mounts.iter().any(|r| matches!(r, Record::Image { dev, ino, rw: w, .. } if *dev == meta.dev() && *ino == meta.ino() && (*w || rw))) {
-        return Err(HelperError::refused(format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
+    if opened.fs_type == crate::bounded::FUSE_SUPER_MAGIC {
+        return Err(HelperError::refused(format!(
+            "image {} is on a FUSE file system: its bytes come from a process (which may stop), and the kernel would wait on it without end through the loop device; copy it to a local or network disk, or mount it with `sw-pool mount` (FUSE); nothing was mounted",
+            image.display()
+        )));
     }
-    fsck(&file, image)?;
+    // the records: only to check, never while the image is read or a tool runs
+    {
+        let (st, _) = State::open_live()?;
+        admit(&st.records, c, &meta, image, rw, cfg.max_images_per_user)?;
+    }
+    fsck(&file, image, cfg.tool_timeout())?;
+    let pinned = make_mount_point(cfg, c, mp)?;
+    let undo_dirs = || remove_mount_dirs(cfg, &c.name, mp);
     let dev = LoopDevice::attach(
         std::os::fd::AsFd::as_fd(&file),
         0,
         rw,
         &image.to_string_lossy(),
     )
-    .map_err(|e| HelperError::system(Path::new("/dev/loop-control"), e))?;
+    .map_err(|e| {
+        undo_dirs();
+        HelperError::system(Path::new("/dev/loop-control"), e)
+    })?;
     let devpath = dev.path.to_string_lossy().into_owned();
     let opts: &[(&str, Option<&str>)] = if rw { &[] } else { &[("norecovery", None)] };
     let id = match kmount::mount_on(
@@ -213,6 +368,7 @@ pub fn mount_image(
         Ok(id) => id,
         Err(e) => {
             dev.detach();
+            undo_dirs();
             return Err(HelperError::new(
                 swpool_format::status::ExitStatus::System,
                 format!(
@@ -229,6 +385,15 @@ pub fn mount_image(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     drop(dev);
+    // the records again: another call may have mounted this image, or the caller's last allowed
+    // one, meanwhile
+    let undo = |e: HelperError| {
+        let _ = pinned.detach();
+        undo_dirs();
+        e
+    };
+    let (mut st, here) = State::open_live().map_err(undo)?;
+    admit(&st.records, c, &meta, image, rw, cfg.max_images_per_user).map_err(undo)?;
     st.records.mounts.push(Record::Image {
         image: image.to_path_buf(),
         dev: meta.dev(),
@@ -243,8 +408,7 @@ pub fn mount_image(
         mnt_ns: here,
     });
     if let Err(e) = st.save() {
-        let _ = kmount::unmount_id(id, true);
-        return Err(e);
+        return Err(undo(e));
     }
     Ok(ImageMounted {
         image: image.to_path_buf(),
@@ -254,13 +418,59 @@ pub fn mount_image(
     })
 }
 
+/// May `c` mount the image `meta` describes (read-write when `rw`) now? Not when it is mounted by
+/// the helper already (read-write, or at all for a read-write mount), nor when the caller has
+/// `max` images mounted on this node.
+pub(crate) fn admit(
+    records: &crate::state::Records,
+    c: &Caller,
+    meta: &std::fs::Metadata,
+    image: &Path,
+    rw: bool,
+    max: usize,
+) -> Result<()> {
+    admit_ids(records, c, (meta.dev(), meta.ino()), image, rw, max)
+}
+
+fn admit_ids(
+    records: &crate::state::Records,
+    c: &Caller,
+    (d, i): (u64, u64),
+    image: &Path,
+    rw: bool,
+    max: usize,
+) -> Result<()> {
+    if records.mounts.iter().any(|r| matches!(r, Record::Image { dev, ino, rw: w, .. } if *dev == d && *ino == i && (*w || rw))) {
+        return Err(HelperError::refused(format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
+    }
+    let mine: Vec<&Path> = records
+        .mounts
+        .iter()
+        .filter_map(|r| match r {
+            Record::Image {
+                owner, mount_point, ..
+            } if *owner == c.uid => Some(mount_point.as_path()),
+            _ => None,
+        })
+        .collect();
+    if mine.len() >= max {
+        return Err(HelperError::refused(format!(
+            "you ({}) have {} images mounted by the helper on this node, the most it allows (helper.toml: max_images_per_user = {max}); unmount one first (`sw-pool umount DIR` or `sudo sw-pool-mount-helper umount DIR`; yours: {}); nothing was mounted",
+            c.name,
+            mine.len(),
+            mine.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Serialize)]
 pub struct Unmounted {
     pub mount_point: PathBuf,
 }
 
 /// Unmount the caller's image mounted at `mp` (root: anyone's), by its mount ID, wherever it is.
-pub fn umount(c: &Caller, mp: &Path) -> Result<Unmounted> {
+pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
     check_path("mount point", mp)?;
     let (mut st, here) = State::open_live()?;
     let idx = st
@@ -285,7 +495,11 @@ pub fn umount(c: &Caller, mp: &Path) -> Result<Unmounted> {
             HelperError::refused(format!("nothing the helper mounted is at {}", mp.display()))
         })?;
     let Record::Image {
-        owner, mount_id, ..
+        owner,
+        mount_id,
+        user,
+        mount_point,
+        ..
     } = &st.records.mounts[idx]
     else {
         unreachable!()
@@ -304,9 +518,199 @@ pub fn umount(c: &Caller, mp: &Path) -> Result<Unmounted> {
         }
         Err(e) => return Err(HelperError::system(mp, e)),
     }
+    let (user, recorded) = (user.clone(), mount_point.clone());
     st.records.mounts.remove(idx);
     st.save()?;
+    remove_mount_dirs(cfg, &user, &recorded);
     Ok(Unmounted {
         mount_point: mp.to_path_buf(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Records;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn image_record(owner: u32, ino: u64, rw: bool, mp: &str) -> Record {
+        Record::Image {
+            image: format!("/home/u/{ino}.img").into(),
+            dev: 1,
+            ino,
+            owner,
+            user: "u".into(),
+            rw,
+            job: None,
+            mount_point: mp.into(),
+            mount_id: ino,
+            loop_device: format!("loop{ino}"),
+            mnt_ns: 1,
+        }
+    }
+
+    #[test]
+    fn a_user_at_the_limit_is_refused_with_the_limit_and_their_mounts() {
+        let u = Caller::fake(1000, "u");
+        let mut r = Records::default();
+        r.mounts
+            .push(image_record(1000, 10, false, "/run/sw-pool-user/u/a"));
+        r.mounts
+            .push(image_record(1000, 11, true, "/run/sw-pool-user/u/b"));
+        r.mounts
+            .push(image_record(2000, 12, false, "/run/sw-pool-user/v/a"));
+        let img = Path::new("/home/u/new.img");
+        assert!(admit_ids(&r, &u, (1, 99), img, false, 3).is_ok());
+        let e = admit_ids(&r, &u, (1, 99), img, false, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_images_per_user = 2"), "{e}");
+        assert!(e.contains("have 2 images"), "{e}");
+        assert!(
+            e.contains("/run/sw-pool-user/u/a") && e.contains("/run/sw-pool-user/u/b"),
+            "{e}"
+        );
+        assert!(e.contains("unmount one first"), "{e}");
+        // another user's mounts do not count against this one
+        assert!(admit_ids(&r, &Caller::fake(3000, "w"), (1, 99), img, false, 1).is_ok());
+        // the same image: read-only beside read-only is fine, anything beside read-write is not
+        assert!(admit_ids(&r, &u, (1, 10), img, false, 8).is_ok());
+        let e = admit_ids(&r, &u, (1, 10), img, true, 8)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("already mounted"), "{e}");
+        let e = admit_ids(&r, &u, (1, 11), img, false, 8)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("already mounted"), "{e}");
+    }
+
+    #[test]
+    fn site_pools_do_not_count_against_a_users_images() {
+        let u = Caller::fake(1000, "u");
+        let mut r = Records::default();
+        for i in 0..4 {
+            r.mounts.push(Record::Pool {
+                name: format!("p{i}"),
+                version: "1".into(),
+                digest: "blake3:00".into(),
+                signer: "site".into(),
+                cache_file: "/c".into(),
+                mount_point: format!("/run/sw-pool-site/p{i}/1").into(),
+                mount_id: i,
+                loop_device: "loop0".into(),
+                mnt_ns: 1,
+                refs: vec![crate::state::Ref {
+                    uid: 1000,
+                    user: "u".into(),
+                    job: None,
+                    shadow: false,
+                }],
+                shadows: vec![],
+            });
+        }
+        assert!(admit_ids(&r, &u, (1, 99), Path::new("/i"), false, 1).is_ok());
+    }
+
+    fn cfg(root: &Path) -> HelperConfig {
+        toml::from_str(&format!(
+            "user_mount_root = {:?}",
+            root.display().to_string()
+        ))
+        .unwrap()
+    }
+
+    fn owner_mode(p: &Path) -> (u32, u32) {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.mode() & 0o7777)
+    }
+
+    #[test]
+    fn mount_points_are_roots_and_go_again_after() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root (directories of root's for another user)");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("users");
+        let cfg = cfg(&root);
+        let u = Caller::fake(4242, "u");
+        let mp = root.join("u/a/b/c");
+        let pinned = make_mount_point(&cfg, &u, &mp).unwrap();
+        assert!(pinned.empty);
+        for p in [
+            root.join("u"),
+            root.join("u/a"),
+            root.join("u/a/b"),
+            mp.clone(),
+        ] {
+            assert_eq!(owner_mode(&p), (0, 0o755), "{}", p.display());
+        }
+        drop(pinned);
+        // again: the same directories serve
+        assert!(make_mount_point(&cfg, &u, &mp).is_ok());
+        remove_mount_dirs(&cfg, "u", &mp);
+        assert!(!root.join("u/a").exists());
+        assert!(root.join("u").is_dir(), "the user's directory stays");
+        // outside the caller's directory, or not empty: refused, nothing made
+        for bad in [root.join("v/x"), root.join("u"), d.path().join("elsewhere")] {
+            let e = make_mount_point(&cfg, &u, &bad).unwrap_err().to_string();
+            assert!(e.contains("is not under"), "{e}");
+        }
+        std::fs::create_dir_all(root.join("u/full")).unwrap();
+        std::fs::write(root.join("u/full/f"), b"x").unwrap();
+        let e = make_mount_point(&cfg, &u, &root.join("u/full"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not empty"), "{e}");
+        assert!(!root.join("v").exists());
+    }
+
+    #[test]
+    fn what_an_older_version_left_to_the_user_is_taken_back_or_refused() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("users");
+        let cfg = cfg(&root);
+        let u = Caller::fake(4242, "u");
+        let home = root.join("u");
+        std::fs::create_dir_all(home.join("empty")).unwrap();
+        std::fs::create_dir_all(home.join("full")).unwrap();
+        std::fs::write(home.join("full/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc", home.join("to-etc")).unwrap();
+        for p in [&home, &home.join("empty"), &home.join("full")] {
+            std::os::unix::fs::chown(p, Some(4242), Some(4242)).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // the user's empty directory: removed, made again as root's
+        let p = make_mount_point(&cfg, &u, &home.join("empty")).unwrap();
+        drop(p);
+        assert_eq!(
+            owner_mode(&home),
+            (0, 0o755),
+            "the user's directory is root's now"
+        );
+        assert_eq!(owner_mode(&home.join("empty")), (0, 0o755));
+        // the user's symlink: removed, never followed
+        let p = make_mount_point(&cfg, &u, &home.join("to-etc/x")).unwrap();
+        drop(p);
+        assert!(home.join("to-etc").is_dir() && !Path::new("/etc/x").exists());
+        assert_eq!(owner_mode(&home.join("to-etc")), (0, 0o755));
+        // the user's directory with their files in it: refused, left as it is
+        let e = make_mount_point(&cfg, &u, &home.join("full/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not empty") && e.contains("uid 4242"), "{e}");
+        assert_eq!(owner_mode(&home.join("full")).0, 4242);
+        // another user's directory in the user's place: refused
+        std::fs::create_dir_all(root.join("w")).unwrap();
+        std::os::unix::fs::chown(root.join("w"), Some(777), Some(777)).unwrap();
+        let e = make_mount_point(&cfg, &Caller::fake(4343, "w"), &root.join("w/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to uid 777"), "{e}");
+    }
 }

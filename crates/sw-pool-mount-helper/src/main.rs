@@ -16,6 +16,7 @@
 //! The environment is dropped before anything else (`SUDO_UID` is read first); tools run from the
 //! system directories with a fixed `PATH`; the configuration comes from a fixed path.
 
+mod bounded;
 mod caller;
 mod cleanup;
 mod config;
@@ -215,7 +216,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
         ),
         Cmd::Umount { mount_point } => (
             format!("umount {}", mount_point.display()),
-            image::umount(&c, mount_point).map(json),
+            image::umount(&cfg, &c, mount_point).map(json),
         ),
         Cmd::Idmap { pid } => (
             format!("idmap --pid {pid}"),

@@ -77,11 +77,12 @@ fn cache_name(pool: &Pool) -> String {
     format!("{}-{}-{}.pool", m.name, m.version, &d[..d.len().min(32)])
 }
 
-/// Stream the image from `src` into `dest` (a temporary name first), each chunk checked.
-fn copy_verified(pool: &Pool, src: &File, dest: &Path) -> Result<()> {
+/// Stream the image from the pool's own file into `out`, each chunk checked against the signed
+/// manifest before it is written; `progress` is called after each chunk.
+fn copy_verified(pool: &Pool, out: &File, progress: &dyn Fn()) -> Result<()> {
     let m = &pool.manifest;
-    let (tmp, out) = swpool_sys::atomic::TempOutput::create_private(dest)
-        .map_err(|e| HelperError::system(dest, e))?;
+    let src = pool.file.as_ref().expect("opened from a file");
+    let dest = Path::new("(the cache's temporary file)");
     let mut zero = ZeroHashes::default();
     let mut buf = vec![0u8; m.chunk_size as usize];
     for i in 0..m.chunks.len() {
@@ -102,15 +103,93 @@ fn copy_verified(pool: &Pool, src: &File, dest: &Path) -> Result<()> {
             out.write_all_at(&buf[..len], r.start)
                 .map_err(|e| HelperError::system(dest, e))?;
         }
+        progress();
     }
     out.write_all_at(&pool.tail(), m.image_size)
         .map_err(|e| HelperError::system(dest, e))?;
     out.set_len(pool.file_len)
-        .map_err(|e| HelperError::system(dest, e))?;
+        .map_err(|e| HelperError::system(dest, e))
+}
+
+fn stalled(path: &Path, limit: std::time::Duration) -> HelperError {
+    HelperError::refused(format!(
+        "pool {}: reading it did not finish within {:.1} s (its file system does not answer: a stopped FUSE daemon?); nothing was cached or mounted (helper.toml: file_timeout_secs)",
+        path.display(),
+        limit.as_secs_f64()
+    ))
+}
+
+/// The one verified copy at `dest`: written by a thread of its own into an unnamed file in the
+/// cache directory (`O_TMPFILE`), given its name (`linkat`) only when complete. The copy is given
+/// up when no chunk arrives for `limit` (a file system that does not answer): the unnamed file
+/// goes with the process, nothing is left. Two calls copying at once: the first name wins, the
+/// other's copy (the same verified bytes) is dropped.
+fn copy_bounded(pool: std::sync::Arc<Pool>, dest: &Path, limit: std::time::Duration) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir_path = dest.parent().unwrap_or(Path::new("/"));
+    let name = dest.file_name().unwrap_or_default();
+    let dir = Pinned::open_root(dir_path).map_err(|e| HelperError::system(dir_path, e))?;
+    let tmp: File = rustix::fs::openat(
+        &dir,
+        ".",
+        rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .map(File::from)
+    .map_err(|e| HelperError::system(dir_path, e.into()))?;
+    let out = tmp
+        .try_clone()
+        .map_err(|e| HelperError::system(dir_path, e))?;
+    let start = std::time::Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let last = last.clone();
+        let pool = pool.clone();
+        std::thread::Builder::new()
+            .name("pool-copy".into())
+            .spawn(move || {
+                let progress = || last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+                let _ = tx.send(copy_verified(&pool, &out, &progress));
+            })
+            .map_err(|e| HelperError::system(dir_path, e))?;
+    }
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(r) => {
+                r?;
+                break;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(HelperError::system(
+                    dir_path,
+                    std::io::Error::other("the copy ended without an answer"),
+                ))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let quiet = start.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
+                if quiet > limit.as_millis() as u64 {
+                    return Err(stalled(&pool.path, limit));
+                }
+            }
+        }
+    }
     use std::os::unix::fs::PermissionsExt;
-    out.set_permissions(std::fs::Permissions::from_mode(0o644))
+    tmp.set_permissions(std::fs::Permissions::from_mode(0o644))
         .map_err(|e| HelperError::system(dest, e))?;
-    tmp.commit(out).map_err(|e| HelperError::system(dest, e))
+    tmp.sync_all().map_err(|e| HelperError::system(dest, e))?;
+    match rustix::fs::linkat(
+        rustix::fs::CWD,
+        format!("/proc/self/fd/{}", tmp.as_raw_fd()).as_str(),
+        &dir,
+        name,
+        rustix::fs::AtFlags::SYMLINK_FOLLOW,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(HelperError::system(dest, e.into())),
+    }
 }
 
 fn ensure_root_dir(p: &Path, mode: u32) -> Result<std::os::fd::OwnedFd> {
@@ -182,7 +261,7 @@ pub fn mount_cached(
     }
     // the site's keys of today decide, not those of the day it was cached
     let signer = site_verdict(cfg, &pool)?;
-    mount_verified(cfg, c, &pool, signer, (job, shadow), None).map(Some)
+    mount_verified(cfg, c, &pool, signer, (job, shadow), false).map(Some)
 }
 
 /// `mount-pool POOL`: check the pool the caller gave (their credentials), then mount it.
@@ -194,26 +273,38 @@ pub fn mount_pool(
     shadow: bool,
 ) -> Result<PoolMounted> {
     crate::caller::check_path("pool", path)?;
-    let file = c
-        .open_as(path, false)
-        .map_err(|e| HelperError::system(path, e))?;
-    let pool = Pool::open_file(path, file).map_err(|e| HelperError::invalid(e.to_string()))?;
+    let limit = cfg.file_timeout();
+    let opened = c.open_bounded("pool", path, false, limit)?;
+    // its trailer and manifest: the caller's bytes, read within the bound, no lock held
+    let p = path.to_path_buf();
+    let pool = crate::bounded::within(limit, move || Pool::open_file(&p, opened.file))
+        .ok_or_else(|| stalled(path, limit))?
+        .map_err(|e| HelperError::invalid(e.to_string()))?;
     swpool_format::pool::fs_size::check_fits(&pool)
         .map_err(|e| HelperError::invalid(e.to_string()))?;
     let signer = site_verdict(cfg, &pool)?;
-    let src = pool.file.as_ref().expect("opened from a file");
-    mount_verified(cfg, c, &pool, signer, (job, shadow), Some(src))
+    // the one verified copy, made before the records are locked
+    let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
+    let cache_file = cfg.cache_dir.join(cache_name(&pool));
+    let copied = if cache_file.is_file() {
+        false
+    } else {
+        let pool = std::sync::Arc::new(pool);
+        copy_bounded(pool.clone(), &cache_file, limit)?;
+        return mount_verified(cfg, c, &pool, signer, (job, shadow), true);
+    };
+    mount_verified(cfg, c, &pool, signer, (job, shadow), copied)
 }
 
 /// Add a reference (for `job`; a shadow reference when the flag is set) to the node's mount of
-/// `pool`, or make the one verified copy (from `src`, when the cache has none) and the one mount.
+/// `pool`, or make the one mount of the node's verified copy (`copied`: made by this call).
 fn mount_verified(
     cfg: &HelperConfig,
     c: &Caller,
     pool: &Pool,
     signer: String,
     (job, shadow): (Option<&str>, bool),
-    src: Option<&File>,
+    copied: bool,
 ) -> Result<PoolMounted> {
     let m = &pool.manifest;
     let (mut st, here) = State::open_live()?;
@@ -268,21 +359,15 @@ fn mount_verified(
         }
     }
 
-    // one verified copy in the root-owned cache
+    // the one verified copy in the root-owned cache (made before, without the lock)
     let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
     let cache_file = cfg.cache_dir.join(cache_name(pool));
-    let copied = if cache_file.is_file() {
-        false
-    } else {
-        let Some(src) = src else {
-            return Err(HelperError::refused(format!(
-                "{} is not cached on this node",
-                m.digest
-            )));
-        };
-        copy_verified(pool, src, &cache_file)?;
-        true
-    };
+    if !cache_file.is_file() {
+        return Err(HelperError::refused(format!(
+            "{} is not cached on this node (its copy went meanwhile?); ask again",
+            m.digest
+        )));
+    }
 
     // mount it once
     let root = ensure_root_dir(&cfg.pool_mount_root, 0o755)?;
