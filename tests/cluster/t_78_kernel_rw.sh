@@ -43,11 +43,9 @@ SW=$W/sw-pool
 mkdir -p "$W/src" && for i in $(seq 1 50); do echo "file $i" > "$W/src/f$i"; done
 chmod -R a+rX "$W"
 as1 node1 "$SW" image create -q --size 64M "$IMG" "$W/src"
-# the helper makes <user_mount_root>/<user> (the user's) on the user's first request
-for n in node1 node2; do
-  as1 "$n" sudo -n "$H" mount-image "$IMG" "$UR/$U1/t78-first" >/dev/null 2>&1 || true
-  as1 "$n" mkdir -p "$UR/$U1/t78/a"
-done
+# the helper makes the mount point (root's, beneath <user_mount_root>/<user>, which is root's too:
+# the user can rename nothing there) on the first mount and removes it with the unmount; the
+# user gives only its path
 M=$UR/$U1/t78/a
 opts() { "$TESTBED/exec" "$1" awk -v m="$M" '$5 == m { o = $6; sub(/.* - /, ""); print o, $1 }' /proc/self/mountinfo; }
 
@@ -56,7 +54,8 @@ assert_eq "node1: mount --rw --kernel" 0 "$rc"
 [[ $rc == 0 ]] || { echo "  $out"; finish; }
 assert_match "... by the kernel: ext4, rw, nosuid,nodev" "^rw,nosuid,nodev[^ ]* ext4$" "$(opts node1)"
 assert_match "... under the image's lease, naming node1 (no process: pid 0)" '"mode": "rw".*"host": "node1"' "$(tr -d '\n' < "$IMG.lease")"
-rc=0; out=$(as1 node2 "$SW" mount --rw "$IMG" "$M" 2>&1) || rc=$?
+as1 node2 mkdir -p "$W/n2-fuse"
+rc=0; out=$(as1 node2 "$SW" mount --rw "$IMG" "$W/n2-fuse" 2>&1) || rc=$?
 assert_eq "node2: mount --rw (FUSE) refused while node1 holds it (exit 3)" 3 "$rc"
 assert_match "... naming the holder" "read-write on node1" "$out"
 rc=0; out=$(as1 node2 "$SW" mount --rw --kernel "$IMG" "$M" 2>&1) || rc=$?

@@ -33,7 +33,7 @@ pub fn mount_rw_kernel(
     live: &dyn Liveness,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<(Acquired, lease::Taken, String), crate::Error> {
-    let (image, mp) = super::mount_rw::writable_image(req)?;
+    let (image, mp) = super::mount_rw::writable_image(req, true)?;
     let _lock = dir.lock()?;
     if let Some(r) = dir.read(&mp)? {
         if r.image == image && matches!(r.serving, Some(Serving::Kernel { .. })) {

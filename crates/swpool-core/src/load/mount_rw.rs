@@ -25,7 +25,7 @@ pub fn mount_rw(
     live: &dyn Liveness,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<(crate::state::Acquired, lease::Taken, String), crate::Error> {
-    let (image, mp) = writable_image(req)?;
+    let (image, mp) = writable_image(req, false)?;
     let me = lease::Holder::here(Mode::Rw, &mp, req.job_id.clone());
     let (taken, report) = lease_and_fsck(&image, &me, live, path_var)?;
     let acquired = acquire_leased(
@@ -48,8 +48,13 @@ pub fn mount_rw(
 
 /// What a read-write mount checks before it takes anything (FUSE and kernel alike): `req.image`
 /// is a user image (absolute) the caller may open for writing (it is theirs; fuse2fs runs as them),
-/// and the mount point; returns both.
-pub(super) fn writable_image(req: &MountRw) -> Result<(PathBuf, PathBuf), crate::Error> {
+/// and the mount point; returns both. A kernel mount's point (`helper_makes_it`) is taken as given
+/// (made absolute): the site's helper makes it, root's, beneath the caller's directory of its
+/// mount root, and refuses a `.`, `..` or symlink on the way itself; its parents need not exist.
+pub(super) fn writable_image(
+    req: &MountRw,
+    helper_makes_it: bool,
+) -> Result<(PathBuf, PathBuf), crate::Error> {
     let image = crate::exec::absolute(&req.image);
     userimage::check_image(&image)?;
     std::fs::OpenOptions::new()
@@ -61,7 +66,11 @@ pub(super) fn writable_image(req: &MountRw) -> Result<(PathBuf, PathBuf), crate:
             path: image.clone(),
             source,
         })?;
-    let mp = crate::mount::canonical_mountpoint(&req.mountpoint)?;
+    let mp = if helper_makes_it {
+        crate::exec::absolute(&req.mountpoint)
+    } else {
+        crate::mount::canonical_mountpoint(&req.mountpoint)?
+    };
     Ok((image, mp))
 }
 
