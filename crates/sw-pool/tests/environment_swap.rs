@@ -49,6 +49,28 @@ fn wait_bounded(c: &mut Child, t: Duration) -> Option<std::process::Output> {
     }
 }
 
+/// The layer's owner at work: exchanges the layer `a` with `.swap` (a symlink to the other layer)
+/// in `dir`, as fast as it can, until `stop`; counts the exchanges in `swaps`.
+fn start_swapper(
+    dir: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+    swaps: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let d = rustix::fs::open(
+            &dir,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        while !stop.load(Ordering::Relaxed) {
+            rustix::fs::renameat_with(&d, "a", &d, ".swap", rustix::fs::RenameFlags::EXCHANGE)
+                .unwrap();
+            swaps.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+}
+
 #[test]
 fn a_layer_swapped_during_start_is_never_the_one_used() {
     if !ready() {
@@ -66,22 +88,7 @@ fn a_layer_swapped_during_start_is_never_the_one_used() {
     std::os::unix::fs::lchown(&swap, Some(NOBODY), Some(NOBODY)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let swaps = Arc::new(AtomicU64::new(0));
-    let swapper = {
-        let (stop, swaps, dir) = (stop.clone(), swaps.clone(), f.layers());
-        std::thread::spawn(move || {
-            let d = rustix::fs::open(
-                &dir,
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
-                rustix::fs::Mode::empty(),
-            )
-            .unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                rustix::fs::renameat_with(&d, "a", &d, ".swap", rustix::fs::RenameFlags::EXCHANGE)
-                    .unwrap();
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
+    let swapper = start_swapper(f.layers(), stop.clone(), swaps.clone());
     let (mut a, mut refused, mut other, mut hung) = (0, 0, Vec::new(), 0);
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(12) {
@@ -362,22 +369,7 @@ echo "counts $a $r $o $h"
         .unwrap();
     // the race starts once the first (unraced) start is through: give it a moment
     std::thread::sleep(Duration::from_millis(500));
-    let swapper = {
-        let (stop, swaps, dir) = (stop.clone(), swaps.clone(), f.layers());
-        std::thread::spawn(move || {
-            let d = rustix::fs::open(
-                &dir,
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
-                rustix::fs::Mode::empty(),
-            )
-            .unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                rustix::fs::renameat_with(&d, "a", &d, ".swap", rustix::fs::RenameFlags::EXCHANGE)
-                    .unwrap();
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
+    let swapper = start_swapper(f.layers(), stop.clone(), swaps.clone());
     let o = wait_bounded(&mut c, Duration::from_secs(120));
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
