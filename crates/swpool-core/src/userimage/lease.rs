@@ -203,6 +203,7 @@ fn lock(image: &Path, me: &str) -> Result<LockGuard, LeaseError> {
     let lock = lock_path(image);
     let start = std::time::Instant::now();
     let mut pause = Duration::from_millis(2);
+    let mut perm_gone = 0;
     loop {
         match std::fs::OpenOptions::new()
             .write(true)
@@ -240,10 +241,23 @@ fn lock(image: &Path, me: &str) -> Result<LockGuard, LeaseError> {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
+            // EPERM and no name there (any more): either its holder unlinked it between our create
+            // and our look (seen under load on sshfs: t_75, 1 round in 100 with two busy loops), or
+            // the directory is really not writable; the first passes, the second repeats
+            Err(e)
+                if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error())
+                    && perm_gone < PERM_RETRIES =>
+            {
+                perm_gone += 1;
+                std::thread::sleep(pause);
+            }
             Err(e) => return Err(io("create the lock", &lock)(e)),
         }
     }
 }
+
+/// How many times [`lock`] tries again after an `EPERM` with no lock name there (see there).
+const PERM_RETRIES: u32 = 8;
 
 fn read(image: &Path) -> Result<LeaseFile, LeaseError> {
     let p = lease_path(image);
