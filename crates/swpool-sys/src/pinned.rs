@@ -140,7 +140,14 @@ impl Pinned {
             "",
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
         )?;
-        let id = crate::kmount::mount_id(&tree);
+        let id = rustix::fs::statx(
+            &tree,
+            "",
+            rustix::fs::AtFlags::EMPTY_PATH,
+            rustix::fs::StatxFlags::MNT_ID,
+        )
+        .map(|st| st.stx_mnt_id)
+        .map_err(io::Error::from);
         *self.attached.lock().unwrap_or_else(|e| e.into_inner()) = Some(tree);
         let id = id?;
         u32::try_from(id).map_err(|_| io::Error::other(format!("mount ID {id} out of range")))
