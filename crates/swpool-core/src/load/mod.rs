@@ -560,4 +560,6 @@ use task::last_set;
 pub use task::{ensure, task_prolog};
 
 #[cfg(test)]
+mod stage_tests;
+#[cfg(test)]
 mod tests;
