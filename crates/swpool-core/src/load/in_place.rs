@@ -3,7 +3,9 @@
 //! verifying chunk server ([`crate::mount::serve`]), with a warning naming the nodes that had no
 //! room; `--no-fallback` keeps the old behaviour (the copy's preflight fails, naming the node).
 //! All nodes, not only the short ones, so that one job sees one kind of mount and the broadcast
-//! (a collective over every node) is not half-run.
+//! (a collective over every node) is not half-run. [`InPlace`] is the mount stage's
+//! implementation for it ([`super::mounter`]); [`short_nodes`] is what [`super::mounter::choose`]
+//! asks.
 
 use super::mounter::{Mounter, NodeMount};
 use super::{Error, LoadRequest, NodeContext, Plan};

@@ -10,7 +10,8 @@
 //! job's broadcast brings the pool into the users' caches as always (one read of shared storage
 //! per job), and the helper copies from that local copy, verifying it again, into its own cache.
 //! A pool that is not site-signed, a load with an explicit mount point (`-m`), or a node without
-//! the helper takes the per-user FUSE path as before.
+//! the helper takes the per-user FUSE path as before. [`SiteHelper`] is the mount stage's
+//! implementation for it ([`super::mounter`]), chosen when [`helper_for`] answers on every node.
 
 use std::path::{Path, PathBuf};
 
