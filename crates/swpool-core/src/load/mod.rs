@@ -209,6 +209,18 @@ pub fn load(
     req: &LoadRequest,
     observer: &dyn Observer,
 ) -> Result<Loaded, Error> {
+    load_with(job, node, req, observer, &mounter::choose)
+}
+
+/// [`load`] with the mount stage chosen by `choose` instead of [`mounter::choose`] (collective
+/// like it: the same kind on every rank).
+pub fn load_with(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LoadRequest,
+    observer: &dyn Observer,
+    choose: &mounter::Choose,
+) -> Result<Loaded, Error> {
     let t0 = Instant::now();
     let leader = job.is_leader();
     // several "nodes" on one machine (tests): `%n` in the node-local paths is the node index
@@ -225,7 +237,7 @@ pub fn load(
 
     // 2. the mount stage, chosen once from every node's context (mounter.rs): the site's helper,
     // the pool served in place, or the node's cached copy
-    let mounter = mounter::choose(job, node, req, &plan)?;
+    let mounter = choose(job, node, req, &plan)?;
 
     // 3. what every node holds already is mounted before anything moves
     let held = mounter::mount_held(job, node, req, &plan, &*mounter)?;

@@ -74,6 +74,10 @@ pub trait Mounter: Sync {
     }
 }
 
+/// How a load chooses its mount stage ([`choose`], or a caller's own: [`super::load_with`]).
+pub type Choose =
+    dyn Fn(&dyn Collective, &NodeContext, &LoadRequest, &Plan) -> Result<Box<dyn Mounter>, Error>;
+
 /// Choose the load's mount stage from every node's context, once (collective; every rank gets the
 /// same kind):
 /// 1. [`SiteHelper`]: every node leader has the site's mount helper and the pool is signed by a

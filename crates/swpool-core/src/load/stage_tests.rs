@@ -360,3 +360,137 @@ fn a_site_mount_that_fails_on_node_3_takes_back_every_other_nodes_mount() {
         calls[4]
     );
 }
+
+/// A read path of the test's own, plugged into `load` through the seam alone
+/// ([`super::load_with`]): it records each node's mounts and releases; its mount fails on node
+/// `fails_on`.
+struct Recorder {
+    calls: std::sync::Arc<std::sync::Mutex<Vec<(usize, &'static str)>>>,
+    node: usize,
+    fails_on: Option<usize>,
+    needs_copy: bool,
+}
+
+impl Mounter for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+    fn needs_copy(&self) -> bool {
+        self.needs_copy
+    }
+    fn mount(
+        &self,
+        node: &NodeContext,
+        req: &LoadRequest,
+        plan: &Plan,
+    ) -> Result<mounter::NodeMount, Error> {
+        if self.fails_on == Some(self.node) {
+            return Err(Error::other(
+                ExitStatus::System,
+                "recorder: nothing mounts here",
+            ));
+        }
+        self.calls.lock().unwrap().push((self.node, "mount"));
+        let record = state::Record {
+            schema: state::SCHEMA,
+            mount_point: req.mountpoint.clone().unwrap(),
+            image: plan.dest.clone(),
+            format: crate::image::ImageFormat::Squashfs,
+            backend: crate::mount::Backend::SquashfuseLl,
+            pool: None,
+            helper_pid: 0,
+            uid: node.uid,
+            user: String::new(),
+            node: String::new(),
+            created: 0,
+            refs: Vec::new(),
+            pending: false,
+            source: None,
+            mount_id: None,
+            serving: None,
+            lease: None,
+        };
+        Ok(mounter::NodeMount {
+            record,
+            reused: false,
+        })
+    }
+    fn release(&self, _node: &NodeContext, _req: &LoadRequest, _m: &mounter::NodeMount) {
+        self.calls.lock().unwrap().push((self.node, "release"));
+    }
+}
+
+/// `load` with the recorder as its mount stage on 4 nodes × 2 ranks: each rank's outcome, and the
+/// recorder's calls (node, what) in order.
+fn run_recorder(
+    s: &Site,
+    fails_on: Option<usize>,
+    needs_copy: bool,
+) -> (Vec<NodeOutcome>, Vec<(usize, &'static str)>) {
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cfg = Config::default();
+    let req = LoadRequest {
+        pool: s.pool.clone(),
+        mountpoint: Some(s.root.join("node%n/mnt")),
+        cache_dir: Some(s.root.join("node%n/cache")),
+        timeout: Duration::from_secs(5),
+        ..LoadRequest::default()
+    };
+    let out = FakeCluster::run(NODES, 2, |r: &FakeRank| {
+        let n = r.node_index();
+        let sys = FakeSys::new(FakeScript {
+            euid: s.uid,
+            ..Default::default()
+        });
+        let node = node_context(s, &cfg, &sys, n, trusted(&s.key, "site"));
+        let calls = calls.clone();
+        let choose = move |job: &dyn crate::collective::Collective,
+                           _: &NodeContext,
+                           _: &LoadRequest,
+                           _: &Plan|
+              -> Result<Box<dyn Mounter>, Error> {
+            Ok(Box::new(Recorder {
+                calls: calls.clone(),
+                node: job.node_index(),
+                fails_on,
+                needs_copy,
+            }))
+        };
+        let res = load_with(r, &node, &req, &Quiet, &choose);
+        NodeOutcome {
+            status: res.as_ref().err().map(Error::exit_status),
+            result: res.map_err(|e| e.to_string()),
+            mounts: sys.mounts().unwrap().len(),
+        }
+    });
+    let calls = calls.lock().unwrap().clone();
+    (out, calls)
+}
+
+/// A fourth read path plugs into `load` as one more implementation: `load` places the pool when it
+/// asks for the copy (not when it reads the pool where it lies), mounts on each node leader once,
+/// and when its mount fails on one node every rank fails alike and every other node releases.
+#[test]
+fn a_new_read_path_plugs_in_through_the_seam_alone() {
+    let s = site();
+    let (out, calls) = run_recorder(&s, None, true);
+    for (i, o) in out.iter().enumerate() {
+        let l = o.result.as_ref().unwrap();
+        assert_eq!(l.mount_point, s.root.join(format!("node{}/mnt", i / 2)));
+        assert!(l.plan.dest.is_file(), "rank {i}: no copy placed");
+    }
+    let mut mounted: Vec<usize> = calls.iter().map(|(n, _)| *n).collect();
+    mounted.sort();
+    assert_eq!(mounted, [0, 1, 2, 3], "{calls:?}");
+    assert!(calls.iter().all(|(_, c)| *c == "mount"), "{calls:?}");
+
+    let s = site();
+    let (out, calls) = run_recorder(&s, Some(2), false);
+    failed_alike(&s, &out, "recorder: nothing mounts here", 2);
+    super::tests::assert_nothing_cached(&s);
+    for n in [0, 1, 3] {
+        let mine: Vec<&str> = calls.iter().filter(|c| c.0 == n).map(|c| c.1).collect();
+        assert_eq!(mine, ["mount", "release"], "node {n}: {calls:?}");
+    }
+    assert!(calls.iter().all(|c| c.0 != 2), "{calls:?}");
+}
