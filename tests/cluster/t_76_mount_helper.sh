@@ -40,8 +40,11 @@ E=$TB/export/t76-$$              # the storage server's disk (written from here)
 S=$TB/shared/t76-$$              # ... which the nodes see as the throttled, counted shared storage
 KEYS=$TB/etc/sw-pool/trusted-keys
 jobs_=()
+fuse_pid='' fuse_conf_bound=''
 cleanup() {
   touch "$W/stop" 2>/dev/null || true
+  if [[ -n $fuse_pid ]]; then on kill -CONT "$fuse_pid" >/dev/null 2>&1 || true; on fusermount3 -u -z "$W/u1fuse" >/dev/null 2>&1 || true; fi
+  if [[ -n $fuse_conf_bound ]]; then on umount /etc/fuse.conf >/dev/null 2>&1 || true; fi
   sleep 0.3
   for j in "${jobs_[@]}"; do scancel "$j" 2>/dev/null || true; done
   on sh -c "awk -v a='$UR/' -v b='$TB/local/root/site/t76' 'index(\$5, a) == 1 || index(\$5, b) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l \"\$m\"; done" >/dev/null 2>&1 || true
@@ -298,6 +301,48 @@ for n in node1 node2; do
   left=$(node_loops "$n")
   assert_eq "$n: and its loop device" "" "$left${left:+ (mounts: $("$TESTBED/exec" "$n" grep -c ' - squashfs /dev/loop' /proc/self/mountinfo || true))}"
 done
+
+# --- a call stalled on a stopped FUSE daemon (a site that sets user_allow_other): user 1 serves an
+# image from a FUSE mount of their own, stops its daemon and asks the helper to mount that image.
+# The helper waits on that call alone: user 2's list and mount-image and root's cleanup each finish
+# in under 1 s meanwhile; the stalled call is refused within file_timeout_secs, naming the file,
+# and leaves nothing (no directory, no mount, no loop device).
+printf 'user_allow_other\n' > "$W/fuse.conf"
+on mount --bind "$W/fuse.conf" /etc/fuse.conf && fuse_conf_bound=1
+printf 'file_timeout_secs = 2\n' >> "$TB/etc/sw-pool/helper.toml"
+mkdir -p "$W/hold" && cp "$W/u1.img" "$W/hold/u1.img" && chown "$U1" "$W/hold/u1.img"
+mksquashfs "$W/hold" "$W/hold.sqfs" -quiet -noappend >/dev/null && chmod a+r "$W/hold.sqfs"
+as1 mkdir "$W/u1fuse"
+as1 sh -c "squashfuse -f -o allow_other '$W/hold.sqfs' '$W/u1fuse' & echo \$! > '$W/u1fuse.pid'; wait" >/dev/null 2>&1 &
+for _ in $(seq 50); do [[ $(mounts_under "$W/u1fuse") == 1 ]] && break; sleep 0.1; done
+fuse_pid=$(cat "$W/u1fuse.pid" 2>/dev/null || true)
+assert_eq "user 1's FUSE mount (allow_other) is up" 1 "$(mounts_under "$W/u1fuse")"
+on kill -STOP "$fuse_pid"
+sleep 1.5   # past the kernel's cached entries: a lookup of the image now waits on the daemon
+( rc=0; as1 sudo -n "$H" mount-image "$W/u1fuse/u1.img" "$UR/$U1/stall" > "$W/stall.out" 2>&1 || rc=$?; echo "$rc" > "$W/stall.rc" ) &
+stalled=$!
+sleep 0.5
+assert_eq "the call on the stopped daemon's file is still waiting" "waiting" "$([[ -e $W/stall.rc ]] && echo "done: $(cat "$W/stall.rc") $(cat "$W/stall.out")" || echo waiting)"
+ms() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; local rc=$?; t1=$(date +%s%N); echo "$(( (t1 - t0) / 1000000 )) $rc"; }
+read -r t rc <<< "$(ms as2 sudo -n "$H" list)"
+assert_le "meanwhile user 2's list finishes in under 1 s (ms)" "$t" 999; assert_eq "... and succeeds" 0 "$rc"
+read -r t rc <<< "$(ms as2 sudo -n "$H" mount-image "$W/u2.img" "$UR/$U2/during")"
+assert_le "meanwhile user 2's mount-image finishes in under 1 s (ms)" "$t" 999; assert_eq "... and mounts" 0 "$rc"
+as2 sudo -n "$H" umount "$UR/$U2/during" >/dev/null 2>&1 || true
+read -r t rc <<< "$(ms on "$H" cleanup)"
+assert_le "meanwhile root's cleanup (the epilog's) finishes in under 1 s (ms)" "$t" 999; assert_eq "... and succeeds" 0 "$rc"
+echo "  while user 1's call waited: list, mount-image and cleanup took under 1 s each"
+for _ in $(seq 100); do [[ -e $W/stall.rc ]] && break; sleep 0.1; done
+assert_match "the stalled call is refused within file_timeout_secs, naming the file" \
+  "^3 .*$W/u1fuse/u1.img.*did not finish within 2.0 s" "$(cat "$W/stall.rc" 2>/dev/null || echo still waiting) $(tr '\n' ' ' < "$W/stall.out")"
+assert_eq "... and leaves no directory, mount or loop device" "gone 0 0" \
+  "$(on sh -c "[ -e '$UR/$U1/stall' ] && echo left || echo gone") $(mounts_under "$UR/$U1/") $(loops_of_test)"
+on kill -CONT "$fuse_pid"
+wait "$stalled" 2>/dev/null || true
+as1 fusermount3 -u "$W/u1fuse" >/dev/null 2>&1 || true
+fuse_pid=''
+on umount /etc/fuse.conf && fuse_conf_bound=''
+cp "$W/helper.toml.orig" "$TB/etc/sw-pool/helper.toml"
 
 # --- an EROFS pool: the kernel through the helper, or a clear refusal without it
 "$SW" init -q --name t76erofs --version 1.0 "$W/etree" >/dev/null

@@ -124,8 +124,10 @@ impl Pinned {
         Ok(())
     }
 
-    /// Move the mount at `stage` onto this directory (see the module documentation).
-    pub fn attach(&self, stage: &Path) -> io::Result<()> {
+    /// Move the mount at `stage` onto this directory (see the module documentation); the ID of
+    /// the mount that landed, read from its own descriptor (`statx` `STATX_MNT_ID`): what sits at
+    /// the mount point's path afterwards may be another mount a user moved there.
+    pub fn attach(&self, stage: &Path) -> io::Result<u32> {
         let tree = rustix::mount::open_tree(
             CWD,
             stage,
@@ -138,8 +140,10 @@ impl Pinned {
             "",
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
         )?;
+        let id = crate::kmount::mount_id(&tree);
         *self.attached.lock().unwrap_or_else(|e| e.into_inner()) = Some(tree);
-        Ok(())
+        let id = id?;
+        u32::try_from(id).map_err(|_| io::Error::other(format!("mount ID {id} out of range")))
     }
 
     /// Undo [`Pinned::attach`] wherever the directory is now (it may have been renamed since it

@@ -612,16 +612,20 @@ fn mount_pinned(
     let attached = sys.attach(&stage, &pin);
     // the staged mount goes; without a mount left, the released helper ends by itself
     sys.remove_stage(&stage);
-    if let Err(e) = attached {
-        return Err(raced(format!("moving the mount onto it failed: {e}")));
-    }
-    // it landed on the checked directory; is that directory still where the path says?
+    let id = match attached {
+        Ok(id) => id,
+        Err(e) => return Err(raced(format!("moving the mount onto it failed: {e}"))),
+    };
+    // It landed on the checked directory; is that directory still where the path says? Looked up
+    // by the ID of the mount that landed: the mount at the path may be another one (an older
+    // mount of root's that a user moved there), which must not be recorded for this one.
     let ours = |t: &[proc::MountEntry]| {
-        proc::mount_at(t, mp)
-            .filter(|e| e.is_fuse())
+        t.iter()
+            .find(|e| e.mount_id == id)
+            .filter(|e| e.is_fuse() && e.mount_point == mp)
             .map(|e| e.mount_id)
     };
-    let Some(id) = sys.mounts().ok().and_then(|t| ours(&t)) else {
+    if sys.mounts().ok().and_then(|t| ours(&t)).is_none() {
         sys.detach(&pin);
         return Err(raced(
             "it was moved away before the mount was complete".into(),

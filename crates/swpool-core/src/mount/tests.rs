@@ -566,3 +566,26 @@ fn root_mount_that_cannot_land_on_the_checked_directory_is_undone() {
         );
     }
 }
+
+/// Root's mount landed elsewhere (a user moved the checked directory) while an older FUSE mount of
+/// root's, moved there by the same user, sits at the mount point's path: the new mount is undone,
+/// and the older one is neither taken for it (recorded with its ID) nor touched.
+#[test]
+fn root_mount_is_known_by_its_own_id_not_by_what_sits_at_the_path() {
+    let (_d, mp, sys) = root(FakeScript {
+        attach_elsewhere: true,
+        decoy_at_target: true,
+        ..Default::default()
+    });
+    let e = mount(&sys, &image(), &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    assert!(matches!(e, MountError::Raced { .. }), "{e}");
+    assert!(
+        any(&sys, |c| matches!(c, Call::Detach(_))),
+        "{:?}",
+        sys.calls()
+    );
+    let table = sys.mount_table();
+    assert_eq!(table.len(), 1, "{table:?}");
+    assert_eq!(table[0].mount_id, super::sys::DECOY_ID);
+    assert_eq!(table[0].mount_point, mp);
+}

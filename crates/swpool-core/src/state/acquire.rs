@@ -95,6 +95,20 @@ pub fn acquire(
     let me = sys.euid();
     if let Some(mut rec) = dir.read(&mp)? {
         let mounts = sys.mounts().map_err(MountError::MountTable)?;
+        // its mount, found by ID elsewhere: a user renamed a directory above it; the record stays
+        // (it is how `umount` and `cleanup` find that mount), so this mount point waits
+        let at = rec.located(&mounts);
+        if at != mp && rec.mount_state(sys, &mounts, &at) != MountState::Absent {
+            return Err(StateError::Conflict {
+                mount_point: mp.clone(),
+                reason: format!(
+                    "its recorded mount of {} was moved to {} (a directory above it was renamed); unmount it first (`sw-pool umount {}`)",
+                    rec.label(),
+                    at.display(),
+                    mp.display()
+                ),
+            });
+        }
         match rec.mount_state(sys, &mounts, &mp) {
             MountState::Mounted if rec.pending => {
                 // its writer held the lock and is gone: a mount whose record was never completed

@@ -138,6 +138,9 @@ pub struct FakeScript {
     pub attach_errno: Option<i32>,
     /// The pinned directory was renamed before the mount was moved onto it.
     pub attach_elsewhere: bool,
+    /// With `attach_elsewhere`: another FUSE mount of the helpers (another ID) sits at the
+    /// mount point's path (a user moved an older mount of root's there).
+    pub decoy_at_target: bool,
     /// The directory is renamed right after the mount was moved onto it (a rename that had
     /// checked it before): the first look at the mount table still shows it at the path.
     pub moved_after_attach: bool,
@@ -169,6 +172,8 @@ impl Default for FakeSys {
 
 /// The mount ID of the clone `attach` moves onto the pinned directory (a mount of its own).
 const MOVED_ID: u32 = 901;
+/// The ID of [`FakeScript::decoy_at_target`]'s mount.
+pub const DECOY_ID: u32 = 902;
 
 #[derive(Debug, Default)]
 struct FakeState {
@@ -344,7 +349,7 @@ impl Mounts for FakeSys {
         self.rec(Call::Stage);
         Ok(PathBuf::from("/run/sw-pool/stage-fake"))
     }
-    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()> {
+    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<u32> {
         self.rec(Call::Attach {
             stage: stage.to_path_buf(),
             to: to.path.clone(),
@@ -357,6 +362,12 @@ impl Mounts for FakeSys {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
         let mut e = sc.mounts[i].clone();
+        if sc.attach_elsewhere && sc.decoy_at_target {
+            let mut decoy = e.clone();
+            decoy.mount_id = DECOY_ID;
+            decoy.mount_point = to.path.clone();
+            sc.mounts.push(decoy);
+        }
         e.mount_id = MOVED_ID;
         e.mount_point = if sc.attach_elsewhere {
             to.path.with_extension("renamed")
@@ -367,14 +378,15 @@ impl Mounts for FakeSys {
         if sc.moved_after_attach {
             self.state.lock().unwrap().reads_after_attach = Some(0);
         }
-        Ok(())
+        Ok(MOVED_ID)
     }
     fn detach(&self, to: &PinnedDir) {
         self.rec(Call::Detach(to.path.clone()));
         let mut sc = self.script.lock().unwrap();
         let renamed = to.path.with_extension("renamed");
-        sc.mounts
-            .retain(|m| m.mount_point != to.path && m.mount_point != renamed);
+        sc.mounts.retain(|m| {
+            m.mount_id == DECOY_ID || (m.mount_point != to.path && m.mount_point != renamed)
+        });
     }
     fn remove_stage(&self, stage: &Path) {
         self.rec(Call::RemoveStage(stage.to_path_buf()));

@@ -62,8 +62,9 @@ pub trait Mounts {
     fn pin(&self, p: &Path) -> io::Result<PinnedDir>;
     /// Root: a fresh staging directory only root can reach.
     fn stage(&self) -> io::Result<PathBuf>;
-    /// Root: move the mount at `stage` onto the pinned directory.
-    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()>;
+    /// Root: move the mount at `stage` onto the pinned directory; the moved mount's ID (read from
+    /// its own descriptor, not looked up by path).
+    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<u32>;
     /// Root: undo [`Mounts::attach`] wherever the directory is now.
     fn detach(&self, to: &PinnedDir);
     /// Detach whatever is still mounted on the stage and remove it.
@@ -123,4 +124,4 @@ pub use real::RealSys;
 
 /// The recording fake (unit tests, and other crates' tests through the `testkit` feature).
 #[cfg(any(test, feature = "testkit"))]
-pub use fake::{Call, FakeHelper, FakeScript, FakeSys};
+pub use fake::{Call, FakeHelper, FakeScript, FakeSys, DECOY_ID};

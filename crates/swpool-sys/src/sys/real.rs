@@ -134,7 +134,7 @@ impl Mounts for RealSys {
     fn stage(&self) -> io::Result<PathBuf> {
         crate::pinned::Stage::create().map(|s| s.path)
     }
-    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<()> {
+    fn attach(&self, stage: &Path, to: &PinnedDir) -> io::Result<u32> {
         match &to.real {
             Some(r) => r.attach(stage),
             None => Err(io::Error::from(io::ErrorKind::InvalidInput)),

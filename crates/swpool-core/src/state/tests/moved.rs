@@ -57,3 +57,27 @@ fn a_reused_mount_id_is_not_taken_for_the_recorded_mount() {
     assert_eq!(e.sys.mount_table().len(), 2);
     assert!(e.dir.read(&e.mp).unwrap().is_none());
 }
+
+/// A new mount at a path whose recorded mount a user moved elsewhere is refused, and the record
+/// (how `umount` and `cleanup` find the moved mount) is kept: replacing it left root's moved mount
+/// unrecorded under t_48's race.
+#[test]
+fn a_mount_at_a_path_whose_recorded_mount_moved_is_refused_and_the_record_kept() {
+    let e = env();
+    acquire(&e.sys, &e.dir, &req(&e, None)).unwrap();
+    let id = {
+        let id = e.dir.read(&e.mp).unwrap().unwrap().mount_id.unwrap();
+        let mut sc = e.sys.script.lock().unwrap();
+        let m = sc.mounts.iter_mut().find(|m| m.mount_id == id).unwrap();
+        m.mount_point = PathBuf::from("/elsewhere/mnt");
+        id
+    };
+    let err = acquire(&e.sys, &e.dir, &req(&e, None)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("moved to /elsewhere/mnt") && msg.contains("sw-pool umount"),
+        "{msg}"
+    );
+    assert_eq!(e.dir.read(&e.mp).unwrap().unwrap().mount_id, Some(id));
+    assert_eq!(e.sys.mount_table().len(), 1);
+}
