@@ -3,14 +3,14 @@
 //! verifying chunk server ([`crate::mount::serve`]), with a warning naming the nodes that had no
 //! room; `--no-fallback` keeps the old behaviour (the copy's preflight fails, naming the node).
 //! All nodes, not only the short ones, so that one job sees one kind of mount and the broadcast
-//! (a collective over every node) is not half-run.
+//! (a collective over every node) is not half-run. [`InPlace`] is the mount stage's
+//! implementation for it ([`super::mounter`]); [`short_nodes`] is what [`super::mounter::choose`]
+//! asks.
 
-use std::time::{Duration, Instant};
-
-use super::{leader_value, mount_here, outcome, Error, LoadRequest, Loaded, NodeContext, Plan};
+use super::mounter::{Mounter, NodeMount};
+use super::{Error, LoadRequest, NodeContext, Plan};
 use crate::collective::Collective;
-use crate::state;
-use crate::transfer::CopyReport;
+use crate::mount::serve::InPlace as Served;
 
 /// Why this node cannot hold the copy; `None` when it can (or holds it already).
 pub(super) fn no_room(plan: &Plan, host: &str) -> Option<String> {
@@ -55,52 +55,59 @@ pub(super) fn short_nodes(
         .collect())
 }
 
-/// Mount in place on every node (all or nothing, like the copy's mount).
-pub(super) fn load_in_place(
-    job: &dyn Collective,
-    node: &NodeContext,
-    req: &LoadRequest,
-    plan: Plan,
+/// The pool file where it lies, through the verifying chunk server, on every node: chosen when
+/// some node has no room for the copy (`short`: each such node's reason).
+pub struct InPlace {
     short: Vec<String>,
-    t0: Instant,
-    resolve_trust: Duration,
-) -> Result<Loaded, Error> {
-    let tm = Instant::now();
-    let mounted = job.is_leader().then(|| mount_here(node, req, &plan, true));
-    if let Err(e) = job.agree(outcome(&mounted)) {
-        if let Some(Ok((rec, _))) = &mounted {
-            let mp = &rec.mount_point;
-            let _ = state::release(node.sys, &node.state, mp, true, req.job_id.as_deref());
-        }
-        return Err(e.into());
+}
+
+impl InPlace {
+    pub fn new(short: Vec<String>) -> InPlace {
+        InPlace { short }
     }
-    let own = mounted.and_then(Result::ok);
-    let (record, reused): (state::Record, bool) = leader_value(job, own.as_ref())?;
-    let warning = format!(
-        "no room for a copy of {}/{} on {} node(s) ({}): it is served in place from {} on every \
-         node, each chunk verified against its manifest on first read (reads go to shared \
-         storage); free node-local space or choose another --cache-dir for a copy, or \
-         --no-fallback to fail instead",
-        plan.name,
-        plan.version,
-        short.len(),
-        short.join("; "),
-        plan.src.display()
-    );
-    Ok(Loaded {
-        mount_point: record.mount_point.clone(),
-        plan,
-        reused,
-        record,
-        copy: CopyReport {
-            nodes: job.nodes(),
-            ..CopyReport::default()
-        },
-        timings: super::Timings {
-            resolve_trust,
-            mount: tm.elapsed(),
-            total: t0.elapsed(),
-        },
-        in_place: Some(warning),
-    })
+}
+
+impl Mounter for InPlace {
+    fn name(&self) -> &'static str {
+        "in-place"
+    }
+
+    fn needs_copy(&self) -> bool {
+        false
+    }
+
+    fn mount(
+        &self,
+        node: &NodeContext,
+        req: &LoadRequest,
+        plan: &Plan,
+    ) -> Result<NodeMount, Error> {
+        // the pool file itself, through the verifying chunk server (the authorized digest)
+        let serve = Served {
+            digest: plan.digest.clone(),
+            keep: None,
+            source: None,
+        };
+        super::cached::acquire(node, req, plan, plan.src.clone(), Some(serve))
+    }
+
+    /// As the cached copy's: the reference dropped, the last one unmounts; the chunk server's
+    /// directory goes with the record.
+    fn release(&self, node: &NodeContext, req: &LoadRequest, m: &NodeMount) {
+        super::cached::release(node, req, m)
+    }
+
+    fn note(&self, plan: &Plan) -> Option<String> {
+        Some(format!(
+            "no room for a copy of {}/{} on {} node(s) ({}): it is served in place from {} on every \
+             node, each chunk verified against its manifest on first read (reads go to shared \
+             storage); free node-local space or choose another --cache-dir for a copy, or \
+             --no-fallback to fail instead",
+            plan.name,
+            plan.version,
+            self.short.len(),
+            self.short.join("; "),
+            plan.src.display()
+        ))
+    }
 }

@@ -19,10 +19,10 @@ use crate::collective::{leader_value, Collective, Local};
 use crate::config::{Config, Environment};
 use crate::env::{self, Change, PoolMount, Snapshot};
 use crate::error::Error;
-use crate::mount::{self, paths, MountOptions, Sys};
+use crate::mount::{self, paths, Sys};
 use crate::pool::{Manifest, Pool};
 use crate::slurm::{self, JobPool};
-use crate::state::{self, AcquireRequest, StateDir};
+use crate::state::{self, StateDir};
 use crate::transfer::{CopyReport, ProgressSink};
 use crate::trust::{authorize, TrustPolicy, TrustedKeys, Verdict};
 
@@ -201,44 +201,6 @@ pub(crate) fn cache_entry(
     ))
 }
 
-/// Step 5 on a node leader: the mount point, then mount (or add a reference).
-fn mount_here(
-    node: &NodeContext,
-    req: &LoadRequest,
-    plan: &Plan,
-    in_place: bool,
-) -> Result<(state::Record, bool), Error> {
-    let mp = match &req.mountpoint {
-        Some(m) => explicit_mountpoint(m)?,
-        None => node.default_mountpoint(&plan.name, &plan.version)?,
-    };
-    let r = state::acquire(
-        node.sys,
-        &node.state,
-        &AcquireRequest {
-            // in place: the pool file itself, through the verifying chunk server
-            image: if in_place {
-                plan.src.clone()
-            } else {
-                plan.dest.clone()
-            },
-            mountpoint: mp,
-            options: MountOptions::parse(None)?,
-            job_id: req.job_id.clone(),
-            timeout: req.timeout,
-            once_per_job: req.once_per_job,
-            source: Some(plan.src.clone()),
-            lease: None,
-            serve: in_place.then(|| crate::mount::serve::InPlace {
-                digest: plan.digest.clone(),
-                keep: None,
-                source: None,
-            }),
-        },
-    )?;
-    Ok((r.record, r.reused))
-}
-
 /// Load a pool on every node of the job. Collective: every rank calls it; node leaders do the
 /// work; every rank returns the same outcome.
 pub fn load(
@@ -246,6 +208,18 @@ pub fn load(
     node: &NodeContext,
     req: &LoadRequest,
     observer: &dyn Observer,
+) -> Result<Loaded, Error> {
+    load_with(job, node, req, observer, &mounter::choose)
+}
+
+/// [`load`] with the mount stage chosen by `choose` instead of [`mounter::choose`] (collective
+/// like it: the same kind on every rank).
+pub fn load_with(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LoadRequest,
+    observer: &dyn Observer,
+    choose: &mounter::Choose,
 ) -> Result<Loaded, Error> {
     let t0 = Instant::now();
     let leader = job.is_leader();
@@ -261,132 +235,49 @@ pub fn load(
     let (plan, authorized) = place::agree_plan(job, node, req, observer, &mut src_file)?;
     let resolve_trust = t0.elapsed();
 
-    // the site path (site.rs): a site-signed pool through the site's mount helper, when every
-    // node leader has it; from the node's cached copy where it has one, so that the pool's bytes
-    // move only if some node lacks it
-    let mine = if leader {
-        site::helper_for(node, req, &plan)
+    // 2. the mount stage, chosen once from every node's context (mounter.rs): the site's helper,
+    // the pool served in place, or the node's cached copy
+    let mounter = choose(job, node, req, &plan)?;
+
+    // 3. what every node holds already is mounted before anything moves
+    let held = mounter::mount_held(job, node, req, &plan, &*mounter)?;
+
+    // 4. place: the broadcast into the node-local cache, bound to the authorized bytes, unless
+    // every node mounted already or the mount reads the pool where it lies
+    let copy = if held.everywhere {
+        CopyReport::default()
+    } else if !mounter.needs_copy() {
+        CopyReport {
+            nodes: job.nodes(),
+            ..CopyReport::default()
+        }
     } else {
-        None
+        place::copy_into_cache(job, node, req, &plan, authorized, src_file)
+            .map_err(|e| mounter::take_back(node, req, &*mounter, held.mine.as_ref(), e))?
     };
-    let vote = if leader { u8::from(mine.is_some()) } else { 2 };
-    let site_all = job
-        .all_gather(&[vote])?
-        .iter()
-        .all(|v| v.first() != Some(&0));
-    let helper = if site_all { mine } else { None };
-    let mut site_mounted = None;
-    if site_all {
-        let from_cache = helper
-            .as_ref()
-            .map(|h| site::mount_cached(node.sys, h, &plan.digest, req.job_id.as_deref()));
-        if let Err(e) = job.agree(outcome(&from_cache)) {
-            if let (Some(h), Some(Ok(Some(m)))) = (&helper, &from_cache) {
-                let _ = state::helper_release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
-            }
-            return Err(e.into());
-        }
-        site_mounted = from_cache.and_then(Result::ok).flatten();
-        let needs_bytes = leader && site_mounted.is_none();
-        let any_needs = job
-            .all_gather(&[u8::from(needs_bytes)])?
-            .iter()
-            .any(|v| v.first() == Some(&1));
-        if !any_needs {
-            // every node mounted its own verified copy: nothing read, nothing moved
-            return site::finish(
-                job,
-                node,
-                req,
-                plan,
-                helper.as_deref(),
-                site_mounted,
-                t0,
-                resolve_trust,
-                CopyReport::default(),
-            );
-        }
-    }
 
-    // a node without room for the copy: every node serves the pool in place (unless refused)
-    let short = in_place::short_nodes(job, &plan)?;
-    if !short.is_empty() && !req.no_fallback && !site_all {
-        return in_place::load_in_place(job, node, req, plan, short, t0, resolve_trust);
-    }
-
-    // 2.-6. place: the broadcast into the node-local cache, bound to the authorized bytes
-    let report = place::copy_into_cache(job, node, req, &plan, authorized, src_file)?;
-
-    // 7. mount on every node, all or nothing
+    // 5. mount on every node, all or nothing
     let tm = Instant::now();
-    if site_all {
-        // the nodes without the node's copy: the helper verifies the local copy into its cache
-        let fresh = match (&helper, &site_mounted) {
-            (Some(h), None) => Some(site::mount_file(
-                node.sys,
-                h,
-                &plan.dest,
-                req.job_id.as_deref(),
-            )),
-            _ => None,
-        };
-        if let Err(e) = job.agree(outcome(&fresh)) {
-            if let (Some(h), Some(Ok(m))) = (&helper, &fresh) {
-                let _ = state::helper_release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
-            }
-            return Err(e.into());
-        }
-        if let Some(Ok(m)) = fresh {
-            site_mounted = Some(m);
-        }
-        let mut l = site::finish(
-            job,
-            node,
-            req,
-            plan,
-            helper.as_deref(),
-            site_mounted,
-            t0,
-            resolve_trust,
-            report,
-        )?;
-        l.timings.mount = tm.elapsed();
-        return Ok(l);
-    }
-    let mounted = leader.then(|| mount_here(node, req, &plan, false));
-    if let Err(e) = job.agree(outcome(&mounted)) {
-        if let Some(Ok((rec, _))) = &mounted {
-            // the nodes that did mount take their mount (or their reference) back
-            let mp = &rec.mount_point;
-            let _ = state::release(node.sys, &node.state, mp, true, req.job_id.as_deref());
-        }
-        return Err(e.into());
-    }
+    let own = mounter::mount_everywhere(job, node, req, &plan, &*mounter, held.mine)?;
+
+    // 6. cache upkeep
     if leader {
-        // cache upkeep: least-recently-used bookkeeping, then the watermarks
-        let _ = cache::touch(&plan.dest);
-        cache::prune_to_watermarks(
-            node.cfg,
-            &plan.dest,
-            node.uid,
-            &state::images_in_use(&node.state),
-        );
+        mounter.upkeep(node, &plan);
     }
-    let own = mounted.and_then(Result::ok);
-    let (record, reused): (state::Record, bool) = leader_value(job, own.as_ref())?;
+    let mounted: mounter::NodeMount = leader_value(job, own.as_ref())?;
     let mount = tm.elapsed();
     Ok(Loaded {
-        plan,
-        mount_point: record.mount_point.clone(),
-        reused,
-        record,
-        copy: report,
+        mount_point: mounted.record.mount_point.clone(),
+        reused: mounted.reused,
+        record: mounted.record,
+        copy,
         timings: Timings {
             resolve_trust,
             mount,
             total: t0.elapsed(),
         },
-        in_place: None,
+        in_place: mounter.note(&plan),
+        plan,
     })
 }
 
@@ -661,7 +552,9 @@ pub fn unload_environment(u: &Unloaded, now: &Snapshot, job_pools: Option<&str>)
     changes
 }
 
+mod cached;
 mod in_place;
+pub mod mounter;
 mod place;
 pub use place::{place, Placed, Placement};
 mod mount_image;
@@ -678,5 +571,7 @@ pub use mount_rw::{mount_rw, MountRw};
 use task::last_set;
 pub use task::{ensure, task_prolog};
 
+#[cfg(test)]
+mod stage_tests;
 #[cfg(test)]
 mod tests;

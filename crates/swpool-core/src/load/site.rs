@@ -10,7 +10,8 @@
 //! job's broadcast brings the pool into the users' caches as always (one read of shared storage
 //! per job), and the helper copies from that local copy, verifying it again, into its own cache.
 //! A pool that is not site-signed, a load with an explicit mount point (`-m`), or a node without
-//! the helper takes the per-user FUSE path as before.
+//! the helper takes the per-user FUSE path as before. [`SiteHelper`] is the mount stage's
+//! implementation for it ([`super::mounter`]), chosen when [`helper_for`] answers on every node.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,7 @@ use crate::mount::{Backend, PoolId, Sys};
 use crate::state::{self, Record, Ref, Serving, StateDir};
 use crate::trust::Verdict;
 
+use super::mounter::{Mounter, NodeMount};
 use super::{LoadRequest, NodeContext, Plan};
 
 /// What the helper says it mounted.
@@ -100,49 +102,77 @@ impl HelperMounted {
     }
 }
 
-/// The end of a site-path load on every rank: each leader records its reference, all agree, every
-/// rank gets its node's record (as `load`'s own mount step ends).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn finish(
-    job: &dyn crate::collective::Collective,
-    node: &NodeContext,
-    req: &LoadRequest,
-    plan: Plan,
-    helper: Option<&Path>,
-    mounted: Option<HelperMounted>,
-    t0: std::time::Instant,
-    resolve_trust: std::time::Duration,
-    copy: crate::transfer::CopyReport,
-) -> Result<super::Loaded, Error> {
-    let tm = std::time::Instant::now();
-    let recorded = match (helper, &mounted) {
-        (Some(h), Some(m)) => Some(record(&node.state, req, &plan, m, h, node.uid)),
-        _ => None,
-    };
-    if let Err(e) = job.agree(super::outcome(&recorded)) {
-        if let (Some(h), Some(m)) = (helper, &mounted) {
-            let _ = state::helper_release(node.sys, h, &m.pool_id(), req.job_id.as_deref());
-            if let Some(Ok((rec, _))) = &recorded {
-                let _ = drop_ref(&node.state, rec, req.job_id.as_deref());
+/// The site's root helper's kernel mount ([`super::mounter::Mounter`]): the helper mounts the
+/// pool from its own verified copy (the node's, by digest, before anything moves; else verified
+/// from the node's placed copy), and the user's [`Serving::Kernel`] record holds this load's
+/// reference. Released at the helper (`release-pool`, this job's references) with the record's
+/// reference.
+pub struct SiteHelper {
+    helper: PathBuf,
+}
+
+impl SiteHelper {
+    /// The helper to ask (`sudo -n HELPER`).
+    pub fn new(helper: PathBuf) -> SiteHelper {
+        SiteHelper { helper }
+    }
+
+    /// What the helper mounted, recorded as the user's reference; the helper's mount taken back
+    /// when the record cannot be written.
+    fn recorded(
+        &self,
+        node: &NodeContext,
+        req: &LoadRequest,
+        plan: &Plan,
+        m: HelperMounted,
+    ) -> Result<NodeMount, Error> {
+        match record(&node.state, req, plan, &m, &self.helper, node.uid) {
+            Ok((record, reused)) => Ok(NodeMount { record, reused }),
+            Err(e) => {
+                let job = req.job_id.as_deref();
+                let _ = state::helper_release(node.sys, &self.helper, &m.pool_id(), job);
+                Err(e)
             }
         }
-        return Err(e.into());
     }
-    let own = recorded.and_then(Result::ok);
-    let (record, reused): (Record, bool) = crate::collective::leader_value(job, own.as_ref())?;
-    Ok(super::Loaded {
-        plan,
-        mount_point: record.mount_point.clone(),
-        reused,
-        record,
-        copy,
-        timings: super::Timings {
-            resolve_trust,
-            mount: tm.elapsed(),
-            total: t0.elapsed(),
-        },
-        in_place: None,
-    })
+}
+
+impl Mounter for SiteHelper {
+    fn name(&self) -> &'static str {
+        "site-helper"
+    }
+
+    /// `mount-pool --digest D`: the node's verified copy, when the helper has it.
+    fn mount_held(
+        &self,
+        node: &NodeContext,
+        req: &LoadRequest,
+        plan: &Plan,
+    ) -> Result<Option<NodeMount>, Error> {
+        match mount_cached(node.sys, &self.helper, &plan.digest, req.job_id.as_deref())? {
+            Some(m) => self.recorded(node, req, plan, m).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `mount-pool FILE`: the helper verifies the node's placed copy into its cache and mounts it.
+    fn mount(
+        &self,
+        node: &NodeContext,
+        req: &LoadRequest,
+        plan: &Plan,
+    ) -> Result<NodeMount, Error> {
+        let m = mount_file(node.sys, &self.helper, &plan.dest, req.job_id.as_deref())?;
+        self.recorded(node, req, plan, m)
+    }
+
+    fn release(&self, node: &NodeContext, req: &LoadRequest, m: &NodeMount) {
+        let job = req.job_id.as_deref();
+        if let Some(p) = &m.record.pool {
+            let _ = state::helper_release(node.sys, &self.helper, p, job);
+        }
+        let _ = drop_ref(&node.state, &m.record, job);
+    }
 }
 
 /// Take back the reference [`record`] added (another node failed).

@@ -16,18 +16,18 @@ use crate::transfer::Authorized;
 use crate::trust::{keys, sign_pool, TrustedKey};
 use swpool_format::status::ExitStatus;
 
-const NODES: usize = 4;
+pub(super) const NODES: usize = 4;
 
-struct Site {
+pub(super) struct Site {
     _d: tempfile::TempDir,
-    root: PathBuf,
-    pool: PathBuf,
-    key: openssl::pkey::PKey<openssl::pkey::Private>,
-    uid: u32,
+    pub(super) root: PathBuf,
+    pub(super) pool: PathBuf,
+    pub(super) key: openssl::pkey::PKey<openssl::pkey::Private>,
+    pub(super) uid: u32,
 }
 
 /// A squashfs-like image (a superblock claiming `bytes_used`, random data) as a signed pool.
-fn write_pool(path: &Path, seed: u8, key: &openssl::pkey::PKey<openssl::pkey::Private>) {
+pub(super) fn write_pool(path: &Path, seed: u8, key: &openssl::pkey::PKey<openssl::pkey::Private>) {
     let mut image = vec![0u8; 3 << 20];
     image[0..4].copy_from_slice(b"hsqs");
     let len = image.len() as u64;
@@ -50,7 +50,7 @@ fn write_pool(path: &Path, seed: u8, key: &openssl::pkey::PKey<openssl::pkey::Pr
     std::fs::rename(&tmp, path).unwrap();
 }
 
-fn site() -> Site {
+pub(super) fn site() -> Site {
     let d = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(d.path()).unwrap();
     let key = keys::generate(keys::Algorithm::Ed25519).unwrap();
@@ -69,7 +69,7 @@ fn site() -> Site {
     }
 }
 
-fn trusted(key: &openssl::pkey::PKey<openssl::pkey::Private>, name: &str) -> TrustedKey {
+pub(super) fn trusted(key: &openssl::pkey::PKey<openssl::pkey::Private>, name: &str) -> TrustedKey {
     let public =
         openssl::pkey::PKey::public_key_from_pem(&key.public_key_to_pem().unwrap()).unwrap();
     TrustedKey {
@@ -81,7 +81,7 @@ fn trusted(key: &openssl::pkey::PKey<openssl::pkey::Private>, name: &str) -> Tru
 }
 
 /// Node `n` of the site: its record store, trusting `key` only.
-fn node_context<'a>(
+pub(super) fn node_context<'a>(
     s: &Site,
     cfg: &'a Config,
     sys: &'a FakeSys,
@@ -118,10 +118,10 @@ struct Faults {
     no_fallback: bool,
 }
 
-struct NodeOutcome {
-    result: Result<Loaded, String>,
-    status: Option<ExitStatus>,
-    mounts: usize,
+pub(super) struct NodeOutcome {
+    pub(super) result: Result<Loaded, String>,
+    pub(super) status: Option<ExitStatus>,
+    pub(super) mounts: usize,
 }
 
 fn run(
@@ -173,7 +173,7 @@ fn run(
 }
 
 /// Every rank failed with the same message; nothing is left anywhere.
-fn failed_alike(s: &Site, out: &[NodeOutcome], needle: &str, node: usize) -> String {
+pub(super) fn failed_alike(s: &Site, out: &[NodeOutcome], needle: &str, node: usize) -> String {
     let msgs: Vec<&String> = out
         .iter()
         .map(|o| o.result.as_ref().err().unwrap())
@@ -210,7 +210,7 @@ fn failed_alike(s: &Site, out: &[NodeOutcome], needle: &str, node: usize) -> Str
 }
 
 /// No node has a cache entry (nothing moved).
-fn assert_nothing_cached(s: &Site) {
+pub(super) fn assert_nothing_cached(s: &Site) {
     for n in 0..NODES {
         let cache = s.root.join(format!("node{n}/cache"));
         let entries: Vec<_> = walk(&cache)
@@ -221,7 +221,7 @@ fn assert_nothing_cached(s: &Site) {
     }
 }
 
-fn walk(d: &Path) -> Vec<PathBuf> {
+pub(super) fn walk(d: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(d) {
         for e in rd.flatten() {
@@ -642,5 +642,17 @@ fn place_copies_to_every_node_without_mounting_and_fails_alike() {
         "{}",
         msgs[0]
     );
+    assert_nothing_cached(&s);
+}
+
+#[test]
+fn an_in_place_mount_that_fails_on_node_4_fails_every_node() {
+    let s = site();
+    let f = Faults {
+        full_disk_on: Some(1),
+        mount_fails_on: Some(3),
+        ..Faults::default()
+    };
+    failed_alike(&s, &run(&s, 2, f, &Quiet), "fuse", 3);
     assert_nothing_cached(&s);
 }
