@@ -300,6 +300,9 @@ fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
     what: &str,
     node: &str,
 ) -> Result<ExitCode, String> {
+    // blocks (128 KiB by default) and replies are allocated per request: keep them in the heap
+    // rather than mmap'ed and faulted in afresh each time (as for chunks, see keep_chunk_buffers)
+    swpool_serve::keep_chunk_buffers(1 << 20);
     let ar = match swpool_squashfs::Archive::with_cache(src, size, args.block_cache.max(1 << 20)) {
         Ok(a) => a,
         Err(e @ swpool_squashfs::Error::Unsupported(_)) => {
