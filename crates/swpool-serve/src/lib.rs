@@ -30,6 +30,7 @@ pub mod prefetch;
 pub mod socket;
 pub mod source;
 pub mod store;
+pub mod tree;
 
 pub use chunks::{ChunkError, Chunks, Limits};
 

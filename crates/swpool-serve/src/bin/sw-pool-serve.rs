@@ -3,6 +3,12 @@
 //!
 //! sw-pool starts it (`sw-pool mount --in-place`, and `load` when the node has no room for a
 //! copy); it is not meant to be run by hand. Its stderr is the mount's log.
+//!
+//! With `--tree` it serves the pool's squashfs tree itself at DIR, in one hop, with no helper:
+//! read through the verifying chunk engine (in place, or `--source unix:PATH` on demand), or with
+//! `--cached` straight from a node-local pool file that was verified when it landed. It ends when
+//! DIR is unmounted, or on SIGTERM/SIGINT/SIGHUP (it unmounts DIR). An image its reader does not
+//! read (another compressor) exits with status 3 before anything is mounted: use the helper.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -26,9 +32,19 @@ struct Args {
     /// The manifest digest that was authorized: a pool whose manifest differs is refused
     #[arg(long, value_name = "DIGEST")]
     digest: String,
-    /// An empty directory of the caller's to serve the image in (as DIR/image)
+    /// An empty directory of the caller's to serve the image in (as DIR/image; with --tree the
+    /// pool's tree itself)
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
+    /// Serve the pool's squashfs tree at DIR in one hop (no helper)
+    #[arg(long)]
+    tree: bool,
+    /// With --tree: POOL is a node-local copy verified when it landed; read it directly
+    #[arg(long, requires = "tree", conflicts_with_all = ["source", "keep"])]
+    cached: bool,
+    /// With --tree: bytes of decompressed blocks kept in memory
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    block_cache: usize,
     /// Where chunks come from: the pool file (default), or `unix:PATH`, the node's on-demand
     /// server (its answers are verified like the file's)
     #[arg(long, value_name = "SOURCE")]
@@ -42,14 +58,14 @@ struct Args {
     /// Bytes of verified chunks kept in memory when nothing is kept on disk
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
     memory: u64,
-    /// Requests served at once
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    threads: usize,
+    /// Requests served at once (default: 4; with --tree the node's CPUs, 2 to 16)
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// Log each step (to standard error, the mount's log)
     #[arg(long)]
     debug: bool,
     /// The helper and its arguments; `{image}` stands for the served file
-    #[arg(last = true, required = true, value_name = "HELPER")]
+    #[arg(last = true, required_unless_present = "tree", value_name = "HELPER")]
     helper: Vec<OsString>,
 }
 
@@ -108,12 +124,27 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             args.digest
         ));
     }
+    if args.tree && !args.helper.is_empty() {
+        return Err("--tree serves the tree itself: give no helper".into());
+    }
+    if args.tree && m.format != swpool_format::format::ImageFormat::Squashfs {
+        eprintln!(
+            "sw-pool-serve: {}: a {} image; --tree reads squashfs images only: serve it with its helper",
+            args.pool.display(),
+            m.format.as_str()
+        );
+        return Ok(ExitCode::from(UNSUPPORTED));
+    }
     let file = match pool.file.take() {
         Some(f) => f,
         None => {
             std::fs::File::open(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?
         }
     };
+    if args.cached {
+        let what = format!("{} ({})", m.name, args.pool.display());
+        return serve_tree(args, set, file, m.image_size, &what, &node);
+    }
     let local = match &args.keep {
         Some(p) => Some(
             LocalStore::open(p, &m.digest, m.image_size, m.chunk_size)
@@ -145,6 +176,18 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
     ));
     // sequential readers (sha256 of a large file, a program's start) do not wait for each chunk
     chunks.start_readahead();
+    if args.tree {
+        let what = format!("{} ({})", m.name, args.pool.display());
+        let size = chunks.image_size();
+        return serve_tree(
+            args,
+            set,
+            swpool_serve::tree::ChunkReader(chunks),
+            size,
+            &what,
+            &node,
+        );
+    }
     let mtime = UNIX_EPOCH + Duration::from_secs(m.created);
     let fs = ImageFs::new(
         chunks.clone(),
@@ -164,7 +207,7 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
         fuser::MountOption::FSName("sw-pool-serve".into()),
         fuser::MountOption::Subtype("sw-pool-serve".into()),
     ];
-    cfg.n_threads = Some(args.threads.clamp(1, 64));
+    cfg.n_threads = Some(args.threads.unwrap_or(4).clamp(1, 64));
     let session = fuser::Session::new(fs, &args.dir, &cfg)
         .and_then(|s| s.spawn())
         .map_err(|e| {
@@ -241,6 +284,99 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             _ => ExitCode::from(1),
         }),
         Err(e) => Err(format!("cannot run {}: {e}", argv[0].to_string_lossy())),
+    }
+}
+
+/// Exit status of `--tree` on an image its reader does not read: fall back to the helper.
+const UNSUPPORTED: u8 = 3;
+
+/// `--tree`: serve the squashfs tree read through `src` at DIR until it is unmounted or a
+/// termination signal comes (then unmount it).
+fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
+    args: &Args,
+    set: libc::sigset_t,
+    src: R,
+    size: u64,
+    what: &str,
+    node: &str,
+) -> Result<ExitCode, String> {
+    // blocks (128 KiB by default) and replies are allocated per request: keep them in the heap
+    // rather than mmap'ed and faulted in afresh each time (as for chunks, see keep_chunk_buffers)
+    swpool_serve::keep_chunk_buffers(1 << 20);
+    let ar = match swpool_squashfs::Archive::with_cache(src, size, args.block_cache.max(1 << 20)) {
+        Ok(a) => a,
+        Err(e @ swpool_squashfs::Error::Unsupported(_)) => {
+            eprintln!("sw-pool-serve: {what} on {node}: {e}");
+            return Ok(ExitCode::from(UNSUPPORTED));
+        }
+        Err(e) => return Err(format!("{what} on {node}: {e}; nothing was mounted")),
+    };
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 16)
+    });
+    let fs = swpool_serve::tree::TreeFs::new(ar, what, (threads / 2).max(1));
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::RO,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::FSName("sw-pool".into()),
+        fuser::MountOption::Subtype("sw-pool".into()),
+    ];
+    cfg.n_threads = Some(threads.clamp(1, 64));
+    let session = fuser::Session::new(fs, &args.dir, &cfg)
+        .and_then(|s| s.spawn())
+        .map_err(|e| {
+            format!(
+                "cannot serve {what} at {}: {e}{}",
+                args.dir.display(),
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    " (/dev/fuse must be usable by this user: mode 0666)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+    tracing::debug!(threads, "serving the tree");
+    loop {
+        if session.guard.is_finished() {
+            // unmounted from outside (fusermount -u, umount): done
+            return match session.join() {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) => Err(format!("{what} at {}: {e}", args.dir.display())),
+            };
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000_000,
+        };
+        // SAFETY: `set` is a valid signal set blocked in this thread; null info is allowed.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        if sig > 0 {
+            tracing::debug!(sig, "unmounting on a signal");
+            if let Err(e) = session.umount_and_join() {
+                // busy (a file open, a process inside): detach it as libfuse's servers do; the
+                // kernel ends the connection when this process exits
+                tracing::debug!("unmounting {}: {e}; detaching it", args.dir.display());
+                let detached = Command::new("fusermount3")
+                    .args(["-u", "-z", "-q", "--"])
+                    .arg(&args.dir)
+                    .stdin(Stdio::null())
+                    .status();
+                if !detached.is_ok_and(|s| s.success()) {
+                    tracing::warn!(
+                        "{what}: cannot unmount {} ({e}); unmount it with `sw-pool umount --force`",
+                        args.dir.display()
+                    );
+                }
+            }
+            return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+        }
     }
 }
 
