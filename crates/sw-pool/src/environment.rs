@@ -178,6 +178,12 @@ fn start(
         bases,
         pools,
     };
+    if req.root {
+        // uid 0's commands (dpkg's ldconfig and start-stop-daemon, apt's, `make install`'s) are
+        // in the sbin directories a user's PATH lacks; pid 1 and the command inherit this
+        // process's environment (single-threaded here: nothing reads it concurrently)
+        std::env::set_var("PATH", root_path(env.path_var()));
+    }
     let on_plan = |plan: &swpool_env::Plan| {
         if p.verbosity >= crate::output::Verbosity::Verbose {
             crate::eline!(
@@ -194,6 +200,35 @@ fn start(
         }
         Err(e) => setup_failed(&e),
     }
+}
+
+/// The `PATH` of a command run as uid 0 (`--root`): the caller's, with each of
+/// `/usr/local/sbin`, `/usr/sbin` and `/sbin` it lacks put before its `bin` (as in root's own
+/// PATH), or at the end when that is not there either.
+pub fn root_path(user: Option<&std::ffi::OsStr>) -> OsString {
+    use std::path::Path;
+    let mut dirs: Vec<PathBuf> = user
+        .filter(|p| !p.is_empty())
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_else(|| {
+            ["/usr/local/bin", "/usr/bin", "/bin"]
+                .map(PathBuf::from)
+                .to_vec()
+        });
+    for (sbin, bin) in [
+        ("/usr/local/sbin", "/usr/local/bin"),
+        ("/usr/sbin", "/usr/bin"),
+        ("/sbin", "/bin"),
+    ] {
+        if dirs.iter().any(|d| d == Path::new(sbin)) {
+            continue;
+        }
+        match dirs.iter().position(|d| d == Path::new(bin)) {
+            Some(i) => dirs.insert(i, sbin.into()),
+            None => dirs.push(sbin.into()),
+        }
+    }
+    std::env::join_paths(dirs).unwrap_or_else(|_| user.unwrap_or_default().to_os_string())
 }
 
 /// Where the pool `spec` names (NAME/VERSION, a pool file or a mount point) is mounted for this
@@ -469,5 +504,26 @@ fn step_sync(
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::root_path;
+
+    #[test]
+    fn root_path_adds_the_sbin_directories_before_their_bin() {
+        let p = |s: &str| root_path(Some(s.as_ref())).into_string().unwrap();
+        assert_eq!(
+            p("/home/u/bin:/usr/local/bin:/usr/bin:/bin"),
+            "/home/u/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        );
+        // already there: unchanged
+        let full = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        assert_eq!(p(full), full);
+        // a merged-/usr PATH without /bin: /sbin at the end
+        assert_eq!(p("/usr/bin"), "/usr/sbin:/usr/bin:/usr/local/sbin:/sbin");
+        // no PATH: a usual one
+        assert_eq!(root_path(None), std::ffi::OsString::from(full));
     }
 }

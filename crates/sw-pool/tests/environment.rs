@@ -613,8 +613,9 @@ fn libc_sigterm() -> i32 {
 }
 
 /// `--root` without the site's helper: `dpkg -i` of a package installs into the layer (the
-/// package manager's root-only lock files get stand-ins, `rootfix`), its program runs from the
-/// layer, and the host's package database does not know it.
+/// package manager's root-only lock files get stand-ins, `rootfix`; the command's PATH has the
+/// sbin directories a user's lacks), its program runs from the layer, and the host's package
+/// database does not know it.
 #[test]
 fn dpkg_install_as_root_lands_in_the_layer() {
     if !ready() {
@@ -652,17 +653,22 @@ fn dpkg_install_as_root_lands_in_the_layer() {
     std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let o = f.run(&["layer", "create", "deb"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let o = f.run(&[
-        "run",
-        "--root",
-        "--layer",
-        "deb",
-        "--",
-        "dpkg",
-        "-i",
-        deb.to_str().unwrap(),
-    ]);
+    // as the README has it, from a user's PATH (no sbin directory: dpkg needs ldconfig and
+    // start-stop-daemon from there)
+    let o = run(f
+        .cmd(&[
+            "run",
+            "--root",
+            "--layer",
+            "deb",
+            "--",
+            "dpkg",
+            "-i",
+            deb.to_str().unwrap(),
+        ])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin"));
     assert_eq!(o.code, 0, "dpkg -i in the layer: {}{}", o.stdout, o.stderr);
+    assert!(!o.stderr.contains("not found in PATH"), "{}", o.stderr);
     let o = f.run(&["run", "--layer", "deb", "--", &pkg]);
     assert_eq!(
         (o.code, o.stdout.trim()),

@@ -519,3 +519,44 @@ fn job_pools_for_the_task_prolog_and_cleanup_by_job() {
         o.stdout
     );
 }
+
+/// A lazy load's verifying chunk server has a FUSE mount of its own (in the state directory):
+/// `list` counts it as the record's, not as an unrecorded mount of sw-pool-serve (a user's FUSE
+/// mounts are `fuse.sw-pool-serve` through fusermount3, so the test runs as nobody).
+#[test]
+fn list_takes_the_chunk_servers_mount_for_its_records() {
+    if !is_root() {
+        skip("needs root to give the test user a private /dev/fuse; run the suite as root");
+        return;
+    }
+    let t = T::new();
+    let p = pool(&t, true);
+    let f = common::env_fixture::Fixture::new();
+    let mp = f.dir.path().join("lazy");
+    let script = r#"set -e
+"$1" -q load --lazy -m "$2" "$3" >/dev/null
+"$1" list
+"$1" -q unload "$2" >/dev/null"#;
+    let o = run(f
+        .cmd_of(
+            "sh".as_ref(),
+            &[
+                "-c",
+                script,
+                "sh",
+                bin().to_str().unwrap(),
+                mp.to_str().unwrap(),
+                p.to_str().unwrap(),
+            ],
+        )
+        .env("SW_POOL_CACHE", f.dir.path())
+        .env("SW_POOL_SHELL_FUNCTION", "1"));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains(mp.to_str().unwrap()), "{}", o.stdout);
+    assert!(
+        !o.stdout.contains("unrecorded") && !o.stdout.contains("without a sw-pool record"),
+        "a false alarm: {}",
+        o.stdout
+    );
+    assert_eq!(o.stdout.lines().count(), 2, "{}", o.stdout);
+}
