@@ -96,6 +96,8 @@ pub enum Command {
     Umount(UmountArgs),
     /// This node's pools mounted by you: mount points, job ids, reference counts, stale mounts
     List(ListArgs),
+    /// The pools you can load by NAME/VERSION (on the pool path): signed or not, cached on this node
+    Avail(AvailArgs),
     /// Unmount and forget what a job left behind, stale mounts, or everything of yours on this node
     Cleanup(CleanupArgs),
     /// Slurm hooks: `prolog`, `task-prolog`, `epilog` (also installed as sw-pool-prolog, …)
@@ -442,6 +444,27 @@ pub struct UmountArgs {
     pub shadow: bool,
     /// The mount point to release
     pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  sw-pool avail
+  sw-pool avail gcc              (its versions)
+  sw-pool avail --json
+
+The pools are the files `sw-pool load NAME/VERSION` finds on the pool path
+(config `pool_path`, $SW_POOL_PATH): DIR/NAME/VERSION.sqfs or DIR/NAME-VERSION.sqfs
+(and .squashfs, .ext2/3/4, .img); where two directories hold the same one, the
+first's. CACHED: a verified copy is in your node-local cache on this node.")]
+pub struct AvailArgs {
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Node-local cache directory to look in (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Only this pool: NAME, or NAME/VERSION
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Args)]
