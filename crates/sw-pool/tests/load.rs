@@ -767,3 +767,35 @@ eval "$("$SWP" unload demo/1.0)"
         o.stderr
     );
 }
+
+/// The shell function is exported (bash): a job script run by a plain `bash job.sh > log` from
+/// a shell that has it loads into the script's own environment, and the log gets no shell code.
+#[test]
+fn a_bash_started_from_the_shell_has_the_function() {
+    let t = T::new();
+    let p = pool(&t, true);
+    std::fs::create_dir_all(t.p("pools/demo")).unwrap();
+    std::fs::rename(&p, t.p("pools/demo/1.0.sqfs")).unwrap();
+    std::fs::write(
+        t.p("job.sh"),
+        "sw-pool -q load demo/1.0\necho \"MP=$MODULEPATH\"\nsw-pool -q unload demo/1.0\necho \"after=$MODULEPATH\"\n",
+    )
+    .unwrap();
+    let o = bash(
+        &t,
+        r#"set -e
+PATH=$(dirname "$SWP"):$PATH
+eval "$(sw-pool shell-init bash)"
+bash "$D/job.sh" > "$D/job.log"
+"#,
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let log = std::fs::read_to_string(t.p("job.log")).unwrap();
+    assert!(
+        log.contains("MP=") && log.contains("demo/1.0/modulefiles") && !log.contains("export "),
+        "{log}{}",
+        o.stderr
+    );
+    assert!(log.contains("after=\n"), "{log}");
+    assert_eq!(t.fuse_mounts(), 0);
+}
