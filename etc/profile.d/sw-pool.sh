@@ -31,5 +31,6 @@ sw-pool() {
     *) command sw-pool "$@" ;;
   esac
 }'
+  # shellcheck disable=SC3045 # bash only, as the test says
   if [ -n "${BASH_VERSION-}" ]; then export -f sw-pool; fi
 fi

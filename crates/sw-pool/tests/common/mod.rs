@@ -3,6 +3,7 @@
 
 pub mod cases;
 pub mod env_fixture;
+pub mod load_fixture;
 pub mod mount_fixture;
 
 use std::path::{Path, PathBuf};

@@ -135,7 +135,7 @@ pub fn acquire(
                         .refs
                         .iter()
                         .any(|r| r.shell == req.shell && r.job_id == req.job_id);
-                if !(req.once_per_job && has_job_ref) && !has_shell_ref {
+                if !(has_shell_ref || req.once_per_job && has_job_ref) {
                     rec.refs.push(Ref {
                         job_id: req.job_id.clone(),
                         since: now(),
