@@ -104,7 +104,10 @@ fn load_refuses_output_that_no_shell_evaluates() {
         "SW_POOL_SHELL_FUNCTION=1 \"$SWP\" -q load demo/1.0 > /dev/null",
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
-    for _ in 0..3 {
+    // the shell named (the SPANK plugin's broadcast: output on /dev/null): the caller's own
+    let o = bash(&t, "\"$SWP\" -q load --shell sh demo/1.0 > /dev/null");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for _ in 0..4 {
         t.ok(&["unload", "-q", "demo/1.0"]);
     }
     assert_eq!(t.fuse_mounts(), 0);

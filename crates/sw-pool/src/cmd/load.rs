@@ -17,7 +17,9 @@ use crate::eline;
 
 pub fn run(g: &GlobalArgs, a: LoadArgs, env: &Environment) -> Result<(), Error> {
     // shell code on a terminal changes nothing: say what to run instead of half-acting
-    super::shell_init::refuse_unless_evaluated(env, a.json)?;
+    // (`--shell SHELL` given: the caller takes the code for that shell itself, as the SPANK
+    // plugin's broadcast does with its output on /dev/null)
+    super::shell_init::refuse_unless_evaluated(env, a.json, a.shell.is_some())?;
     if a.lazy {
         return super::lazy::launch(g, &a, env);
     }

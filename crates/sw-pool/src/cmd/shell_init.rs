@@ -285,13 +285,16 @@ pub fn calling_shell(env: &swpool_core::config::Environment, json: bool) -> Opti
 /// `load` prints shell code: when nothing evaluates it (output to a file, a device, a pipe to a
 /// program that is not a shell), the pool would be mounted and referenced with no shell knowing.
 /// Refuse before doing anything, and say what to run. Not under a launcher (its forwarding), not
-/// with `--json`, not from the shell function (it evaluates the output itself).
+/// with `--json`, not from the shell function (it evaluates the output itself), not when the
+/// caller named the shell (`explicit`: `--shell SHELL`; it takes the code itself).
 pub fn refuse_unless_evaluated(
     env: &swpool_core::config::Environment,
     json: bool,
+    explicit: bool,
 ) -> Result<(), Error> {
     refuse_on_terminal(env, json)?;
     if json
+        || explicit
         || launched(env)
         || env
             .get(swpool_core::config::EnvVar::ShellFunction)
@@ -315,7 +318,8 @@ pub fn refuse_unless_evaluated(
             "`{typed}` prints shell code for your shell to run, and its output goes to {goes_to}, \
              which does not run it: nothing was mounted. In a shell or a job script, run \
              `eval \"$({typed})\"` (or set up the shell function: `eval \"$(sw-pool shell-init bash)\"`, \
-             then `{typed}`); for a report instead of shell code, add --json"
+             then `{typed}`); for a report instead of shell code, add --json; to take the code \
+             yourself, name its shell with --shell SHELL"
         ),
     ))
 }
