@@ -97,6 +97,18 @@ fn load_refuses_output_that_no_shell_evaluates() {
         "{}",
         o.stdout
     );
+    // a script run through its #! line (its process is named after the script, as a Slurm
+    // batch script is `slurm_script`): its shell still evaluates
+    let script = t.p("job-script");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\neval \"$(\"$SWP\" -q load demo/1.0)\" && echo \"MP=$MODULEPATH\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = bash(&t, "\"$D/job-script\"");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("demo/1.0/modulefiles"), "{}", o.stdout);
     let o = bash(&t, "\"$SWP\" -q load --json demo/1.0 > \"$D/report\"");
     assert_eq!(o.code, 0, "{}", o.stderr);
     let o = bash(
@@ -107,7 +119,7 @@ fn load_refuses_output_that_no_shell_evaluates() {
     // the shell named (the SPANK plugin's broadcast: output on /dev/null): the caller's own
     let o = bash(&t, "\"$SWP\" -q load --shell sh demo/1.0 > /dev/null");
     assert_eq!(o.code, 0, "{}", o.stderr);
-    for _ in 0..4 {
+    for _ in 0..5 {
         t.ok(&["unload", "-q", "demo/1.0"]);
     }
     assert_eq!(t.fuse_mounts(), 0);

@@ -227,9 +227,17 @@ pub fn stdout_goes_to() -> Stdout {
                 .is_some_and(|flags| flags & 0o3 == 0) // O_ACCMODE, O_RDONLY
         })
     };
+    // the program (a script run through its #! line has the script's name as its comm: a
+    // Slurm batch script is `slurm_script`, run by bash), else the comm
     let comm = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim().to_string())
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .or_else(|| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .ok()
+                    .map(|c| c.trim().to_string())
+            })
             .unwrap_or_default()
     };
     if let Some(pp) = parent.filter(|&pp| reads(pp)) {
