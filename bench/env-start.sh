@@ -95,7 +95,7 @@ export SW_POOL_LAYER_DIR=$W/layers SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= H
   SW_POOL_STATE_DIR=$W/state
 cd "$W"
 for l in bench benchj benchb; do "$SW" layer create "$l" >/dev/null; done
-"$SW" load "$W/envbase.sqfs" >/dev/null 2>&1 || true
+"$SW" load --json "$W/envbase.sqfs" >/dev/null 2>&1 || true
 "$SW" run --layer benchj -- sleep 3600 & holder=$!
 for _ in $(seq 200); do [ -S "$(ls "$W"/state/envs/layer-*.sock 2>/dev/null | head -1)" ] && break; sleep 0.05; done
 names=(floor-ns floor-init sw-pool-run unshare-Urmpf bwrap ch-run floor-ovl sw-pool-run-layer

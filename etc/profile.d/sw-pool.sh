@@ -6,7 +6,9 @@
 # print shell code (MODULEPATH, SW_POOL_MOUNT, GWDG_SW_MOUNT, SW_POOL_LOADED) that this function
 # evaluates in the calling shell; every other subcommand runs unchanged. Messages go to stderr; only a
 # successful command's standard output is evaluated. bash, zsh and ksh only: POSIX sh cannot name a
-# function `sw-pool` (there, use `eval "$(sw-pool env DIR)"`).
+# function `sw-pool` (there, use `eval "$(sw-pool env DIR)"`). bash exports it (as Lmod's `module`),
+# so that a bash started from this one (a job script without -l, `bash` typed in a terminal, `sw-pool
+# shell`) has it too; zsh and ksh cannot export functions: put the line in ~/.zshenv or ~/.kshrc.
 if [ -n "${BASH_VERSION-}${ZSH_VERSION-}${KSH_VERSION-}" ]; then
   eval '
 sw-pool() {
@@ -29,4 +31,6 @@ sw-pool() {
     *) command sw-pool "$@" ;;
   esac
 }'
+  # shellcheck disable=SC3045 # bash only, as the test says
+  if [ -n "${BASH_VERSION-}" ]; then export -f sw-pool; fi
 fi

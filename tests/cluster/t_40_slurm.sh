@@ -352,7 +352,7 @@ assert_eq "second job ended: nothing left on node1" "0 0 0" "$(leftovers node1 "
 
 # --- 5. stale mounts: a FUSE helper killed by hand
 U="$TESTBED/exec node2 runuser -u $TB_USER -- env SW_POOL_PATH=$POOLS SW_POOL_SHELL=sh"
-$U "$SW" load demo/1.0 >/dev/null 2>&1
+$U "$SW" load --json demo/1.0 >/dev/null 2>&1
 hp=$($U "$SW" list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mounts"][0]["record"]["helper_pid"])')
 assert_match "stale: a mount with a live helper on node2" "^[0-9]+$" "$hp"
 kill -9 "$hp"   # the helper this test started (its pid from our own record)

@@ -65,7 +65,7 @@ while (( $(date +%s) < end )); do
   if (( i % 2 )); then
     mp=$L/B/p/sub/mnt; rc=0; out=$(root_sw mount -q --timeout 3 "$W/tiny.sqfs" "$mp" 2>&1) || rc=$?
   else
-    mp=$L/B/p/sub/new-$i; rc=0; out=$(root_sw load -q -m "$mp" "$W/t47.sqfs" 2>&1 >/dev/null) || rc=$?
+    mp=$L/B/p/sub/new-$i; rc=0; out=$(root_sw load -q --json -m "$mp" "$W/t47.sqfs" 2>&1 >/dev/null) || rc=$?
   fi
   if [[ $rc == 0 ]]; then
     ok=$((ok + 1))

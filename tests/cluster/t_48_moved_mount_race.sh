@@ -50,7 +50,7 @@ while (( $(date +%s) < end )); do
     mp=$L/B/p/sub/m-$i; rc=0; on mkdir "$mp" 2>/dev/null || true
     out=$(root_sw mount -q --timeout 3 "$W/tiny.sqfs" "$mp" 2>&1) || rc=$?
   else
-    mp=$L/B/p/sub/new-$i; rc=0; out=$(root_sw load -q -m "$mp" "$W/t48.sqfs" 2>&1 >/dev/null) || rc=$?
+    mp=$L/B/p/sub/new-$i; rc=0; out=$(root_sw load -q --json -m "$mp" "$W/t48.sqfs" 2>&1 >/dev/null) || rc=$?
   fi
   if [[ $rc != 0 ]]; then
     # a mount point the user moved away while it was being mounted is refused

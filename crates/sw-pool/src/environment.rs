@@ -68,7 +68,7 @@ pub fn store(flag: Option<PathBuf>, cfg: &Config, env: &Environment) -> Result<L
 }
 
 pub fn run(g: &GlobalArgs, a: RunArgs, env: &Environment) -> Result<(), Failed> {
-    start(g, a.env, a.cmd, env)
+    start(g, a.env, a.cmd, env, None)
 }
 
 pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Failed> {
@@ -77,7 +77,58 @@ pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Fail
         .filter(|s| !s.is_empty())
         .map(OsString::from)
         .unwrap_or_else(|| "/bin/sh".into());
-    start(g, a.env, vec![sh], env)
+    let layer = a.env.layer.as_deref();
+    let mark = prompt_mark(
+        env.get(swpool_core::config::EnvVar::Prompt),
+        layer,
+        a.env.root,
+    );
+    if !mark.is_empty() {
+        // bash runs PROMPT_COMMAND before each prompt, after its start-up files set PS1: the mark
+        // goes in front of whatever PS1 they made; other shells get it in PS1 from the environment
+        // (single-threaded here: nothing reads the environment concurrently)
+        let ps1 = env.get_os(HostVar::Ps1).map(OsString::from);
+        let mut with_mark = OsString::from(&mark);
+        with_mark.push(ps1.as_deref().unwrap_or_else(|| "$ ".as_ref()));
+        std::env::set_var("PS1", with_mark);
+        std::env::set_var("SW_POOL_PROMPT_MARK", &mark);
+        let mut pc = OsString::from(
+            r#"case "$PS1" in "$SW_POOL_PROMPT_MARK"*) ;; *) PS1="$SW_POOL_PROMPT_MARK$PS1" ;; esac"#,
+        );
+        if let Some(before) = env.get_os(HostVar::PromptCommand).filter(|p| !p.is_empty()) {
+            pc.push("; ");
+            pc.push(before);
+        }
+        std::env::set_var("PROMPT_COMMAND", pc);
+    }
+    let what = match (layer, a.env.root) {
+        (Some(l), false) => format!("with layer {l} (what you change in / goes into it)"),
+        (Some(l), true) => format!(
+            "with layer {l} AS ROOT: uid 0 inside is you, not the node's root; what you change in / \
+             goes into the layer"
+        ),
+        (None, false) => "without a layer (/ is the node's, read-only where it is for you)".into(),
+        (None, true) => "without a layer AS ROOT: uid 0 inside is you, not the node's root".into(),
+    };
+    let name = layer.map_or_else(
+        || "the environment".to_string(),
+        |l| format!("layer {l}'s environment"),
+    );
+    let quiet = g.quiet;
+    let enter = (!quiet)
+        .then(|| format!("sw-pool: entering an isolated environment {what}; `exit` leaves it"));
+    let leave = (!quiet).then(|| format!("sw-pool: left {name}"));
+    start(g, a.env, vec![sh], env, Some((enter, leave)))
+}
+
+/// The mark `shell` puts before the prompt: `$SW_POOL_PROMPT` with `LAYER` replaced (empty: none),
+/// else `(sw-pool LAYER) `, and `, root` with `--root`.
+pub fn prompt_mark(configured: Option<String>, layer: Option<&str>, root: bool) -> String {
+    let name = layer.unwrap_or("-");
+    match configured {
+        Some(c) => c.replace("LAYER", name),
+        None => format!("(sw-pool {name}{}) ", if root { ", root" } else { "" }),
+    }
 }
 
 /// Set up, run, and exit with the command's status (125 when the environment could not be made).
@@ -86,6 +137,7 @@ fn start(
     a: EnvironmentArgs,
     argv: Vec<OsString>,
     env: &Environment,
+    lines: Option<(Option<String>, Option<String>)>,
 ) -> Result<(), Failed> {
     let p = Printer::new(g, false);
     let setup_failed = |e: &dyn std::fmt::Display| -> ! {
@@ -178,7 +230,17 @@ fn start(
         bases,
         pools,
     };
+    if req.root {
+        // uid 0's commands (dpkg's ldconfig and start-stop-daemon, apt's, `make install`'s) are
+        // in the sbin directories a user's PATH lacks; pid 1 and the command inherit this
+        // process's environment (single-threaded here: nothing reads it concurrently)
+        std::env::set_var("PATH", root_path(env.path_var()));
+    }
+    let (enter, leave) = lines.unwrap_or_default();
     let on_plan = |plan: &swpool_env::Plan| {
+        if let Some(l) = &enter {
+            crate::eline!("{l}");
+        }
         if p.verbosity >= crate::output::Verbosity::Verbose {
             crate::eline!(
                 "sw-pool: environment: {} ({})",
@@ -190,10 +252,42 @@ fn start(
     match swpool_env::run(&req, &store, &on_plan) {
         Ok(out) => {
             let _ = crate::output::stdout_status();
+            if let Some(l) = &leave {
+                crate::eline!("{l} (exit status {})", out.status);
+            }
             std::process::exit(out.status)
         }
         Err(e) => setup_failed(&e),
     }
+}
+
+/// The `PATH` of a command run as uid 0 (`--root`): the caller's, with each of
+/// `/usr/local/sbin`, `/usr/sbin` and `/sbin` it lacks put before its `bin` (as in root's own
+/// PATH), or at the end when that is not there either.
+pub fn root_path(user: Option<&std::ffi::OsStr>) -> OsString {
+    use std::path::Path;
+    let mut dirs: Vec<PathBuf> = user
+        .filter(|p| !p.is_empty())
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_else(|| {
+            ["/usr/local/bin", "/usr/bin", "/bin"]
+                .map(PathBuf::from)
+                .to_vec()
+        });
+    for (sbin, bin) in [
+        ("/usr/local/sbin", "/usr/local/bin"),
+        ("/usr/sbin", "/usr/bin"),
+        ("/sbin", "/bin"),
+    ] {
+        if dirs.iter().any(|d| d == Path::new(sbin)) {
+            continue;
+        }
+        match dirs.iter().position(|d| d == Path::new(bin)) {
+            Some(i) => dirs.insert(i, sbin.into()),
+            None => dirs.push(sbin.into()),
+        }
+    }
+    std::env::join_paths(dirs).unwrap_or_else(|_| user.unwrap_or_default().to_os_string())
 }
 
 /// Where the pool `spec` names (NAME/VERSION, a pool file or a mount point) is mounted for this
@@ -469,5 +563,26 @@ fn step_sync(
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::root_path;
+
+    #[test]
+    fn root_path_adds_the_sbin_directories_before_their_bin() {
+        let p = |s: &str| root_path(Some(s.as_ref())).into_string().unwrap();
+        assert_eq!(
+            p("/home/u/bin:/usr/local/bin:/usr/bin:/bin"),
+            "/home/u/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        );
+        // already there: unchanged
+        let full = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        assert_eq!(p(full), full);
+        // a merged-/usr PATH without /bin: /sbin at the end
+        assert_eq!(p("/usr/bin"), "/usr/sbin:/usr/bin:/usr/local/sbin:/sbin");
+        // no PATH: a usual one
+        assert_eq!(root_path(None), std::ffi::OsString::from(full));
     }
 }

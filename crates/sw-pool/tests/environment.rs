@@ -613,8 +613,9 @@ fn libc_sigterm() -> i32 {
 }
 
 /// `--root` without the site's helper: `dpkg -i` of a package installs into the layer (the
-/// package manager's root-only lock files get stand-ins, `rootfix`), its program runs from the
-/// layer, and the host's package database does not know it.
+/// package manager's root-only lock files get stand-ins, `rootfix`; the command's PATH has the
+/// sbin directories a user's lacks), its program runs from the layer, and the host's package
+/// database does not know it.
 #[test]
 fn dpkg_install_as_root_lands_in_the_layer() {
     if !ready() {
@@ -652,17 +653,22 @@ fn dpkg_install_as_root_lands_in_the_layer() {
     std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let o = f.run(&["layer", "create", "deb"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let o = f.run(&[
-        "run",
-        "--root",
-        "--layer",
-        "deb",
-        "--",
-        "dpkg",
-        "-i",
-        deb.to_str().unwrap(),
-    ]);
+    // as the README has it, from a user's PATH (no sbin directory: dpkg needs ldconfig and
+    // start-stop-daemon from there)
+    let o = run(f
+        .cmd(&[
+            "run",
+            "--root",
+            "--layer",
+            "deb",
+            "--",
+            "dpkg",
+            "-i",
+            deb.to_str().unwrap(),
+        ])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin"));
     assert_eq!(o.code, 0, "dpkg -i in the layer: {}{}", o.stdout, o.stderr);
+    assert!(!o.stderr.contains("not found in PATH"), "{}", o.stderr);
     let o = f.run(&["run", "--layer", "deb", "--", &pkg]);
     assert_eq!(
         (o.code, o.stdout.trim()),
@@ -676,4 +682,96 @@ fn dpkg_install_as_root_lands_in_the_layer() {
     assert!(!Path::new("/usr/bin").join(&pkg).exists());
     let host = Command::new("dpkg").args(["-s", &pkg]).output().unwrap();
     assert!(!host.status.success(), "the host's dpkg knows {pkg}");
+}
+
+/// `sw-pool shell` says on entry and exit which environment it is (`--root` unmistakably), marks
+/// the prompt (bash: in front of what its start-up files make; `SW_POOL_PROMPT=` turns it off).
+#[test]
+fn shell_marks_the_prompt_and_says_where_you_are() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    assert_eq!(f.run(&["layer", "create", "dev"]).code, 0);
+    // the "shell" prints its environment
+    let shell = |args: &[&str], prompt: Option<&str>| {
+        let mut a = vec!["shell"];
+        a.extend(args);
+        let mut c = f.cmd(&a);
+        c.env("SHELL", "/usr/bin/env").env_remove("PS1");
+        match prompt {
+            Some(p) => c.env("SW_POOL_PROMPT", p),
+            None => c.env_remove("SW_POOL_PROMPT"),
+        };
+        run(&mut c)
+    };
+    let o = shell(&["--layer", "dev"], None);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("\nPS1=(sw-pool dev) $ \n"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("PROMPT_COMMAND="), "{}", o.stdout);
+    let lines: Vec<&str> = o.stderr.lines().collect();
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.contains("entering") && l.contains("layer dev"))
+            && lines
+                .last()
+                .is_some_and(|l| l.contains("left layer dev") && l.contains("exit status 0")),
+        "{}",
+        o.stderr
+    );
+    let o = shell(&["--root", "--layer", "dev"], None);
+    assert!(
+        o.stdout.contains("\nPS1=(sw-pool dev, root) $ \n"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stderr.contains("AS ROOT"), "{}", o.stderr);
+    // off by the variable; a mark of one's own
+    let o = shell(&["--layer", "dev"], Some(""));
+    assert!(
+        !o.stdout.contains("PS1=") && !o.stdout.contains("PROMPT_COMMAND="),
+        "{}",
+        o.stdout
+    );
+    let o = shell(&["--layer", "dev"], Some("[LAYER] "));
+    assert!(o.stdout.contains("\nPS1=[dev] $ \n"), "{}", o.stdout);
+    // -q: no lines
+    let o = shell(&["-q", "--layer", "dev"], None);
+    assert!(!o.stderr.contains("entering"), "{}", o.stderr);
+    // a real interactive bash on a terminal: its prompt carries the mark after its start-up files
+    let line = format!(
+        "env SHELL=/bin/bash {} shell --root --layer dev",
+        bin().display()
+    );
+    let mut child = f
+        .cmd_of("script".as_ref(), &["-qec", &line, "/dev/null"])
+        .env_remove("PS1")
+        .env_remove("SW_POOL_PROMPT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo inside-$(id -u)\nexit 3\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("(sw-pool dev, root) ") && out.contains("inside-0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("left layer dev's environment (exit status 3)"),
+        "{out}"
+    );
 }

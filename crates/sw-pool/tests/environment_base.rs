@@ -70,7 +70,9 @@ impl Drop for Loaded<'_> {
 fn base_cmd(f: &Fixture, args: &[&str]) -> Command {
     let mut c = f.cmd(args);
     c.env("SW_POOL_MOUNT", f.dir.path().join("mnt"))
-        .env("SW_POOL_CACHE", f.dir.path().join("cache"));
+        .env("SW_POOL_CACHE", f.dir.path().join("cache"))
+        // the test reads `load`'s shell code itself (else it refuses a pipe no shell reads)
+        .env("SW_POOL_SHELL_FUNCTION", "1");
     c
 }
 

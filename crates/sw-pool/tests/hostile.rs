@@ -20,7 +20,8 @@ fn run_within(t: &T, secs: u32, args: &[&str]) -> Out {
     c.env("SW_POOL_SYSTEM_CONFIG", "")
         .env("SW_POOL_USER_CONFIG", "")
         .env("SW_POOL_STATE_DIR", t.state())
-        .env("SW_POOL_CACHE", t.d.path());
+        .env("SW_POOL_CACHE", t.d.path())
+        .env("SW_POOL_SHELL_FUNCTION", "1");
     run(&mut c)
 }
 

@@ -467,6 +467,7 @@ fn a_signed_image_smaller_than_its_file_system_is_refused() {
             .env("SW_POOL_STATE_DIR", dir.join("state"))
             .env("LOCAL_TMPDIR", dir)
             .env("SW_POOL_MOUNT", dir.join("mnt"))
+            .env("SW_POOL_SHELL_FUNCTION", "1")
             .args(args))
     };
     expect(

@@ -58,6 +58,12 @@ the network, the devices and every mount of the node (pools loaded with
 the command (the environment's first process) exits or is killed, every process
 and mount of the environment is gone.
 
+SHELL: `sw-pool shell` says on entry and exit where you are and marks the
+prompt: `(sw-pool LAYER) `, `(sw-pool LAYER, root) ` with --root (bash: in
+front of what your start-up files make; other shells: PS1 from the
+environment). SW_POOL_PROMPT sets the mark (LAYER: the layer's name); set it
+empty for none. -q: no lines.
+
 LAYER: the host's / is the read-only lower and the layer the writable upper.
 Without the site's helper this is fuse-overlayfs (rootless; needs /dev/fuse
 usable by you); -v says which was used.

@@ -23,6 +23,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     (
         "Use pools",
         &[
+            "avail",
             "load",
             "unload",
             "mount",

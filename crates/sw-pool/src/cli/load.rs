@@ -1,4 +1,5 @@
-//! Command-line definitions of `load` (and the on-demand server it starts, `lazy-serve`).
+//! Command-line definitions of `load` (and the on-demand server it starts, `lazy-serve`) and of
+//! `avail`, which lists what `load NAME/VERSION` finds.
 
 use std::path::PathBuf;
 
@@ -94,4 +95,26 @@ pub struct LazyServeArgs {
     pub prefetch: Option<PathBuf>,
     /// The pool file
     pub pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:
+  sw-pool avail
+  sw-pool avail gcc              (its versions)
+  sw-pool avail --json
+
+The pools are the files `sw-pool load NAME/VERSION` finds on the pool path
+(config `pool_path`, $SW_POOL_PATH): DIR/NAME/VERSION.sqfs or
+DIR/NAME-VERSION.sqfs (and .squashfs, .ext2/3/4, .img); where two directories
+hold the same one, the first's. CACHED: a verified copy is in your node-local
+cache on this node.")]
+pub struct AvailArgs {
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Node-local cache directory to look in (default: $SW_POOL_CACHE, $LOCAL_TMPDIR, $TMPDIR, /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Only this pool: NAME, or NAME/VERSION
+    pub name: Option<String>,
 }

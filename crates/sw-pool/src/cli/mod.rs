@@ -96,6 +96,8 @@ pub enum Command {
     Umount(UmountArgs),
     /// This node's pools mounted by you: mount points, job ids, reference counts, stale mounts
     List(ListArgs),
+    /// The pools you can load by NAME/VERSION (on the pool path): signed or not, cached on this node
+    Avail(AvailArgs),
     /// Unmount and forget what a job left behind, stale mounts, or everything of yours on this node
     Cleanup(CleanupArgs),
     /// Slurm hooks: `prolog`, `task-prolog`, `epilog` (also installed as sw-pool-prolog, …)

@@ -17,7 +17,9 @@ use crate::eline;
 
 pub fn run(g: &GlobalArgs, a: LoadArgs, env: &Environment) -> Result<(), Error> {
     // shell code on a terminal changes nothing: say what to run instead of half-acting
-    super::shell_init::refuse_on_terminal(env, a.json)?;
+    // (`--shell SHELL` given: the caller takes the code for that shell itself, as the SPANK
+    // plugin's broadcast does with its output on /dev/null)
+    super::shell_init::refuse_unless_evaluated(env, a.json, a.shell.is_some())?;
     if a.lazy {
         return super::lazy::launch(g, &a, env);
     }
@@ -54,6 +56,8 @@ fn load(g: &GlobalArgs, a: &LoadArgs, job: &Job, env: &Environment) -> Result<()
         timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
         progress: bar.as_ref().map(crate::output::progress_sink),
         no_fallback: a.no_fallback,
+        // one reference per pool per shell
+        shell: super::shell_init::calling_shell(env, a.json),
         ..LoadRequest::default()
     };
     let loaded = load::load(job, &node, &req, &Quiet);

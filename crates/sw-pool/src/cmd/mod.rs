@@ -1,5 +1,6 @@
 //! One module per subcommand: each turns its arguments into library calls.
 
+mod avail;
 mod build;
 mod bundle;
 mod cache;
@@ -54,6 +55,7 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Mount(a) => mount::run(g, a, env),
         Command::Umount(a) => umount::run(g, a, env),
         Command::List(a) => list::run(g, a, env),
+        Command::Avail(a) => avail::run(g, a, env),
         Command::Cleanup(a) => cleanup::run(g, a, env),
         Command::Slurm(a) => slurm::run(g, a, env),
         Command::Env(a) => env::run(g, a, env),

@@ -157,3 +157,177 @@ pub fn refuse_on_terminal(env: &swpool_core::config::Environment, json: bool) ->
         ),
     ))
 }
+
+/// Shells (by their process name) whose reading of `load`'s output is taken as evaluating it
+/// (`eval "$(sw-pool load …)"`, the shell function's `$(…)`, fish's `(…)`, csh's backquotes).
+const SHELLS: &[&str] = &[
+    "bash", "sh", "dash", "ash", "zsh", "ksh", "ksh93", "mksh", "lksh", "pdksh", "yash", "posh",
+    "fish", "csh", "tcsh", "busybox",
+];
+
+/// What this process's standard output goes to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stdout {
+    Terminal,
+    /// A regular file or a device (`> log`, `> /dev/null`): `what` says which.
+    File(String),
+    /// A pipe the shell with this process id reads (and others may).
+    Shell(u32),
+    /// A pipe only these programs read (by name).
+    Programs(Vec<String>),
+    /// Anything else, or a pipe whose reader is not visible (a socket, another user's process).
+    Unknown,
+}
+
+/// Where standard output goes, from `/proc` (the parent is looked at first: a shell's `$(…)`).
+pub fn stdout_goes_to() -> Stdout {
+    use std::io::IsTerminal;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if std::io::stdout().is_terminal() {
+        return Stdout::Terminal;
+    }
+    let Ok(m) = std::fs::metadata("/proc/self/fd/1") else {
+        return Stdout::Unknown;
+    };
+    let t = m.file_type();
+    if t.is_file() {
+        let path = std::fs::read_link("/proc/self/fd/1")
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "a file".into());
+        return Stdout::File(format!("the file {path}"));
+    }
+    if t.is_char_device() || t.is_block_device() {
+        let path = std::fs::read_link("/proc/self/fd/1")
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "a device".into());
+        return Stdout::File(format!("the device {path}"));
+    }
+    if !t.is_fifo() {
+        return Stdout::Unknown;
+    }
+    let pipe = format!("pipe:[{}]", m.ino());
+    let me = std::process::id();
+    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
+    let reads = |pid: u32| -> bool {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        rd.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == pipe.as_str())
+                && std::fs::read_to_string(format!(
+                    "/proc/{pid}/fdinfo/{}",
+                    fd.file_name().to_string_lossy()
+                ))
+                .ok()
+                .and_then(|info| {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix("flags:"))
+                        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                })
+                .is_some_and(|flags| flags & 0o3 == 0) // O_ACCMODE, O_RDONLY
+        })
+    };
+    // the program (a script run through its #! line has the script's name as its comm: a
+    // Slurm batch script is `slurm_script`, run by bash), else the comm
+    let comm = |pid: u32| {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .or_else(|| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .ok()
+                    .map(|c| c.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    if let Some(pp) = parent.filter(|&pp| reads(pp)) {
+        if SHELLS.contains(&comm(pp).as_str()) {
+            return Stdout::Shell(pp);
+        }
+    }
+    let mut programs = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me || !reads(pid) {
+            continue;
+        }
+        let name = comm(pid);
+        if SHELLS.contains(&name.as_str()) {
+            return Stdout::Shell(pid);
+        }
+        programs.push(name);
+    }
+    if programs.is_empty() {
+        Stdout::Unknown
+    } else {
+        programs.sort();
+        programs.dedup();
+        Stdout::Programs(programs)
+    }
+}
+
+/// Started by an MPI launcher or as a Slurm step's task: standard output is the launcher's
+/// forwarding (the paper's `mpirun sw-pool -v load`, `eval "$(srun … load)"`).
+fn launched(env: &swpool_core::config::Environment) -> bool {
+    swpool_core::transfer::job::launched_by_launcher(env).unwrap_or(true)
+        || env.get(swpool_core::config::HostVar::SlurmStepId).is_some()
+}
+
+/// The shell `load` and `unload` act for: the one that reads their output (the shell function's
+/// `$(…)`, `eval "$(sw-pool load …)"`), when it is this process's parent. One reference per pool
+/// per shell is taken by it.
+pub fn calling_shell(env: &swpool_core::config::Environment, json: bool) -> Option<u32> {
+    if json || launched(env) {
+        return None;
+    }
+    match stdout_goes_to() {
+        Stdout::Shell(pid) => rustix::process::getppid()
+            .map(|p| p.as_raw_nonzero().get() as u32)
+            .filter(|&pp| pp == pid),
+        _ => None,
+    }
+}
+
+/// `load` prints shell code: when nothing evaluates it (output to a file, a device, a pipe to a
+/// program that is not a shell), the pool would be mounted and referenced with no shell knowing.
+/// Refuse before doing anything, and say what to run. Not under a launcher (its forwarding), not
+/// with `--json`, not from the shell function (it evaluates the output itself), not when the
+/// caller named the shell (`explicit`: `--shell SHELL`; it takes the code itself).
+pub fn refuse_unless_evaluated(
+    env: &swpool_core::config::Environment,
+    json: bool,
+    explicit: bool,
+) -> Result<(), Error> {
+    refuse_on_terminal(env, json)?;
+    if json
+        || explicit
+        || launched(env)
+        || env
+            .get(swpool_core::config::EnvVar::ShellFunction)
+            .is_some()
+    {
+        return Ok(());
+    }
+    let goes_to = match stdout_goes_to() {
+        Stdout::File(what) => what,
+        Stdout::Programs(p) => format!("a pipe read by {}", p.join(", ")),
+        Stdout::Terminal | Stdout::Shell(_) | Stdout::Unknown => return Ok(()),
+    };
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let typed = format!("sw-pool {}", args.join(" "));
+    Err(Error::other(
+        ExitStatus::Usage,
+        format!(
+            "`{typed}` prints shell code for your shell to run, and its output goes to {goes_to}, \
+             which does not run it: nothing was mounted. In a shell or a job script, run \
+             `eval \"$({typed})\"` (or set up the shell function: `eval \"$(sw-pool shell-init bash)\"`, \
+             then `{typed}`); for a report instead of shell code, add --json; to take the code \
+             yourself, name its shell with --shell SHELL"
+        ),
+    ))
+}

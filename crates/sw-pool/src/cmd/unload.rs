@@ -27,11 +27,18 @@ fn unload(_g: &GlobalArgs, a: &UnloadArgs, job: &Job, env: &Environment) -> Resu
     let sys = RealSys::new(env.path_var());
     let node = NodeContext::real(&cfg, env, &sys)?;
     let job_id = super::mount::job_id(a.job_id.clone(), env);
-    let u = load::unload(job, &node, &a.pool, a.force, job_id.as_deref())?;
+    let caller = super::shell_init::calling_shell(env, false);
+    let u = load::unload(job, &node, &a.pool, a.force, job_id.as_deref(), caller)?;
     if job.world_rank() != 0 {
         return Ok(());
     }
-    if u.remaining > 0 {
+    if let Some(why) = &u.not_loaded {
+        // as asked already: a note, exit 0; the shell code still takes the pool's entries off
+        // MODULEPATH and SW_POOL_LOADED should the shell have them
+        if !_g.quiet {
+            eline!("sw-pool: note: {why}: nothing to unload");
+        }
+    } else if u.remaining > 0 {
         eline!(
             "sw-pool: {} stays mounted: {} other reference(s)",
             u.mount_point.display(),

@@ -3,6 +3,7 @@
 
 pub mod cases;
 pub mod env_fixture;
+pub mod load_fixture;
 pub mod mount_fixture;
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,14 @@ use std::process::Command;
 pub fn bin() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
-        let built = PathBuf::from(env!("CARGO_BIN_EXE_sw-pool"));
+        // $SWPOOL_TEST_BIN: the tests against another build's programs (an earlier commit's,
+        // to see a new test fail there)
+        let built = std::env::var_os("SWPOOL_TEST_BIN")
+            .filter(|b| !b.is_empty())
+            .map_or_else(
+                || PathBuf::from(env!("CARGO_BIN_EXE_sw-pool")),
+                PathBuf::from,
+            );
         if reachable_by_all(&built) {
             built
         } else {

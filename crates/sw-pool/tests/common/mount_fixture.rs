@@ -38,6 +38,8 @@ impl T {
         let mut c = sw();
         c.env("SW_POOL_STATE_DIR", self.state())
             .env("SW_POOL_CACHE", self.d.path())
+            // the tests read `load`'s shell code themselves (else it refuses a pipe no shell reads)
+            .env("SW_POOL_SHELL_FUNCTION", "1")
             .env_remove("SLURM_JOB_ID");
         c
     }

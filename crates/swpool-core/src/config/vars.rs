@@ -99,6 +99,7 @@ env_vars! {
     JobPools "SW_POOL_JOB_POOLS" State "none" "pools loaded in this job, for the TaskProlog of later steps";
     Loaded "SW_POOL_LOADED" State "none" "mount points loaded into this shell";
     ShellFunction "SW_POOL_SHELL_FUNCTION" State "none" "`1`: set by the shell function (`sw-pool shell-init`) that evaluates the output of `load`, `unload` and `env`";
+    Prompt "SW_POOL_PROMPT" Option "`(sw-pool LAYER) `, `(sw-pool LAYER, root) ` with `--root`" "the mark `sw-pool shell` puts before the prompt (`LAYER`: the layer's name; empty: none)";
     Environment "SW_POOL_ENVIRONMENT" State "none" "set inside `run`/`shell`: the environment's layer (`-`: none)";
     SyncFor "SW_POOL_SYNC_FOR" State "none" "the job step (`JOB.STEP`) whose tasks wait for the `layer sync` that `run --layer` started (its failure is recorded for them)";
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
@@ -152,6 +153,8 @@ host_vars! {
     LocalTmpdir "LOCAL_TMPDIR" "the node-local cache's base directory (before `TMPDIR`)";
     Tmpdir "TMPDIR" "the node-local cache's base directory";
     Shell "SHELL" "shell syntax of printed environment changes, when neither `--shell` nor `SW_POOL_SHELL` says; the shell `sw-pool shell` starts";
+    Ps1 "PS1" "`sw-pool shell`: the prompt its mark (`SW_POOL_PROMPT`) goes in front of";
+    PromptCommand "PROMPT_COMMAND" "`sw-pool shell`: kept after the command that puts the mark in bash's prompt";
     RustLog "RUST_LOG" "passed on to the `sw-pool cleanup` the root Slurm hooks run as the job's user";
     Pythonpath "PYTHONPATH" "`bundle --python`: module directories besides the interpreter's";
     LdLibraryPath "LD_LIBRARY_PATH" "`bundle`: the loader's search path";

@@ -63,6 +63,7 @@ pub(super) fn acquire(
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: req.once_per_job,
+            shell: req.shell,
             source: Some(plan.src.clone()),
             lease: None,
             serve,

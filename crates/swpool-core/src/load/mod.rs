@@ -49,6 +49,9 @@ pub struct LoadRequest {
     pub progress: Option<ProgressSink>,
     /// Fail when a node has no room for the copy, instead of serving the pool in place there.
     pub no_fallback: bool,
+    /// The calling shell (through the shell function): one reference per shell
+    /// ([`AcquireRequest::shell`]).
+    pub shell: Option<u32>,
 }
 
 /// Everything a node needs that is not the request: configuration, the environment, trust, the
@@ -453,6 +456,9 @@ pub struct Unloaded {
     pub pool: Option<(String, String)>,
     /// References other jobs or loads still hold on rank 0's node (it stays mounted then).
     pub remaining: usize,
+    /// Nothing was loaded there (unloading twice is not an error): why, for a note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_loaded: Option<String>,
 }
 
 /// Drop this user's reference to a loaded pool on every node (the last one unmounts it; the
@@ -463,17 +469,47 @@ pub fn unload(
     spec: &Path,
     force: bool,
     job_id: Option<&str>,
+    shell: Option<u32>,
 ) -> Result<Unloaded, Error> {
     let released = job.is_leader().then(|| -> Result<Unloaded, Error> {
-        let (mp, pool) = mountpoint_of(
+        let (mp, pool) = match mountpoint_of(
             spec,
             node.cfg.mount_dir.value.as_deref(),
             node.uid,
             node.env,
-        )?;
+        ) {
+            Ok(x) => x,
+            // unloading what is not loaded leaves it as asked: a note, not an error
+            Err(Error::Load(LoadError::NotLoaded { name, version, at })) => {
+                return Ok(Unloaded {
+                    not_loaded: Some(format!(
+                        "pool {name}/{version} is not loaded on this node (nothing at {}; see `sw-pool list`)",
+                        at.display()
+                    )),
+                    mount_point: at,
+                    pool: Some((name, version)),
+                    remaining: 0,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         // modules of the pool still loaded in the calling shell: nothing is released
         check_no_modules_loaded(&mp, node.env)?;
-        let r = state::release(node.sys, &node.state, &mp, force, job_id)?;
+        let r = match state::release_for(node.sys, &node.state, &mp, force, job_id, shell) {
+            Ok(r) => r,
+            Err(state::StateError::Mount(crate::mount::MountError::NotMounted { path })) => {
+                return Ok(Unloaded {
+                    not_loaded: Some(format!(
+                        "nothing is mounted at {} on this node (see `sw-pool list`)",
+                        path.display()
+                    )),
+                    mount_point: path,
+                    pool,
+                    remaining: 0,
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
         let pool = pool.or_else(|| {
             r.record
                 .as_ref()
@@ -484,6 +520,7 @@ pub fn unload(
             mount_point: mp,
             pool,
             remaining: r.remaining,
+            not_loaded: None,
         })
     });
     job.agree(outcome(&released))?;

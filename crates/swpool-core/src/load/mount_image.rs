@@ -110,6 +110,7 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
+            shell: None,
             source: None,
             lease,
             serve: None,
@@ -157,6 +158,7 @@ fn mount_in_place(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
+            shell: None,
             source: Some(pool.clone()),
             lease: None,
             serve: Some(crate::mount::serve::InPlace {

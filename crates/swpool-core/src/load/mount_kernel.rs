@@ -90,6 +90,7 @@ pub fn mount_rw_kernel(
             job_id: req.job_id.clone(),
             since: state::now(),
             pid: std::process::id(),
+            shell: None,
         }],
         pending: false,
         source: None,

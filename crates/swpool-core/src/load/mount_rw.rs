@@ -38,6 +38,7 @@ pub fn mount_rw(
             job_id: req.job_id.clone(),
             timeout: req.timeout,
             once_per_job: false,
+            shell: None,
             source: None,
             lease: Some(me),
             serve: None,

@@ -248,6 +248,7 @@ pub fn record(
         job_id: req.job_id.clone(),
         since: state::now(),
         pid: std::process::id(),
+        shell: None,
     };
     if let Some(mut rec) = dir.read(&m.mount_point)? {
         if matches!(rec.serving, Some(Serving::Kernel { .. }))

@@ -58,6 +58,7 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         expect_digest: Some(p.digest.clone()),
         progress: None,
         no_fallback: false,
+        shell: None,
     };
     let l = load(&crate::transfer::Job::single(), node, &req, &Quiet)?;
     if !l.reused {

@@ -244,6 +244,7 @@ pub fn serve(
                 job_id: req.job_id.clone(),
                 timeout: req.timeout,
                 once_per_job: false,
+                shell: None,
                 source: Some(req.pool.clone()),
                 lease: None,
                 serve: Some(crate::mount::serve::InPlace {

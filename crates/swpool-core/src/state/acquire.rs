@@ -22,6 +22,10 @@ pub struct AcquireRequest {
     /// Serve the image from where it lies through the verifying chunk server (a pool the trust
     /// policy accepted with this digest), instead of mounting the file itself.
     pub serve: Option<mount::serve::InPlace>,
+    /// The shell this is for (`load` through the shell function): when the pool is already
+    /// mounted there with a reference of this shell, nothing changes (loading twice in one shell
+    /// holds one reference).
+    pub shell: Option<u32>,
 }
 
 /// The result of [`acquire`].
@@ -140,11 +144,17 @@ pub fn acquire(
                 }
                 let has_job_ref =
                     req.job_id.is_some() && rec.refs.iter().any(|r| r.job_id == req.job_id);
-                if !(req.once_per_job && has_job_ref) {
+                let has_shell_ref = req.shell.is_some()
+                    && rec
+                        .refs
+                        .iter()
+                        .any(|r| r.shell == req.shell && r.job_id == req.job_id);
+                if !(has_shell_ref || req.once_per_job && has_job_ref) {
                     rec.refs.push(Ref {
                         job_id: req.job_id.clone(),
                         since: now(),
                         pid: std::process::id(),
+                        shell: req.shell,
                     });
                     dir.write(&rec)?;
                 }
@@ -206,6 +216,7 @@ pub fn acquire(
             job_id: req.job_id.clone(),
             since: now(),
             pid: std::process::id(),
+            shell: req.shell,
         }],
         pending: true,
         source: req.source.clone(),

@@ -60,6 +60,10 @@ pub fn list(sys: &dyn Sys, dir: &StateDir) -> Result<Vec<ListEntry>, StateError>
                 let st = rec.mount_state(sys, &mounts, &at);
                 seen.insert(rec.mount_point.clone());
                 seen.insert(at.clone());
+                // the verifying chunk server's own mount (in-place and lazy loads) is the record's
+                if let Some(Serving::ChunkServer { dir: Some(d), .. }) = &rec.serving {
+                    seen.insert(d.clone());
+                }
                 let moved = (at != rec.mount_point && st != MountState::Absent).then(|| {
                     format!(
                         "moved: a directory above it was renamed; the mount is now at {} (`sw-pool umount {}` unmounts it there)",

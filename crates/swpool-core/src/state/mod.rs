@@ -48,7 +48,7 @@ pub use list::{
     ListFilter, ListStatus, NodeList,
 };
 pub use release::{
-    helper_release, helper_release_spec, helper_sudo, helper_umount, release, Released,
+    helper_release, helper_release_spec, helper_sudo, helper_umount, release, release_for, Released,
 };
 pub use store::{images_in_use, StateDir, StateLock, MAX_BASES};
 
@@ -101,6 +101,10 @@ pub struct Ref {
     pub since: u64,
     /// The process that asked (informational).
     pub pid: u32,
+    /// The shell that loaded it through the shell function (its process id): one reference per
+    /// shell ([`AcquireRequest::shell`]), the one its unload drops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<u32>,
 }
 
 /// What serves a mount. Every mount sw-pool makes today is served by a FUSE helper; the variants

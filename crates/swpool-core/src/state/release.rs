@@ -24,6 +24,19 @@ pub fn release(
     force: bool,
     job_id: Option<&str>,
 ) -> Result<Released, StateError> {
+    release_for(sys, dir, mountpoint, force, job_id, None)
+}
+
+/// [`release`] for the shell `shell` (`unload` through the shell function): the reference that
+/// shell's load took is the one dropped, else one no shell took, else the last.
+pub fn release_for(
+    sys: &dyn Sys,
+    dir: &StateDir,
+    mountpoint: &Path,
+    force: bool,
+    job_id: Option<&str>,
+    shell: Option<u32>,
+) -> Result<Released, StateError> {
     let _lock = dir.lock()?;
     // a mount point whose directories are gone or were swapped for a symlink since (a user owns a
     // parent) is still found by its record, under the path it was recorded with
@@ -76,6 +89,12 @@ pub fn release(
                 rec.refs
                     .iter()
                     .rposition(|r| r.job_id.as_deref() == Some(j))
+            })
+            .or_else(|| {
+                shell.and_then(|s| {
+                    let mine = rec.refs.iter().rposition(|r| r.shell == Some(s));
+                    mine.or_else(|| rec.refs.iter().rposition(|r| r.shell.is_none()))
+                })
             })
             .unwrap_or(rec.refs.len() - 1);
         let before = rec.clone();

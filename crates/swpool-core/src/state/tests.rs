@@ -45,6 +45,7 @@ fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
         job_id: job.map(String::from),
         timeout: Duration::from_secs(5),
         once_per_job: false,
+        shell: None,
         source: None,
         lease: None,
         serve: None,
