@@ -32,7 +32,7 @@ impl MountEntry {
             .and_then(|v| v.parse().ok())
     }
     /// Made by one of the helpers sw-pool uses (squashfuse_ll/squashfuse report their name, fuse2fs the
-    /// ext flavour).
+    /// ext flavour; `sw-pool-serve` names its served image `sw-pool-serve` and its tree `sw-pool`).
     pub fn is_swpool_helper(&self) -> bool {
         matches!(
             self.fstype.as_str(),
@@ -43,6 +43,7 @@ impl MountEntry {
                 | "fuse.ext4"
                 | "fuse.fuse2fs"
                 | "fuse.sw-pool-serve"
+                | "fuse.sw-pool"
         )
     }
     pub fn has_option(&self, o: &str) -> bool {
@@ -259,6 +260,12 @@ mod tests {
         assert_eq!(m[1].fstype, "ext4");
         assert!(!m[1].is_fuse());
         assert!(mount_at(&m, Path::new("/")).is_some());
+        // sw-pool-serve --tree names its mounts fuse.sw-pool; another FUSE file system is not ours
+        let t = "335 27 0:89 / /m ro,nosuid,nodev,noatime - fuse.sw-pool sw-pool ro,user_id=1000,group_id=1000\n\
+                 336 27 0:90 / /n ro - fuse.sshfs host:/x ro,user_id=1000\n";
+        let m = parse_mountinfo(t);
+        assert!(m[0].is_swpool_helper());
+        assert!(!m[1].is_swpool_helper());
     }
 
     #[test]

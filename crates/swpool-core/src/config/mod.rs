@@ -16,6 +16,7 @@
 //! | `mount_helper` | `SW_POOL_MOUNT_HELPER` | none | the site's `sw-pool-mount-helper` (through `sudo -n`) for site-signed pools |
 //! | `shadow_root` | `SW_POOL_SHADOW_ROOT` | none | where the original software is (e.g. `/sw`): `install/<pkg>/<ver>` of a pool shadows `<shadow_root>/<pkg>/<ver>` (`run --shadow`, `mount --shadow`) |
 //! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
+//! | `fuse_reader` | `SW_POOL_FUSE_READER` | `squashfuse_ll` | FUSE server of squashfs pools: `squashfuse_ll` or `sw-pool` (`sw-pool-serve --tree`) |
 //! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
 //! | `cache_high_watermark` | `SW_POOL_CACHE_HIGH` | none | after a load, a cache above this is pruned … |
 //! | `cache_low_watermark` | `SW_POOL_CACHE_LOW` | 80 % of high | … down to this (least recently used first) |
@@ -122,6 +123,9 @@ pub struct Config {
     /// Where the site's original software is (`<shadow_root>/<pkg>/<ver>`, e.g. `/sw`): a pool's
     /// `install/<pkg>/<ver>` is mounted over it by `run --shadow` (privately) or the helper.
     pub shadow_root: Setting<Option<PathBuf>>,
+    /// Which FUSE server reads squashfs pools mounted from a file (`squashfuse_ll`, or sw-pool's
+    /// own tree server).
+    pub fuse_reader: Setting<crate::mount::FuseReader>,
     pub require_signature: Setting<bool>,
     pub cache_high_watermark: Setting<Option<u64>>,
     pub cache_low_watermark: Setting<Option<u64>>,
@@ -139,6 +143,7 @@ struct FileConfig {
     layer_dir: Option<PathBuf>,
     mount_helper: Option<PathBuf>,
     shadow_root: Option<PathBuf>,
+    fuse_reader: Option<String>,
     require_signature: Option<bool>,
     cache_high_watermark: Option<String>,
     cache_low_watermark: Option<String>,
@@ -156,6 +161,7 @@ impl Default for Config {
             layer_dir: Setting::default(None),
             mount_helper: Setting::default(None),
             shadow_root: Setting::default(None),
+            fuse_reader: Setting::default(crate::mount::FuseReader::default()),
             require_signature: Setting::default(false),
             cache_high_watermark: Setting::default(None),
             cache_low_watermark: Setting::default(None),
@@ -334,6 +340,13 @@ impl Config {
         if let Some(v) = f.shadow_root {
             self.shadow_root.set(Some(v), o());
         }
+        if let Some(v) = f.fuse_reader {
+            self.fuse_reader.set(
+                v.parse()
+                    .map_err(|e: String| perr(format!("fuse_reader: {e}")))?,
+                o(),
+            );
+        }
         if let Some(v) = f.require_signature {
             self.require_signature.set(v, o());
         }
@@ -409,6 +422,11 @@ impl Config {
         if let Some(v) = get(SR) {
             let v = (!v.is_empty()).then(|| PathBuf::from(v));
             self.shadow_root.set(v, Origin::Env(SR));
+        }
+        const FR: &str = "SW_POOL_FUSE_READER";
+        if let Some(v) = get(FR).filter(|v| !v.is_empty()) {
+            self.fuse_reader
+                .set(v.parse().map_err(|e| eerr(FR, &v, e))?, Origin::Env(FR));
         }
         const R: &str = "SW_POOL_REQUIRE_SIGNATURE";
         if let Some(v) = get(R) {
@@ -501,6 +519,11 @@ impl Config {
                 self.shadow_root.origin.to_string(),
             ),
             (
+                "fuse_reader",
+                self.fuse_reader.value.to_string(),
+                self.fuse_reader.origin.to_string(),
+            ),
+            (
                 "require_signature",
                 self.require_signature.value.to_string(),
                 self.require_signature.origin.to_string(),
@@ -563,5 +586,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("SW_POOL_REQUIRE_SIGNATURE"), "{e}");
+    }
+
+    #[test]
+    fn fuse_reader_from_file_and_environment() {
+        use crate::mount::FuseReader;
+        let mut c = Config::default();
+        assert_eq!(c.fuse_reader.value, FuseReader::SquashfuseLl, "the default");
+        c.apply_toml("fuse_reader = \"sw-pool\"\n", Path::new("/etc/c.toml"))
+            .unwrap();
+        assert_eq!(c.fuse_reader.value, FuseReader::SwPool);
+        let row = c.rows().into_iter().find(|r| r.0 == "fuse_reader").unwrap();
+        assert_eq!((row.1.as_str(), row.2.as_str()), ("sw-pool", "/etc/c.toml"));
+        c.apply_env(|k| (k == "SW_POOL_FUSE_READER").then(|| "squashfuse_ll".into()))
+            .unwrap();
+        assert_eq!(
+            (c.fuse_reader.value, c.fuse_reader.origin.clone()),
+            (FuseReader::SquashfuseLl, Origin::Env("SW_POOL_FUSE_READER"))
+        );
+        let e = c
+            .apply_toml("fuse_reader = \"fuse2fs\"\n", Path::new("/c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fuse_reader") && e.contains("squashfuse_ll"), "{e}");
     }
 }

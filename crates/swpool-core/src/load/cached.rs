@@ -67,6 +67,7 @@ pub(super) fn acquire(
             source: Some(plan.src.clone()),
             lease: None,
             serve,
+            reader: node.cfg.fuse_reader.value,
         },
     )?;
     Ok(NodeMount {

@@ -114,6 +114,7 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
             source: None,
             lease,
             serve: None,
+            reader: node.cfg.fuse_reader.value,
         },
     )?;
     acquired.notes.extend(notes);
@@ -166,6 +167,7 @@ fn mount_in_place(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome
                 keep: None,
                 source: None,
             }),
+            reader: node.cfg.fuse_reader.value,
         },
     )?;
     Ok(MountOutcome::InPlace {

@@ -42,6 +42,8 @@ pub fn mount_rw(
             source: None,
             lease: Some(me),
             serve: None,
+            // a user image: fuse2fs
+            reader: crate::mount::FuseReader::SquashfuseLl,
         },
     )?;
     Ok((acquired, taken, report))

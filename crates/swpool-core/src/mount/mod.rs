@@ -1,7 +1,10 @@
 //! Mounting pools and images with FUSE, supervised.
 //!
 //! * The format comes from the image's magic ([`crate::image::detect`]), never from its name:
-//!   squashfs → `squashfuse_ll`, ext2/3/4 → `fuse2fs` ([`Backend`]).
+//!   squashfs → `squashfuse_ll`, ext2/3/4 → `fuse2fs` ([`Backend`]); a squashfs pool goes to
+//!   sw-pool's own tree server (`sw-pool-serve --tree --cached`) when the config key `fuse_reader`
+//!   says `sw-pool` ([`FuseReader`], [`ImageInfo::with_reader`]); an image that server does not
+//!   read (exit status 3) falls back to `squashfuse_ll`.
 //! * Always `nosuid,nodev` ([`MountOptions`]); read-only, except a user image mounted `rw` under its
 //!   lease ([`crate::userimage`]).
 //! * The mount point is validated first ([`check_mountpoint`]): it exists, is a directory and not a
@@ -107,7 +110,48 @@ impl MountOptions {
 pub enum Backend {
     SquashfuseLl,
     Fuse2fs,
+    /// sw-pool's own one-hop FUSE server of a squashfs pool's tree (`sw-pool-serve --tree
+    /// --cached`), reading the node-local pool file.
+    SwPoolTree,
 }
+
+/// Which FUSE server reads squashfs pools (config key `fuse_reader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FuseReader {
+    /// `squashfuse_ll` (the default).
+    #[default]
+    #[serde(rename = "squashfuse_ll")]
+    SquashfuseLl,
+    /// sw-pool's own tree server, [`Backend::SwPoolTree`].
+    #[serde(rename = "sw-pool")]
+    SwPool,
+}
+
+impl std::str::FromStr for FuseReader {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "squashfuse_ll" => Ok(FuseReader::SquashfuseLl),
+            "sw-pool" => Ok(FuseReader::SwPool),
+            o => Err(format!(
+                "unknown FUSE reader {o:?}: use \"squashfuse_ll\" (the default) or \"sw-pool\""
+            )),
+        }
+    }
+}
+
+impl fmt::Display for FuseReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FuseReader::SquashfuseLl => "squashfuse_ll",
+            FuseReader::SwPool => "sw-pool",
+        })
+    }
+}
+
+/// The exit status of `sw-pool-serve --tree` for an image its reader does not read (another
+/// compressor, not squashfs): mount it with squashfuse_ll instead.
+const TREE_UNSUPPORTED: &str = "exit status: 3";
 
 impl Backend {
     pub fn for_format(f: ImageFormat) -> Backend {
@@ -121,7 +165,26 @@ impl Backend {
         match self {
             Backend::SquashfuseLl => Tool::SquashfuseLl,
             Backend::Fuse2fs => Tool::Fuse2fs,
+            Backend::SwPoolTree => Tool::ChunkServer,
         }
+    }
+
+    /// `sw-pool-serve --tree --cached` serving the pool file `image` (manifest `digest`, as
+    /// inspected) at `mountpoint` in the foreground, the server beside this program (else on the
+    /// search path). It ends when the mount point is unmounted, or unmounts it on SIGTERM.
+    pub fn tree_command(image: &Path, digest: &str, mountpoint: &Path) -> ToolCommand {
+        let mut c = ToolCommand::new(Tool::ChunkServer);
+        if let Some(p) = serve::beside_us() {
+            c = c.program(p);
+        }
+        c.arg("--tree")
+            .arg("--cached")
+            .arg("--pool")
+            .path(image)
+            .arg("--digest")
+            .arg(digest)
+            .arg("--dir")
+            .path(mountpoint)
     }
     /// The helper's command line, in the foreground (`-f`) so that it is our child. Paths are absolute
     /// (neither helper understands `--`). fuse2fs: `fakeroot` makes its own permission checks behave
@@ -141,6 +204,8 @@ impl Backend {
                 .arg("-f")
                 .arg("-o")
                 .arg(format!("{},fakeroot", MountOptions::FIXED)),
+            // without a digest (see ImageInfo::helper_command): an image with no manifest
+            Backend::SwPoolTree => Backend::SquashfuseLl.command(image, mountpoint),
         }
     }
 
@@ -180,6 +245,9 @@ pub struct ImageInfo {
 impl ImageInfo {
     /// The helper's command line for this image at `mountpoint`.
     fn helper_command(&self, mountpoint: &Path) -> ToolCommand {
+        if let (Backend::SwPoolTree, Some(p)) = (self.backend, &self.pool) {
+            return Backend::tree_command(&self.path, &p.digest, mountpoint);
+        }
         if let Some(s) = &self.serve {
             return s.wrap(&self.path, self.backend.command(&s.image(), mountpoint));
         }
@@ -188,6 +256,26 @@ impl ImageInfo {
         } else {
             self.backend.command(&self.path, mountpoint)
         }
+    }
+}
+
+impl ImageInfo {
+    /// The FUSE server `reader` for this image: sw-pool's tree server only for a squashfs pool
+    /// mounted read-only from its file (not served in place, not a bare image: the server checks
+    /// the manifest's digest); everything else keeps its helper.
+    pub fn with_reader(mut self, reader: FuseReader) -> ImageInfo {
+        self.backend = match reader {
+            FuseReader::SwPool
+                if self.format == ImageFormat::Squashfs
+                    && self.pool.is_some()
+                    && !self.writable
+                    && self.serve.is_none() =>
+            {
+                Backend::SwPoolTree
+            }
+            _ => Backend::for_format(self.format),
+        };
+        self
     }
 }
 
@@ -536,6 +624,33 @@ pub struct Mounted {
 /// Mount `image` at the canonical mount point `mp`, supervised. `log` receives the helper's stderr
 /// (it stays there while mounted).
 pub fn mount(
+    sys: &dyn Sys,
+    image: &ImageInfo,
+    mp: &Path,
+    log: &Path,
+    timeout: Duration,
+) -> Result<Mounted, MountError> {
+    match mount_with(sys, image, mp, log, timeout) {
+        Err(MountError::Helper(h))
+            if h.helper == Backend::SwPoolTree && h.status.as_deref() == Some(TREE_UNSUPPORTED) =>
+        {
+            tracing::warn!(
+                image = %image.path.display(),
+                "sw-pool's FUSE server does not read this image ({}); mounting it with squashfuse_ll",
+                h.stderr.trim()
+            );
+            let fallback = ImageInfo {
+                backend: Backend::SquashfuseLl,
+                ..image.clone()
+            };
+            mount_with(sys, &fallback, mp, log, timeout)
+        }
+        r => r,
+    }
+}
+
+/// [`mount`] with `image`'s backend, no fallback.
+fn mount_with(
     sys: &dyn Sys,
     image: &ImageInfo,
     mp: &Path,

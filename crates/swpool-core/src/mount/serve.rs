@@ -68,7 +68,7 @@ impl Serve {
 }
 
 /// `sw-pool-serve` installed beside the running program.
-fn beside_us() -> Option<PathBuf> {
+pub(super) fn beside_us() -> Option<PathBuf> {
     let p = std::env::current_exe()
         .ok()?
         .with_file_name(Tool::ChunkServer.program());

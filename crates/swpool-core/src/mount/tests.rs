@@ -589,3 +589,132 @@ fn root_mount_is_known_by_its_own_id_not_by_what_sits_at_the_path() {
     assert_eq!(table[0].mount_id, super::sys::DECOY_ID);
     assert_eq!(table[0].mount_point, mp);
 }
+
+fn pool_image() -> ImageInfo {
+    ImageInfo {
+        pool: Some(PoolId {
+            name: "demo".into(),
+            version: "1".into(),
+            digest: "blake3:cd".into(),
+        }),
+        ..image()
+    }
+}
+
+fn spawned(sys: &FakeSys) -> Vec<(Tool, Vec<String>)> {
+    sys.calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Spawn { tool, args } => Some((
+                *tool,
+                args.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn fuse_reader_sw_pool_picks_the_tree_server_only_for_a_squashfs_pool_from_its_file() {
+    use FuseReader::*;
+    // the default stays squashfuse_ll
+    assert_eq!(FuseReader::default(), SquashfuseLl);
+    assert_eq!("sw-pool".parse::<FuseReader>(), Ok(SwPool));
+    assert_eq!("squashfuse_ll".parse::<FuseReader>(), Ok(SquashfuseLl));
+    assert!("fuse2fs".parse::<FuseReader>().is_err());
+    assert_eq!(
+        pool_image().with_reader(SquashfuseLl).backend,
+        Backend::SquashfuseLl
+    );
+    assert_eq!(pool_image().with_reader(SwPool).backend, Backend::SwPoolTree);
+    // a bare image (no manifest digest for the server to check): squashfuse_ll
+    assert_eq!(image().with_reader(SwPool).backend, Backend::SquashfuseLl);
+    // an ext pool, a writable image: fuse2fs
+    let ext = ImageInfo {
+        format: ImageFormat::Ext4,
+        backend: Backend::Fuse2fs,
+        ..pool_image()
+    };
+    assert_eq!(ext.clone().with_reader(SwPool).backend, Backend::Fuse2fs);
+    let rw = ImageInfo {
+        writable: true,
+        ..ext
+    };
+    assert_eq!(rw.with_reader(SwPool).backend, Backend::Fuse2fs);
+    // served in place: the chunk server runs squashfuse_ll on the served file
+    let served = ImageInfo {
+        serve: Some(serve::Serve {
+            dir: PathBuf::from("/state/k.serve"),
+            digest: "blake3:cd".into(),
+            keep: None,
+            source: None,
+        }),
+        ..pool_image()
+    };
+    assert_eq!(served.with_reader(SwPool).backend, Backend::SquashfuseLl);
+}
+
+#[test]
+fn the_tree_server_is_started_on_the_pool_file_at_the_mount_point_and_supervised() {
+    let (_d, mp, sys) = setup(FakeHelper::MountsAfter(1));
+    let img = pool_image().with_reader(FuseReader::SwPool);
+    let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!((m.backend, m.helper_pid), (Backend::SwPoolTree, 4242));
+    let mpd = mp.display().to_string();
+    let s = spawned(&sys);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0].0, Tool::ChunkServer);
+    assert_eq!(
+        s[0].1,
+        [
+            "--tree",
+            "--cached",
+            "--pool",
+            "/pools/demo.sqfs",
+            "--digest",
+            "blake3:cd",
+            "--dir",
+            mpd.as_str()
+        ]
+    );
+    assert!(any(&sys, |c| matches!(c, Call::Release(4242))));
+    // its mount is sw-pool's: stale when the server dies, unmounted like any other
+    sys.script.lock().unwrap().stale.push(mp.clone());
+    assert_eq!(state(&sys, &sys.mount_table(), &mp), MountState::Stale);
+    let u = unmount(&sys, &mp, true).unwrap();
+    assert!(u.was_stale);
+    assert_eq!(state(&sys, &sys.mount_table(), &mp), MountState::Absent);
+}
+
+#[test]
+fn an_image_the_tree_server_refuses_is_mounted_with_squashfuse_ll() {
+    let (_d, mp, sys) = setup(FakeHelper::Refuses(
+        Tool::ChunkServer,
+        3,
+        "sw-pool-serve: demo: unsupported compressor lzo".into(),
+    ));
+    let img = pool_image().with_reader(FuseReader::SwPool);
+    let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(m.backend, Backend::SquashfuseLl);
+    let tools: Vec<Tool> = spawned(&sys).into_iter().map(|s| s.0).collect();
+    assert_eq!(tools, [Tool::ChunkServer, Tool::SquashfuseLl]);
+    assert_eq!(state(&sys, &sys.mount_table(), &mp), MountState::Mounted);
+}
+
+#[test]
+fn another_failure_of_the_tree_server_is_reported_not_hidden_by_a_fallback() {
+    let (_d, mp, sys) = setup(FakeHelper::Refuses(
+        Tool::ChunkServer,
+        1,
+        "sw-pool-serve: demo: bad inode table".into(),
+    ));
+    let img = pool_image().with_reader(FuseReader::SwPool);
+    let e = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    assert!(
+        e.to_string().contains("sw-pool-serve") && e.to_string().contains("bad inode table"),
+        "{e}"
+    );
+    assert_eq!(spawned(&sys).len(), 1);
+}

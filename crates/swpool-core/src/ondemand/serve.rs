@@ -252,6 +252,7 @@ pub fn serve(
                     keep: None,
                     source: Some(sock.clone()),
                 }),
+                reader: node.cfg.fuse_reader.value,
             },
         )?;
         // interrupted (SIGTERM at the end of the job, Ctrl-C of a launcher), the process

@@ -26,6 +26,9 @@ pub struct AcquireRequest {
     /// mounted there with a reference of this shell, nothing changes (loading twice in one shell
     /// holds one reference).
     pub shell: Option<u32>,
+    /// Which FUSE server reads a squashfs pool (config `fuse_reader`; see
+    /// [`mount::ImageInfo::with_reader`]).
+    pub reader: mount::FuseReader,
 }
 
 /// The result of [`acquire`].
@@ -94,6 +97,7 @@ pub fn acquire(
             source: p.source.clone(),
         });
     }
+    let image = image.with_reader(req.reader);
     let _lock = dir.lock()?;
     let mut notes = Vec::new();
     let me = sys.euid();
@@ -246,6 +250,8 @@ pub fn acquire(
         }
     };
     rec.pending = false;
+    // the helper that mounted it (sw-pool's tree server may have handed an image to squashfuse_ll)
+    rec.backend = m.backend;
     rec.helper_pid = m.helper_pid;
     rec.mount_id = m.mount_id;
     rec.serving = Some(match &image.serve {

@@ -49,6 +49,7 @@ fn req(e: &Env, job: Option<&str>) -> AcquireRequest {
         source: None,
         lease: None,
         serve: None,
+        reader: mount::FuseReader::SquashfuseLl,
     }
 }
 

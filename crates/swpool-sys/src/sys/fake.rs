@@ -109,6 +109,9 @@ pub enum FakeHelper {
     MountsAfter(u32),
     /// The helper exits with this stderr after this many polls, mounting nothing.
     Exits(u32, String),
+    /// A helper of this tool exits at its first poll with this exit code and stderr, mounting
+    /// nothing (a server refusing an image); any other mounts.
+    Refuses(Tool, i32, String),
     /// The helper never mounts and never exits (a hung helper).
     Hangs,
     /// The helper program is not installed.
@@ -240,6 +243,7 @@ impl FakeSys {
         let appear = match &sc.helper {
             FakeHelper::Mounts => true,
             FakeHelper::MountsAfter(n) => polls >= *n,
+            FakeHelper::Refuses(t, _, _) => fstype != format!("fuse.{}", t.program()),
             _ => false,
         };
         if appear && crate::proc::mount_at(&sc.mounts, &mp).is_none() {
@@ -443,6 +447,12 @@ impl Processes for FakeSys {
         let polls = self.state.lock().unwrap().polls;
         let r = match &self.script.lock().unwrap().helper {
             FakeHelper::Exits(n, _) if polls >= *n => Some("exit status: 1".to_string()),
+            FakeHelper::Refuses(t, code, _)
+                if self.state.lock().unwrap().running.as_ref().map(|r| r.2.as_str())
+                    == Some(format!("fuse.{}", t.program()).as_str()) =>
+            {
+                Some(format!("exit status: {code}"))
+            }
             _ => None,
         };
         if r.is_some() {
@@ -493,7 +503,7 @@ impl Processes for FakeSys {
     }
     fn read_log(&self, _log: &Path) -> String {
         match &self.script.lock().unwrap().helper {
-            FakeHelper::Exits(_, s) => s.clone(),
+            FakeHelper::Exits(_, s) | FakeHelper::Refuses(_, _, s) => s.clone(),
             _ => String::new(),
         }
     }
