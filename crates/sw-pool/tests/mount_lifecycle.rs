@@ -408,3 +408,65 @@ fn the_long_trust_warning_is_given_once_a_day() {
     t.ok(&["umount", &mp]);
     t.assert_clean();
 }
+
+/// `fuse_reader = "sw-pool"`: a squashfs pool is mounted by sw-pool's own tree server
+/// (`sw-pool-serve --tree --cached`, real FUSE) and supervised like squashfuse_ll: its files read,
+/// `list` says ok, a killed server is stale, `umount --force` removes it.
+#[test]
+fn the_tree_server_mounts_a_pool_when_configured_and_is_supervised_like_squashfuse_ll() {
+    let t = T::new();
+    let img = pool(&t, "sqfs");
+    let cfg = t.p("config.toml");
+    std::fs::write(&cfg, "fuse_reader = \"sw-pool\"\n").unwrap();
+    let sw = |args: &[&str]| {
+        let o = run(t.sw().env("SW_POOL_USER_CONFIG", &cfg).args(args));
+        assert_eq!(o.code, 0, "sw-pool {args:?}: {}{}", o.stdout, o.stderr);
+        o
+    };
+    let c = sw(&["config"]).stdout;
+    assert!(
+        c.lines()
+            .any(|l| l.contains("fuse_reader") && l.contains("sw-pool")),
+        "{c}"
+    );
+    let mp = t.mkdir("mnt");
+    let v: serde_json::Value =
+        serde_json::from_str(&sw(&["mount", "--json", &img, &mp]).stdout).unwrap();
+    let rec = &v["record"];
+    assert_eq!(rec["backend"], "sw_pool_tree", "{v}");
+    let pid = rec["helper_pid"].as_u64().unwrap();
+    assert!(pid_alive(pid));
+    let line = mountinfo_line(&mp);
+    // through fusermount3 `fuse.sw-pool`; root's own mount `fuse` with the source `sw-pool`
+    assert!(
+        line.contains(" - fuse.sw-pool ") || line.contains(" - fuse sw-pool "),
+        "{line}"
+    );
+    let hello = Path::new(&mp).join("install/hello/1.0/bin/hello");
+    assert!(std::fs::read_to_string(&hello)
+        .unwrap()
+        .contains("hello from"));
+    assert_eq!(
+        sha256_file(&hello),
+        sha256_file(&t.p("tree/install/hello/1.0/bin/hello"))
+    );
+    let l = sw(&["list"]).stdout;
+    assert!(l.contains(&mp) && l.contains("ok"), "{l}");
+    // the server dies: stale
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    for _ in 0..100 {
+        if !pid_alive(pid) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!pid_alive(pid));
+    let l = sw(&["list"]).stdout;
+    assert!(l.contains(&mp) && l.contains("stale"), "{l}");
+    let o = sw(&["umount", "--force", &mp]);
+    assert!(o.stdout.contains("unmounted"), "{}", o.stdout);
+    t.assert_clean();
+}

@@ -32,8 +32,12 @@ impl MountEntry {
             .and_then(|v| v.parse().ok())
     }
     /// Made by one of the helpers sw-pool uses (squashfuse_ll/squashfuse report their name, fuse2fs the
-    /// ext flavour; `sw-pool-serve` names its served image `sw-pool-serve` and its tree `sw-pool`).
+    /// ext flavour; `sw-pool-serve` names its served image `sw-pool-serve` and its tree `sw-pool`:
+    /// the subtype through fusermount3, only the source when root mounts it itself, as plain `fuse`).
     pub fn is_swpool_helper(&self) -> bool {
+        if self.fstype == "fuse" {
+            return matches!(self.source.as_str(), "sw-pool" | "sw-pool-serve");
+        }
         matches!(
             self.fstype.as_str(),
             "fuse.squashfuse_ll"
@@ -263,6 +267,12 @@ mod tests {
         // sw-pool-serve --tree names its mounts fuse.sw-pool; another FUSE file system is not ours
         let t = "335 27 0:89 / /m ro,nosuid,nodev,noatime - fuse.sw-pool sw-pool ro,user_id=1000,group_id=1000\n\
                  336 27 0:90 / /n ro - fuse.sshfs host:/x ro,user_id=1000\n";
+        let m = parse_mountinfo(t);
+        assert!(m[0].is_swpool_helper());
+        assert!(!m[1].is_swpool_helper());
+        // root's own mount of it (no fusermount3): plain fuse, named by its source
+        let t = "44 27 0:39 / /m ro,nosuid,nodev,noatime - fuse sw-pool ro,user_id=0,group_id=0\n\
+                 45 27 0:40 / /n ro - fuse other ro,user_id=0\n";
         let m = parse_mountinfo(t);
         assert!(m[0].is_swpool_helper());
         assert!(!m[1].is_swpool_helper());

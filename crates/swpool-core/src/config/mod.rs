@@ -608,6 +608,9 @@ mod tests {
             .apply_toml("fuse_reader = \"fuse2fs\"\n", Path::new("/c"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("fuse_reader") && e.contains("squashfuse_ll"), "{e}");
+        assert!(
+            e.contains("fuse_reader") && e.contains("squashfuse_ll"),
+            "{e}"
+        );
     }
 }

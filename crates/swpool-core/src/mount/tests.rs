@@ -628,7 +628,10 @@ fn fuse_reader_sw_pool_picks_the_tree_server_only_for_a_squashfs_pool_from_its_f
         pool_image().with_reader(SquashfuseLl).backend,
         Backend::SquashfuseLl
     );
-    assert_eq!(pool_image().with_reader(SwPool).backend, Backend::SwPoolTree);
+    assert_eq!(
+        pool_image().with_reader(SwPool).backend,
+        Backend::SwPoolTree
+    );
     // a bare image (no manifest digest for the server to check): squashfuse_ll
     assert_eq!(image().with_reader(SwPool).backend, Backend::SquashfuseLl);
     // an ext pool, a writable image: fuse2fs

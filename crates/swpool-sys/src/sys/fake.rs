@@ -448,7 +448,13 @@ impl Processes for FakeSys {
         let r = match &self.script.lock().unwrap().helper {
             FakeHelper::Exits(n, _) if polls >= *n => Some("exit status: 1".to_string()),
             FakeHelper::Refuses(t, code, _)
-                if self.state.lock().unwrap().running.as_ref().map(|r| r.2.as_str())
+                if self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .running
+                    .as_ref()
+                    .map(|r| r.2.as_str())
                     == Some(format!("fuse.{}", t.program()).as_str()) =>
             {
                 Some(format!("exit status: {code}"))
