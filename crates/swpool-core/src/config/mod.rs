@@ -32,9 +32,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod environment;
+mod reader;
 mod vars;
 
 pub use environment::Environment;
+pub use reader::FuseReader;
 pub use vars::{
     env_rows, is_read, EnvVar, HostVar, Var, VarKind, HOST_PREFIXES, SPANK_PREFIX, STEP_NAMES,
     STEP_PREFIXES,
@@ -125,7 +127,7 @@ pub struct Config {
     pub shadow_root: Setting<Option<PathBuf>>,
     /// Which FUSE server reads squashfs pools mounted from a file (`squashfuse_ll`, or sw-pool's
     /// own tree server).
-    pub fuse_reader: Setting<crate::mount::FuseReader>,
+    pub fuse_reader: Setting<FuseReader>,
     pub require_signature: Setting<bool>,
     pub cache_high_watermark: Setting<Option<u64>>,
     pub cache_low_watermark: Setting<Option<u64>>,
@@ -161,7 +163,7 @@ impl Default for Config {
             layer_dir: Setting::default(None),
             mount_helper: Setting::default(None),
             shadow_root: Setting::default(None),
-            fuse_reader: Setting::default(crate::mount::FuseReader::default()),
+            fuse_reader: Setting::default(FuseReader::default()),
             require_signature: Setting::default(false),
             cache_high_watermark: Setting::default(None),
             cache_low_watermark: Setting::default(None),
@@ -590,7 +592,7 @@ mod tests {
 
     #[test]
     fn fuse_reader_from_file_and_environment() {
-        use crate::mount::FuseReader;
+        use FuseReader;
         let mut c = Config::default();
         assert_eq!(c.fuse_reader.value, FuseReader::SquashfuseLl, "the default");
         c.apply_toml("fuse_reader = \"sw-pool\"\n", Path::new("/etc/c.toml"))

@@ -20,10 +20,14 @@
 //! All system calls and process operations go through [`sys::Sys`] so the order of steps and the
 //! clean-up after failures are unit-tested with [`sys::FakeSys`].
 
+mod backend;
 pub mod paths;
 mod point;
 pub mod serve;
 mod unmount;
+pub use crate::config::FuseReader;
+pub use backend::Backend;
+use backend::TREE_UNSUPPORTED;
 pub use point::{canonical_mountpoint, check_mountpoint, create_leaf};
 pub use swpool_sys::{pinned, proc, sys, walk};
 use unmount::run_unmount;
@@ -104,129 +108,6 @@ impl MountOptions {
     }
 }
 
-/// The FUSE helper for a format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    SquashfuseLl,
-    Fuse2fs,
-    /// sw-pool's own one-hop FUSE server of a squashfs pool's tree (`sw-pool-serve --tree
-    /// --cached`), reading the node-local pool file.
-    SwPoolTree,
-}
-
-/// Which FUSE server reads squashfs pools (config key `fuse_reader`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum FuseReader {
-    /// `squashfuse_ll` (the default).
-    #[default]
-    #[serde(rename = "squashfuse_ll")]
-    SquashfuseLl,
-    /// sw-pool's own tree server, [`Backend::SwPoolTree`].
-    #[serde(rename = "sw-pool")]
-    SwPool,
-}
-
-impl std::str::FromStr for FuseReader {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "squashfuse_ll" => Ok(FuseReader::SquashfuseLl),
-            "sw-pool" => Ok(FuseReader::SwPool),
-            o => Err(format!(
-                "unknown FUSE reader {o:?}: use \"squashfuse_ll\" (the default) or \"sw-pool\""
-            )),
-        }
-    }
-}
-
-impl fmt::Display for FuseReader {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FuseReader::SquashfuseLl => "squashfuse_ll",
-            FuseReader::SwPool => "sw-pool",
-        })
-    }
-}
-
-/// The exit status of `sw-pool-serve --tree` for an image its reader does not read (another
-/// compressor, not squashfs): mount it with squashfuse_ll instead.
-const TREE_UNSUPPORTED: &str = "exit status: 3";
-
-impl Backend {
-    pub fn for_format(f: ImageFormat) -> Backend {
-        if f.is_ext() {
-            Backend::Fuse2fs
-        } else {
-            Backend::SquashfuseLl
-        }
-    }
-    pub fn tool(self) -> Tool {
-        match self {
-            Backend::SquashfuseLl => Tool::SquashfuseLl,
-            Backend::Fuse2fs => Tool::Fuse2fs,
-            Backend::SwPoolTree => Tool::ChunkServer,
-        }
-    }
-
-    /// `sw-pool-serve --tree --cached` serving the pool file `image` (manifest `digest`, as
-    /// inspected) at `mountpoint` in the foreground, the server beside this program (else on the
-    /// search path). It ends when the mount point is unmounted, or unmounts it on SIGTERM.
-    pub fn tree_command(image: &Path, digest: &str, mountpoint: &Path) -> ToolCommand {
-        let mut c = ToolCommand::new(Tool::ChunkServer);
-        if let Some(p) = serve::beside_us() {
-            c = c.program(p);
-        }
-        c.arg("--tree")
-            .arg("--cached")
-            .arg("--pool")
-            .path(image)
-            .arg("--digest")
-            .arg(digest)
-            .arg("--dir")
-            .path(mountpoint)
-    }
-    /// The helper's command line, in the foreground (`-f`) so that it is our child. Paths are absolute
-    /// (neither helper understands `--`). fuse2fs: `fakeroot` makes its own permission checks behave
-    /// like squashfuse_ll's (the mounting user reads every file, as they can read the image); `ro` is
-    /// enforced by fuse2fs itself (writes fail with EROFS, though the kernel lists the mount as rw).
-    pub fn command(self, image: &Path, mountpoint: &Path) -> ToolCommand {
-        match self {
-            Backend::SquashfuseLl => ToolCommand::new(Tool::SquashfuseLl)
-                .arg("-f")
-                .arg("-o")
-                .arg(MountOptions::FIXED)
-                .path(image)
-                .path(mountpoint),
-            Backend::Fuse2fs => ToolCommand::new(Tool::Fuse2fs)
-                .path(image)
-                .path(mountpoint)
-                .arg("-f")
-                .arg("-o")
-                .arg(format!("{},fakeroot", MountOptions::FIXED)),
-            // without a digest (see ImageInfo::helper_command): an image with no manifest
-            Backend::SwPoolTree => Backend::SquashfuseLl.command(image, mountpoint),
-        }
-    }
-
-    /// The helper's command line for a read-write mount of a user image (fuse2fs only): the user's
-    /// own files, so no `fakeroot`; `nosuid,nodev` as always.
-    pub fn command_rw(self, image: &Path, mountpoint: &Path) -> ToolCommand {
-        ToolCommand::new(Tool::Fuse2fs)
-            .path(image)
-            .path(mountpoint)
-            .arg("-f")
-            .arg("-o")
-            .arg(MountOptions::WRITABLE)
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.tool().program())
-    }
-}
-
 /// What is being mounted: format from the magic, and the manifest when the file is a pool.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImageInfo {
@@ -256,26 +137,6 @@ impl ImageInfo {
         } else {
             self.backend.command(&self.path, mountpoint)
         }
-    }
-}
-
-impl ImageInfo {
-    /// The FUSE server `reader` for this image: sw-pool's tree server only for a squashfs pool
-    /// mounted read-only from its file (not served in place, not a bare image: the server checks
-    /// the manifest's digest); everything else keeps its helper.
-    pub fn with_reader(mut self, reader: FuseReader) -> ImageInfo {
-        self.backend = match reader {
-            FuseReader::SwPool
-                if self.format == ImageFormat::Squashfs
-                    && self.pool.is_some()
-                    && !self.writable
-                    && self.serve.is_none() =>
-            {
-                Backend::SwPoolTree
-            }
-            _ => Backend::for_format(self.format),
-        };
-        self
     }
 }
 
