@@ -128,9 +128,23 @@ pub enum Unmounted {
 /// and the walk retried, up to [`MOVED_RETRIES`] times (measured under a 10 s `RENAME_EXCHANGE`
 /// race of ~70,000 exchanges a second, t_48: without retries ~1 in 2 umounts failed so).
 pub fn unmount_id(id: u64, lazy: bool) -> io::Result<Unmounted> {
+    unmount_id_if(id, lazy, &|_| true)
+}
+
+/// [`unmount_id`] for a mount that must also still be ours: mount IDs are reused, so the mount
+/// table's entry for `id` must pass `ours` (its fstype, source, the FUSE user) before the mount's
+/// current location is opened by descriptor, its ID checked there and it is unmounted through that
+/// descriptor; checked again on every read of the table a retry makes. A user who moved the mount
+/// (renamed a parent) does not hide it; a user who swapped something else in at its old path does
+/// not get that unmounted.
+pub fn unmount_id_if(
+    id: u64,
+    lazy: bool,
+    ours: &dyn Fn(&crate::proc::MountEntry) -> bool,
+) -> io::Result<Unmounted> {
     let mut last = None;
     for attempt in 0..MOVED_RETRIES {
-        match unmount_id_once(id, lazy) {
+        match unmount_id_once(id, lazy, ours) {
             Ok(u) => return Ok(u),
             Err(Attempt::Moved(e)) => {
                 last = Some(e);
@@ -155,7 +169,11 @@ enum Attempt {
     Failed(io::Error),
 }
 
-fn unmount_id_once(id: u64, lazy: bool) -> Result<Unmounted, Attempt> {
+fn unmount_id_once(
+    id: u64,
+    lazy: bool,
+    ours: &dyn Fn(&crate::proc::MountEntry) -> bool,
+) -> Result<Unmounted, Attempt> {
     let moved = |e: rustix::io::Errno| match e {
         rustix::io::Errno::NOENT
         | rustix::io::Errno::NOTDIR
@@ -164,7 +182,11 @@ fn unmount_id_once(id: u64, lazy: bool) -> Result<Unmounted, Attempt> {
         e => Attempt::Failed(e.into()),
     };
     let mounts = crate::proc::read_mountinfo().map_err(Attempt::Failed)?;
-    let Some(m) = mounts.iter().find(|m| u64::from(m.mount_id) == id) else {
+    let Some(m) = mounts
+        .iter()
+        .find(|m| u64::from(m.mount_id) == id)
+        .filter(|m| ours(m))
+    else {
         return Ok(Unmounted::Gone);
     };
     let (Some(parent), Some(name)) = (m.mount_point.parent(), m.mount_point.file_name()) else {
@@ -265,22 +287,4 @@ pub fn is_absolute_clean(p: &Path) -> bool {
                 std::path::Component::RootDir | std::path::Component::Normal(_)
             )
         })
-}
-
-/// [`unmount_id`] for a mount that must also still be ours: mount IDs are reused, so the mount
-/// table's entry for `id` must pass `ours` (its fstype, source, the FUSE user) before the mount's
-/// current location is opened by descriptor, its ID checked there and it is unmounted through that
-/// descriptor. A user who moved the mount (renamed a parent) does not hide it; a user who swapped
-/// something else in at its old path does not get that unmounted.
-pub fn unmount_id_if(
-    id: u64,
-    lazy: bool,
-    ours: &dyn Fn(&crate::proc::MountEntry) -> bool,
-) -> io::Result<Unmounted> {
-    let mounts = crate::proc::read_mountinfo()?;
-    match mounts.iter().find(|m| u64::from(m.mount_id) == id) {
-        None => Ok(Unmounted::Gone),
-        Some(m) if !ours(m) => Ok(Unmounted::Gone),
-        Some(_) => unmount_id(id, lazy),
-    }
 }

@@ -197,16 +197,7 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
     )
     // the node's on-demand server keeps every chunk in its store (and the page cache of it)
     .direct_io(args.source.is_some());
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::RO,
-        fuser::MountOption::NoSuid,
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoAtime,
-        fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::FSName("sw-pool-serve".into()),
-        fuser::MountOption::Subtype("sw-pool-serve".into()),
-    ];
+    let mut cfg = read_only_config("sw-pool-serve");
     cfg.n_threads = Some(args.threads.unwrap_or(4).clamp(1, 64));
     let session = fuser::Session::new(fs, &args.dir, &cfg)
         .and_then(|s| s.spawn())
@@ -318,16 +309,7 @@ fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
             .clamp(2, 16)
     });
     let fs = swpool_serve::tree::TreeFs::new(ar, what, (threads / 2).max(1));
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::RO,
-        fuser::MountOption::NoSuid,
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoAtime,
-        fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::FSName("sw-pool".into()),
-        fuser::MountOption::Subtype("sw-pool".into()),
-    ];
+    let mut cfg = read_only_config("sw-pool");
     cfg.n_threads = Some(threads.clamp(1, 64));
     let session = fuser::Session::new(fs, &args.dir, &cfg)
         .and_then(|s| s.spawn())
@@ -396,4 +378,21 @@ fn forward_signals(set: libc::sigset_t) {
             std::process::exit(128 + sig);
         }
     }
+}
+
+/// The mount options every mount of this server has: read-only, `nosuid,nodev,noatime`, the
+/// kernel checking permissions, and `name` as file-system name and subtype (how `list` and
+/// `cleanup` recognise sw-pool's mounts in the mount table).
+fn read_only_config(name: &str) -> fuser::Config {
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::RO,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::FSName(name.into()),
+        fuser::MountOption::Subtype(name.into()),
+    ];
+    cfg
 }
