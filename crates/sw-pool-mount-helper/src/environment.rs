@@ -264,13 +264,13 @@ fn start_holder(t: &Target, trees: &[PathBuf]) -> Result<i32> {
     if said != "ok" {
         return fail(said);
     }
-    // the environment opens the holder's namespace once the holder is the caller's (dumpable:
-    // its /proc entries are then the caller's); it closes every descriptor before that
+    // the environment opens the holder's namespace once the holder is traceable by the caller
+    // (dumpable, after it closed every descriptor): answer only then
     let t0 = Instant::now();
     loop {
-        match std::fs::metadata(format!("/proc/{pid}")) {
-            Ok(m) if std::os::unix::fs::MetadataExt::uid(&m) == t.uid => return Ok(pid),
-            Ok(_) if t0.elapsed() < READY => std::thread::sleep(Duration::from_millis(1)),
+        match traceable_by(pid, t.uid) {
+            Ok(true) => return Ok(pid),
+            Ok(false) if t0.elapsed() < READY => std::thread::sleep(Duration::from_millis(1)),
             _ => {
                 return fail(format!(
                     "the helper's holder (pid {pid}) did not become yours within {} s",
@@ -279,6 +279,14 @@ fn start_holder(t: &Target, trees: &[PathBuf]) -> Result<i32> {
             }
         }
     }
+}
+
+/// Whether process `pid` is `uid`'s and dumpable, so that `uid` may open its `/proc/PID/ns/*`.
+/// `/proc/PID` itself shows the effective uid whatever the dumpable flag; its files (`status`)
+/// are root's until the process is dumpable.
+fn traceable_by(pid: i32, uid: u32) -> std::io::Result<bool> {
+    let m = std::fs::metadata(format!("/proc/{pid}/status"))?;
+    Ok(std::os::unix::fs::MetadataExt::uid(&m) == uid)
 }
 
 /// In the holder, once it is in the caller's user namespace as their uid and before it may be
@@ -386,6 +394,48 @@ fn wait_for_entry(pid: i32) {
 #[cfg(test)]
 mod tests {
     use super::one_line_map;
+
+    /// The holder becomes the caller's (setresuid) before it is dumpable: the helper must not
+    /// answer on the first sign. A process of uid 65534 that is not yet dumpable is not
+    /// traceable by 65534 although `/proc/PID` already shows 65534; once dumpable it is.
+    #[test]
+    fn a_process_is_traceable_only_once_dumpable() {
+        use std::io::{BufRead, Write};
+        // SAFETY: geteuid(2) cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: needs root (a process that changes its uid)");
+            return;
+        }
+        let mut c = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys, ctypes\n\
+                 os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n\
+                 print('changed', flush=True); sys.stdin.readline()\n\
+                 ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n\
+                 print('dumpable', flush=True); sys.stdin.readline()\n",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let pid = c.id() as i32;
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut inp = c.stdin.take().unwrap();
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        assert_eq!(l.trim(), "changed");
+        let dir = std::fs::metadata(format!("/proc/{pid}")).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&dir), 65534);
+        assert!(!super::traceable_by(pid, 65534).unwrap());
+        inp.write_all(b"\n").unwrap();
+        l.clear();
+        out.read_line(&mut l).unwrap();
+        assert_eq!(l.trim(), "dumpable");
+        assert!(super::traceable_by(pid, 65534).unwrap());
+        inp.write_all(b"\n").unwrap();
+        c.wait().unwrap();
+    }
 
     #[test]
     fn maps_must_be_one_line() {

@@ -120,7 +120,13 @@ pub(crate) fn enter(v: &Views) -> Result<(), String> {
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| format!("cannot open the helper's namespace {p}: {e}"))?;
+    .map_err(|e| {
+        format!(
+            "cannot open the helper's namespace {p}: {e} (holder: {}; this process: {})",
+            proc_ids(&format!("/proc/{}/status", v.holder)),
+            proc_ids("/proc/self/status")
+        )
+    })?;
     // SAFETY: setns(2) on a namespace descriptor, in the single-threaded pid 1
     if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
         return Err(format!(
@@ -144,6 +150,23 @@ pub(crate) fn enter(v: &Views) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The state, ids and capabilities a `/proc/PID/status` shows, for an error message.
+fn proc_ids(status: &str) -> String {
+    match std::fs::read_to_string(status) {
+        Ok(s) => s
+            .lines()
+            .filter(|l| {
+                ["State:", "Uid:", "Gid:", "NSpid:", "CapEff:"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(e) => format!("{status}: {e}"),
+    }
 }
 
 /// A path usable inside overlay options.
