@@ -218,7 +218,7 @@ fn the_exit_status_table_is_the_one_sw_pool_help_prints() {
     for (status, meaning) in rows {
         let line = help
             .lines()
-            .find(|l| l.trim_start().split_whitespace().next() == Some(&status))
+            .find(|l| l.split_whitespace().next() == Some(&status))
             .unwrap_or_else(|| panic!("--help lists status {status}:\n{help}"));
         let said = words(line.trim_start().trim_start_matches(status.as_str()));
         let row = words(&meaning);
