@@ -4,7 +4,8 @@
 //! - `quickstart`: run here first, and verbatim as a new unprivileged user after the package is
 //!   installed (`tests/deb/run.sh`);
 //! - `session`: run here after the quick start, in README order, in the same shell (one tutorial
-//!   session: later blocks use what earlier ones made);
+//!   session: later blocks use what earlier ones made), including a job script run by a non-login
+//!   `bash job.sh > job.log`;
 //! - `paper`, `job`, `job-layer`: run on the virtual cluster (`tests/cluster/t_70_readme.sh`; the
 //!   job blocks as batch scripts on 4 nodes).
 //!
@@ -169,6 +170,19 @@ fn the_quick_start_and_the_session_run_as_written() {
     );
     assert!(o.stdout.contains("Hello from a pool"), "{}", o.stdout);
     assert!(o.stdout.contains("made in the layer"), "{}", o.stdout);
+    // the job script run by a non-login bash with its output in a log (README, "The shell
+    // function"): the exported function loaded the pool in the script's own shell, and the log
+    // holds the program's output, not the shell code that load prints for the function
+    let log = std::fs::read_to_string(format!("{work}/job.log")).unwrap_or_default();
+    assert!(
+        log.contains("Hello from a pool"),
+        "job.log (bash job.sh > job.log): {log:?}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("export ") || l.contains("MODULEPATH")),
+        "job.log holds shell code: {log:?}"
+    );
     // nothing left mounted by the session (its namespace is gone; no helper outlives it)
     t.assert_clean();
 }
