@@ -100,7 +100,7 @@ pub enum Command {
     Avail(AvailArgs),
     /// Unmount and forget what a job left behind, stale mounts, or everything of yours on this node
     Cleanup(CleanupArgs),
-    /// Slurm hooks: `prolog`, `task-prolog`, `epilog` (also installed as sw-pool-prolog, …)
+    /// Slurm hooks: `prolog`, `task-prolog`, `epilog` (`make install` links them as libexec/sw-pool/prolog, task-prolog and epilog)
     Slurm(SlurmArgs),
     /// Print the shell code that puts a mounted pool's modules on MODULEPATH (or takes them off)
     Env(EnvArgs),
@@ -376,8 +376,8 @@ from there; with --in-place it is served from where it lies by sw-pool-serve,
 which hashes each chunk against the manifest before serving it (a changed
 chunk reads as EIO and is logged; the rest stays readable).
 
-The format comes from the image's magic, never from its name. Mounts are always
-ro,nosuid,nodev.
+The format comes from the image's magic, never from its name. Pools are always
+mounted ro,nosuid,nodev; --rw is for your own writable user images.
 The mount point must be an empty directory (not a symlink) owned by you or
 root. Mounting the same pool at the same mount point again only adds a
 reference (see `sw-pool list`); `sw-pool umount` drops one, and the last one
