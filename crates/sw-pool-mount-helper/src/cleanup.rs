@@ -8,7 +8,7 @@ use swpool_sys::kmount;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 use crate::state::{Record, State};
 
 #[derive(Debug, Default, Serialize)]
@@ -73,7 +73,7 @@ pub fn list(cfg: &HelperConfig) -> Result<Listed> {
 /// file is the helper's (its cache, or an image it recorded).
 pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) -> Result<Cleaned> {
     if !c.is_root() {
-        return Err(HelperError::refused("cleanup is for root (the Slurm epilog, an admin); release your own mounts with release-pool / umount"));
+        return Err(HelperError::refused(Refusal::TurnedOff, "cleanup is for root (the Slurm epilog, an admin); release your own mounts with release-pool / umount"));
     }
     let mut st = State::open()?;
     let mut out = Cleaned::default();

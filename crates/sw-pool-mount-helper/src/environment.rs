@@ -36,7 +36,7 @@ use swpool_sys::pinned::Pinned;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 
 /// Where the views are, in the environment's mount namespace only (root's, mode 0755).
 pub const STAGING: &str = "/run/sw-pool-env";
@@ -64,7 +64,10 @@ struct Target {
 }
 
 fn refused(pid: i32, why: impl std::fmt::Display) -> HelperError {
-    HelperError::refused(format!("process {pid}: {why}; no idmapped view was made"))
+    HelperError::refused(
+        Refusal::Process,
+        format!("process {pid}: {why}; no idmapped view was made"),
+    )
 }
 
 fn read_proc(pid: i32, f: &str) -> Result<String> {
@@ -177,12 +180,13 @@ fn check_target(c: &Caller, pid: i32) -> Result<Target> {
 /// `idmap --pid P`.
 pub fn idmap(cfg: &HelperConfig, c: &Caller, pid: i32) -> Result<Idmapped> {
     if cfg.environment_trees.is_empty() {
-        return Err(HelperError::refused(
+        return Err(HelperError::refused(Refusal::TurnedOff,
             "no environment_trees in /etc/sw-pool/helper.toml: this node gives environments no idmapped views (the rootless path is used)",
         ));
     }
     if c.is_root() {
         return Err(HelperError::refused(
+            Refusal::Process,
             "idmap is for a user's environment (root's own environments need no helper)",
         ));
     }
@@ -256,9 +260,9 @@ fn start_holder(t: &Target, trees: &[PathBuf]) -> Result<i32> {
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
-        Err(HelperError::new(
-            swpool_format::status::ExitStatus::System,
-            format!("idmapped views for process {}: {said}", t.pid),
+        Err(HelperError::step(
+            format!("idmapped views for process {}", t.pid),
+            said,
         ))
     };
     if said != "ok" {

@@ -32,7 +32,7 @@ use swpool_sys::pinned::Pinned;
 
 use crate::caller::{check_path, Caller};
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 use crate::state::{Record, State};
 
 #[derive(Debug, Serialize)]
@@ -59,14 +59,17 @@ fn user_dir(cfg: &HelperConfig, c: &Caller) -> Result<(std::os::fd::OwnedFd, Pat
     let (ru, rm) =
         kmount::owner_mode(&root).map_err(|e| HelperError::system(&cfg.user_mount_root, e))?;
     if ru != 0 || rm & 0o022 != 0 {
-        return Err(HelperError::refused(format!(
-            "{} must be a directory of root's that only root can write",
-            cfg.user_mount_root.display()
-        )));
+        return Err(HelperError::refused(
+            Refusal::MountPoint,
+            format!(
+                "{} must be a directory of root's that only root can write",
+                cfg.user_mount_root.display()
+            ),
+        ));
     }
     let home = cfg.user_mount_root.join(&c.name);
     let mine = kmount::mkdir_open(&root, &c.name, 0o755, None).map_err(|e| {
-        HelperError::refused(format!(
+        HelperError::refused(Refusal::MountPoint, format!(
             "{}: {e} (something of yours mounted on it, or not a directory?); nothing was mounted: unmount it (`fusermount3 -u {}`) and ask again",
             home.display(),
             home.display()
@@ -79,7 +82,7 @@ fn user_dir(cfg: &HelperConfig, c: &Caller) -> Result<(std::os::fd::OwnedFd, Pat
             adopt(&mine).map_err(|e| HelperError::system(&home, e))?;
         }
         _ => {
-            return Err(HelperError::refused(format!(
+            return Err(HelperError::refused(Refusal::MountPoint, format!(
                 "{} belongs to uid {hu} (mode {:o}), not to root: an admin removes it; nothing was mounted",
                 home.display(),
                 hm & 0o7777
@@ -138,19 +141,25 @@ fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned>
         .ok()
         .filter(|r| !r.as_os_str().is_empty())
         .ok_or_else(|| {
-            HelperError::refused(format!(
+            HelperError::refused(
+                Refusal::OutsideRoot,
+                format!(
                 "mount point {} is not under {}/ (the only place the helper mounts your images)",
                 mp.display(),
                 home.display()
-            ))
+            ),
+            )
         })?;
     let (mut dir, _) = user_dir(cfg, c)?;
     let refuse = |at: &Path, why: String| {
-        HelperError::refused(format!(
-            "mount point {}: {} {why}; nothing was mounted",
-            mp.display(),
-            at.display()
-        ))
+        HelperError::refused(
+            Refusal::MountPoint,
+            format!(
+                "mount point {}: {} {why}; nothing was mounted",
+                mp.display(),
+                at.display()
+            ),
+        )
     };
     let mut at = home.clone();
     let parts: Vec<_> = rel.components().collect();
@@ -184,10 +193,13 @@ fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned>
                 return Err(refuse(&at, "changed while it was opened (refused)".into()));
             }
             if !pinned.empty {
-                return Err(HelperError::refused(format!(
-                    "mount point {} is not empty; nothing was mounted",
-                    mp.display()
-                )));
+                return Err(HelperError::refused(
+                    Refusal::MountPoint,
+                    format!(
+                        "mount point {} is not empty; nothing was mounted",
+                        mp.display()
+                    ),
+                ));
             }
             return Ok(pinned);
         }
@@ -258,13 +270,13 @@ fn fsck(fd: &std::fs::File, image: &Path, limit: std::time::Duration) -> Result<
     let p = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let mut cmd = crate::tools::command("e2fsck")?;
     cmd.args(["-fn", &p]);
-    let tool_error = |e: String| HelperError::new(swpool_format::status::ExitStatus::Tool, e);
+
     let out = match crate::bounded::run_tool(cmd, limit)
-        .map_err(|e| tool_error(format!("e2fsck: {e}")))?
+        .map_err(|e| HelperError::tool("e2fsck", e.to_string()))?
     {
         crate::bounded::ToolEnd::Done(out) => out,
         crate::bounded::ToolEnd::Killed(d) => {
-            return Err(HelperError::refused(format!(
+            return Err(HelperError::refused(Refusal::Stalled, format!(
                 "{}: e2fsck -fn did not finish within {:.0} s and was killed (an image this slow to check, or a file system that does not answer); nothing was mounted (helper.toml: tool_timeout_secs)",
                 image.display(),
                 d.as_secs_f64()
@@ -307,10 +319,10 @@ pub fn mount_image(
     job: Option<&str>,
 ) -> Result<ImageMounted> {
     if !cfg.user_images {
-        return Err(HelperError::refused("kernel mounts of users' images are turned off on this node (helper.toml: user_images = false); use `sw-pool mount` (FUSE)"));
+        return Err(HelperError::refused(Refusal::TurnedOff, "kernel mounts of users' images are turned off on this node (helper.toml: user_images = false); use `sw-pool mount` (FUSE)"));
     }
     if rw && !cfg.user_images_rw {
-        return Err(HelperError::refused("read-write kernel mounts of users' images are turned off on this node (helper.toml: user_images_rw = false)"));
+        return Err(HelperError::refused(Refusal::TurnedOff, "read-write kernel mounts of users' images are turned off on this node (helper.toml: user_images_rw = false)"));
     }
     check_path("image", image)?;
     check_path("mount point", mp)?;
@@ -318,19 +330,22 @@ pub fn mount_image(
     let opened = c.open_bounded("image", image, rw, cfg.file_timeout())?;
     let (file, meta) = (opened.file, opened.meta);
     if !meta.file_type().is_file() {
-        return Err(HelperError::refused(format!(
+        return Err(HelperError::refused(
+            Refusal::NotOwnImage,
+            format!(
             "image {} is not a regular file (a FIFO, a device or a directory); nothing was mounted",
             image.display()
-        )));
+        ),
+        ));
     }
     if meta.uid() != c.uid {
-        return Err(HelperError::refused(format!(
+        return Err(HelperError::refused(Refusal::NotOwnImage, format!(
             "image {} belongs to uid {}, not to you ({}, uid {}): the helper mounts only your own images; nothing was mounted",
             image.display(), meta.uid(), c.name, c.uid
         )));
     }
     if opened.fs_type == crate::bounded::FUSE_SUPER_MAGIC {
-        return Err(HelperError::refused(format!(
+        return Err(HelperError::refused(Refusal::OnFuse, format!(
             "image {} is on a FUSE file system: its bytes come from a process (which may stop), and the kernel would wait on it without end through the loop device; copy it to a local or network disk, or mount it with `sw-pool mount` (FUSE); nothing was mounted",
             image.display()
         )));
@@ -369,13 +384,9 @@ pub fn mount_image(
         Err(e) => {
             dev.detach();
             undo_dirs();
-            return Err(HelperError::new(
-                swpool_format::status::ExitStatus::System,
-                format!(
-                    "mounting {} on {}: {e}; nothing was mounted",
-                    image.display(),
-                    mp.display()
-                ),
+            return Err(HelperError::step(
+                format!("mounting {} on {}", image.display(), mp.display()),
+                format!("{e}; nothing was mounted"),
             ));
         }
     };
@@ -441,7 +452,7 @@ fn admit_ids(
     max: usize,
 ) -> Result<()> {
     if records.mounts.iter().any(|r| matches!(r, Record::Image { dev, ino, rw: w, .. } if *dev == d && *ino == i && (*w || rw))) {
-        return Err(HelperError::refused(format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
+        return Err(HelperError::refused(Refusal::Limit, format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
     }
     let mine: Vec<&Path> = records
         .mounts
@@ -454,7 +465,7 @@ fn admit_ids(
         })
         .collect();
     if mine.len() >= max {
-        return Err(HelperError::refused(format!(
+        return Err(HelperError::refused(Refusal::Limit, format!(
             "you ({}) have {} images mounted by the helper on this node, the most it allows (helper.toml: max_images_per_user = {max}); unmount one first (`sw-pool umount DIR` or `sudo sw-pool-mount-helper umount DIR`; yours: {}); nothing was mounted",
             c.name,
             mine.len(),
@@ -492,7 +503,10 @@ pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
                 }
         })
         .ok_or_else(|| {
-            HelperError::refused(format!("nothing the helper mounted is at {}", mp.display()))
+            HelperError::refused(
+                Refusal::NotMounted,
+                format!("nothing the helper mounted is at {}", mp.display()),
+            )
         })?;
     let Record::Image {
         owner,
@@ -505,16 +519,21 @@ pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
         unreachable!()
     };
     if *owner != c.uid && !c.is_root() {
-        return Err(HelperError::refused(format!(
-            "the mount at {} is not yours",
-            mp.display()
-        )));
+        return Err(HelperError::refused(
+            Refusal::NotMounted,
+            format!("the mount at {} is not yours", mp.display()),
+        ));
     }
     match kmount::unmount_id(*mount_id, false) {
         Ok(_) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            return Err(HelperError::new(swpool_format::status::ExitStatus::System, format!(
-                "{} is busy: a process still uses it (see `fuser -vm {}`); nothing was unmounted", mp.display(), mp.display())));
+            return Err(HelperError::step(
+                format!("{} is busy", mp.display()),
+                format!(
+                    "a process still uses it (see `fuser -vm {}`); nothing was unmounted",
+                    mp.display()
+                ),
+            ));
         }
         Err(e) => return Err(HelperError::system(mp, e)),
     }

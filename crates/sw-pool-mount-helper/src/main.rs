@@ -133,7 +133,7 @@ fn main() {
         }
         Err(e) => {
             eprintln!("sw-pool-mount-helper: {e}");
-            e.status as i32
+            e.status().code()
         }
     };
     std::process::exit(code);

@@ -26,7 +26,7 @@ use swpool_sys::pinned::Pinned;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 use crate::state::{Record, Ref, State};
 
 #[derive(Debug, Serialize)]
@@ -112,7 +112,7 @@ fn copy_verified(pool: &Pool, out: &File, progress: &dyn Fn()) -> Result<()> {
 }
 
 fn stalled(path: &Path, limit: std::time::Duration) -> HelperError {
-    HelperError::refused(format!(
+    HelperError::refused(Refusal::Stalled, format!(
         "pool {}: reading it did not finish within {:.1} s (its file system does not answer: a stopped FUSE daemon?); nothing was cached or mounted (helper.toml: file_timeout_secs)",
         path.display(),
         limit.as_secs_f64()
@@ -202,11 +202,14 @@ fn ensure_root_dir(p: &Path, mode: u32) -> Result<std::os::fd::OwnedFd> {
     let fd = Pinned::open_root(p).map_err(|e| HelperError::system(p, e))?;
     let (uid, m) = kmount::owner_mode(&fd).map_err(|e| HelperError::system(p, e))?;
     if uid != 0 || m & 0o022 != 0 {
-        return Err(HelperError::refused(format!(
-            "{} must be a directory of root's that only root can write (uid {uid}, mode {:o})",
-            p.display(),
-            m & 0o7777
-        )));
+        return Err(HelperError::refused(
+            Refusal::MountPoint,
+            format!(
+                "{} must be a directory of root's that only root can write (uid {uid}, mode {:o})",
+                p.display(),
+                m & 0o7777
+            ),
+        ));
     }
     Ok(fd)
 }
@@ -238,9 +241,10 @@ pub fn mount_cached(
 ) -> Result<Option<PoolMounted>> {
     let hex = digest.strip_prefix("blake3:").unwrap_or("");
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(HelperError::refused(format!(
-            "{digest:?} is not a pool digest (blake3:<64 hex digits>)"
-        )));
+        return Err(HelperError::refused(
+            Refusal::Path,
+            format!("{digest:?} is not a pool digest (blake3:<64 hex digits>)"),
+        ));
     }
     let suffix = format!("-{}.pool", &hex[..32]);
     let Ok(rd) = std::fs::read_dir(&cfg.cache_dir) else {
@@ -334,7 +338,7 @@ fn mount_verified(
                 continue;
             }
             if *digest != m.digest {
-                return Err(HelperError::refused(format!(
+                return Err(HelperError::refused(Refusal::Conflict, format!(
                     "another build of {}/{} ({digest}) is mounted on this node at {} for {} job(s); it stays until they end (or ask the admin to run `sw-pool-mount-helper cleanup`)",
                     m.name, m.version, mount_point.display(), refs.len()
                 )));
@@ -363,10 +367,13 @@ fn mount_verified(
     let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
     let cache_file = cfg.cache_dir.join(cache_name(pool));
     if !cache_file.is_file() {
-        return Err(HelperError::refused(format!(
-            "{} is not cached on this node (its copy went meanwhile?); ask again",
-            m.digest
-        )));
+        return Err(HelperError::refused(
+            Refusal::Conflict,
+            format!(
+                "{} is not cached on this node (its copy went meanwhile?); ask again",
+                m.digest
+            ),
+        ));
     }
 
     // mount it once
@@ -474,9 +481,9 @@ pub fn release_pool(
     job: Option<&str>,
     shadow_only: bool,
 ) -> Result<PoolReleased> {
-    let (n, v) = spec
-        .split_once('/')
-        .ok_or_else(|| HelperError::refused(format!("{spec:?} is not NAME/VERSION")))?;
+    let (n, v) = spec.split_once('/').ok_or_else(|| {
+        HelperError::refused(Refusal::Path, format!("{spec:?} is not NAME/VERSION"))
+    })?;
     let mut st = State::open()?;
     let here = crate::state::mount_namespace();
     let idx = st
@@ -488,7 +495,10 @@ pub fn release_pool(
                 && matches!(r, Record::Pool { name, version, .. } if name == n && version == v)
         })
         .ok_or_else(|| {
-            HelperError::refused(format!("{spec} is not mounted by the helper on this node"))
+            HelperError::refused(
+                Refusal::NotMounted,
+                format!("{spec} is not mounted by the helper on this node"),
+            )
         })?;
     let Record::Pool {
         refs,
@@ -507,11 +517,14 @@ pub fn release_pool(
             && (!shadow_only || r.shadow))
     });
     if refs.len() == before {
-        return Err(HelperError::refused(format!(
-            "you hold no {}reference to {spec} on this node{}",
-            if shadow_only { "shadow " } else { "" },
-            job.map(|j| format!(" for job {j}")).unwrap_or_default()
-        )));
+        return Err(HelperError::refused(
+            Refusal::NotMounted,
+            format!(
+                "you hold no {}reference to {spec} on this node{}",
+                if shadow_only { "shadow " } else { "" },
+                job.map(|j| format!(" for job {j}")).unwrap_or_default()
+            ),
+        ));
     }
     let mut errors = Vec::new();
     let unshadowed = if refs.iter().any(|r| r.shadow) {
