@@ -73,15 +73,16 @@ impl Caller {
 
     /// [`crate::bounded::open_as`] with the caller's ids: open `path` as the caller, within
     /// `limit`, refused with a message naming the file when it fails or does not finish.
-    pub fn open_bounded(
+    pub fn open_bounded<H: crate::host::Host>(
         &self,
+        h: &H,
         what: &str,
         path: &Path,
         write: bool,
         limit: std::time::Duration,
     ) -> Result<crate::bounded::Opened> {
         use crate::bounded::OpenError;
-        crate::bounded::open_as(self.ids(), path, write, limit).map_err(|e| match e {
+        h.open_as(self.ids(), path, write, limit).map_err(|e| match e {
             OpenError::Stalled(d) => HelperError::refused(Refusal::Stalled, format!(
                 "{what} {}: opening it did not finish within {:.1} s (its file system does not answer: a stopped FUSE daemon?); nothing was done (helper.toml: file_timeout_secs)",
                 path.display(),
@@ -166,24 +167,37 @@ pub fn check_job_form(job: &str) -> Result<()> {
 }
 
 /// `--job-id J`: accepted from a user only for a job Slurm says is theirs (root: any).
-pub fn check_job(c: &Caller, job: &str, slurm_conf: Option<&Path>) -> Result<()> {
-    if job.is_empty() || job.len() > 32 || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
-        return Err(HelperError::refused(
-            Refusal::Job,
-            format!("job id {job:?} is not a Slurm job id"),
-        ));
-    }
+pub fn check_job<H: crate::host::Host>(
+    h: &H,
+    c: &Caller,
+    job: &str,
+    slurm_conf: Option<&Path>,
+    limit: std::time::Duration,
+) -> Result<()> {
+    check_job_form(job)?;
     if c.is_root() {
         return Ok(());
     }
-    let mut cmd = crate::tools::command("squeue")?;
-    cmd.args(["-h", "-j", job, "-o", "%U"]);
-    if let Some(s) = slurm_conf {
-        cmd.env("SLURM_CONF", s);
-    }
-    let out = cmd
-        .output()
-        .map_err(|e| HelperError::tool("squeue", e.to_string()))?;
+    let env: Vec<(&str, std::ffi::OsString)> = slurm_conf
+        .map(|s| ("SLURM_CONF", s.as_os_str().to_os_string()))
+        .into_iter()
+        .collect();
+    let args: Vec<std::ffi::OsString> = ["-h", "-j", job, "-o", "%U"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    let out = match h.run_tool("squeue", &args, &env, limit)? {
+        crate::bounded::ToolEnd::Done(out) => out,
+        crate::bounded::ToolEnd::Killed(d) => {
+            return Err(HelperError::tool(
+                "squeue",
+                format!(
+                    "did not answer within {:.0} s and was killed; nothing was done: ask again, or an admin checks slurmctld (helper.toml: tool_timeout_secs)",
+                    d.as_secs_f64()
+                ),
+            ))
+        }
+    };
     let owner = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || owner.is_empty() {
         return Err(HelperError::refused(
@@ -228,7 +242,7 @@ mod tests {
             groups: vec![],
         };
         for bad in ["", "1;rm", "-j", "12 34", &"9".repeat(40)] {
-            let e = check_job(&c, bad, None).unwrap_err().to_string();
+            let e = check_job_form(bad).unwrap_err().to_string();
             assert!(e.contains("not a Slurm job id"), "{bad}: {e}");
         }
     }

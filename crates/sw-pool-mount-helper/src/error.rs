@@ -117,6 +117,7 @@ impl HelperError {
         }
     }
     /// The rule a refusal broke (`None`: not a refusal).
+    #[cfg(test)]
     pub fn rule(&self) -> Option<Refusal> {
         match self {
             HelperError::Refused { rule, .. } => Some(*rule),

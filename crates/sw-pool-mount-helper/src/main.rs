@@ -22,6 +22,7 @@ mod cleanup;
 mod config;
 mod environment;
 mod error;
+mod host;
 mod image;
 mod pool;
 mod shadow;
@@ -141,12 +142,15 @@ fn main() {
 
 fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Value, HelperError> {
     let c = caller::Caller::identify(sudo_uid)?;
+    let host = host::RealHost::new();
     let who = format!("{} (uid {})", c.name, c.uid);
     let cfg = config::HelperConfig::load()
         .inspect_err(|e| log(swpool_sys::syslog::Level::Error, &format!("{who}: {e}")))?;
     let job_ok = |j: &Option<String>| -> Result<(), HelperError> {
         match j {
-            Some(j) => caller::check_job(&c, j, cfg.slurm_conf.as_deref()),
+            Some(j) => {
+                caller::check_job(&host, &c, j, cfg.slurm_conf.as_deref(), cfg.tool_timeout())
+            }
             None => Ok(()),
         }
     };
@@ -210,13 +214,13 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             ),
             job_ok(job_id)
                 .and_then(|_| {
-                    image::mount_image(&cfg, &c, image, mount_point, *rw, job_id.as_deref())
+                    image::mount_image(&host, &cfg, &c, image, mount_point, *rw, job_id.as_deref())
                 })
                 .map(json),
         ),
         Cmd::Umount { mount_point } => (
             format!("umount {}", mount_point.display()),
-            image::umount(&cfg, &c, mount_point).map(json),
+            image::umount(&host, &cfg, &c, mount_point).map(json),
         ),
         Cmd::Idmap { pid } => (
             format!("idmap --pid {pid}"),
@@ -232,7 +236,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
                     .unwrap_or_default(),
                 if *kill { " --kill" } else { "" }
             ),
-            cleanup::cleanup(&cfg, &c, job_id.as_deref(), *kill).map(json),
+            cleanup::cleanup(&host, &cfg, &c, job_id.as_deref(), *kill).map(json),
         ),
     };
     match &r {

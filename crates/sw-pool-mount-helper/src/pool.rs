@@ -278,7 +278,7 @@ pub fn mount_pool(
 ) -> Result<PoolMounted> {
     crate::caller::check_path("pool", path)?;
     let limit = cfg.file_timeout();
-    let opened = c.open_bounded("pool", path, false, limit)?;
+    let opened = c.open_bounded(&crate::host::RealHost::new(), "pool", path, false, limit)?;
     // its trailer and manifest: the caller's bytes, read within the bound, no lock held
     let p = path.to_path_buf();
     let pool = crate::bounded::within(limit, move || Pool::open_file(&p, opened.file))
