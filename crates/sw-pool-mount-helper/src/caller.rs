@@ -235,12 +235,6 @@ mod tests {
 
     #[test]
     fn job_ids_are_checked_before_slurm_is_asked() {
-        let c = Caller {
-            uid: 1234,
-            gid: 1234,
-            name: "u".into(),
-            groups: vec![],
-        };
         for bad in ["", "1;rm", "-j", "12 34", &"9".repeat(40)] {
             let e = check_job_form(bad).unwrap_err().to_string();
             assert!(e.contains("not a Slurm job id"), "{bad}: {e}");

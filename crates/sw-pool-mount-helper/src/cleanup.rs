@@ -186,7 +186,7 @@ pub fn cleanup<H: crate::host::Host>(
 /// Unmount a user's image (not lazily). Busy: with `kill`, end the processes of its `owner` **in
 /// this mount namespace** that hold it (the testbed's nodes, like containers, share one PID space:
 /// a process elsewhere with the same path is not ours), SIGTERM then SIGKILL, and try again.
-fn unmount_image<H: crate::host::Host>(
+pub(crate) fn unmount_image<H: crate::host::Host>(
     h: &H,
     id: u64,
     mp: &std::path::Path,

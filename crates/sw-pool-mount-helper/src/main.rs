@@ -20,6 +20,8 @@ mod bounded;
 mod caller;
 mod cleanup;
 mod config;
+#[cfg(test)]
+mod contract_tests;
 mod environment;
 mod error;
 mod host;

@@ -45,8 +45,8 @@ pub struct PoolMounted {
     pub loop_device: String,
 }
 
-/// The site's trust policy: a signature by a key in `trusted_keys`, required.
-fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
+/// The site's keys (`trusted_keys`); none: no pool is mounted.
+pub(crate) fn site_keys(cfg: &HelperConfig) -> Result<swpool_trust::TrustedKeys> {
     let keys = swpool_trust::TrustedKeys::load(std::slice::from_ref(&cfg.trusted_keys));
     if keys.keys.is_empty() {
         return Err(HelperError::trust(format!(
@@ -54,6 +54,12 @@ fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
             cfg.trusted_keys.display()
         )));
     }
+    Ok(keys)
+}
+
+/// The site's trust policy: a signature by a key in `trusted_keys`, required.
+fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
+    let keys = site_keys(cfg)?;
     let policy = swpool_trust::TrustPolicy::new(Some((true, "helper.toml".into())), keys);
     match swpool_trust::authorize(pool, &policy) {
         Ok(swpool_trust::Verdict::Trusted { name, fingerprint }) => {

@@ -113,6 +113,9 @@ pub struct Fake {
     /// `unmount_id` answers `EBUSY` this many times.
     pub busy: Cell<u32>,
     pub holders: RefCell<Vec<Holder>>,
+    /// Run on the records at the next tool run: another request, meanwhile.
+    #[allow(clippy::type_complexity)]
+    pub meanwhile: RefCell<Option<Box<dyn FnOnce(&mut Records)>>>,
     pub sys: FakeSys,
 }
 
@@ -190,11 +193,36 @@ impl FakeHost {
             },
         );
     }
+    /// `/run/u` (root's, 0755) and each directory of `p` under it, of `uid`, 0755.
+    pub fn make_dirs(&self, p: &str, uid: u32) {
+        let mut at = PathBuf::from("/");
+        for c in Path::new(p).components().skip(1) {
+            at.push(c);
+            if !self.exists(&at.to_string_lossy()) {
+                let owner = if at.starts_with("/run/u") && at.components().count() > 3 {
+                    uid
+                } else {
+                    0
+                };
+                self.add(&at.to_string_lossy(), FileKind::Dir, owner, 0o755);
+            }
+        }
+    }
     /// Mark `p` a mount point (of something else).
     pub fn mount_there(&self, p: &str) {
         if let Some(n) = self.f.tree.borrow_mut().get_mut(Path::new(p)) {
             n.mounted = Some(1);
         }
+    }
+    /// The entries beneath `p` (not `p` itself).
+    pub fn beneath(&self, p: &str) -> Vec<PathBuf> {
+        self.f
+            .tree
+            .borrow()
+            .keys()
+            .filter(|k| k.starts_with(p) && k.as_path() != Path::new(p))
+            .cloned()
+            .collect()
     }
     pub fn exists(&self, p: &str) -> bool {
         self.f.tree.borrow().contains_key(Path::new(p))
@@ -332,6 +360,9 @@ impl Host for FakeHost {
             limit,
             locked: self.locked(),
         });
+        if let Some(f) = self.f.meanwhile.borrow_mut().take() {
+            f(&mut self.f.records.borrow_mut());
+        }
         let mut tools = self.f.tools.borrow_mut();
         let answers = tools.entry(tool.into()).or_default();
         let a = if answers.is_empty() {
