@@ -101,7 +101,7 @@ fn a_granted_image_mount_opens_as_the_caller_checks_unlocked_and_mounts_on_roots
     );
     assert!(
         matches!(&calls[3], Call::Tool { tool, args, limit, locked: false }
-            if tool == "e2fsck" && args[0] == OsString::from("-fn") && *limit == Duration::from_secs(30)),
+            if tool == "e2fsck" && args[0] == "-fn" && *limit == Duration::from_secs(30)),
         "{:?}",
         calls[3]
     );

@@ -88,6 +88,9 @@ impl UserFile {
     }
 }
 
+/// A tool's answer: `Ok((status, stdout, stderr))`, or `Err(())`: killed after its limit.
+pub type ToolAnswer = std::result::Result<(i32, String, String), ()>;
+
 #[derive(Debug, Clone)]
 struct Node {
     kind: FileKind,
@@ -105,7 +108,7 @@ pub struct Fake {
     next_id: Cell<u64>,
     pub files: RefCell<BTreeMap<PathBuf, UserFile>>,
     /// Each tool's answers, in order: `Ok((status, stdout, stderr))` or `Err(())` (killed).
-    pub tools: RefCell<BTreeMap<String, Vec<std::result::Result<(i32, String, String), ()>>>>,
+    pub tools: RefCell<BTreeMap<String, Vec<ToolAnswer>>>,
     pub records: Rc<RefCell<Records>>,
     locked: Rc<Cell<bool>>,
     /// `mount_on` fails with this errno.
