@@ -58,7 +58,7 @@ pub(crate) fn site_keys(cfg: &HelperConfig) -> Result<swpool_trust::TrustedKeys>
 }
 
 /// The site's trust policy: a signature by a key in `trusted_keys`, required.
-fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
+pub(crate) fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
     let keys = site_keys(cfg)?;
     let policy = swpool_trust::TrustPolicy::new(Some((true, "helper.toml".into())), keys);
     match swpool_trust::authorize(pool, &policy) {
@@ -130,7 +130,11 @@ fn stalled(path: &Path, limit: std::time::Duration) -> HelperError {
 /// up when no chunk arrives for `limit` (a file system that does not answer): the unnamed file
 /// goes with the process, nothing is left. Two calls copying at once: the first name wins, the
 /// other's copy (the same verified bytes) is dropped.
-fn copy_bounded(pool: std::sync::Arc<Pool>, dest: &Path, limit: std::time::Duration) -> Result<()> {
+pub(crate) fn copy_bounded(
+    pool: std::sync::Arc<Pool>,
+    dest: &Path,
+    limit: std::time::Duration,
+) -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;

@@ -85,4 +85,5 @@ pub(super) fn mount(
 
 mod files;
 mod paths;
+mod pools;
 mod requests;

@@ -2,23 +2,6 @@
 
 use super::*;
 
-// --- row: a pool signed only by a user's own key, or unsigned (the keys' directory)
-
-#[test]
-fn row_trust_a_helper_without_site_keys_mounts_no_pool() {
-    let d = tempfile::tempdir().unwrap();
-    let cfg = cfg(&format!(
-        "trusted_keys = {:?}",
-        d.path().join("none").display().to_string()
-    ));
-    let e = crate::pool::site_keys(&cfg).unwrap_err();
-    assert_eq!(e.status(), ExitStatus::Trust, "{e}");
-    assert!(
-        e.to_string().contains("only pools signed by a site key"),
-        "{e}"
-    );
-}
-
 // --- row: --job-id of someone else's job
 
 #[test]
