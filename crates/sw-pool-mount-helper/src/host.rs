@@ -121,6 +121,10 @@ pub trait Host {
     fn unlink(&self, d: &Self::Dir, name: &str, dir: bool) -> io::Result<()>;
     /// The directory `rel` beneath `d` (`d` itself when `rel` is empty).
     fn dir_beneath(&self, d: &Self::Dir, rel: &Path) -> io::Result<Self::Dir>;
+    /// Open a file of root's (the cache's copy) read-only, `O_NOFOLLOW`.
+    fn open_root_file(&self, p: &Path) -> io::Result<std::fs::File>;
+    /// Is `p` a regular file (root's cache)?
+    fn is_file(&self, p: &Path) -> bool;
     /// Open `name` beneath `d` as a mount point.
     fn open_target(&self, d: &Self::Dir, name: &str) -> io::Result<Target<Self::Target>>;
 
@@ -280,6 +284,18 @@ impl Host for RealHost {
         } else {
             swpool_sys::pinned::dir_beneath(d, rel)
         }
+    }
+
+    fn open_root_file(&self, p: &Path) -> io::Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(p)
+    }
+
+    fn is_file(&self, p: &Path) -> bool {
+        p.is_file()
     }
 
     fn open_target(&self, d: &OwnedFd, name: &str) -> io::Result<Target<Pinned>> {

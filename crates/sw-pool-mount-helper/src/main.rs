@@ -165,7 +165,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             Some(pool) => (
                 format!("mount-pool {}", pool.display()),
                 job_ok(job_id)
-                    .and_then(|_| pool::mount_pool(&cfg, &c, pool, job_id.as_deref(), false))
+                    .and_then(|_| pool::mount_pool(&host, &cfg, &c, pool, job_id.as_deref(), false))
                     .map(json),
             ),
             None => {
@@ -173,7 +173,9 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
                 (
                     format!("mount-pool --digest {d}"),
                     job_ok(job_id)
-                        .and_then(|_| pool::mount_cached(&cfg, &c, &d, job_id.as_deref(), false))
+                        .and_then(|_| {
+                            pool::mount_cached(&host, &cfg, &c, &d, job_id.as_deref(), false)
+                        })
                         .map(|m| {
                             m.map(json)
                                 .unwrap_or_else(|| serde_json::json!({"cached": false}))
@@ -184,7 +186,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
         Cmd::Shadow { job_id, pool } => (
             format!("shadow {}", pool.display()),
             job_ok(job_id)
-                .and_then(|_| shadow::shadow(&cfg, &c, pool, job_id.as_deref()))
+                .and_then(|_| shadow::shadow(&host, &cfg, &c, pool, job_id.as_deref()))
                 .map(json),
         ),
         Cmd::ReleasePool {

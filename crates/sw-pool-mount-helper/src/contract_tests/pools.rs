@@ -132,3 +132,119 @@ fn row_verified_copy_a_chunk_that_differs_from_the_signed_manifest_fails_the_cop
         "nothing of the failed copy is named in the cache"
     );
 }
+
+/// A fake node whose cache (`/c`) holds `pool`'s copy; site pools mount under `/p`.
+fn pool_node(pool: &Pool) -> (FakeHost, HelperConfig) {
+    let h = FakeHost::new();
+    h.make_dirs("/c", 0);
+    let cached = format!("/c/{}", crate::pool::cache_name(pool));
+    h.add(&cached, FileKind::File, 0, 0o644);
+    (h, cfg("cache_dir = \"/c\"\npool_mount_root = \"/p\""))
+}
+
+fn no_mkdir(calls: &[Call]) -> Vec<Call> {
+    calls
+        .iter()
+        .filter(|c| !matches!(c, Call::Mkdir(_)))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_granted_site_pool_is_one_read_only_mount_of_roots_copy_shared_by_reference() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, sign) = site(d.path());
+    let p = d.path().join("p.pool");
+    write_pool(&p, &sign);
+    let pool = Pool::open(&p).unwrap();
+    let (h, cfg) = pool_node(&pool);
+    let cached = format!("/c/{}", crate::pool::cache_name(&pool));
+    let m =
+        crate::pool::mount_verified(&h, &cfg, &ann(), &pool, "site".into(), (None, false), true)
+            .unwrap();
+    assert_eq!(
+        (m.mount_point.as_path(), m.refs, m.shared),
+        (Path::new("/p/demo/1.0"), 1, false)
+    );
+    assert_eq!(
+        no_mkdir(&h.calls()),
+        [
+            Call::Lock,
+            Call::AttachLoop {
+                label: cached,
+                rw: false,
+                locked: true
+            },
+            Call::Mount {
+                at: "/p/demo/1.0".into(),
+                fstype: "squashfs".into(),
+                source: "/dev/loop7".into(),
+                read_only: true,
+                noexec: false,
+                locked: true,
+            },
+            Call::Save,
+            Call::Unlock,
+        ],
+        "root's own copy, never the caller's file"
+    );
+    for dir in ["/p", "/p/demo", "/p/demo/1.0"] {
+        assert_eq!(h.owner_mode(dir), Some((0, 0o755)), "{dir}");
+    }
+    // another user: a reference to the same mount, nothing mounted again
+    let n = h.calls().len();
+    let bob = Caller::fake(2000, "bob");
+    let m = crate::pool::mount_verified(
+        &h,
+        &cfg,
+        &bob,
+        &pool,
+        "site".into(),
+        (Some("7"), false),
+        false,
+    )
+    .unwrap();
+    assert_eq!((m.refs, m.shared), (2, true));
+    assert_eq!(h.calls()[n..], [Call::Lock, Call::Save, Call::Unlock]);
+    // another build of the same NAME/VERSION mounted: refused, the mount stays as it is
+    if let Record::Pool { digest, .. } = &mut h.f.records.borrow_mut().mounts[0] {
+        *digest = "blake3:another".into();
+    }
+    refused(
+        crate::pool::mount_verified(&h, &cfg, &ann(), &pool, "site".into(), (None, false), false),
+        Refusal::Conflict,
+        "another build of demo/1.0",
+    );
+    assert_eq!(h.mounted(), [PathBuf::from("/p/demo/1.0")]);
+    assert_eq!(h.loops_left(), 0);
+}
+
+#[test]
+fn a_site_pool_whose_copy_went_or_the_kernel_refuses_leaves_no_mount_loop_or_record() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, sign) = site(d.path());
+    let p = d.path().join("p.pool");
+    write_pool(&p, &sign);
+    let pool = Pool::open(&p).unwrap();
+    let (h, cfg) = pool_node(&pool);
+    h.f.mount_fails.set(Some(libc::EINVAL));
+    let e =
+        crate::pool::mount_verified(&h, &cfg, &ann(), &pool, "site".into(), (None, false), true)
+            .unwrap_err();
+    assert_eq!(e.status(), ExitStatus::System, "{e}");
+    assert!(h.calls().contains(&Call::FreeLoop("loop7".into())));
+    assert!(!h.calls().contains(&Call::Save));
+    assert!(h.mounted().is_empty() && h.f.records.borrow().mounts.is_empty());
+    // the cached copy removed meanwhile: refused before any loop device
+    let h = FakeHost::new();
+    h.make_dirs("/c", 0);
+    refused(
+        crate::pool::mount_verified(&h, &cfg, &ann(), &pool, "site".into(), (None, false), true),
+        Refusal::Conflict,
+        "is not cached on this node",
+    );
+    assert!(!h
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::AttachLoop { .. } | Call::Mount { .. })));
+}

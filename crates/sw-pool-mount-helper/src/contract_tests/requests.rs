@@ -190,8 +190,14 @@ fn row_environment_tools_come_from_the_system_directories_with_an_empty_environm
 
 #[test]
 fn row_shadow_a_node_without_shadow_root_makes_no_shadow_and_opens_nothing() {
-    let e = crate::shadow::shadow(&cfg(""), &ann(), Path::new("/nonexistent/p.pool"), None)
-        .unwrap_err();
+    let e = crate::shadow::shadow(
+        &FakeHost::new(),
+        &cfg(""),
+        &ann(),
+        Path::new("/nonexistent/p.pool"),
+        None,
+    )
+    .unwrap_err();
     assert_eq!(e.rule(), Some(Refusal::TurnedOff), "{e}");
     assert!(e.to_string().contains("no shadow_root"), "{e}");
 }

@@ -475,6 +475,18 @@ impl Host for FakeHost {
         Ok(at)
     }
 
+    fn open_root_file(&self, p: &Path) -> io::Result<std::fs::File> {
+        match self.node(p)?.kind {
+            FileKind::File => Ok(tempfile::tempfile().unwrap()),
+            FileKind::Symlink => Err(errno(libc::ELOOP)),
+            _ => Err(errno(libc::EISDIR)),
+        }
+    }
+
+    fn is_file(&self, p: &Path) -> bool {
+        self.node(p).is_ok_and(|n| n.kind == FileKind::File)
+    }
+
     fn open_target(&self, d: &PathBuf, name: &str) -> io::Result<Target<PathBuf>> {
         let p = d.join(name);
         let n = self.dir(&p)?;
