@@ -43,7 +43,7 @@ pub struct As {
 #[derive(Debug)]
 pub struct Opened {
     pub file: std::fs::File,
-    pub meta: std::fs::Metadata,
+    pub meta: swpool_sys::sys::FileMeta,
     /// `fstatfs`'s `f_type`.
     pub fs_type: i64,
 }
@@ -76,7 +76,27 @@ pub fn open_as(
             .write(write)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
             .open(&p)?;
-        let meta = file.metadata()?;
+        let m = file.metadata()?;
+        let meta = {
+            use std::os::unix::fs::MetadataExt;
+            use swpool_sys::sys::{FileKind, FileMeta};
+            let t = m.file_type();
+            FileMeta {
+                kind: if t.is_file() {
+                    FileKind::File
+                } else if t.is_dir() {
+                    FileKind::Dir
+                } else if t.is_symlink() {
+                    FileKind::Symlink
+                } else {
+                    FileKind::Other
+                },
+                uid: m.uid(),
+                mode: m.mode(),
+                dev: m.dev(),
+                ino: m.ino(),
+            }
+        };
         let fs_type = rustix::fs::fstatfs(&file)?.f_type as i64;
         Ok(Opened {
             file,
@@ -207,7 +227,7 @@ mod tests {
         let f = d.path().join("img");
         std::fs::write(&f, b"x").unwrap();
         let o = open_as(None, &f, false, Duration::from_secs(5)).unwrap();
-        assert!(o.meta.is_file());
+        assert_eq!(o.meta.kind, swpool_sys::sys::FileKind::File);
         assert_ne!(o.fs_type, FUSE_SUPER_MAGIC);
         std::os::unix::fs::symlink(&f, d.path().join("link")).unwrap();
         match open_as(None, &d.path().join("link"), false, Duration::from_secs(5)) {

@@ -4,11 +4,10 @@
 use std::path::PathBuf;
 
 use serde::Serialize;
-use swpool_sys::kmount;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 use crate::state::{Record, State};
 
 #[derive(Debug, Default, Serialize)]
@@ -71,9 +70,15 @@ pub fn list(cfg: &HelperConfig) -> Result<Listed> {
 /// Root only: drop `job`'s references and unmount its images; unmount pools nobody references;
 /// forget records whose mounts are gone; free loop devices that back no mount and whose backing
 /// file is the helper's (its cache, or an image it recorded).
-pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) -> Result<Cleaned> {
+pub fn cleanup<H: crate::host::Host>(
+    h: &H,
+    cfg: &HelperConfig,
+    c: &Caller,
+    job: Option<&str>,
+    kill: bool,
+) -> Result<Cleaned> {
     if !c.is_root() {
-        return Err(HelperError::refused("cleanup is for root (the Slurm epilog, an admin); release your own mounts with release-pool / umount"));
+        return Err(HelperError::refused(Refusal::TurnedOff, "cleanup is for root (the Slurm epilog, an admin); release your own mounts with release-pool / umount"));
     }
     let mut st = State::open()?;
     let mut out = Cleaned::default();
@@ -104,7 +109,7 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) ->
             } = &r
             {
                 recorded_images.push(image.clone());
-                crate::image::remove_mount_dirs(cfg, user, mount_point);
+                crate::image::remove_mount_dirs(h, cfg, user, mount_point);
             }
             continue;
         }
@@ -130,15 +135,20 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) ->
             // a user's image may be written: never detached while a process holds it (a detached
             // writer would go on writing after the lease is given back), ended with --kill
             let res = match &r {
-                Record::Pool { .. } => kmount::unmount_id(r.mount_id(), true).map(drop),
-                Record::Image { owner, .. } => {
-                    unmount_image(r.mount_id(), r.mount_point(), *owner, kill, &mut out.killed)
-                }
+                Record::Pool { .. } => h.unmount_id(r.mount_id(), true),
+                Record::Image { owner, .. } => unmount_image(
+                    h,
+                    r.mount_id(),
+                    r.mount_point(),
+                    *owner,
+                    kill,
+                    &mut out.killed,
+                ),
             };
             match res {
                 Ok(()) => {
                     if let Record::Image { user, .. } = &r {
-                        crate::image::remove_mount_dirs(cfg, user, r.mount_point());
+                        crate::image::remove_mount_dirs(h, cfg, user, r.mount_point());
                     }
                     out.unmounted.push(r.mount_point().to_path_buf())
                 }
@@ -176,14 +186,16 @@ pub fn cleanup(cfg: &HelperConfig, c: &Caller, job: Option<&str>, kill: bool) ->
 /// Unmount a user's image (not lazily). Busy: with `kill`, end the processes of its `owner` **in
 /// this mount namespace** that hold it (the testbed's nodes, like containers, share one PID space:
 /// a process elsewhere with the same path is not ours), SIGTERM then SIGKILL, and try again.
-fn unmount_image(
+pub(crate) fn unmount_image<H: crate::host::Host>(
+    h: &H,
     id: u64,
     mp: &std::path::Path,
     owner: u32,
     kill: bool,
     killed: &mut Vec<String>,
 ) -> std::io::Result<()> {
-    match kmount::unmount_id(id, false) {
+    use swpool_sys::sys::{Clock, Processes};
+    match h.unmount_id(id, false) {
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) && kill => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
             return Err(std::io::Error::new(
@@ -191,37 +203,29 @@ fn unmount_image(
                 format!("{e}: a process still uses it; left mounted (cleanup --kill ends the owner's processes that hold it)"),
             ))
         }
-        r => return r.map(drop),
+        r => return r,
     }
-    let here = std::fs::metadata("/proc/self/ns/mnt")
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .ok();
-    let (holders, _) = swpool_sys::proc::holders(mp);
-    for h in holders {
-        let ns = std::fs::metadata(format!("/proc/{}/ns/mnt", h.pid))
-            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-            .ok();
-        if h.uid != Some(owner) || ns.is_none() || ns != here {
+    // only the owner's processes, in the helper's own mount namespace (another namespace's view
+    // of the path may be something else), never PID 1 or below
+    for hd in h.holders(mp) {
+        if hd.uid != Some(owner) || !hd.same_ns || hd.pid <= 1 {
             continue;
         }
-        let pid = h.pid;
-        if swpool_sys::process::terminate(pid, std::time::Duration::from_secs(2), &mut || {
-            swpool_sys::process::ended(pid)
-        })
-        .is_ok()
+        if h.sys()
+            .terminate(hd.pid, std::time::Duration::from_secs(2))
+            .is_ok()
         {
-            killed.push(format!("{pid} ({})", h.command));
+            killed.push(format!("{} ({})", hd.pid, hd.command));
         }
     }
-    // SIGKILLed processes are gone once the kernel has torn them down
     let mut last = None;
     for _ in 0..50 {
-        match kmount::unmount_id(id, false) {
+        match h.unmount_id(id, false) {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 last = Some(e);
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                h.sys().sleep(std::time::Duration::from_millis(100));
             }
-            r => return r.map(drop),
+            r => return r,
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("busy")))

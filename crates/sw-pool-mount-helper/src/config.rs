@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::error::HelperError;
+use crate::error::{HelperError, Refusal};
 
 pub const CONFIG_PATH: &str = "/etc/sw-pool/helper.toml";
 
@@ -123,14 +123,14 @@ impl HelperConfig {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| {
-                HelperError::refused(format!(
+                HelperError::refused(Refusal::Config, format!(
                     "the mount helper is not configured on this node: {}: {e}; an admin writes it (see `sw-pool-mount-helper --help`)",
                     path.display()
                 ))
             })?;
         let m = f.metadata().map_err(|e| HelperError::system(path, e))?;
         if !m.is_file() || m.uid() != 0 || m.mode() & 0o022 != 0 {
-            return Err(HelperError::refused(format!(
+            return Err(HelperError::refused(Refusal::Config, format!(
                 "{} must be a regular file of root's that only root can write (uid {}, mode {:o}); nothing was done",
                 path.display(),
                 m.uid(),
@@ -142,8 +142,12 @@ impl HelperConfig {
             .take(64 * 1024)
             .read_to_string(&mut s)
             .map_err(|e| HelperError::system(path, e))?;
-        let c: HelperConfig = toml::from_str(&s)
-            .map_err(|e| HelperError::refused(format!("{}: {}", path.display(), e.message())))?;
+        let c: HelperConfig = toml::from_str(&s).map_err(|e| {
+            HelperError::refused(
+                Refusal::Config,
+                format!("{}: {}", path.display(), e.message()),
+            )
+        })?;
         for (what, p) in [
             ("pool_mount_root", &c.pool_mount_root),
             ("cache_dir", &c.cache_dir),
@@ -154,23 +158,32 @@ impl HelperConfig {
         .chain(c.shadow_root.as_ref().map(|p| ("shadow_root", p)))
         {
             if !swpool_sys::kmount::is_absolute_clean(p) || p == Path::new("/") {
-                return Err(HelperError::refused(format!(
-                    "{}: {what} = {} must be an absolute path without '.' or '..', and not /",
-                    path.display(),
-                    p.display()
-                )));
+                return Err(HelperError::refused(
+                    Refusal::Config,
+                    format!(
+                        "{}: {what} = {} must be an absolute path without '.' or '..', and not /",
+                        path.display(),
+                        p.display()
+                    ),
+                ));
             }
         }
         if let Some(why) = c.bad_limit() {
-            return Err(HelperError::refused(format!("{}: {why}", path.display())));
+            return Err(HelperError::refused(
+                Refusal::Config,
+                format!("{}: {why}", path.display()),
+            ));
         }
         for t in &c.environment_trees {
             if !swpool_sys::kmount::is_absolute_clean(t) {
-                return Err(HelperError::refused(format!(
-                    "{}: environment_trees: {} must be an absolute path without '.' or '..'",
-                    path.display(),
-                    t.display()
-                )));
+                return Err(HelperError::refused(
+                    Refusal::Config,
+                    format!(
+                        "{}: environment_trees: {} must be an absolute path without '.' or '..'",
+                        path.display(),
+                        t.display()
+                    ),
+                ));
             }
         }
         Ok(c)

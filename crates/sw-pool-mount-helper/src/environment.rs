@@ -36,7 +36,7 @@ use swpool_sys::pinned::Pinned;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 
 /// Where the views are, in the environment's mount namespace only (root's, mode 0755).
 pub const STAGING: &str = "/run/sw-pool-env";
@@ -64,7 +64,10 @@ struct Target {
 }
 
 fn refused(pid: i32, why: impl std::fmt::Display) -> HelperError {
-    HelperError::refused(format!("process {pid}: {why}; no idmapped view was made"))
+    HelperError::refused(
+        Refusal::Process,
+        format!("process {pid}: {why}; no idmapped view was made"),
+    )
 }
 
 fn read_proc(pid: i32, f: &str) -> Result<String> {
@@ -89,6 +92,35 @@ fn one_line_map(s: &str) -> Option<(u32, u32, u32)> {
     }
 }
 
+/// P's four uids must all be the caller's.
+pub(crate) fn judge_uids(c: &Caller, pid: i32, uids: &[u32]) -> Result<()> {
+    if uids.len() != 4 || uids.iter().any(|u| *u != c.uid) {
+        return Err(refused(pid, format!("not a process of {}'s", c.name)));
+    }
+    Ok(())
+}
+
+/// P's user namespace must map exactly `0 → caller` and `0 → one of the caller's groups` (a map
+/// with subordinate ranges would hand the caller the files of those ids too).
+pub(crate) fn judge_maps(c: &Caller, pid: i32, uid_map: &str, gid_map: &str) -> Result<()> {
+    match one_line_map(uid_map) {
+        Some((0, u, 1)) if u == c.uid => {}
+        _ => {
+            return Err(refused(
+                pid,
+                format!("its uid map must be exactly `0 {} 1`", c.uid),
+            ))
+        }
+    }
+    match one_line_map(gid_map) {
+        Some((0, g, 1)) if c.in_group(g) => Ok(()),
+        _ => Err(refused(
+            pid,
+            "its gid map must be exactly `0 G 1` for one of your groups G",
+        )),
+    }
+}
+
 fn check_target(c: &Caller, pid: i32) -> Result<Target> {
     if pid <= 1 {
         return Err(refused(pid, "not an environment's first process"));
@@ -102,9 +134,7 @@ fn check_target(c: &Caller, pid: i32) -> Result<Target> {
     let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
     let status = read_proc(pid, "status")?;
     let uids = swpool_sys::proc::status_uids(&status);
-    if uids.len() != 4 || uids.iter().any(|u| *u != c.uid) {
-        return Err(refused(pid, format!("not a process of {}'s", c.name)));
-    }
+    judge_uids(c, pid, &uids)?;
     let ns_path = format!("/proc/{pid}/ns/user");
     let userns = rustix::fs::open(
         ns_path.as_str(),
@@ -130,25 +160,12 @@ fn check_target(c: &Caller, pid: i32) -> Result<Target> {
     }
     // exactly the caller (and one of the caller's groups) as the namespace's root: a map of
     // other ids (subordinate ranges) would give the caller the files of those ids in the views
-    match one_line_map(&read_proc(pid, "uid_map")?) {
-        Some((0, u, 1)) if u == c.uid => {}
-        _ => {
-            return Err(refused(
-                pid,
-                format!("its uid map must be exactly `0 {} 1`", c.uid),
-            ))
-        }
-    }
-    match one_line_map(&read_proc(pid, "gid_map")?) {
-        Some((0, g, 1)) if c.in_group(g) => {}
-        _ => {
-            return Err(refused(
-                pid,
-                "its gid map must be exactly `0 G 1` for one of your groups G",
-            ))
-        }
-    }
-    // still that process, still in that namespace
+    judge_maps(
+        c,
+        pid,
+        &read_proc(pid, "uid_map")?,
+        &read_proc(pid, "gid_map")?,
+    )?;
     let again = swpool_sys::idmap::ns_id(Path::new(&ns_path)).map_err(|e| refused(pid, e))?;
     // SAFETY: pidfd_send_signal(2) with signal 0 only checks that the process lives.
     let alive = unsafe {
@@ -177,12 +194,13 @@ fn check_target(c: &Caller, pid: i32) -> Result<Target> {
 /// `idmap --pid P`.
 pub fn idmap(cfg: &HelperConfig, c: &Caller, pid: i32) -> Result<Idmapped> {
     if cfg.environment_trees.is_empty() {
-        return Err(HelperError::refused(
+        return Err(HelperError::refused(Refusal::TurnedOff,
             "no environment_trees in /etc/sw-pool/helper.toml: this node gives environments no idmapped views (the rootless path is used)",
         ));
     }
     if c.is_root() {
         return Err(HelperError::refused(
+            Refusal::Process,
             "idmap is for a user's environment (root's own environments need no helper)",
         ));
     }
@@ -256,9 +274,9 @@ fn start_holder(t: &Target, trees: &[PathBuf]) -> Result<i32> {
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
-        Err(HelperError::new(
-            swpool_format::status::ExitStatus::System,
-            format!("idmapped views for process {}: {said}", t.pid),
+        Err(HelperError::step(
+            format!("idmapped views for process {}", t.pid),
+            said,
         ))
     };
     if said != "ok" {

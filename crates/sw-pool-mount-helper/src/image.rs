@@ -22,18 +22,17 @@
 //! so a crafted image can reach the kernel's ext4; sites that do not accept that set
 //! `user_images = false`.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use swpool_sys::kmount::{self, KernelMount};
-use swpool_sys::loopdev::LoopDevice;
-use swpool_sys::pinned::Pinned;
+use swpool_sys::kmount::KernelMount;
+use swpool_sys::sys::FileKind;
 
 use crate::caller::{check_path, Caller};
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
-use crate::state::{Record, State};
+use crate::error::{HelperError, Refusal, Result};
+use crate::host::{Host, Locked, Target};
+use crate::state::Record;
 
 #[derive(Debug, Serialize)]
 pub struct ImageMounted {
@@ -47,46 +46,48 @@ pub struct ImageMounted {
 /// version of the helper (the user's own) is taken over: its owner becomes root and its mode 0755,
 /// through the descriptor of that very directory (`<user_mount_root>` is root's, so its entry
 /// cannot be swapped meanwhile; a mount on it — the user's FUSE — is refused, never entered).
-fn user_dir(cfg: &HelperConfig, c: &Caller) -> Result<(std::os::fd::OwnedFd, PathBuf)> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&cfg.user_mount_root)
-        .map_err(|e| HelperError::system(&cfg.user_mount_root, e))?;
-    let root = Pinned::open_root(&cfg.user_mount_root)
-        .map_err(|e| HelperError::system(&cfg.user_mount_root, e))?;
-    let (ru, rm) =
-        kmount::owner_mode(&root).map_err(|e| HelperError::system(&cfg.user_mount_root, e))?;
-    if ru != 0 || rm & 0o022 != 0 {
-        return Err(HelperError::refused(format!(
-            "{} must be a directory of root's that only root can write",
-            cfg.user_mount_root.display()
-        )));
+fn user_dir<H: Host>(h: &H, cfg: &HelperConfig, c: &Caller) -> Result<H::Dir> {
+    let top = &cfg.user_mount_root;
+    h.make_root_dir(top, 0o755)
+        .map_err(|e| HelperError::system(top, e))?;
+    let root = h.open_root(top).map_err(|e| HelperError::system(top, e))?;
+    let rm = h.meta(&root).map_err(|e| HelperError::system(top, e))?;
+    if rm.uid != 0 || rm.mode & 0o022 != 0 {
+        return Err(HelperError::refused(
+            Refusal::MountPoint,
+            format!(
+                "{} must be a directory of root's that only root can write",
+                top.display()
+            ),
+        ));
     }
-    let home = cfg.user_mount_root.join(&c.name);
-    let mine = kmount::mkdir_open(&root, &c.name, 0o755, None).map_err(|e| {
-        HelperError::refused(format!(
+    let home = top.join(&c.name);
+    let mine = h.mkdir_open(&root, &c.name).map_err(|e| {
+        HelperError::refused(Refusal::MountPoint, format!(
             "{}: {e} (something of yours mounted on it, or not a directory?); nothing was mounted: unmount it (`fusermount3 -u {}`) and ask again",
             home.display(),
             home.display()
         ))
     })?;
-    let (hu, hm) = kmount::owner_mode(&mine).map_err(|e| HelperError::system(&home, e))?;
-    match rooted(hu, hm) {
+    let hm = h.meta(&mine).map_err(|e| HelperError::system(&home, e))?;
+    match rooted(hm.uid, hm.mode) {
         Ownership::Root => {}
-        Ownership::Caller if hu == c.uid => {
-            adopt(&mine).map_err(|e| HelperError::system(&home, e))?;
+        Ownership::Caller if hm.uid == c.uid => {
+            h.adopt(&mine).map_err(|e| HelperError::system(&home, e))?;
         }
         _ => {
-            return Err(HelperError::refused(format!(
-                "{} belongs to uid {hu} (mode {:o}), not to root: an admin removes it; nothing was mounted",
-                home.display(),
-                hm & 0o7777
-            )))
+            return Err(HelperError::refused(
+                Refusal::MountPoint,
+                format!(
+                    "{} belongs to uid {} (mode {:o}), not to root: an admin removes it; nothing was mounted",
+                    home.display(),
+                    hm.uid,
+                    hm.mode & 0o7777
+                ),
+            ))
         }
     }
-    Ok((mine, home))
+    Ok(mine)
 }
 
 /// Who may change a directory of the mount tree: root only, or someone else too.
@@ -105,24 +106,6 @@ pub(crate) fn rooted(uid: u32, mode: u32) -> Ownership {
     }
 }
 
-/// Make the directory `fd` is on root's, mode 0755 (a user's directory of an older version).
-fn adopt(fd: &std::os::fd::OwnedFd) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    rustix::fs::chownat(
-        fd,
-        "",
-        Some(rustix::fs::Uid::ROOT),
-        Some(rustix::fs::Gid::ROOT),
-        rustix::fs::AtFlags::EMPTY_PATH,
-    )?;
-    // an O_PATH descriptor takes no fchmod: its own /proc link, which is that directory
-    rustix::fs::chmod(
-        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
-        rustix::fs::Mode::from_raw_mode(0o755),
-    )?;
-    Ok(())
-}
-
 /// The mount point `mp` (`<user_mount_root>/<user>/REL`) as the helper makes it: each component
 /// of REL opened beneath the one before (no symlink, no `..`, no other mount) or made there by
 /// root (`mkdirat`, 0755), each root's and writable by root only, so the caller can rename none of
@@ -130,7 +113,12 @@ fn adopt(fd: &std::os::fd::OwnedFd) -> std::io::Result<()> {
 /// A directory of the caller's left in the tree by an older version is removed when empty (it is
 /// in a directory of root's: nothing can be swapped); a symlink too; anything else is refused.
 /// Returns the opened mount point (empty, not a mount).
-fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned> {
+fn make_mount_point<H: Host>(
+    h: &H,
+    cfg: &HelperConfig,
+    c: &Caller,
+    mp: &Path,
+) -> Result<Target<H::Target>> {
     check_path("mount point", mp)?;
     let home = cfg.user_mount_root.join(&c.name);
     let rel = mp
@@ -138,27 +126,33 @@ fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned>
         .ok()
         .filter(|r| !r.as_os_str().is_empty())
         .ok_or_else(|| {
-            HelperError::refused(format!(
-                "mount point {} is not under {}/ (the only place the helper mounts your images)",
-                mp.display(),
-                home.display()
-            ))
+            HelperError::refused(
+                Refusal::OutsideRoot,
+                format!(
+                    "mount point {} is not under {}/ (the only place the helper mounts your images)",
+                    mp.display(),
+                    home.display()
+                ),
+            )
         })?;
-    let (mut dir, _) = user_dir(cfg, c)?;
+    let mut dir = user_dir(h, cfg, c)?;
     let refuse = |at: &Path, why: String| {
-        HelperError::refused(format!(
-            "mount point {}: {} {why}; nothing was mounted",
-            mp.display(),
-            at.display()
-        ))
+        HelperError::refused(
+            Refusal::MountPoint,
+            format!(
+                "mount point {}: {} {why}; nothing was mounted",
+                mp.display(),
+                at.display()
+            ),
+        )
     };
     let mut at = home.clone();
     let parts: Vec<_> = rel.components().collect();
     for (i, part) in parts.iter().enumerate() {
         let name = part.as_os_str().to_string_lossy().into_owned();
         at.push(&name);
-        clear_legacy(&dir, &name).map_err(|why| refuse(&at, why))?;
-        let next = kmount::mkdir_open(&dir, &name, 0o755, None).map_err(|e| {
+        clear_legacy(h, &dir, &name).map_err(|why| refuse(&at, why))?;
+        let next = h.mkdir_open(&dir, &name).map_err(|e| {
             let why = match e.raw_os_error() {
                 Some(libc::EXDEV) => "is a mount point already (refused)".to_string(),
                 Some(libc::ELOOP) | Some(libc::ENOTDIR) => "is not a directory (refused)".into(),
@@ -166,30 +160,34 @@ fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned>
             };
             refuse(&at, why)
         })?;
-        let (u, m) = kmount::owner_mode(&next).map_err(|e| HelperError::system(&at, e))?;
-        if rooted(u, m) != Ownership::Root {
+        let m = h.meta(&next).map_err(|e| HelperError::system(&at, e))?;
+        if rooted(m.uid, m.mode) != Ownership::Root {
             return Err(refuse(
                 &at,
                 format!(
-                    "belongs to uid {u} (mode {:o}), not to root (refused)",
-                    m & 0o7777
+                    "belongs to uid {} (mode {:o}), not to root (refused)",
+                    m.uid,
+                    m.mode & 0o7777
                 ),
             ));
         }
         if i + 1 == parts.len() {
-            let pinned = Pinned::open_beneath(&dir, Path::new(&name))
+            let target = h
+                .open_target(&dir, &name)
                 .map_err(|e| refuse(&at, e.to_string()))?;
-            let st = rustix::fs::fstat(&next).map_err(|e| HelperError::system(&at, e.into()))?;
-            if (pinned.dev, pinned.ino) != (st.st_dev, st.st_ino) {
+            if (target.dev, target.ino) != (m.dev, m.ino) {
                 return Err(refuse(&at, "changed while it was opened (refused)".into()));
             }
-            if !pinned.empty {
-                return Err(HelperError::refused(format!(
-                    "mount point {} is not empty; nothing was mounted",
-                    mp.display()
-                )));
+            if !target.empty {
+                return Err(HelperError::refused(
+                    Refusal::MountPoint,
+                    format!(
+                        "mount point {} is not empty; nothing was mounted",
+                        mp.display()
+                    ),
+                ));
             }
-            return Ok(pinned);
+            return Ok(target);
         }
         dir = next;
     }
@@ -198,22 +196,22 @@ fn make_mount_point(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Pinned>
 
 /// An entry `name` in the root-owned directory `dir` that an older version let the caller make
 /// (a symlink, an empty directory of theirs): removed. `Err`: why it cannot be used.
-fn clear_legacy(dir: &std::os::fd::OwnedFd, name: &str) -> std::result::Result<(), String> {
-    use rustix::fs::{AtFlags, FileType};
-    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
+fn clear_legacy<H: Host>(h: &H, dir: &H::Dir, name: &str) -> std::result::Result<(), String> {
+    let st = match h.entry(dir, name) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::Symlink => rustix::fs::unlinkat(dir, name, AtFlags::empty())
+    match st.kind {
+        FileKind::Symlink => h
+            .unlink(dir, name, false)
             .map_err(|e| format!("is a symlink that could not be removed: {e}")),
-        FileType::Directory if rooted(st.st_uid, st.st_mode) == Ownership::Root => Ok(()),
-        FileType::Directory => match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        FileKind::Dir if rooted(st.uid, st.mode) == Ownership::Root => Ok(()),
+        FileKind::Dir => match h.unlink(dir, name, true) {
             Ok(()) => Ok(()),
-            Err(rustix::io::Errno::NOTEMPTY) | Err(rustix::io::Errno::EXIST) => Err(format!(
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST)) => Err(format!(
                 "is a directory of uid {} (made before the helper kept these directories its own) and not empty: its owner empties it, then the helper removes it",
-                st.st_uid
+                st.uid
             )),
             Err(e) => Err(format!("could not be removed: {e}")),
         },
@@ -223,29 +221,27 @@ fn clear_legacy(dir: &std::os::fd::OwnedFd, name: &str) -> std::result::Result<(
 
 /// After an unmount: remove the mount point and its parents up to `<user_mount_root>/<user>`
 /// (kept), each only while empty and root's — the directories [`make_mount_point`] made.
-pub fn remove_mount_dirs(cfg: &HelperConfig, user: &str, mp: &Path) {
+pub fn remove_mount_dirs<H: Host>(h: &H, cfg: &HelperConfig, user: &str, mp: &Path) {
     let home = cfg.user_mount_root.join(user);
     let Ok(rel) = mp.strip_prefix(&home) else {
         return;
     };
-    let Ok(home_fd) = Pinned::open_root(&home) else {
+    let Ok(home_fd) = h.open_root(&home) else {
         return;
     };
-    if kmount::owner_mode(&home_fd).map(|(u, m)| rooted(u, m)).ok() != Some(Ownership::Root) {
+    if h.meta(&home_fd).map(|m| rooted(m.uid, m.mode)).ok() != Some(Ownership::Root) {
         return;
     }
     let mut rel = rel.to_path_buf();
     while let (Some(parent), Some(name)) = (rel.parent().map(Path::to_path_buf), rel.file_name()) {
-        let dir = if parent.as_os_str().is_empty() {
-            rustix::io::dup(&home_fd).ok()
-        } else {
-            swpool_sys::pinned::dir_beneath(&home_fd, &parent).ok()
+        let Ok(dir) = h.dir_beneath(&home_fd, &parent) else {
+            return;
         };
-        let Some(dir) = dir else { return };
-        let owned = rustix::fs::statat(&dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .map(|st| rooted(st.st_uid, st.st_mode) == Ownership::Root)
-            .unwrap_or(false);
-        if !owned || rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR).is_err() {
+        let name = name.to_string_lossy();
+        let owned = h.entry(&dir, &name).ok().flatten().is_some_and(|st| {
+            st.kind == FileKind::Dir && rooted(st.uid, st.mode) == Ownership::Root
+        });
+        if !owned || h.unlink(&dir, &name, true).is_err() {
             return;
         }
         rel = parent;
@@ -253,18 +249,18 @@ pub fn remove_mount_dirs(cfg: &HelperConfig, user: &str, mp: &Path) {
 }
 
 /// `e2fsck -fn` of the opened image, through the helper's own descriptor.
-fn fsck(fd: &std::fs::File, image: &Path, limit: std::time::Duration) -> Result<()> {
+fn fsck<H: Host>(
+    h: &H,
+    fd: &std::fs::File,
+    image: &Path,
+    limit: std::time::Duration,
+) -> Result<()> {
     use std::os::fd::AsRawFd;
     let p = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
-    let mut cmd = crate::tools::command("e2fsck")?;
-    cmd.args(["-fn", &p]);
-    let tool_error = |e: String| HelperError::new(swpool_format::status::ExitStatus::Tool, e);
-    let out = match crate::bounded::run_tool(cmd, limit)
-        .map_err(|e| tool_error(format!("e2fsck: {e}")))?
-    {
+    let out = match h.run_tool("e2fsck", &["-fn".into(), p.into()], &[], limit)? {
         crate::bounded::ToolEnd::Done(out) => out,
         crate::bounded::ToolEnd::Killed(d) => {
-            return Err(HelperError::refused(format!(
+            return Err(HelperError::refused(Refusal::Stalled, format!(
                 "{}: e2fsck -fn did not finish within {:.0} s and was killed (an image this slow to check, or a file system that does not answer); nothing was mounted (helper.toml: tool_timeout_secs)",
                 image.display(),
                 d.as_secs_f64()
@@ -298,7 +294,8 @@ fn fsck(fd: &std::fs::File, image: &Path, limit: std::time::Duration) -> Result<
     }
 }
 
-pub fn mount_image(
+pub fn mount_image<H: Host>(
+    h: &H,
     cfg: &HelperConfig,
     c: &Caller,
     image: &Path,
@@ -307,56 +304,61 @@ pub fn mount_image(
     job: Option<&str>,
 ) -> Result<ImageMounted> {
     if !cfg.user_images {
-        return Err(HelperError::refused("kernel mounts of users' images are turned off on this node (helper.toml: user_images = false); use `sw-pool mount` (FUSE)"));
+        return Err(HelperError::refused(Refusal::TurnedOff, "kernel mounts of users' images are turned off on this node (helper.toml: user_images = false); use `sw-pool mount` (FUSE)"));
     }
     if rw && !cfg.user_images_rw {
-        return Err(HelperError::refused("read-write kernel mounts of users' images are turned off on this node (helper.toml: user_images_rw = false)"));
+        return Err(HelperError::refused(Refusal::TurnedOff, "read-write kernel mounts of users' images are turned off on this node (helper.toml: user_images_rw = false)"));
     }
     check_path("image", image)?;
     check_path("mount point", mp)?;
     // the caller's file: opened as the caller, on a thread of its own, within file_timeout_secs
-    let opened = c.open_bounded("image", image, rw, cfg.file_timeout())?;
+    let opened = c.open_bounded(h, "image", image, rw, cfg.file_timeout())?;
     let (file, meta) = (opened.file, opened.meta);
-    if !meta.file_type().is_file() {
-        return Err(HelperError::refused(format!(
-            "image {} is not a regular file (a FIFO, a device or a directory); nothing was mounted",
-            image.display()
-        )));
+    if meta.kind != FileKind::File {
+        return Err(HelperError::refused(
+            Refusal::NotOwnImage,
+            format!(
+                "image {} is not a regular file (a FIFO, a device or a directory); nothing was mounted",
+                image.display()
+            ),
+        ));
     }
-    if meta.uid() != c.uid {
-        return Err(HelperError::refused(format!(
+    if meta.uid != c.uid {
+        return Err(HelperError::refused(Refusal::NotOwnImage, format!(
             "image {} belongs to uid {}, not to you ({}, uid {}): the helper mounts only your own images; nothing was mounted",
-            image.display(), meta.uid(), c.name, c.uid
+            image.display(), meta.uid, c.name, c.uid
         )));
     }
     if opened.fs_type == crate::bounded::FUSE_SUPER_MAGIC {
-        return Err(HelperError::refused(format!(
+        return Err(HelperError::refused(Refusal::OnFuse, format!(
             "image {} is on a FUSE file system: its bytes come from a process (which may stop), and the kernel would wait on it without end through the loop device; copy it to a local or network disk, or mount it with `sw-pool mount` (FUSE); nothing was mounted",
             image.display()
         )));
     }
+    let ids = (meta.dev, meta.ino);
     // the records: only to check, never while the image is read or a tool runs
     {
-        let (st, _) = State::open_live()?;
-        admit(&st.records, c, &meta, image, rw, cfg.max_images_per_user)?;
+        let (mut st, _) = h.records()?;
+        admit_ids(st.records(), c, ids, image, rw, cfg.max_images_per_user)?;
     }
-    fsck(&file, image, cfg.tool_timeout())?;
-    let pinned = make_mount_point(cfg, c, mp)?;
-    let undo_dirs = || remove_mount_dirs(cfg, &c.name, mp);
-    let dev = LoopDevice::attach(
-        std::os::fd::AsFd::as_fd(&file),
-        0,
-        rw,
-        &image.to_string_lossy(),
-    )
-    .map_err(|e| {
-        undo_dirs();
-        HelperError::system(Path::new("/dev/loop-control"), e)
-    })?;
-    let devpath = dev.path.to_string_lossy().into_owned();
+    fsck(h, &file, image, cfg.tool_timeout())?;
+    let target = make_mount_point(h, cfg, c, mp)?;
+    let undo_dirs = || remove_mount_dirs(h, cfg, &c.name, mp);
+    let dev = h
+        .attach_loop(
+            std::os::fd::AsFd::as_fd(&file),
+            0,
+            rw,
+            &image.to_string_lossy(),
+        )
+        .map_err(|e| {
+            undo_dirs();
+            HelperError::system(Path::new("/dev/loop-control"), e)
+        })?;
+    let devpath = format!("/dev/{}", h.loop_name(&dev));
     let opts: &[(&str, Option<&str>)] = if rw { &[] } else { &[("norecovery", None)] };
-    let id = match kmount::mount_on(
-        &pinned,
+    let id = match h.mount_on(
+        &target.handle,
         &KernelMount {
             fstype: "ext4",
             source: &devpath,
@@ -367,37 +369,32 @@ pub fn mount_image(
     ) {
         Ok(id) => id,
         Err(e) => {
-            dev.detach();
+            h.free_loop(dev);
             undo_dirs();
-            return Err(HelperError::new(
-                swpool_format::status::ExitStatus::System,
-                format!(
-                    "mounting {} on {}: {e}; nothing was mounted",
-                    image.display(),
-                    mp.display()
-                ),
+            return Err(HelperError::step(
+                format!("mounting {} on {}", image.display(), mp.display()),
+                format!("{e}; nothing was mounted"),
             ));
         }
     };
-    let loop_device = dev
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    drop(dev);
+    let loop_device = h.loop_name(&dev);
+    h.hand_over_loop(dev);
     // the records again: another call may have mounted this image, or the caller's last allowed
     // one, meanwhile
     let undo = |e: HelperError| {
-        let _ = pinned.detach();
+        h.detach(&target.handle);
         undo_dirs();
         e
     };
-    let (mut st, here) = State::open_live().map_err(undo)?;
-    admit(&st.records, c, &meta, image, rw, cfg.max_images_per_user).map_err(undo)?;
-    st.records.mounts.push(Record::Image {
+    let (mut st, here) = h.records().map_err(undo)?;
+    if let Err(e) = admit_ids(st.records(), c, ids, image, rw, cfg.max_images_per_user) {
+        drop(st);
+        return Err(undo(e));
+    }
+    st.records().mounts.push(Record::Image {
         image: image.to_path_buf(),
-        dev: meta.dev(),
-        ino: meta.ino(),
+        dev: meta.dev,
+        ino: meta.ino,
         owner: c.uid,
         user: c.name.clone(),
         rw,
@@ -408,6 +405,7 @@ pub fn mount_image(
         mnt_ns: here,
     });
     if let Err(e) = st.save() {
+        drop(st);
         return Err(undo(e));
     }
     Ok(ImageMounted {
@@ -418,20 +416,9 @@ pub fn mount_image(
     })
 }
 
-/// May `c` mount the image `meta` describes (read-write when `rw`) now? Not when it is mounted by
-/// the helper already (read-write, or at all for a read-write mount), nor when the caller has
-/// `max` images mounted on this node.
-pub(crate) fn admit(
-    records: &crate::state::Records,
-    c: &Caller,
-    meta: &std::fs::Metadata,
-    image: &Path,
-    rw: bool,
-    max: usize,
-) -> Result<()> {
-    admit_ids(records, c, (meta.dev(), meta.ino()), image, rw, max)
-}
-
+/// May `c` mount the image with these (dev, ino) (read-write when `rw`) now? Not when it is
+/// mounted by the helper already (read-write, or at all for a read-write mount), nor when the
+/// caller has `max` images mounted on this node.
 fn admit_ids(
     records: &crate::state::Records,
     c: &Caller,
@@ -441,7 +428,7 @@ fn admit_ids(
     max: usize,
 ) -> Result<()> {
     if records.mounts.iter().any(|r| matches!(r, Record::Image { dev, ino, rw: w, .. } if *dev == d && *ino == i && (*w || rw))) {
-        return Err(HelperError::refused(format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
+        return Err(HelperError::refused(Refusal::Limit, format!("image {} is already mounted on this node by the helper{}; unmount it first", image.display(), if rw { "" } else { " read-write" })));
     }
     let mine: Vec<&Path> = records
         .mounts
@@ -454,7 +441,7 @@ fn admit_ids(
         })
         .collect();
     if mine.len() >= max {
-        return Err(HelperError::refused(format!(
+        return Err(HelperError::refused(Refusal::Limit, format!(
             "you ({}) have {} images mounted by the helper on this node, the most it allows (helper.toml: max_images_per_user = {max}); unmount one first (`sw-pool umount DIR` or `sudo sw-pool-mount-helper umount DIR`; yours: {}); nothing was mounted",
             c.name,
             mine.len(),
@@ -470,11 +457,11 @@ pub struct Unmounted {
 }
 
 /// Unmount the caller's image mounted at `mp` (root: anyone's), by its mount ID, wherever it is.
-pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
+pub fn umount<H: Host>(h: &H, cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
     check_path("mount point", mp)?;
-    let (mut st, here) = State::open_live()?;
+    let (mut st, here) = h.records()?;
     let idx = st
-        .records
+        .records()
         .mounts
         .iter()
         .position(|r| {
@@ -484,15 +471,15 @@ pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
                         mount_point,
                         mount_id,
                         ..
-                    } => {
-                        mount_point == mp
-                            || kmount::mount_point_of(*mount_id).as_deref() == Some(mp)
-                    }
+                    } => mount_point == mp || h.mount_point_of(*mount_id).as_deref() == Some(mp),
                     _ => false,
                 }
         })
         .ok_or_else(|| {
-            HelperError::refused(format!("nothing the helper mounted is at {}", mp.display()))
+            HelperError::refused(
+                Refusal::NotMounted,
+                format!("nothing the helper mounted is at {}", mp.display()),
+            )
         })?;
     let Record::Image {
         owner,
@@ -500,28 +487,33 @@ pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
         user,
         mount_point,
         ..
-    } = &st.records.mounts[idx]
+    } = &st.records().mounts[idx]
     else {
         unreachable!()
     };
-    if *owner != c.uid && !c.is_root() {
-        return Err(HelperError::refused(format!(
-            "the mount at {} is not yours",
-            mp.display()
-        )));
+    let (owner, mount_id, user, recorded) = (*owner, *mount_id, user.clone(), mount_point.clone());
+    if owner != c.uid && !c.is_root() {
+        return Err(HelperError::refused(
+            Refusal::NotMounted,
+            format!("the mount at {} is not yours", mp.display()),
+        ));
     }
-    match kmount::unmount_id(*mount_id, false) {
-        Ok(_) => {}
+    match h.unmount_id(mount_id, false) {
+        Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            return Err(HelperError::new(swpool_format::status::ExitStatus::System, format!(
-                "{} is busy: a process still uses it (see `fuser -vm {}`); nothing was unmounted", mp.display(), mp.display())));
+            return Err(HelperError::step(
+                format!("{} is busy", mp.display()),
+                format!(
+                    "a process still uses it (see `fuser -vm {}`); nothing was unmounted",
+                    mp.display()
+                ),
+            ));
         }
         Err(e) => return Err(HelperError::system(mp, e)),
     }
-    let (user, recorded) = (user.clone(), mount_point.clone());
-    st.records.mounts.remove(idx);
+    st.records().mounts.remove(idx);
     st.save()?;
-    remove_mount_dirs(cfg, &user, &recorded);
+    remove_mount_dirs(h, cfg, &user, &recorded);
     Ok(Unmounted {
         mount_point: mp.to_path_buf(),
     })
@@ -530,7 +522,9 @@ pub fn umount(cfg: &HelperConfig, c: &Caller, mp: &Path) -> Result<Unmounted> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::RealHost;
     use crate::state::Records;
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
 
     fn image_record(owner: u32, ino: u64, rw: bool, mp: &str) -> Record {
@@ -636,7 +630,7 @@ mod tests {
         let cfg = cfg(&root);
         let u = Caller::fake(4242, "u");
         let mp = root.join("u/a/b/c");
-        let pinned = make_mount_point(&cfg, &u, &mp).unwrap();
+        let pinned = make_mount_point(&RealHost::new(), &cfg, &u, &mp).unwrap();
         assert!(pinned.empty);
         for p in [
             root.join("u"),
@@ -648,18 +642,20 @@ mod tests {
         }
         drop(pinned);
         // again: the same directories serve
-        assert!(make_mount_point(&cfg, &u, &mp).is_ok());
-        remove_mount_dirs(&cfg, "u", &mp);
+        assert!(make_mount_point(&RealHost::new(), &cfg, &u, &mp).is_ok());
+        remove_mount_dirs(&RealHost::new(), &cfg, "u", &mp);
         assert!(!root.join("u/a").exists());
         assert!(root.join("u").is_dir(), "the user's directory stays");
         // outside the caller's directory, or not empty: refused, nothing made
         for bad in [root.join("v/x"), root.join("u"), d.path().join("elsewhere")] {
-            let e = make_mount_point(&cfg, &u, &bad).unwrap_err().to_string();
+            let e = make_mount_point(&RealHost::new(), &cfg, &u, &bad)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("is not under"), "{e}");
         }
         std::fs::create_dir_all(root.join("u/full")).unwrap();
         std::fs::write(root.join("u/full/f"), b"x").unwrap();
-        let e = make_mount_point(&cfg, &u, &root.join("u/full"))
+        let e = make_mount_point(&RealHost::new(), &cfg, &u, &root.join("u/full"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("not empty"), "{e}");
@@ -686,7 +682,7 @@ mod tests {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         // the user's empty directory: removed, made again as root's
-        let p = make_mount_point(&cfg, &u, &home.join("empty")).unwrap();
+        let p = make_mount_point(&RealHost::new(), &cfg, &u, &home.join("empty")).unwrap();
         drop(p);
         assert_eq!(
             owner_mode(&home),
@@ -695,12 +691,12 @@ mod tests {
         );
         assert_eq!(owner_mode(&home.join("empty")), (0, 0o755));
         // the user's symlink: removed, never followed
-        let p = make_mount_point(&cfg, &u, &home.join("to-etc/x")).unwrap();
+        let p = make_mount_point(&RealHost::new(), &cfg, &u, &home.join("to-etc/x")).unwrap();
         drop(p);
         assert!(home.join("to-etc").is_dir() && !Path::new("/etc/x").exists());
         assert_eq!(owner_mode(&home.join("to-etc")), (0, 0o755));
         // the user's directory with their files in it: refused, left as it is
-        let e = make_mount_point(&cfg, &u, &home.join("full/x"))
+        let e = make_mount_point(&RealHost::new(), &cfg, &u, &home.join("full/x"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("not empty") && e.contains("uid 4242"), "{e}");
@@ -708,9 +704,14 @@ mod tests {
         // another user's directory in the user's place: refused
         std::fs::create_dir_all(root.join("w")).unwrap();
         std::os::unix::fs::chown(root.join("w"), Some(777), Some(777)).unwrap();
-        let e = make_mount_point(&cfg, &Caller::fake(4343, "w"), &root.join("w/x"))
-            .unwrap_err()
-            .to_string();
+        let e = make_mount_point(
+            &RealHost::new(),
+            &cfg,
+            &Caller::fake(4343, "w"),
+            &root.join("w/x"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("belongs to uid 777"), "{e}");
     }
 }

@@ -20,8 +20,11 @@ mod bounded;
 mod caller;
 mod cleanup;
 mod config;
+#[cfg(test)]
+mod contract_tests;
 mod environment;
 mod error;
+mod host;
 mod image;
 mod pool;
 mod shadow;
@@ -133,7 +136,7 @@ fn main() {
         }
         Err(e) => {
             eprintln!("sw-pool-mount-helper: {e}");
-            e.status as i32
+            e.status().code()
         }
     };
     std::process::exit(code);
@@ -141,12 +144,15 @@ fn main() {
 
 fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Value, HelperError> {
     let c = caller::Caller::identify(sudo_uid)?;
+    let host = host::RealHost::new();
     let who = format!("{} (uid {})", c.name, c.uid);
     let cfg = config::HelperConfig::load()
         .inspect_err(|e| log(swpool_sys::syslog::Level::Error, &format!("{who}: {e}")))?;
     let job_ok = |j: &Option<String>| -> Result<(), HelperError> {
         match j {
-            Some(j) => caller::check_job(&c, j, cfg.slurm_conf.as_deref()),
+            Some(j) => {
+                caller::check_job(&host, &c, j, cfg.slurm_conf.as_deref(), cfg.tool_timeout())
+            }
             None => Ok(()),
         }
     };
@@ -159,7 +165,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             Some(pool) => (
                 format!("mount-pool {}", pool.display()),
                 job_ok(job_id)
-                    .and_then(|_| pool::mount_pool(&cfg, &c, pool, job_id.as_deref(), false))
+                    .and_then(|_| pool::mount_pool(&host, &cfg, &c, pool, job_id.as_deref(), false))
                     .map(json),
             ),
             None => {
@@ -167,7 +173,9 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
                 (
                     format!("mount-pool --digest {d}"),
                     job_ok(job_id)
-                        .and_then(|_| pool::mount_cached(&cfg, &c, &d, job_id.as_deref(), false))
+                        .and_then(|_| {
+                            pool::mount_cached(&host, &cfg, &c, &d, job_id.as_deref(), false)
+                        })
                         .map(|m| {
                             m.map(json)
                                 .unwrap_or_else(|| serde_json::json!({"cached": false}))
@@ -178,7 +186,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
         Cmd::Shadow { job_id, pool } => (
             format!("shadow {}", pool.display()),
             job_ok(job_id)
-                .and_then(|_| shadow::shadow(&cfg, &c, pool, job_id.as_deref()))
+                .and_then(|_| shadow::shadow(&host, &cfg, &c, pool, job_id.as_deref()))
                 .map(json),
         ),
         Cmd::ReleasePool {
@@ -210,13 +218,13 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
             ),
             job_ok(job_id)
                 .and_then(|_| {
-                    image::mount_image(&cfg, &c, image, mount_point, *rw, job_id.as_deref())
+                    image::mount_image(&host, &cfg, &c, image, mount_point, *rw, job_id.as_deref())
                 })
                 .map(json),
         ),
         Cmd::Umount { mount_point } => (
             format!("umount {}", mount_point.display()),
-            image::umount(&cfg, &c, mount_point).map(json),
+            image::umount(&host, &cfg, &c, mount_point).map(json),
         ),
         Cmd::Idmap { pid } => (
             format!("idmap --pid {pid}"),
@@ -232,7 +240,7 @@ fn run(cli: Cli, sudo_uid: Option<std::ffi::OsString>) -> Result<serde_json::Val
                     .unwrap_or_default(),
                 if *kill { " --kill" } else { "" }
             ),
-            cleanup::cleanup(&cfg, &c, job_id.as_deref(), *kill).map(json),
+            cleanup::cleanup(&host, &cfg, &c, job_id.as_deref(), *kill).map(json),
         ),
     };
     match &r {

@@ -21,12 +21,12 @@ use swpool_format::format::ImageFormat;
 use swpool_format::pool::manifest::{hash_chunk, ZeroHashes};
 use swpool_format::pool::Pool;
 use swpool_sys::kmount::{self, KernelMount};
-use swpool_sys::loopdev::LoopDevice;
 use swpool_sys::pinned::Pinned;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
+use crate::host::{Host, Locked};
 use crate::state::{Record, Ref, State};
 
 #[derive(Debug, Serialize)]
@@ -45,8 +45,8 @@ pub struct PoolMounted {
     pub loop_device: String,
 }
 
-/// The site's trust policy: a signature by a key in `trusted_keys`, required.
-fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
+/// The site's keys (`trusted_keys`); none: no pool is mounted.
+pub(crate) fn site_keys(cfg: &HelperConfig) -> Result<swpool_trust::TrustedKeys> {
     let keys = swpool_trust::TrustedKeys::load(std::slice::from_ref(&cfg.trusted_keys));
     if keys.keys.is_empty() {
         return Err(HelperError::trust(format!(
@@ -54,6 +54,12 @@ fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
             cfg.trusted_keys.display()
         )));
     }
+    Ok(keys)
+}
+
+/// The site's trust policy: a signature by a key in `trusted_keys`, required.
+pub(crate) fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
+    let keys = site_keys(cfg)?;
     let policy = swpool_trust::TrustPolicy::new(Some((true, "helper.toml".into())), keys);
     match swpool_trust::authorize(pool, &policy) {
         Ok(swpool_trust::Verdict::Trusted { name, fingerprint }) => {
@@ -71,7 +77,7 @@ fn site_verdict(cfg: &HelperConfig, pool: &Pool) -> Result<String> {
     }
 }
 
-fn cache_name(pool: &Pool) -> String {
+pub(crate) fn cache_name(pool: &Pool) -> String {
     let m = &pool.manifest;
     let d = m.digest.trim_start_matches("blake3:");
     format!("{}-{}-{}.pool", m.name, m.version, &d[..d.len().min(32)])
@@ -112,7 +118,7 @@ fn copy_verified(pool: &Pool, out: &File, progress: &dyn Fn()) -> Result<()> {
 }
 
 fn stalled(path: &Path, limit: std::time::Duration) -> HelperError {
-    HelperError::refused(format!(
+    HelperError::refused(Refusal::Stalled, format!(
         "pool {}: reading it did not finish within {:.1} s (its file system does not answer: a stopped FUSE daemon?); nothing was cached or mounted (helper.toml: file_timeout_secs)",
         path.display(),
         limit.as_secs_f64()
@@ -124,7 +130,11 @@ fn stalled(path: &Path, limit: std::time::Duration) -> HelperError {
 /// up when no chunk arrives for `limit` (a file system that does not answer): the unnamed file
 /// goes with the process, nothing is left. Two calls copying at once: the first name wins, the
 /// other's copy (the same verified bytes) is dropped.
-fn copy_bounded(pool: std::sync::Arc<Pool>, dest: &Path, limit: std::time::Duration) -> Result<()> {
+pub(crate) fn copy_bounded(
+    pool: std::sync::Arc<Pool>,
+    dest: &Path,
+    limit: std::time::Duration,
+) -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -192,21 +202,21 @@ fn copy_bounded(pool: std::sync::Arc<Pool>, dest: &Path, limit: std::time::Durat
     }
 }
 
-fn ensure_root_dir(p: &Path, mode: u32) -> Result<std::os::fd::OwnedFd> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(p)
+fn ensure_root_dir<H: Host>(h: &H, p: &Path, mode: u32) -> Result<H::Dir> {
+    h.make_root_dir(p, mode)
         .map_err(|e| HelperError::system(p, e))?;
-    let fd = Pinned::open_root(p).map_err(|e| HelperError::system(p, e))?;
-    let (uid, m) = kmount::owner_mode(&fd).map_err(|e| HelperError::system(p, e))?;
-    if uid != 0 || m & 0o022 != 0 {
-        return Err(HelperError::refused(format!(
-            "{} must be a directory of root's that only root can write (uid {uid}, mode {:o})",
-            p.display(),
-            m & 0o7777
-        )));
+    let fd = h.open_root(p).map_err(|e| HelperError::system(p, e))?;
+    let m = h.meta(&fd).map_err(|e| HelperError::system(p, e))?;
+    if m.uid != 0 || m.mode & 0o022 != 0 {
+        return Err(HelperError::refused(
+            Refusal::MountPoint,
+            format!(
+                "{} must be a directory of root's that only root can write (uid {}, mode {:o})",
+                p.display(),
+                m.uid,
+                m.mode & 0o7777
+            ),
+        ));
     }
     Ok(fd)
 }
@@ -229,7 +239,8 @@ pub fn fs_options(
 
 /// `mount-pool --digest D` (no pool file): mount the node's cached copy of that digest, or say
 /// it has none (`Ok(None)`: the caller brings the pool and asks again with the file).
-pub fn mount_cached(
+pub fn mount_cached<H: Host>(
+    h: &H,
     cfg: &HelperConfig,
     c: &Caller,
     digest: &str,
@@ -238,9 +249,10 @@ pub fn mount_cached(
 ) -> Result<Option<PoolMounted>> {
     let hex = digest.strip_prefix("blake3:").unwrap_or("");
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(HelperError::refused(format!(
-            "{digest:?} is not a pool digest (blake3:<64 hex digits>)"
-        )));
+        return Err(HelperError::refused(
+            Refusal::Path,
+            format!("{digest:?} is not a pool digest (blake3:<64 hex digits>)"),
+        ));
     }
     let suffix = format!("-{}.pool", &hex[..32]);
     let Ok(rd) = std::fs::read_dir(&cfg.cache_dir) else {
@@ -254,18 +266,19 @@ pub fn mount_cached(
     let Some(cache_file) = found else {
         return Ok(None);
     };
-    let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
+    let _cache_fd = ensure_root_dir(h, &cfg.cache_dir, 0o755)?;
     let pool = Pool::open(&cache_file).map_err(|e| HelperError::invalid(e.to_string()))?;
     if pool.manifest.digest != digest {
         return Ok(None);
     }
     // the site's keys of today decide, not those of the day it was cached
     let signer = site_verdict(cfg, &pool)?;
-    mount_verified(cfg, c, &pool, signer, (job, shadow), false).map(Some)
+    mount_verified(h, cfg, c, &pool, signer, (job, shadow), false).map(Some)
 }
 
 /// `mount-pool POOL`: check the pool the caller gave (their credentials), then mount it.
-pub fn mount_pool(
+pub fn mount_pool<H: Host>(
+    h: &H,
     cfg: &HelperConfig,
     c: &Caller,
     path: &Path,
@@ -274,7 +287,7 @@ pub fn mount_pool(
 ) -> Result<PoolMounted> {
     crate::caller::check_path("pool", path)?;
     let limit = cfg.file_timeout();
-    let opened = c.open_bounded("pool", path, false, limit)?;
+    let opened = c.open_bounded(h, "pool", path, false, limit)?;
     // its trailer and manifest: the caller's bytes, read within the bound, no lock held
     let p = path.to_path_buf();
     let pool = crate::bounded::within(limit, move || Pool::open_file(&p, opened.file))
@@ -284,21 +297,22 @@ pub fn mount_pool(
         .map_err(|e| HelperError::invalid(e.to_string()))?;
     let signer = site_verdict(cfg, &pool)?;
     // the one verified copy, made before the records are locked
-    let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
+    let _cache_fd = ensure_root_dir(h, &cfg.cache_dir, 0o755)?;
     let cache_file = cfg.cache_dir.join(cache_name(&pool));
     let copied = if cache_file.is_file() {
         false
     } else {
         let pool = std::sync::Arc::new(pool);
         copy_bounded(pool.clone(), &cache_file, limit)?;
-        return mount_verified(cfg, c, &pool, signer, (job, shadow), true);
+        return mount_verified(h, cfg, c, &pool, signer, (job, shadow), true);
     };
-    mount_verified(cfg, c, &pool, signer, (job, shadow), copied)
+    mount_verified(h, cfg, c, &pool, signer, (job, shadow), copied)
 }
 
 /// Add a reference (for `job`; a shadow reference when the flag is set) to the node's mount of
 /// `pool`, or make the one mount of the node's verified copy (`copied`: made by this call).
-fn mount_verified(
+pub(crate) fn mount_verified<H: Host>(
+    h: &H,
     cfg: &HelperConfig,
     c: &Caller,
     pool: &Pool,
@@ -307,7 +321,7 @@ fn mount_verified(
     copied: bool,
 ) -> Result<PoolMounted> {
     let m = &pool.manifest;
-    let (mut st, here) = State::open_live()?;
+    let (mut st, here) = h.records()?;
     let new_ref = Ref {
         uid: c.uid,
         user: c.name.clone(),
@@ -316,7 +330,7 @@ fn mount_verified(
     };
 
     // already mounted on this node?
-    for r in st.records.mounts.iter_mut() {
+    for r in st.records().mounts.iter_mut() {
         if !r.in_namespace(here) {
             continue;
         }
@@ -334,7 +348,7 @@ fn mount_verified(
                 continue;
             }
             if *digest != m.digest {
-                return Err(HelperError::refused(format!(
+                return Err(HelperError::refused(Refusal::Conflict, format!(
                     "another build of {}/{} ({digest}) is mounted on this node at {} for {} job(s); it stays until they end (or ask the admin to run `sw-pool-mount-helper cleanup`)",
                     m.name, m.version, mount_point.display(), refs.len()
                 )));
@@ -360,40 +374,44 @@ fn mount_verified(
     }
 
     // the one verified copy in the root-owned cache (made before, without the lock)
-    let _cache_fd = ensure_root_dir(&cfg.cache_dir, 0o755)?;
+    let _cache_fd = ensure_root_dir(h, &cfg.cache_dir, 0o755)?;
     let cache_file = cfg.cache_dir.join(cache_name(pool));
-    if !cache_file.is_file() {
-        return Err(HelperError::refused(format!(
-            "{} is not cached on this node (its copy went meanwhile?); ask again",
-            m.digest
-        )));
+    if !h.is_file(&cache_file) {
+        return Err(HelperError::refused(
+            Refusal::Conflict,
+            format!(
+                "{} is not cached on this node (its copy went meanwhile?); ask again",
+                m.digest
+            ),
+        ));
     }
 
     // mount it once
-    let root = ensure_root_dir(&cfg.pool_mount_root, 0o755)?;
-    let name_dir = kmount::mkdir_open(&root, &m.name, 0o755, None)
+    let root = ensure_root_dir(h, &cfg.pool_mount_root, 0o755)?;
+    let name_dir = h
+        .mkdir_open(&root, &m.name)
         .map_err(|e| HelperError::system(&cfg.pool_mount_root.join(&m.name), e))?;
     let mp = cfg.pool_mount_root.join(&m.name).join(&m.version);
-    kmount::mkdir_open(&name_dir, &m.version, 0o755, None)
+    h.mkdir_open(&name_dir, &m.version)
         .map_err(|e| HelperError::system(&mp, e))?;
-    let pinned = Pinned::open_beneath(&name_dir, Path::new(&m.version))
+    let pinned = h
+        .open_target(&name_dir, &m.version)
         .map_err(|e| HelperError::system(&mp, e))?;
-    let backing = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_nofollow()
-        .open(&cache_file)
+    let backing = h
+        .open_root_file(&cache_file)
         .map_err(|e| HelperError::system(&cache_file, e))?;
-    let dev = LoopDevice::attach(
-        std::os::fd::AsFd::as_fd(&backing),
-        m.image_size,
-        false,
-        &cache_file.to_string_lossy(),
-    )
-    .map_err(|e| HelperError::system(Path::new("/dev/loop-control"), e))?;
+    let dev = h
+        .attach_loop(
+            std::os::fd::AsFd::as_fd(&backing),
+            m.image_size,
+            false,
+            &cache_file.to_string_lossy(),
+        )
+        .map_err(|e| HelperError::system(Path::new("/dev/loop-control"), e))?;
     let (fstype, opts) = fs_options(m.format);
-    let devpath = dev.path.to_string_lossy().into_owned();
-    let id = match kmount::mount_on(
-        &pinned,
+    let devpath = format!("/dev/{}", h.loop_name(&dev));
+    let id = match h.mount_on(
+        &pinned.handle,
         &KernelMount {
             fstype,
             source: &devpath,
@@ -404,17 +422,13 @@ fn mount_verified(
     ) {
         Ok(id) => id,
         Err(e) => {
-            dev.detach();
+            h.free_loop(dev);
             return Err(HelperError::system(&mp, e));
         }
     };
-    let loop_device = dev
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    drop(dev); // the mount holds the device now; autoclear frees it with the mount
-    st.records.mounts.push(Record::Pool {
+    let loop_device = h.loop_name(&dev);
+    h.hand_over_loop(dev); // the mount holds the device now; autoclear frees it with the mount
+    st.records().mounts.push(Record::Pool {
         name: m.name.clone(),
         version: m.version.clone(),
         digest: m.digest.clone(),
@@ -428,7 +442,7 @@ fn mount_verified(
         shadows: Vec::new(),
     });
     if let Err(e) = st.save() {
-        let _ = kmount::unmount_id(id, true);
+        let _ = h.unmount_id(id, true);
         return Err(e);
     }
     Ok(PoolMounted {
@@ -443,16 +457,6 @@ fn mount_verified(
         format: m.format,
         loop_device,
     })
-}
-
-trait NoFollow {
-    fn custom_flags_nofollow(&mut self) -> &mut Self;
-}
-impl NoFollow for std::fs::OpenOptions {
-    fn custom_flags_nofollow(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-    }
 }
 
 #[derive(Debug, Serialize)]
@@ -474,9 +478,9 @@ pub fn release_pool(
     job: Option<&str>,
     shadow_only: bool,
 ) -> Result<PoolReleased> {
-    let (n, v) = spec
-        .split_once('/')
-        .ok_or_else(|| HelperError::refused(format!("{spec:?} is not NAME/VERSION")))?;
+    let (n, v) = spec.split_once('/').ok_or_else(|| {
+        HelperError::refused(Refusal::Path, format!("{spec:?} is not NAME/VERSION"))
+    })?;
     let mut st = State::open()?;
     let here = crate::state::mount_namespace();
     let idx = st
@@ -488,7 +492,10 @@ pub fn release_pool(
                 && matches!(r, Record::Pool { name, version, .. } if name == n && version == v)
         })
         .ok_or_else(|| {
-            HelperError::refused(format!("{spec} is not mounted by the helper on this node"))
+            HelperError::refused(
+                Refusal::NotMounted,
+                format!("{spec} is not mounted by the helper on this node"),
+            )
         })?;
     let Record::Pool {
         refs,
@@ -507,11 +514,14 @@ pub fn release_pool(
             && (!shadow_only || r.shadow))
     });
     if refs.len() == before {
-        return Err(HelperError::refused(format!(
-            "you hold no {}reference to {spec} on this node{}",
-            if shadow_only { "shadow " } else { "" },
-            job.map(|j| format!(" for job {j}")).unwrap_or_default()
-        )));
+        return Err(HelperError::refused(
+            Refusal::NotMounted,
+            format!(
+                "you hold no {}reference to {spec} on this node{}",
+                if shadow_only { "shadow " } else { "" },
+                job.map(|j| format!(" for job {j}")).unwrap_or_default()
+            ),
+        ));
     }
     let mut errors = Vec::new();
     let unshadowed = if refs.iter().any(|r| r.shadow) {

@@ -21,7 +21,7 @@ use swpool_sys::pinned::Pinned;
 
 use crate::caller::Caller;
 use crate::config::HelperConfig;
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 use crate::pool::PoolMounted;
 use crate::state::{Record, ShadowMount, State};
 
@@ -38,13 +38,19 @@ pub struct Shadowed {
 }
 
 /// `shadow POOL`: the pool mounted (a shadow reference), then its shadows made if they are not yet.
-pub fn shadow(cfg: &HelperConfig, c: &Caller, pool: &Path, job: Option<&str>) -> Result<Shadowed> {
+pub fn shadow<H: crate::host::Host>(
+    h: &H,
+    cfg: &HelperConfig,
+    c: &Caller,
+    pool: &Path,
+    job: Option<&str>,
+) -> Result<Shadowed> {
     let root = cfg.shadow_root.clone().ok_or_else(|| {
-        HelperError::refused(
+        HelperError::refused(Refusal::TurnedOff,
             "no shadow_root in /etc/sw-pool/helper.toml: this node makes no shadow mounts (the original software stays)",
         )
     })?;
-    let mounted = crate::pool::mount_pool(cfg, c, pool, job, true)?;
+    let mounted = crate::pool::mount_pool(h, cfg, c, pool, job, true)?;
     let mut st = State::open()?;
     let here = crate::state::mount_namespace();
     let rec = st.records.mounts.iter_mut().find(|r| {
@@ -58,10 +64,13 @@ pub fn shadow(cfg: &HelperConfig, c: &Caller, pool: &Path, job: Option<&str>) ->
         ..
     }) = rec
     else {
-        return Err(HelperError::refused(format!(
-            "{}/{} was released while its shadows were being made; ask again",
-            mounted.name, mounted.version
-        )));
+        return Err(HelperError::refused(
+            Refusal::Conflict,
+            format!(
+                "{}/{} was released while its shadows were being made; ask again",
+                mounted.name, mounted.version
+            ),
+        ));
     };
     let mut out = Shadowed {
         pool: mounted,

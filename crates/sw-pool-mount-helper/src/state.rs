@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{HelperError, Result};
+use crate::error::{HelperError, Refusal, Result};
 
 pub const STATE_DIR: &str = "/run/sw-pool/helper";
 
@@ -142,10 +142,13 @@ impl State {
                 || m.uid() != rustix::process::geteuid().as_raw()
                 || m.mode() & 0o022 != 0
             {
-                return Err(HelperError::refused(format!(
-                    "{} is not a directory of root's that only root can write; remove it",
-                    d.display()
-                )));
+                return Err(HelperError::refused(
+                    Refusal::MountPoint,
+                    format!(
+                        "{} is not a directory of root's that only root can write; remove it",
+                        d.display()
+                    ),
+                ));
             }
         }
         let lock = swpool_sys::lock::FileLock::exclusive(&dir.join("lock"))

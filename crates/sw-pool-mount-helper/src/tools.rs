@@ -15,9 +15,9 @@ pub fn command(name: &str) -> Result<Command> {
         .map(|d| PathBuf::from(d).join(name))
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            HelperError::new(
-                swpool_format::status::ExitStatus::Tool,
-                format!("{name} is not installed in {SAFE_PATH}"),
+            HelperError::tool(
+                name,
+                format!("not installed in {SAFE_PATH}; nothing was done (an admin installs it)"),
             )
         })?;
     let mut c = Command::new(path);
