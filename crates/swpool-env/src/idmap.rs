@@ -11,9 +11,10 @@
 //! launcher says why (`-v`).
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use crate::kernel::{Kernel, Ns};
 use crate::plan::Method;
 
 /// The helper's answer to `idmap --pid P`.
@@ -113,7 +114,7 @@ pub(crate) fn receive(fd: i32) -> Result<Handshake, String> {
 }
 
 /// Pid 1: enter the namespace the helper's holder made.
-pub(crate) fn enter(v: &Views) -> Result<(), String> {
+pub(crate) fn enter(k: &dyn Kernel, v: &Views) -> Result<(), String> {
     let p = format!("/proc/{}/ns/mnt", v.holder);
     let ns = rustix::fs::open(
         p.as_str(),
@@ -127,13 +128,8 @@ pub(crate) fn enter(v: &Views) -> Result<(), String> {
             proc_ids("/proc/self/status")
         )
     })?;
-    // SAFETY: setns(2) on a namespace descriptor, in the single-threaded pid 1
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
-        return Err(format!(
-            "cannot enter the helper's namespace {p}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
+    k.setns(ns.as_fd(), Ns::Mount)
+        .map_err(|e| format!("cannot enter the helper's namespace {p}: {e}"))?;
     // the views are there (idmapped, read-only), or this is not the namespace we asked for
     let mi = swpool_sys::proc::read_mountinfo()
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;

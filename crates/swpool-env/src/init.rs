@@ -12,7 +12,9 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 
-use rustix::mount::{MountFlags, MountPropagationFlags};
+use rustix::io::Errno;
+
+use crate::kernel::{Kernel, RealKernel};
 
 use crate::layer::Layer;
 use crate::plan::Method;
@@ -113,8 +115,8 @@ pub fn run(spec: Spec) -> ! {
         Ok(l) => l,
         Err(e) => fail(&format!("cannot listen on {}: {e}", p.display())),
     });
-    if let Err(e) = setup(&spec) {
-        fail(&e);
+    if let Err(e) = setup(&RealKernel, &spec) {
+        fail(&e.to_string());
     }
     // a shared environment makes the namespace for the caller's uid once, for every command; an
     // environment of one command makes it in that command (one fork less per start)
@@ -304,57 +306,97 @@ fn own_uid_namespace(uid: u32, gid: u32) -> Result<OwnedFd, String> {
     r
 }
 
-fn setup(spec: &Spec) -> Result<(), String> {
+/// Why pid 1 could not set the environment up (nothing ran): each names the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot make the mounts private: {0}")]
+    Private(Errno),
+    #[error("layer {0}: no opened directories")]
+    NoLayerDirs(String),
+    #[error("an overlay without a layer")]
+    OverlayWithoutLayer,
+    #[error("cannot enter the layer's overlay: {0}")]
+    EnterOverlay(Errno),
+    #[error("cannot enter {}: {source}", root.display())]
+    EnterBase { root: PathBuf, source: Errno },
+    #[error("cannot bind the host's {} into the environment: {source}", host.display())]
+    Bind { host: PathBuf, source: Errno },
+    #[error("cannot mount /proc: {0}")]
+    Proc(Errno),
+    #[error(
+        "cannot mount /proc: the base pool {base} has no /proc directory (a base is a \
+         whole root file system: /proc, /dev, /sys, /tmp, /run, /home)"
+    )]
+    NoProcInBase { base: String },
+    #[error("cannot move the environment's root into place: {0}")]
+    MoveRoot(Errno),
+    #[error("cannot change into the environment's root: {0}")]
+    Chroot(Errno),
+    /// A stage made by its own module (the bases, the layer's overlay, the helper's views, the
+    /// pools): its message.
+    #[error("{0}")]
+    Stage(String),
+}
+
+impl SetupError {
+    /// The exit status of a start that failed so: nothing ran.
+    pub fn exit_status(&self) -> i32 {
+        EXIT_SETUP
+    }
+}
+
+/// Make the environment's root through `k`, in this order: the helper's views (kernel path),
+/// the mounts made private, the `--base` pools, the layer's directories, then either (the host's
+/// tree stays the root) `/proc`, the pools and the shadows in place, or (a new root) into the
+/// overlay or the top base, the host's mounts bound in, `/proc`, the pools, the shadows, the root
+/// moved onto `/` and entered; last the working directory (`/` if it is not there).
+pub(crate) fn setup(k: &dyn Kernel, spec: &Spec) -> Result<(), SetupError> {
     // the kernel path: the helper's namespace (or the rootless path after all)
     let mut method = spec.method;
     let mut views = None;
     if let (Method::KernelOverlay, Some(fd)) = (method, spec.handshake_fd) {
-        match crate::idmap::receive(fd)? {
+        match k.receive_views(fd).map_err(SetupError::Stage)? {
             crate::idmap::Handshake::Views(v) => {
-                crate::idmap::enter(&v)?;
+                k.enter_views(&v).map_err(SetupError::Stage)?;
                 views = Some(v);
             }
             crate::idmap::Handshake::Rootless(_) => {
                 method = Method::FuseOverlay;
                 if let (true, Some(l)) = (spec.root, &spec.layer) {
-                    crate::rootfix::seed(&l.upper);
+                    k.seed_root_fix(&l.upper);
                 }
             }
         }
     }
     // nothing we mount here propagates back to the host
-    rustix::mount::mount_change(
-        "/",
-        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-    )
-    .map_err(|e| format!("cannot make the mounts private: {e}"))?;
-    crate::base::mount(
-        &spec.bases,
-        spec.squashfuse.as_deref(),
-        spec.method == Method::BaseOverlay,
-    )?;
-    let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    k.make_private().map_err(SetupError::Private)?;
+    k.mount_bases(spec).map_err(SetupError::Stage)?;
     let mut held = Vec::new();
     let dirs = match (&spec.layer, spec.layer_fds) {
-        (Some(l), Some(checked)) => Some(crate::overlay::reopen(l, checked, &mut held)?),
-        (Some(l), None) => return Err(format!("layer {}: no opened directories", l.name)),
+        (Some(l), Some(checked)) => Some(
+            k.reopen_layer(l, checked, &mut held)
+                .map_err(SetupError::Stage)?,
+        ),
+        (Some(l), None) => return Err(SetupError::NoLayerDirs(l.name.clone())),
         (None, _) => None,
     };
     // the kernel path with views of some trees but not of `/`: they were mounted in place
     let mut tree_root = None;
     let in_place = match (&views, &spec.layer, &dirs) {
         (Some(v), Some(_), Some(d)) => {
-            tree_root = crate::idmap::mount_trees(v, d, spec.lower.as_deref())?;
+            tree_root = k
+                .mount_trees(v, d, spec.lower.as_deref())
+                .map_err(SetupError::Stage)?;
             tree_root.is_none()
         }
         _ => false,
     };
     // the host's tree stays the root (no layer, or the trees' overlays put in place)
     if method == Method::Plain || in_place {
-        rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
-            .map_err(|e| format!("cannot mount /proc: {e}"))?;
-        pools(spec, Path::new("/"))?;
-        shadow(spec, Path::new("/"));
+        k.mount_proc(Path::new("/proc")).map_err(SetupError::Proc)?;
+        k.mount_pools(spec, Path::new("/"))
+            .map_err(SetupError::Stage)?;
+        shadow(k, spec, Path::new("/"));
     } else {
         // the root being built becomes the working directory: with a layer, through the
         // overlay's own descriptor (it sits on the layer's checked `merged`, whatever that path
@@ -363,43 +405,39 @@ fn setup(spec: &Spec) -> Result<(), String> {
             (Some(l), Some(d), _) => {
                 let fd = match tree_root.take() {
                     Some(fd) => fd,
-                    None => crate::overlay::mount(
-                        spec.lower.as_deref(),
-                        &spec.bases,
-                        spec.fuse_overlayfs.as_deref(),
-                        l,
-                        d,
-                        method,
-                    )?,
+                    None => k
+                        .mount_overlay(spec, l, d, method)
+                        .map_err(SetupError::Stage)?,
                 };
-                rustix::process::fchdir(&fd)
-                    .map_err(|e| format!("cannot enter the layer's overlay: {e}"))?;
+                k.fchdir(fd.as_fd()).map_err(SetupError::EnterOverlay)?;
                 l.merged.clone()
             }
             (None, _, Method::Base) => {
-                let r = crate::base::root(&spec.bases)?;
-                std::env::set_current_dir(&r)
-                    .map_err(|e| format!("cannot enter {}: {e}", r.display()))?;
+                let r = k.base_root(spec).map_err(SetupError::Stage)?;
+                k.chdir(&r).map_err(|source| SetupError::EnterBase {
+                    root: r.clone(),
+                    source,
+                })?;
                 r
             }
-            _ => return Err("an overlay without a layer".into()),
+            _ => return Err(SetupError::OverlayWithoutLayer),
         };
         let m = &root;
         let here = Path::new(".");
         for b in &spec.binds {
             let target = under(here, b);
-            match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
+            match k.bind_recursive(b.as_path(), target.as_path()) {
                 Ok(()) => {}
                 // a mount point that is not in the host's root file system's tree (a file
                 // bind-mounted over another type): nothing to bind it onto
-                Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => {
+                Err(Errno::NOENT) | Err(Errno::NOTDIR) => {
                     tracing::debug!(mount = %b.display(), "not bound into the environment")
                 }
-                Err(e) => {
-                    return Err(format!(
-                        "cannot bind the host's {} into the environment: {e}",
-                        b.display()
-                    ))
+                Err(source) => {
+                    return Err(SetupError::Bind {
+                        host: b.clone(),
+                        source,
+                    })
                 }
             }
         }
@@ -409,54 +447,32 @@ fn setup(spec: &Spec) -> Result<(), String> {
         // daemon would look the merged directory up in its lower, i.e. in itself, and hang
         // (after the move below its lower no longer has the overlay there)
         if spec.binds.iter().any(|b| m.starts_with(b)) {
-            let copy = under(here, m);
-            let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
+            let _ = k.detach(&under(here, m));
         }
-        rustix::mount::mount(
-            "proc",
-            under(here, Path::new("/proc")),
-            "proc",
-            proc_flags,
-            "",
-        )
-        .map_err(|e| match (e, spec.bases.last()) {
-            (rustix::io::Errno::NOENT, Some(b)) => format!(
-                "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
-                     whole root file system: /proc, /dev, /sys, /tmp, /run, /home)",
-                b.label
-            ),
-            _ => format!("cannot mount /proc: {e}"),
-        })?;
-        pools(spec, m)?;
-        shadow(spec, here);
-        rustix::mount::mount_move(".", "/")
-            .map_err(|e| format!("cannot move the environment's root into place: {e}"))?;
-        rustix::process::chroot(".")
-            .map_err(|e| format!("cannot change into the environment's root: {e}"))?;
+        k.mount_proc(&under(here, Path::new("/proc")))
+            .map_err(|e| match (e, spec.bases.last()) {
+                (Errno::NOENT, Some(b)) => SetupError::NoProcInBase {
+                    base: b.label.clone(),
+                },
+                _ => SetupError::Proc(e),
+            })?;
+        k.mount_pools(spec, m).map_err(SetupError::Stage)?;
+        shadow(k, spec, here);
+        k.move_to_root().map_err(SetupError::MoveRoot)?;
+        k.chroot_here().map_err(SetupError::Chroot)?;
     }
-    if std::env::set_current_dir(&spec.cwd).is_err() {
-        let _ = std::env::set_current_dir("/");
+    if k.chdir(&spec.cwd).is_err() {
+        let _ = k.chdir(Path::new("/"));
     }
     Ok(())
 }
 
-/// The `--pool` pools at their usual mount points under the environment's root `root`.
-fn pools(spec: &Spec, root: &Path) -> Result<(), String> {
-    crate::pools::mount(
-        &spec.pools,
-        root,
-        spec.squashfuse.as_deref(),
-        spec.fuse2fs.as_deref(),
-        spec.verbose,
-    )
-}
-
 /// The shadow mounts, under the environment's root `root`: each pool package bound (read-only,
 /// as the pool is) over its original; a failure leaves the original and says so.
-fn shadow(spec: &Spec, root: &Path) {
+fn shadow(k: &dyn Kernel, spec: &Spec, root: &Path) {
     for (src, orig) in &spec.shadows {
         let target = under(root, orig);
-        match rustix::mount::mount_bind(src.as_path(), target.as_path()) {
+        match k.bind(src.as_path(), target.as_path()) {
             Ok(()) => {
                 if spec.verbose {
                     eprintln!(
@@ -694,4 +710,383 @@ fn hand_over(c: &std::os::unix::net::UnixStream, fds: &[OwnedFd]) -> std::io::Re
         SendFlags::empty(),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use rustix::io::Errno;
+
+    use super::{setup, SetupError, Spec};
+    use crate::idmap::{Handshake, Views};
+    use crate::kernel::{FakeKernel, Step};
+    use crate::layer::Layer;
+    use crate::plan::Method;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    fn spec(method: Method) -> Spec {
+        Spec {
+            uid: 1000,
+            gid: 1000,
+            root: false,
+            method,
+            layer: None,
+            layer_fds: None,
+            lower: None,
+            identity: false,
+            fuse_overlayfs: None,
+            bases: vec![],
+            squashfuse: None,
+            pools: vec![],
+            fuse2fs: None,
+            binds: vec![p("/home"), p("/dev")],
+            shadows: vec![(p("/pools/gcc/13/install/x"), p("/opt/x"))],
+            cwd: p("/home/u/work"),
+            argv: vec!["true".into()],
+            name: "-".into(),
+            verbose: false,
+            socket: None,
+            keep_fds: vec![],
+            handshake_fd: None,
+        }
+    }
+
+    /// A layer in the user's home: `/home` is bound in, so its copy of the overlay is detached.
+    fn layered(method: Method) -> Spec {
+        let d = p("/home/u/.local/share/sw-pool/layers/dev");
+        Spec {
+            layer: Some(Layer {
+                name: "dev".into(),
+                upper: d.join("upper"),
+                work: d.join("work"),
+                merged: d.join("merged"),
+                dir: d,
+            }),
+            layer_fds: Some([10, 11, 12, 13]),
+            ..spec(method)
+        }
+    }
+
+    fn merged() -> PathBuf {
+        p("/home/u/.local/share/sw-pool/layers/dev/merged")
+    }
+
+    /// What pid 1 does after the root is its working directory, in order.
+    fn new_root_tail(root: &Path) -> Vec<Step> {
+        vec![
+            Step::BindRecursive {
+                src: p("/home"),
+                at: p("./home"),
+            },
+            Step::BindRecursive {
+                src: p("/dev"),
+                at: p("./dev"),
+            },
+            Step::Detach(Path::new(".").join(merged().strip_prefix("/").unwrap())),
+            Step::Proc(p("./proc")),
+            Step::Pools(root.into()),
+            Step::Bind {
+                src: p("/pools/gcc/13/install/x"),
+                at: p("./opt/x"),
+            },
+            Step::MoveToRoot,
+            Step::Chroot,
+            Step::Chdir(p("/home/u/work")),
+        ]
+    }
+
+    #[test]
+    fn plain_keeps_the_hosts_root_and_mounts_proc_pools_shadows_in_place() {
+        let k = FakeKernel::default();
+        setup(&k, &spec(Method::Plain)).unwrap();
+        assert_eq!(
+            k.steps(),
+            vec![
+                Step::Private,
+                Step::Bases,
+                Step::Proc(p("/proc")),
+                Step::Pools(p("/")),
+                Step::Bind {
+                    src: p("/pools/gcc/13/install/x"),
+                    at: p("/opt/x"),
+                },
+                Step::Chdir(p("/home/u/work")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_layer_is_entered_through_its_overlays_descriptor_then_bound_moved_and_entered() {
+        let k = FakeKernel::default();
+        setup(&k, &layered(Method::FuseOverlay)).unwrap();
+        let fd = k.handed.borrow()[0];
+        let mut want = vec![
+            Step::Private,
+            Step::Bases,
+            Step::ReopenLayer,
+            Step::Overlay(Method::FuseOverlay),
+            Step::Fchdir(fd),
+        ];
+        want.extend(new_root_tail(&merged()));
+        assert_eq!(k.steps(), want);
+    }
+
+    #[test]
+    fn the_layers_copy_is_detached_only_when_a_bound_mount_holds_it() {
+        let mut s = layered(Method::BaseOverlay);
+        s.binds = vec![p("/dev")];
+        let k = FakeKernel::default();
+        setup(&k, &s).unwrap();
+        assert!(k.steps().contains(&Step::Overlay(Method::BaseOverlay)));
+        assert!(!k.steps().iter().any(|s| matches!(s, Step::Detach(_))));
+    }
+
+    #[test]
+    fn a_base_without_a_layer_is_the_root_and_a_base_without_proc_is_named() {
+        let mut s = spec(Method::Base);
+        s.bases = vec![crate::Base {
+            label: "debian/12".into(),
+            image: p("/var/tmp/sw-pool/debian-12.img"),
+            at: p("/pools/debian/12"),
+        }];
+        let k = FakeKernel::default();
+        setup(&k, &s).unwrap();
+        let steps = k.steps();
+        assert_eq!(
+            steps[..4],
+            [
+                Step::Private,
+                Step::Bases,
+                Step::BaseRoot,
+                Step::Chdir(p("/pools/debian/12"))
+            ]
+        );
+        assert_eq!(steps.last(), Some(&Step::Chdir(p("/home/u/work"))));
+        assert!(steps.contains(&Step::MoveToRoot) && steps.contains(&Step::Chroot));
+
+        let k = FakeKernel::failing(Step::Proc(p("./proc")), Errno::NOENT);
+        let e = setup(&k, &s).unwrap_err();
+        assert!(matches!(&e, SetupError::NoProcInBase { base } if base == "debian/12"));
+        assert!(e.to_string().contains("has no /proc directory"), "{e}");
+        assert_eq!(k.steps().last(), Some(&Step::Proc(p("./proc"))));
+    }
+
+    #[test]
+    fn each_failing_step_stops_the_set_up_names_itself_and_exits_125() {
+        let s = layered(Method::FuseOverlay);
+        let cases: Vec<(Step, fn(&SetupError) -> bool, &str)> = vec![
+            (
+                Step::Private,
+                |e| matches!(e, SetupError::Private(_)),
+                "cannot make the mounts private",
+            ),
+            (
+                Step::Bases,
+                |e| matches!(e, SetupError::Stage(_)),
+                "Bases failed",
+            ),
+            (
+                Step::ReopenLayer,
+                |e| matches!(e, SetupError::Stage(_)),
+                "ReopenLayer failed",
+            ),
+            (
+                Step::Overlay(Method::FuseOverlay),
+                |e| matches!(e, SetupError::Stage(_)),
+                "Overlay(FuseOverlay) failed",
+            ),
+            (
+                Step::BindRecursive {
+                    src: p("/dev"),
+                    at: p("./dev"),
+                },
+                |e| matches!(e, SetupError::Bind { host, .. } if host == Path::new("/dev")),
+                "cannot bind the host's /dev into the environment",
+            ),
+            (
+                Step::Proc(p("./proc")),
+                |e| matches!(e, SetupError::Proc(_)),
+                "cannot mount /proc",
+            ),
+            (
+                Step::Pools(merged()),
+                |e| matches!(e, SetupError::Stage(_)),
+                "Pools",
+            ),
+            (
+                Step::MoveToRoot,
+                |e| matches!(e, SetupError::MoveRoot(_)),
+                "cannot move the environment's root into place",
+            ),
+            (
+                Step::Chroot,
+                |e| matches!(e, SetupError::Chroot(_)),
+                "cannot change into the environment's root",
+            ),
+        ];
+        for (step, kind, text) in cases {
+            let k = FakeKernel::failing(step.clone(), Errno::ACCESS);
+            let e = setup(&k, &s).unwrap_err();
+            assert!(kind(&e), "{step:?}: {e:?}");
+            assert!(e.to_string().contains(text), "{step:?}: {e}");
+            assert_eq!(e.exit_status(), crate::EXIT_SETUP);
+            assert_eq!(k.steps().last(), Some(&step), "nothing after {step:?}");
+        }
+    }
+
+    #[test]
+    fn what_may_fail_without_stopping_the_start() {
+        let s = layered(Method::FuseOverlay);
+        // a host mount with nothing to bind onto, a shadow, the working directory: passed over
+        let k = FakeKernel {
+            fails: vec![
+                (
+                    Step::BindRecursive {
+                        src: p("/home"),
+                        at: p("./home"),
+                    },
+                    Errno::NOENT,
+                ),
+                (
+                    Step::Bind {
+                        src: p("/pools/gcc/13/install/x"),
+                        at: p("./opt/x"),
+                    },
+                    Errno::PERM,
+                ),
+                (Step::Chdir(p("/home/u/work")), Errno::NOENT),
+                (
+                    Step::Detach(Path::new(".").join(merged().strip_prefix("/").unwrap())),
+                    Errno::INVAL,
+                ),
+            ],
+            ..FakeKernel::default()
+        };
+        setup(&k, &s).unwrap();
+        let steps = k.steps();
+        assert_eq!(
+            steps[steps.len() - 4..],
+            [
+                Step::MoveToRoot,
+                Step::Chroot,
+                Step::Chdir(p("/home/u/work")),
+                Step::Chdir(p("/"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_layer_needs_its_opened_directories_and_an_overlay_needs_a_layer() {
+        let mut s = layered(Method::FuseOverlay);
+        s.layer_fds = None;
+        let k = FakeKernel::default();
+        let e = setup(&k, &s).unwrap_err();
+        assert!(
+            matches!(&e, SetupError::NoLayerDirs(n) if n == "dev"),
+            "{e}"
+        );
+        assert_eq!(k.steps(), vec![Step::Private, Step::Bases]);
+
+        let k = FakeKernel::default();
+        let e = setup(&k, &spec(Method::FuseOverlay)).unwrap_err();
+        assert!(matches!(e, SetupError::OverlayWithoutLayer), "{e}");
+        assert!(!k.steps().contains(&Step::Proc(p("./proc"))));
+    }
+
+    fn views() -> Views {
+        Views {
+            holder: 4242,
+            staging: p("/run/sw-pool/idmap/1"),
+            trees: vec![p("/usr"), p("/opt")],
+        }
+    }
+
+    #[test]
+    fn the_kernel_path_enters_the_helpers_views_first_then_mounts_the_trees() {
+        let mut s = layered(Method::KernelOverlay);
+        s.handshake_fd = Some(7);
+        // `/` among the trees: its overlay is the new root
+        let k = FakeKernel {
+            handshake: Some(Handshake::Views(views())),
+            trees_make_root: true,
+            ..FakeKernel::default()
+        };
+        setup(&k, &s).unwrap();
+        let fd = k.handed.borrow()[0];
+        let mut want = vec![
+            Step::ReceiveViews(7),
+            Step::EnterViews,
+            Step::Private,
+            Step::Bases,
+            Step::ReopenLayer,
+            Step::MountTrees,
+            Step::Fchdir(fd),
+        ];
+        want.extend(new_root_tail(&merged()));
+        assert_eq!(k.steps(), want);
+
+        // views of some trees only: mounted in place, the host's root stays
+        let k = FakeKernel {
+            handshake: Some(Handshake::Views(views())),
+            ..FakeKernel::default()
+        };
+        setup(&k, &s).unwrap();
+        assert_eq!(
+            k.steps()[5..],
+            [
+                Step::MountTrees,
+                Step::Proc(p("/proc")),
+                Step::Pools(p("/")),
+                Step::Bind {
+                    src: p("/pools/gcc/13/install/x"),
+                    at: p("/opt/x"),
+                },
+                Step::Chdir(p("/home/u/work")),
+            ]
+        );
+
+        // the helper's namespace cannot be entered: nothing is mounted
+        let k = FakeKernel {
+            handshake: Some(Handshake::Views(views())),
+            ..FakeKernel::failing(Step::EnterViews, Errno::PERM)
+        };
+        assert!(matches!(setup(&k, &s), Err(SetupError::Stage(_))));
+        assert_eq!(k.steps(), vec![Step::ReceiveViews(7), Step::EnterViews]);
+    }
+
+    #[test]
+    fn the_kernel_path_refused_falls_back_to_fuse_overlayfs_seeding_roots_upper() {
+        let mut s = layered(Method::KernelOverlay);
+        s.handshake_fd = Some(7);
+        s.root = true;
+        let k = FakeKernel {
+            handshake: Some(Handshake::Rootless("no helper".into())),
+            ..FakeKernel::default()
+        };
+        setup(&k, &s).unwrap();
+        let steps = k.steps();
+        assert_eq!(
+            steps[..6],
+            [
+                Step::ReceiveViews(7),
+                Step::SeedRootFix(p("/home/u/.local/share/sw-pool/layers/dev/upper")),
+                Step::Private,
+                Step::Bases,
+                Step::ReopenLayer,
+                Step::Overlay(Method::FuseOverlay),
+            ]
+        );
+        // without --root nothing is seeded
+        s.root = false;
+        let k = FakeKernel {
+            handshake: Some(Handshake::Rootless("no helper".into())),
+            ..FakeKernel::default()
+        };
+        setup(&k, &s).unwrap();
+        assert!(!k.steps().iter().any(|s| matches!(s, Step::SeedRootFix(_))));
+    }
 }

@@ -28,6 +28,7 @@
 pub mod base;
 pub mod idmap;
 pub mod init;
+pub(crate) mod kernel;
 pub mod launch;
 pub mod layer;
 pub(crate) mod overlay;

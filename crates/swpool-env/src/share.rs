@@ -15,7 +15,7 @@
 //! removes the socket and creates a new one.
 
 use std::io::IoSliceMut;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
+use crate::kernel::{Kernel, Ns};
 use crate::EnvError;
 
 /// The descriptors pid 1 hands a joiner, in this order.
@@ -318,45 +319,48 @@ pub fn receive(s: &UnixStream) -> Result<Vec<OwnedFd>, EnvError> {
 }
 
 /// Enter the environment whose descriptors are `fds` ([`HANDED`]): its user (as root, or as your
-/// own uid), mount and PID namespaces and its root; then `cwd`. Only a single-threaded process
-/// can enter a user namespace.
+/// own uid), mount and PID namespaces and its root; then `cwd` (`/` if it is not there). Only a
+/// single-threaded process can enter a user namespace.
 pub fn enter(fds: &[OwnedFd], root: bool, cwd: &Path) -> Result<(), EnvError> {
-    let step = |what: &str, r: i32| -> Result<(), EnvError> {
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(EnvError::Start {
-                what: format!("joining the environment: {what}"),
-                source: std::io::Error::last_os_error(),
-            })
-        }
+    enter_with(&crate::kernel::RealKernel, fds, root, cwd)
+}
+
+/// [`enter`] through `k`: a failed step names itself and nothing after it is tried.
+pub(crate) fn enter_with(
+    k: &dyn Kernel,
+    fds: &[OwnedFd],
+    root: bool,
+    cwd: &Path,
+) -> Result<(), EnvError> {
+    if fds.len() != HANDED.len() {
+        return Err(EnvError::Start {
+            what: format!(
+                "joining the environment: {} descriptors, not {}",
+                fds.len(),
+                HANDED.len()
+            ),
+            source: std::io::Error::from_raw_os_error(libc::EPROTO),
+        });
+    }
+    let step = |what: &str, r: Result<(), rustix::io::Errno>| {
+        r.map_err(|e| EnvError::Start {
+            what: format!("joining the environment: {what}"),
+            source: e.into(),
+        })
     };
-    unsafe {
-        step(
-            "its user namespace",
-            libc::setns(fds[0].as_raw_fd(), libc::CLONE_NEWUSER),
-        )?;
-        step(
-            "its mount namespace",
-            libc::setns(fds[2].as_raw_fd(), libc::CLONE_NEWNS),
-        )?;
-        step(
-            "its PID namespace",
-            libc::setns(fds[3].as_raw_fd(), libc::CLONE_NEWPID),
-        )?;
-        step("its root", libc::fchdir(fds[4].as_raw_fd()))?;
-    }
-    rustix::process::chroot(".").map_err(|e| EnvError::Start {
-        what: "joining the environment: chroot".into(),
-        source: e.into(),
-    })?;
+    step("its user namespace", k.setns(fds[0].as_fd(), Ns::User))?;
+    step("its mount namespace", k.setns(fds[2].as_fd(), Ns::Mount))?;
+    step("its PID namespace", k.setns(fds[3].as_fd(), Ns::Pid))?;
+    step("its root", k.fchdir(fds[4].as_fd()))?;
+    step("chroot", k.chroot_here())?;
     if !root {
-        step("your uid's user namespace", unsafe {
-            libc::setns(fds[1].as_raw_fd(), libc::CLONE_NEWUSER)
-        })?;
+        step(
+            "your uid's user namespace",
+            k.setns(fds[1].as_fd(), Ns::User),
+        )?;
     }
-    if std::env::set_current_dir(cwd).is_err() {
-        let _ = std::env::set_current_dir("/");
+    if k.chdir(cwd).is_err() {
+        let _ = k.chdir(Path::new("/"));
     }
     Ok(())
 }
