@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use rustix::io::Errno;
 
 use crate::kernel::{Kernel, RealKernel};
+use crate::share::{Joiners, Listener};
 
 use crate::layer::Layer;
 use crate::plan::Method;
@@ -203,47 +204,6 @@ fn spawn(prog: &std::ffi::OsStr, args: &[OsString], name: &str) -> std::io::Resu
 
 /// The rendezvous socket and the directory it is in (removed through the directory: after the
 /// root changed, its path may lead elsewhere).
-struct Listener {
-    sock: std::os::unix::net::UnixListener,
-    dir: OwnedFd,
-    name: OsString,
-}
-
-impl Listener {
-    fn bind(p: &Path) -> std::io::Result<Listener> {
-        let parent = p.parent().unwrap_or(Path::new("/"));
-        let dir = rustix::fs::open(
-            parent,
-            rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )?;
-        let _ = std::fs::remove_file(p);
-        let sock = std::os::unix::net::UnixListener::bind(p)?;
-        sock.set_nonblocking(true)?;
-        Ok(Listener {
-            sock,
-            dir,
-            name: p.file_name().unwrap_or_default().to_os_string(),
-        })
-    }
-
-    /// Remove the socket, then the rendezvous lock beside it, which pid 1 still holds: a start
-    /// that locked the removed file sees that it is no longer at its path and takes the path's
-    /// new one ([`crate::share::find`]), and no lock file is left per key (an MPI launcher's key is
-    /// new with every job).
-    fn remove(&self) {
-        let _ = rustix::fs::unlinkat(
-            &self.dir,
-            self.name.as_os_str(),
-            rustix::fs::AtFlags::empty(),
-        );
-        let lock = Path::new(&self.name).with_extension("lock");
-        let _ = rustix::fs::unlinkat(&self.dir, lock.as_os_str(), rustix::fs::AtFlags::empty());
-    }
-}
-
 /// A user namespace inside this one in which the caller is their own uid (mapped to this one's
 /// root): every command that is not `--root` enters it, so that all of them share one user
 /// namespace (MPI's shared-memory transport needs that: kernel-facts.md F).
@@ -579,21 +539,13 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
             -1
         }
     };
-    let mut conns: Vec<std::os::unix::net::UnixStream> = Vec::new();
+    let mut joiners = Joiners::new(listener, handed);
     loop {
         // the environment ends with its command and its last joiner (as `unshare --fork --pid`
         // and bwrap end with their command): whatever else still runs in it is killed by the
         // kernel when pid 1 exits
         if let Some(code) = status {
-            // a start that connected while the command ended waits in the backlog: serve it first
-            if let Some(l) = listener {
-                while let Ok((c, _)) = l.sock.accept() {
-                    if hand_over(&c, &handed).is_ok() {
-                        conns.push(c);
-                    }
-                }
-            }
-            if conns.is_empty() {
+            if joiners.last_one_out() {
                 return code;
             }
         }
@@ -602,21 +554,11 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
             events: libc::POLLIN,
             revents: 0,
         }];
-        if let Some(l) = listener {
-            pfds.push(libc::pollfd {
-                fd: l.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let first_conn = pfds.len();
-        for c in &conns {
-            pfds.push(libc::pollfd {
-                fd: c.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
+        pfds.extend(joiners.poll_fds().into_iter().map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }));
         let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
         if n <= 0 {
             continue;
@@ -630,7 +572,7 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 let sig = si.ssi_signo as i32;
                 if sig != libc::SIGCHLD {
                     if status.is_none() && cmd_pid > 0 {
-                        unsafe { libc::kill(cmd_pid, sig) };
+                        swpool_sys::process::forward(cmd_pid as u32, sig);
                     }
                     continue;
                 }
@@ -647,25 +589,8 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 }
             }
         }
-        // connections: one byte never comes; readable means closed
-        for i in (0..conns.len()).rev() {
-            if pfds[first_conn + i].revents != 0 {
-                let mut b = [0u8; 16];
-                use std::io::Read;
-                if !matches!(conns[i].read(&mut b), Ok(n) if n > 0) {
-                    conns.remove(i);
-                }
-            }
-        }
-        if let Some(l) = listener {
-            if pfds[1].revents != 0 {
-                while let Ok((c, _)) = l.sock.accept() {
-                    if hand_over(&c, &handed).is_ok() {
-                        conns.push(c);
-                    }
-                }
-            }
-        }
+        let ready: Vec<bool> = pfds[1..].iter().map(|p| p.revents != 0).collect();
+        joiners.ready(&ready);
     }
 }
 
@@ -694,22 +619,6 @@ fn handed_fds(own_uid: Option<&OwnedFd>) -> Vec<OwnedFd> {
         open("/proc/self/ns/pid", false),
         open("/", true),
     ]
-}
-
-fn hand_over(c: &std::os::unix::net::UnixStream, fds: &[OwnedFd]) -> std::io::Result<()> {
-    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-    c.set_nonblocking(false)?;
-    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-    let mut space = [0u8; rustix::cmsg_space!(ScmRights(8))];
-    let mut anc = SendAncillaryBuffer::new(&mut space);
-    anc.push(SendAncillaryMessage::ScmRights(&borrowed));
-    rustix::net::sendmsg(
-        c,
-        &[std::io::IoSlice::new(b"e")],
-        &mut anc,
-        SendFlags::empty(),
-    )?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use swpool_sys::exec::{Tool, ToolCommand};
+
 use crate::init::Spec;
 use crate::layer::{Layer, LayerStore};
 use crate::plan::{self, Method};
@@ -383,7 +385,11 @@ pub fn run(
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
         if let Some(dest) = &s.keep_upper {
-            if let Err(e) = keep_upper(&s.scratch.join(crate::layer::UPPER), dest) {
+            if let Err(e) = keep_upper(
+                &s.scratch.join(crate::layer::UPPER),
+                dest,
+                req.path_var.as_deref(),
+            ) {
                 eprintln!("sw-pool: environment: {e}; what it wrote is lost");
             }
         }
@@ -639,7 +645,7 @@ static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::
 extern "C" fn pass_on(sig: libc::c_int) {
     let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
     if pid > 0 {
-        unsafe { libc::kill(pid, sig) };
+        swpool_sys::process::forward(pid as u32, sig);
     }
 }
 
@@ -670,7 +676,11 @@ impl Drop for Forwarding {
 
 /// Move an environment's upper to `dir/<node>` (replacing an earlier one of this node): a rename
 /// on the same file system, else a copy (`cp -a`, which keeps modes, times and whiteouts).
-fn keep_upper(upper: &std::path::Path, dir: &std::path::Path) -> Result<(), String> {
+fn keep_upper(
+    upper: &std::path::Path,
+    dir: &std::path::Path,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<(), String> {
     let node = rustix::system::uname()
         .nodename()
         .to_string_lossy()
@@ -684,23 +694,17 @@ fn keep_upper(upper: &std::path::Path, dir: &std::path::Path) -> Result<(), Stri
     match std::fs::rename(upper, &dest) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            let st = std::process::Command::new("cp")
+            let cp = ToolCommand::new(Tool::Cp)
                 .arg("-a")
-                .arg("--")
-                .arg(upper)
-                .arg(&dest)
-                .status()
-                .map_err(|e| {
-                    format!("cannot run cp to keep the upper in {}: {e}", dest.display())
-                })?;
-            if st.success() {
-                Ok(())
-            } else {
-                let _ = crate::layer::remove_tree(&dest);
-                Err(format!(
-                    "cp -a of the upper to {} failed ({st})",
-                    dest.display()
-                ))
+                .end_of_options()
+                .path(upper)
+                .path(&dest);
+            match cp.run(path_var) {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let _ = crate::layer::remove_tree(&dest);
+                    Err(format!("keeping the upper in {}: {e}", dest.display()))
+                }
             }
         }
         Err(e) => Err(format!("cannot move the upper to {}: {e}", dest.display())),
