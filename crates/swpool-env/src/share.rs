@@ -631,8 +631,9 @@ mod tests {
         // a start that connects as the last joiner leaves waits in the backlog: it is served
         // before pid 1 decides to end
         drop(b);
-        let c = join(&rv);
         pump(&mut j);
+        assert_eq!(j.len(), 0);
+        let c = join(&rv);
         assert!(!j.last_one_out(), "the late joiner keeps it");
         assert_eq!(receive(&c).unwrap().len(), HANDED.len());
         drop(c);
