@@ -1,6 +1,6 @@
 //! The namespace, mount and process calls an environment makes, behind one seam (youki's
 //! `syscall/` pattern): [`Kernel`] is what pid 1 ([`crate::init`]) and a joining start
-//! ([`crate::share::enter`]) ask of the system, step by step. [`RealKernel`] makes the calls;
+//! ([`crate::rendezvous::enter`]) ask of the system, step by step. [`RealKernel`] makes the calls;
 //! the recording fake (unit tests) records each as a typed [`Step`] and fails the one a test
 //! names, so that pid 1's set-up order and what each failure leaves are tested without root.
 //!
@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use rustix::io::Errno;
 use rustix::mount::{MountFlags, MountPropagationFlags};
 
+use crate::base::Base;
 use crate::idmap::{Handshake, Views};
-use crate::init::Spec;
 use crate::layer::Layer;
 use crate::overlay::Dirs;
 use crate::plan::Method;
+use crate::pools::EnvPool;
 
 /// A namespace a descriptor of `/proc/PID/ns/*` is entered as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,25 @@ impl Ns {
             Ns::Pid => libc::CLONE_NEWPID,
         }
     }
+}
+
+/// What the layer's overlay is made of, besides the layer.
+#[derive(Debug, Clone, Copy)]
+pub struct OverlayOf<'a> {
+    /// The job's copy of the layer (a read-only lower above the host's tree).
+    pub lower: Option<&'a Path>,
+    pub bases: &'a [Base],
+    pub fuse_overlayfs: Option<&'a Path>,
+    pub method: Method,
+}
+
+/// The `--pool` pools and how they are mounted.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolsOf<'a> {
+    pub pools: &'a [EnvPool],
+    pub squashfuse: Option<&'a Path>,
+    pub fuse2fs: Option<&'a Path>,
+    pub verbose: bool,
 }
 
 /// What an environment asks of the system. Paths are as the caller sees them (relative ones are
@@ -65,10 +85,15 @@ pub trait Kernel {
     fn receive_views(&self, fd: i32) -> Result<Handshake, String>;
     /// Enter the helper's namespace holding the views ([`crate::idmap::enter`]).
     fn enter_views(&self, v: &Views) -> Result<(), String>;
-    /// `--root` on the rootless path after all: seed the layer's upper ([`crate::rootfix`]).
-    fn seed_root_fix(&self, upper: &Path);
-    /// The `--base` pools ([`crate::base::mount`]).
-    fn mount_bases(&self, spec: &Spec) -> Result<(), String>;
+    /// `--root` on the rootless path after all: seed the layer's upper ([`crate::rootless_root`]).
+    fn seed_rootless_root(&self, upper: &Path);
+    /// The `--base` pools ([`crate::base::mount`]; `written`: a layer goes over them).
+    fn mount_bases(
+        &self,
+        bases: &[Base],
+        squashfuse: Option<&Path>,
+        written: bool,
+    ) -> Result<(), String>;
     /// The layer's directories opened again here ([`crate::overlay::reopen`]).
     fn reopen_layer(
         &self,
@@ -85,17 +110,11 @@ pub trait Kernel {
         lower: Option<&Path>,
     ) -> Result<Option<OwnedFd>, String>;
     /// The layer's overlay ([`crate::overlay::mount`]): its root.
-    fn mount_overlay(
-        &self,
-        spec: &Spec,
-        l: &Layer,
-        d: &Dirs,
-        method: Method,
-    ) -> Result<OwnedFd, String>;
+    fn mount_overlay(&self, o: &OverlayOf<'_>, l: &Layer, d: &Dirs) -> Result<OwnedFd, String>;
     /// Where the top `--base` pool is mounted ([`crate::base::root`]).
-    fn base_root(&self, spec: &Spec) -> Result<PathBuf, String>;
+    fn base_root(&self, bases: &[Base]) -> Result<PathBuf, String>;
     /// The `--pool` pools under `root` ([`crate::pools::mount`]).
-    fn mount_pools(&self, spec: &Spec, root: &Path) -> Result<(), String>;
+    fn mount_pools(&self, p: &PoolsOf<'_>, root: &Path) -> Result<(), String>;
 }
 
 /// The system's calls.
@@ -162,19 +181,20 @@ impl Kernel for RealKernel {
     }
 
     fn enter_views(&self, v: &Views) -> Result<(), String> {
-        crate::idmap::enter(self, v)
+        crate::idmap::enter(v, |ns| self.setns(ns, Ns::Mount))
     }
 
-    fn seed_root_fix(&self, upper: &Path) {
-        crate::rootfix::seed(upper)
+    fn seed_rootless_root(&self, upper: &Path) {
+        crate::rootless_root::seed(upper)
     }
 
-    fn mount_bases(&self, spec: &Spec) -> Result<(), String> {
-        crate::base::mount(
-            &spec.bases,
-            spec.squashfuse.as_deref(),
-            spec.method == Method::BaseOverlay,
-        )
+    fn mount_bases(
+        &self,
+        bases: &[Base],
+        squashfuse: Option<&Path>,
+        written: bool,
+    ) -> Result<(), String> {
+        crate::base::mount(bases, squashfuse, written)
     }
 
     fn reopen_layer(
@@ -195,35 +215,16 @@ impl Kernel for RealKernel {
         crate::idmap::mount_trees(v, d, lower)
     }
 
-    fn mount_overlay(
-        &self,
-        spec: &Spec,
-        l: &Layer,
-        d: &Dirs,
-        method: Method,
-    ) -> Result<OwnedFd, String> {
-        crate::overlay::mount(
-            spec.lower.as_deref(),
-            &spec.bases,
-            spec.fuse_overlayfs.as_deref(),
-            l,
-            d,
-            method,
-        )
+    fn mount_overlay(&self, o: &OverlayOf<'_>, l: &Layer, d: &Dirs) -> Result<OwnedFd, String> {
+        crate::overlay::mount(o.lower, o.bases, o.fuse_overlayfs, l, d, o.method)
     }
 
-    fn base_root(&self, spec: &Spec) -> Result<PathBuf, String> {
-        crate::base::root(&spec.bases)
+    fn base_root(&self, bases: &[Base]) -> Result<PathBuf, String> {
+        crate::base::root(bases)
     }
 
-    fn mount_pools(&self, spec: &Spec, root: &Path) -> Result<(), String> {
-        crate::pools::mount(
-            &spec.pools,
-            root,
-            spec.squashfuse.as_deref(),
-            spec.fuse2fs.as_deref(),
-            spec.verbose,
-        )
+    fn mount_pools(&self, p: &PoolsOf<'_>, root: &Path) -> Result<(), String> {
+        crate::pools::mount(p.pools, root, p.squashfuse, p.fuse2fs, p.verbose)
     }
 }
 
@@ -238,9 +239,9 @@ mod fake {
 
     use rustix::io::Errno;
 
-    use super::{Kernel, Ns};
+    use super::{Kernel, Ns, OverlayOf, PoolsOf};
+    use crate::base::Base;
     use crate::idmap::{Handshake, Views};
-    use crate::init::Spec;
     use crate::layer::Layer;
     use crate::overlay::Dirs;
     use crate::plan::Method;
@@ -268,7 +269,7 @@ mod fake {
         Setns(i32, Ns),
         ReceiveViews(i32),
         EnterViews,
-        SeedRootFix(PathBuf),
+        SeedRootless(PathBuf),
         Bases,
         ReopenLayer,
         MountTrees,
@@ -368,10 +369,10 @@ mod fake {
         fn enter_views(&self, _: &Views) -> Result<(), String> {
             self.stage(Step::EnterViews)
         }
-        fn seed_root_fix(&self, upper: &Path) {
-            let _ = self.call(Step::SeedRootFix(upper.into()));
+        fn seed_rootless_root(&self, upper: &Path) {
+            let _ = self.call(Step::SeedRootless(upper.into()));
         }
-        fn mount_bases(&self, _: &Spec) -> Result<(), String> {
+        fn mount_bases(&self, _: &[Base], _: Option<&Path>, _: bool) -> Result<(), String> {
             self.stage(Step::Bases)
         }
         fn reopen_layer(
@@ -397,21 +398,15 @@ mod fake {
             self.stage(Step::MountTrees)?;
             Ok(self.trees_make_root.then(|| self.fd()))
         }
-        fn mount_overlay(
-            &self,
-            _: &Spec,
-            _: &Layer,
-            _: &Dirs,
-            method: Method,
-        ) -> Result<OwnedFd, String> {
-            self.stage(Step::Overlay(method))?;
+        fn mount_overlay(&self, o: &OverlayOf<'_>, _: &Layer, _: &Dirs) -> Result<OwnedFd, String> {
+            self.stage(Step::Overlay(o.method))?;
             Ok(self.fd())
         }
-        fn base_root(&self, spec: &Spec) -> Result<PathBuf, String> {
+        fn base_root(&self, bases: &[Base]) -> Result<PathBuf, String> {
             self.stage(Step::BaseRoot)?;
-            Ok(spec.bases.last().map(|b| b.at.clone()).unwrap_or_default())
+            Ok(bases.last().map(|b| b.at.clone()).unwrap_or_default())
         }
-        fn mount_pools(&self, _: &Spec, root: &Path) -> Result<(), String> {
+        fn mount_pools(&self, _: &PoolsOf<'_>, root: &Path) -> Result<(), String> {
             self.stage(Step::Pools(root.into()))
         }
     }

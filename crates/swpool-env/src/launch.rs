@@ -15,7 +15,7 @@ use swpool_sys::exec::{Tool, ToolCommand};
 use crate::init::Spec;
 use crate::layer::{Layer, LayerStore};
 use crate::plan::{self, Method};
-use crate::{probe, share, EnvError};
+use crate::{probe, rendezvous, EnvError};
 
 /// What to run, and in what.
 #[derive(Debug, Clone)]
@@ -32,12 +32,12 @@ pub struct RunRequest {
     pub path_var: Option<OsString>,
     pub verbose: bool,
     /// The user's private state directory on this node: environments meet their joiners in
-    /// `<dir>/envs` ([`crate::share`]). `None`: never shared.
+    /// `<dir>/envs` ([`crate::rendezvous`]). `None`: never shared.
     pub state_dir: Option<PathBuf>,
     /// The caller's home directory: it stays the host's (not in the layer).
     pub home: Option<PathBuf>,
     /// Share the environment without a layer under this key (a job step's tasks on a node:
-    /// [`crate::share::step_key`]).
+    /// [`crate::rendezvous::step_key`]).
     pub step_key: Option<String>,
     /// The layer's copy synced to this node for the job ([`crate::sync`]): used as the read-only
     /// lower under a fresh upper in `scratch`, removed when the environment ends.
@@ -135,22 +135,22 @@ pub fn run(
     // one environment per layer, and per job step on a node: join it when it runs
     let key = layer
         .as_ref()
-        .map(|l| share::layer_key(&l.dir))
+        .map(|l| rendezvous::layer_key(&l.dir))
         .or_else(|| req.step_key.clone())
         // an environment shows its shadows to all who join it: join only one with the same
         .map(|k| match req.shadows.is_empty() {
             true => k,
-            false => format!("{k}-{}", share::shadow_key(&req.shadows)),
+            false => format!("{k}-{}", rendezvous::shadow_key(&req.shadows)),
         })
         // and the same bases
         .map(|k| match base {
             false => k,
-            true => format!("{k}-{}", share::base_key(&req.bases)),
+            true => format!("{k}-{}", rendezvous::base_key(&req.bases)),
         })
         // and the same pools
         .map(|k| match req.pools.is_empty() {
             true => k,
-            false => format!("{k}-{}", share::pools_key(&req.pools)),
+            false => format!("{k}-{}", rendezvous::pools_key(&req.pools)),
         });
     let mut share_lock = None;
     let mut socket = None;
@@ -162,12 +162,12 @@ pub fn run(
             .recursive(true)
             .create(&dir)
             .map_err(|e| EnvError::io("cannot create", &dir, e))?;
-        let rv = share::Rendezvous::new(&dir, key);
+        let rv = rendezvous::Rendezvous::new(&dir, key);
         // an environment that ends while we connect hands nothing over: look again
         let mut tries = 0;
         loop {
-            match share::find(&rv, Duration::from_secs(10))? {
-                share::Found::Running(conn) => match share::receive(&conn) {
+            match rendezvous::find(&rv, Duration::from_secs(10))? {
+                rendezvous::Found::Running(conn) => match rendezvous::receive(&conn) {
                     Ok(fds) => {
                         p.why = format!(
                             "joining the environment already running for this {} ({})",
@@ -183,7 +183,7 @@ pub fn run(
                         std::thread::sleep(Duration::from_millis(5));
                     }
                 },
-                share::Found::Create(fd) => {
+                rendezvous::Found::Create(fd) => {
                     share_lock = Some(fd);
                     socket = Some(rv.socket.clone());
                     rendezvous = Some(rv);
@@ -213,7 +213,7 @@ pub fn run(
         }
     }
     if let (true, Method::FuseOverlay, Some(l)) = (req.root, p.method, &layer) {
-        crate::rootfix::seed(&l.upper);
+        crate::rootless_root::seed(&l.upper);
     }
     // the layer's directories, opened and checked: pid 1 mounts these, never the paths (a layer
     // swapped after the check is not the one used)
@@ -309,7 +309,7 @@ pub fn run(
         keep_fds,
     };
     // the kernel path: the helper's views for pid 1, or the rootless path and why
-    let info = |pid: i32, method: Method| share::Info {
+    let info = |pid: i32, method: Method| rendezvous::Info {
         key: key.clone().unwrap_or_default(),
         layer: spec.name.clone(),
         layer_dir: spec.layer.as_ref().map(|l| l.dir.clone()),
@@ -380,7 +380,7 @@ pub fn run(
         )
     };
     if let Some(rv) = &rendezvous {
-        share::Info::remove(rv);
+        rendezvous::Info::remove(rv);
     }
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
@@ -600,7 +600,7 @@ fn join(
     p: plan::Plan,
 ) -> Result<RunOutcome, EnvError> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    share::enter(&fds, req.root, &cwd)?;
+    rendezvous::enter(&fds, req.root, &cwd)?;
     drop(fds);
     let (prog, args) = req.argv.split_first().expect("checked");
     let mut cmd = std::process::Command::new(prog);

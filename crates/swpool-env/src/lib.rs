@@ -35,8 +35,8 @@ pub(crate) mod overlay;
 pub mod plan;
 pub mod pools;
 pub mod probe;
-pub mod rootfix;
-pub mod share;
+pub mod rendezvous;
+pub mod rootless_root;
 pub mod sync;
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use swpool_sys::lock::{self, Share};
 
 use super::{Entry, Kind, Manifest};
-use crate::share::LockProbe;
+use crate::rendezvous::LockProbe;
 use crate::EnvError;
 
 /// The copies of one layer on this node.
@@ -384,7 +384,7 @@ pub fn remove_stale_runs(layers: &Path, envs_dirs: &[PathBuf], dry_run: bool) ->
         };
         for r in runs.flatten() {
             let scratch = r.path();
-            let key = crate::share::layer_key(&scratch);
+            let key = crate::rendezvous::layer_key(&scratch);
             // held while the directory is removed: a start taking this key waits for it
             let locks: Vec<LockProbe> = envs_dirs
                 .iter()

@@ -396,7 +396,7 @@ impl Listener {
 
     /// Remove the socket, then the rendezvous lock beside it, which pid 1 still holds: a start
     /// that locked the removed file sees that it is no longer at its path and takes the path's
-    /// new one ([`crate::share::find`]), and no lock file is left per key (an MPI launcher's key is
+    /// new one ([`crate::rendezvous::find`]), and no lock file is left per key (an MPI launcher's key is
     /// new with every job).
     pub(crate) fn remove(&self) {
         let _ = rustix::fs::unlinkat(
