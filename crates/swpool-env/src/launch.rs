@@ -710,3 +710,44 @@ fn keep_upper(
         Err(e) => Err(format!("cannot move the upper to {}: {e}", dest.display())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::keep_upper;
+
+    /// An upper on another file system than `--keep-upper DIR` (tmpfs here) is copied by `cp -a`
+    /// through swpool-sys' runner: modes kept, an earlier copy of this node replaced.
+    #[test]
+    fn keep_upper_copies_across_file_systems_and_replaces_the_nodes_earlier_copy() {
+        let shm = std::path::Path::new("/dev/shm");
+        let (Ok(a), Ok(b)) = (rustix::fs::statfs(shm), rustix::fs::statfs("/tmp")) else {
+            panic!("this test needs /dev/shm and /tmp");
+        };
+        assert_ne!(a.f_type, b.f_type, "/dev/shm and /tmp on one file system");
+        let upper = tempfile::tempdir_in(shm).unwrap();
+        std::fs::create_dir_all(upper.path().join("usr/local/bin")).unwrap();
+        let tool = upper.path().join("usr/local/bin/t");
+        std::fs::write(&tool, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
+        let node = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        std::fs::create_dir_all(dir.path().join(&node).join("stale")).unwrap();
+        let path = std::env::var_os("PATH");
+        keep_upper(upper.path(), dir.path(), path.as_deref()).unwrap();
+        let kept = dir.path().join(&node);
+        let m = std::fs::metadata(kept.join("usr/local/bin/t")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o750);
+        assert!(!kept.join("stale").exists(), "the earlier copy replaced");
+        assert!(tool.exists(), "copied, not renamed");
+        // not a directory: refused, nothing made
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let e = keep_upper(upper.path(), &file, path.as_deref()).unwrap_err();
+        assert!(e.contains("not a directory"), "{e}");
+    }
+}
