@@ -159,7 +159,7 @@ fn start(
     let step_key = env
         .get(HostVar::SlurmJobId)
         .zip(env.get(HostVar::SlurmStepId))
-        .and_then(|(j, s)| swpool_env::share::step_key(&j, &s))
+        .and_then(|(j, s)| swpool_env::rendezvous::step_key(&j, &s))
         // under an MPI launcher outside a Slurm step (mpirun, mpiexec) the ranks it starts on this
         // node share one environment as a step's tasks do (MPI needs a node's ranks in one
         // namespace: Open MPI's shared memory breaks across them, MPICH's hangs now and then),
@@ -169,7 +169,7 @@ fn start(
                 .unwrap_or(false)
                 .then(rustix::process::getppid)
                 .flatten()
-                .and_then(|p| swpool_env::share::launcher_key(p.as_raw_nonzero().get() as u32))
+                .and_then(|p| swpool_env::rendezvous::launcher_key(p.as_raw_nonzero().get() as u32))
         });
     let synced = match &a.layer {
         Some(name) => match synced_copy(&store, &cfg, name, step_key.as_deref(), env) {

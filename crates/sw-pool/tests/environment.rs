@@ -613,7 +613,7 @@ fn libc_sigterm() -> i32 {
 }
 
 /// `--root` without the site's helper: `dpkg -i` of a package installs into the layer (the
-/// package manager's root-only lock files get stand-ins, `rootfix`; the command's PATH has the
+/// package manager's root-only lock files get stand-ins, `rootless_root`; the command's PATH has the
 /// sbin directories a user's lacks), its program runs from the layer, and the host's package
 /// database does not know it.
 #[test]

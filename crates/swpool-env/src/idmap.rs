@@ -11,7 +11,7 @@
 //! launcher says why (`-v`).
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::plan::Method;
@@ -112,8 +112,11 @@ pub(crate) fn receive(fd: i32) -> Result<Handshake, String> {
     serde_json::from_str(s.trim()).map_err(|e| format!("the launcher's word ({e}): {s:?}"))
 }
 
-/// Pid 1: enter the namespace the helper's holder made.
-pub(crate) fn enter(v: &Views) -> Result<(), String> {
+/// Pid 1: enter the namespace the helper's holder made (`setns`: [`crate::kernel::Kernel::setns`]).
+pub(crate) fn enter(
+    v: &Views,
+    setns: impl FnOnce(BorrowedFd<'_>) -> Result<(), rustix::io::Errno>,
+) -> Result<(), String> {
     let p = format!("/proc/{}/ns/mnt", v.holder);
     let ns = rustix::fs::open(
         p.as_str(),
@@ -127,13 +130,7 @@ pub(crate) fn enter(v: &Views) -> Result<(), String> {
             proc_ids("/proc/self/status")
         )
     })?;
-    // SAFETY: setns(2) on a namespace descriptor, in the single-threaded pid 1
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
-        return Err(format!(
-            "cannot enter the helper's namespace {p}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
+    setns(ns.as_fd()).map_err(|e| format!("cannot enter the helper's namespace {p}: {e}"))?;
     // the views are there (idmapped, read-only), or this is not the namespace we asked for
     let mi = swpool_sys::proc::read_mountinfo()
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;

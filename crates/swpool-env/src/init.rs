@@ -12,7 +12,10 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 
-use rustix::mount::{MountFlags, MountPropagationFlags};
+use rustix::io::Errno;
+
+use crate::kernel::{Kernel, OverlayOf, PoolsOf, RealKernel};
+use crate::rendezvous::{Joiners, Listener};
 
 use crate::layer::Layer;
 use crate::plan::Method;
@@ -61,7 +64,7 @@ pub struct Spec {
     /// Shown to the command as `SW_POOL_ENVIRONMENT`.
     pub name: String,
     pub verbose: bool,
-    /// Listen here for starts that join ([`crate::share`]).
+    /// Listen here for starts that join ([`crate::rendezvous`]).
     pub socket: Option<PathBuf>,
     /// Descriptors inherited from the launcher and held for the environment's life (the layer's
     /// and the rendezvous' locks).
@@ -113,8 +116,8 @@ pub fn run(spec: Spec) -> ! {
         Ok(l) => l,
         Err(e) => fail(&format!("cannot listen on {}: {e}", p.display())),
     });
-    if let Err(e) = setup(&spec) {
-        fail(&e);
+    if let Err(e) = setup(&RealKernel, &spec) {
+        fail(&e.to_string());
     }
     // a shared environment makes the namespace for the caller's uid once, for every command; an
     // environment of one command makes it in that command (one fork less per start)
@@ -201,47 +204,6 @@ fn spawn(prog: &std::ffi::OsStr, args: &[OsString], name: &str) -> std::io::Resu
 
 /// The rendezvous socket and the directory it is in (removed through the directory: after the
 /// root changed, its path may lead elsewhere).
-struct Listener {
-    sock: std::os::unix::net::UnixListener,
-    dir: OwnedFd,
-    name: OsString,
-}
-
-impl Listener {
-    fn bind(p: &Path) -> std::io::Result<Listener> {
-        let parent = p.parent().unwrap_or(Path::new("/"));
-        let dir = rustix::fs::open(
-            parent,
-            rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )?;
-        let _ = std::fs::remove_file(p);
-        let sock = std::os::unix::net::UnixListener::bind(p)?;
-        sock.set_nonblocking(true)?;
-        Ok(Listener {
-            sock,
-            dir,
-            name: p.file_name().unwrap_or_default().to_os_string(),
-        })
-    }
-
-    /// Remove the socket, then the rendezvous lock beside it, which pid 1 still holds: a start
-    /// that locked the removed file sees that it is no longer at its path and takes the path's
-    /// new one ([`crate::share::find`]), and no lock file is left per key (an MPI launcher's key is
-    /// new with every job).
-    fn remove(&self) {
-        let _ = rustix::fs::unlinkat(
-            &self.dir,
-            self.name.as_os_str(),
-            rustix::fs::AtFlags::empty(),
-        );
-        let lock = Path::new(&self.name).with_extension("lock");
-        let _ = rustix::fs::unlinkat(&self.dir, lock.as_os_str(), rustix::fs::AtFlags::empty());
-    }
-}
-
 /// A user namespace inside this one in which the caller is their own uid (mapped to this one's
 /// root): every command that is not `--root` enters it, so that all of them share one user
 /// namespace (MPI's shared-memory transport needs that: kernel-facts.md F).
@@ -304,57 +266,102 @@ fn own_uid_namespace(uid: u32, gid: u32) -> Result<OwnedFd, String> {
     r
 }
 
-fn setup(spec: &Spec) -> Result<(), String> {
+/// Why pid 1 could not set the environment up (nothing ran): each names the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot make the mounts private: {0}")]
+    Private(Errno),
+    #[error("layer {0}: no opened directories")]
+    NoLayerDirs(String),
+    #[error("an overlay without a layer")]
+    OverlayWithoutLayer,
+    #[error("cannot enter the layer's overlay: {0}")]
+    EnterOverlay(Errno),
+    #[error("cannot enter {}: {source}", root.display())]
+    EnterBase { root: PathBuf, source: Errno },
+    #[error("cannot bind the host's {} into the environment: {source}", host.display())]
+    Bind { host: PathBuf, source: Errno },
+    #[error("cannot mount /proc: {0}")]
+    Proc(Errno),
+    #[error(
+        "cannot mount /proc: the base pool {base} has no /proc directory (a base is a \
+         whole root file system: /proc, /dev, /sys, /tmp, /run, /home)"
+    )]
+    NoProcInBase { base: String },
+    #[error("cannot move the environment's root into place: {0}")]
+    MoveRoot(Errno),
+    #[error("cannot change into the environment's root: {0}")]
+    Chroot(Errno),
+    /// A stage made by its own module (the bases, the layer's overlay, the helper's views, the
+    /// pools): its message.
+    #[error("{0}")]
+    Stage(String),
+}
+
+impl SetupError {
+    /// The exit status of a start that failed so: nothing ran.
+    pub fn exit_status(&self) -> i32 {
+        EXIT_SETUP
+    }
+}
+
+/// Make the environment's root through `k`, in this order: the helper's views (kernel path),
+/// the mounts made private, the `--base` pools, the layer's directories, then either (the host's
+/// tree stays the root) `/proc`, the pools and the shadows in place, or (a new root) into the
+/// overlay or the top base, the host's mounts bound in, `/proc`, the pools, the shadows, the root
+/// moved onto `/` and entered; last the working directory (`/` if it is not there).
+pub(crate) fn setup(k: &dyn Kernel, spec: &Spec) -> Result<(), SetupError> {
     // the kernel path: the helper's namespace (or the rootless path after all)
     let mut method = spec.method;
     let mut views = None;
     if let (Method::KernelOverlay, Some(fd)) = (method, spec.handshake_fd) {
-        match crate::idmap::receive(fd)? {
+        match k.receive_views(fd).map_err(SetupError::Stage)? {
             crate::idmap::Handshake::Views(v) => {
-                crate::idmap::enter(&v)?;
+                k.enter_views(&v).map_err(SetupError::Stage)?;
                 views = Some(v);
             }
             crate::idmap::Handshake::Rootless(_) => {
                 method = Method::FuseOverlay;
                 if let (true, Some(l)) = (spec.root, &spec.layer) {
-                    crate::rootfix::seed(&l.upper);
+                    k.seed_rootless_root(&l.upper);
                 }
             }
         }
     }
     // nothing we mount here propagates back to the host
-    rustix::mount::mount_change(
-        "/",
-        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-    )
-    .map_err(|e| format!("cannot make the mounts private: {e}"))?;
-    crate::base::mount(
+    k.make_private().map_err(SetupError::Private)?;
+    k.mount_bases(
         &spec.bases,
         spec.squashfuse.as_deref(),
         spec.method == Method::BaseOverlay,
-    )?;
-    let proc_flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    )
+    .map_err(SetupError::Stage)?;
     let mut held = Vec::new();
     let dirs = match (&spec.layer, spec.layer_fds) {
-        (Some(l), Some(checked)) => Some(crate::overlay::reopen(l, checked, &mut held)?),
-        (Some(l), None) => return Err(format!("layer {}: no opened directories", l.name)),
+        (Some(l), Some(checked)) => Some(
+            k.reopen_layer(l, checked, &mut held)
+                .map_err(SetupError::Stage)?,
+        ),
+        (Some(l), None) => return Err(SetupError::NoLayerDirs(l.name.clone())),
         (None, _) => None,
     };
     // the kernel path with views of some trees but not of `/`: they were mounted in place
     let mut tree_root = None;
     let in_place = match (&views, &spec.layer, &dirs) {
         (Some(v), Some(_), Some(d)) => {
-            tree_root = crate::idmap::mount_trees(v, d, spec.lower.as_deref())?;
+            tree_root = k
+                .mount_trees(v, d, spec.lower.as_deref())
+                .map_err(SetupError::Stage)?;
             tree_root.is_none()
         }
         _ => false,
     };
     // the host's tree stays the root (no layer, or the trees' overlays put in place)
     if method == Method::Plain || in_place {
-        rustix::mount::mount("proc", "/proc", "proc", proc_flags, "")
-            .map_err(|e| format!("cannot mount /proc: {e}"))?;
-        pools(spec, Path::new("/"))?;
-        shadow(spec, Path::new("/"));
+        k.mount_proc(Path::new("/proc")).map_err(SetupError::Proc)?;
+        k.mount_pools(&pools_of(spec), Path::new("/"))
+            .map_err(SetupError::Stage)?;
+        shadow(k, spec, Path::new("/"));
     } else {
         // the root being built becomes the working directory: with a layer, through the
         // overlay's own descriptor (it sits on the layer's checked `merged`, whatever that path
@@ -363,43 +370,45 @@ fn setup(spec: &Spec) -> Result<(), String> {
             (Some(l), Some(d), _) => {
                 let fd = match tree_root.take() {
                     Some(fd) => fd,
-                    None => crate::overlay::mount(
-                        spec.lower.as_deref(),
-                        &spec.bases,
-                        spec.fuse_overlayfs.as_deref(),
-                        l,
-                        d,
-                        method,
-                    )?,
+                    None => {
+                        let o = OverlayOf {
+                            lower: spec.lower.as_deref(),
+                            bases: &spec.bases,
+                            fuse_overlayfs: spec.fuse_overlayfs.as_deref(),
+                            method,
+                        };
+                        k.mount_overlay(&o, l, d).map_err(SetupError::Stage)?
+                    }
                 };
-                rustix::process::fchdir(&fd)
-                    .map_err(|e| format!("cannot enter the layer's overlay: {e}"))?;
+                k.fchdir(fd.as_fd()).map_err(SetupError::EnterOverlay)?;
                 l.merged.clone()
             }
             (None, _, Method::Base) => {
-                let r = crate::base::root(&spec.bases)?;
-                std::env::set_current_dir(&r)
-                    .map_err(|e| format!("cannot enter {}: {e}", r.display()))?;
+                let r = k.base_root(&spec.bases).map_err(SetupError::Stage)?;
+                k.chdir(&r).map_err(|source| SetupError::EnterBase {
+                    root: r.clone(),
+                    source,
+                })?;
                 r
             }
-            _ => return Err("an overlay without a layer".into()),
+            _ => return Err(SetupError::OverlayWithoutLayer),
         };
         let m = &root;
         let here = Path::new(".");
         for b in &spec.binds {
             let target = under(here, b);
-            match rustix::mount::mount_recursive_bind(b.as_path(), target.as_path()) {
+            match k.bind_recursive(b.as_path(), target.as_path()) {
                 Ok(()) => {}
                 // a mount point that is not in the host's root file system's tree (a file
                 // bind-mounted over another type): nothing to bind it onto
-                Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => {
+                Err(Errno::NOENT) | Err(Errno::NOTDIR) => {
                     tracing::debug!(mount = %b.display(), "not bound into the environment")
                 }
-                Err(e) => {
-                    return Err(format!(
-                        "cannot bind the host's {} into the environment: {e}",
-                        b.display()
-                    ))
+                Err(source) => {
+                    return Err(SetupError::Bind {
+                        host: b.clone(),
+                        source,
+                    })
                 }
             }
         }
@@ -409,54 +418,43 @@ fn setup(spec: &Spec) -> Result<(), String> {
         // daemon would look the merged directory up in its lower, i.e. in itself, and hang
         // (after the move below its lower no longer has the overlay there)
         if spec.binds.iter().any(|b| m.starts_with(b)) {
-            let copy = under(here, m);
-            let _ = rustix::mount::unmount(&copy, rustix::mount::UnmountFlags::DETACH);
+            let _ = k.detach(&under(here, m));
         }
-        rustix::mount::mount(
-            "proc",
-            under(here, Path::new("/proc")),
-            "proc",
-            proc_flags,
-            "",
-        )
-        .map_err(|e| match (e, spec.bases.last()) {
-            (rustix::io::Errno::NOENT, Some(b)) => format!(
-                "cannot mount /proc: the base pool {} has no /proc directory (a base is a \
-                     whole root file system: /proc, /dev, /sys, /tmp, /run, /home)",
-                b.label
-            ),
-            _ => format!("cannot mount /proc: {e}"),
-        })?;
-        pools(spec, m)?;
-        shadow(spec, here);
-        rustix::mount::mount_move(".", "/")
-            .map_err(|e| format!("cannot move the environment's root into place: {e}"))?;
-        rustix::process::chroot(".")
-            .map_err(|e| format!("cannot change into the environment's root: {e}"))?;
+        k.mount_proc(&under(here, Path::new("/proc")))
+            .map_err(|e| match (e, spec.bases.last()) {
+                (Errno::NOENT, Some(b)) => SetupError::NoProcInBase {
+                    base: b.label.clone(),
+                },
+                _ => SetupError::Proc(e),
+            })?;
+        k.mount_pools(&pools_of(spec), m)
+            .map_err(SetupError::Stage)?;
+        shadow(k, spec, here);
+        k.move_to_root().map_err(SetupError::MoveRoot)?;
+        k.chroot_here().map_err(SetupError::Chroot)?;
     }
-    if std::env::set_current_dir(&spec.cwd).is_err() {
-        let _ = std::env::set_current_dir("/");
+    if k.chdir(&spec.cwd).is_err() {
+        let _ = k.chdir(Path::new("/"));
     }
     Ok(())
 }
 
-/// The `--pool` pools at their usual mount points under the environment's root `root`.
-fn pools(spec: &Spec, root: &Path) -> Result<(), String> {
-    crate::pools::mount(
-        &spec.pools,
-        root,
-        spec.squashfuse.as_deref(),
-        spec.fuse2fs.as_deref(),
-        spec.verbose,
-    )
+/// The `--pool` pools of `spec`, as mounted.
+fn pools_of(spec: &Spec) -> PoolsOf<'_> {
+    PoolsOf {
+        pools: &spec.pools,
+        squashfuse: spec.squashfuse.as_deref(),
+        fuse2fs: spec.fuse2fs.as_deref(),
+        verbose: spec.verbose,
+    }
 }
 
 /// The shadow mounts, under the environment's root `root`: each pool package bound (read-only,
 /// as the pool is) over its original; a failure leaves the original and says so.
-fn shadow(spec: &Spec, root: &Path) {
+fn shadow(k: &dyn Kernel, spec: &Spec, root: &Path) {
     for (src, orig) in &spec.shadows {
         let target = under(root, orig);
-        match rustix::mount::mount_bind(src.as_path(), target.as_path()) {
+        match k.bind(src.as_path(), target.as_path()) {
             Ok(()) => {
                 if spec.verbose {
                     eprintln!(
@@ -563,21 +561,13 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
             -1
         }
     };
-    let mut conns: Vec<std::os::unix::net::UnixStream> = Vec::new();
+    let mut joiners = Joiners::new(listener, handed);
     loop {
         // the environment ends with its command and its last joiner (as `unshare --fork --pid`
         // and bwrap end with their command): whatever else still runs in it is killed by the
         // kernel when pid 1 exits
         if let Some(code) = status {
-            // a start that connected while the command ended waits in the backlog: serve it first
-            if let Some(l) = listener {
-                while let Ok((c, _)) = l.sock.accept() {
-                    if hand_over(&c, &handed).is_ok() {
-                        conns.push(c);
-                    }
-                }
-            }
-            if conns.is_empty() {
+            if joiners.last_one_out() {
                 return code;
             }
         }
@@ -586,21 +576,11 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
             events: libc::POLLIN,
             revents: 0,
         }];
-        if let Some(l) = listener {
-            pfds.push(libc::pollfd {
-                fd: l.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let first_conn = pfds.len();
-        for c in &conns {
-            pfds.push(libc::pollfd {
-                fd: c.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
+        pfds.extend(joiners.poll_fds().into_iter().map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }));
         let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
         if n <= 0 {
             continue;
@@ -614,7 +594,7 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 let sig = si.ssi_signo as i32;
                 if sig != libc::SIGCHLD {
                     if status.is_none() && cmd_pid > 0 {
-                        unsafe { libc::kill(cmd_pid, sig) };
+                        swpool_sys::process::forward(cmd_pid as u32, sig);
                     }
                     continue;
                 }
@@ -631,29 +611,12 @@ fn supervise(spec: &Spec, listener: Option<&Listener>, own_uid: Option<&OwnedFd>
                 }
             }
         }
-        // connections: one byte never comes; readable means closed
-        for i in (0..conns.len()).rev() {
-            if pfds[first_conn + i].revents != 0 {
-                let mut b = [0u8; 16];
-                use std::io::Read;
-                if !matches!(conns[i].read(&mut b), Ok(n) if n > 0) {
-                    conns.remove(i);
-                }
-            }
-        }
-        if let Some(l) = listener {
-            if pfds[1].revents != 0 {
-                while let Ok((c, _)) = l.sock.accept() {
-                    if hand_over(&c, &handed).is_ok() {
-                        conns.push(c);
-                    }
-                }
-            }
-        }
+        let ready: Vec<bool> = pfds[1..].iter().map(|p| p.revents != 0).collect();
+        joiners.ready(&ready);
     }
 }
 
-/// What a joiner gets ([`crate::share::HANDED`]): this environment's user namespace, the one for
+/// What a joiner gets ([`crate::rendezvous::HANDED`]): this environment's user namespace, the one for
 /// the caller's own uid, the mount and PID namespaces, and the root.
 fn handed_fds(own_uid: Option<&OwnedFd>) -> Vec<OwnedFd> {
     let open = |p: &str, dir: bool| -> OwnedFd {
@@ -680,18 +643,5 @@ fn handed_fds(own_uid: Option<&OwnedFd>) -> Vec<OwnedFd> {
     ]
 }
 
-fn hand_over(c: &std::os::unix::net::UnixStream, fds: &[OwnedFd]) -> std::io::Result<()> {
-    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-    c.set_nonblocking(false)?;
-    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-    let mut space = [0u8; rustix::cmsg_space!(ScmRights(8))];
-    let mut anc = SendAncillaryBuffer::new(&mut space);
-    anc.push(SendAncillaryMessage::ScmRights(&borrowed));
-    rustix::net::sendmsg(
-        c,
-        &[std::io::IoSlice::new(b"e")],
-        &mut anc,
-        SendFlags::empty(),
-    )?;
-    Ok(())
-}
+#[cfg(test)]
+mod tests;

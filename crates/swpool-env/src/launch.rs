@@ -10,10 +10,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use swpool_sys::exec::{Tool, ToolCommand};
+
 use crate::init::Spec;
 use crate::layer::{Layer, LayerStore};
 use crate::plan::{self, Method};
-use crate::{probe, share, EnvError};
+use crate::{probe, rendezvous, EnvError};
 
 /// What to run, and in what.
 #[derive(Debug, Clone)]
@@ -30,12 +32,12 @@ pub struct RunRequest {
     pub path_var: Option<OsString>,
     pub verbose: bool,
     /// The user's private state directory on this node: environments meet their joiners in
-    /// `<dir>/envs` ([`crate::share`]). `None`: never shared.
+    /// `<dir>/envs` ([`crate::rendezvous`]). `None`: never shared.
     pub state_dir: Option<PathBuf>,
     /// The caller's home directory: it stays the host's (not in the layer).
     pub home: Option<PathBuf>,
     /// Share the environment without a layer under this key (a job step's tasks on a node:
-    /// [`crate::share::step_key`]).
+    /// [`crate::rendezvous::step_key`]).
     pub step_key: Option<String>,
     /// The layer's copy synced to this node for the job ([`crate::sync`]): used as the read-only
     /// lower under a fresh upper in `scratch`, removed when the environment ends.
@@ -133,22 +135,22 @@ pub fn run(
     // one environment per layer, and per job step on a node: join it when it runs
     let key = layer
         .as_ref()
-        .map(|l| share::layer_key(&l.dir))
+        .map(|l| rendezvous::layer_key(&l.dir))
         .or_else(|| req.step_key.clone())
         // an environment shows its shadows to all who join it: join only one with the same
         .map(|k| match req.shadows.is_empty() {
             true => k,
-            false => format!("{k}-{}", share::shadow_key(&req.shadows)),
+            false => format!("{k}-{}", rendezvous::shadow_key(&req.shadows)),
         })
         // and the same bases
         .map(|k| match base {
             false => k,
-            true => format!("{k}-{}", share::base_key(&req.bases)),
+            true => format!("{k}-{}", rendezvous::base_key(&req.bases)),
         })
         // and the same pools
         .map(|k| match req.pools.is_empty() {
             true => k,
-            false => format!("{k}-{}", share::pools_key(&req.pools)),
+            false => format!("{k}-{}", rendezvous::pools_key(&req.pools)),
         });
     let mut share_lock = None;
     let mut socket = None;
@@ -160,12 +162,12 @@ pub fn run(
             .recursive(true)
             .create(&dir)
             .map_err(|e| EnvError::io("cannot create", &dir, e))?;
-        let rv = share::Rendezvous::new(&dir, key);
+        let rv = rendezvous::Rendezvous::new(&dir, key);
         // an environment that ends while we connect hands nothing over: look again
         let mut tries = 0;
         loop {
-            match share::find(&rv, Duration::from_secs(10))? {
-                share::Found::Running(conn) => match share::receive(&conn) {
+            match rendezvous::find(&rv, Duration::from_secs(10))? {
+                rendezvous::Found::Running(conn) => match rendezvous::receive(&conn) {
                     Ok(fds) => {
                         p.why = format!(
                             "joining the environment already running for this {} ({})",
@@ -181,7 +183,7 @@ pub fn run(
                         std::thread::sleep(Duration::from_millis(5));
                     }
                 },
-                share::Found::Create(fd) => {
+                rendezvous::Found::Create(fd) => {
                     share_lock = Some(fd);
                     socket = Some(rv.socket.clone());
                     rendezvous = Some(rv);
@@ -211,7 +213,7 @@ pub fn run(
         }
     }
     if let (true, Method::FuseOverlay, Some(l)) = (req.root, p.method, &layer) {
-        crate::rootfix::seed(&l.upper);
+        crate::rootless_root::seed(&l.upper);
     }
     // the layer's directories, opened and checked: pid 1 mounts these, never the paths (a layer
     // swapped after the check is not the one used)
@@ -307,7 +309,7 @@ pub fn run(
         keep_fds,
     };
     // the kernel path: the helper's views for pid 1, or the rootless path and why
-    let info = |pid: i32, method: Method| share::Info {
+    let info = |pid: i32, method: Method| rendezvous::Info {
         key: key.clone().unwrap_or_default(),
         layer: spec.name.clone(),
         layer_dir: spec.layer.as_ref().map(|l| l.dir.clone()),
@@ -378,12 +380,16 @@ pub fn run(
         )
     };
     if let Some(rv) = &rendezvous {
-        share::Info::remove(rv);
+        rendezvous::Info::remove(rv);
     }
     // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
         if let Some(dest) = &s.keep_upper {
-            if let Err(e) = keep_upper(&s.scratch.join(crate::layer::UPPER), dest) {
+            if let Err(e) = keep_upper(
+                &s.scratch.join(crate::layer::UPPER),
+                dest,
+                req.path_var.as_deref(),
+            ) {
                 eprintln!("sw-pool: environment: {e}; what it wrote is lost");
             }
         }
@@ -594,7 +600,7 @@ fn join(
     p: plan::Plan,
 ) -> Result<RunOutcome, EnvError> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    share::enter(&fds, req.root, &cwd)?;
+    rendezvous::enter(&fds, req.root, &cwd)?;
     drop(fds);
     let (prog, args) = req.argv.split_first().expect("checked");
     let mut cmd = std::process::Command::new(prog);
@@ -639,7 +645,7 @@ static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::
 extern "C" fn pass_on(sig: libc::c_int) {
     let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
     if pid > 0 {
-        unsafe { libc::kill(pid, sig) };
+        swpool_sys::process::forward(pid as u32, sig);
     }
 }
 
@@ -670,7 +676,11 @@ impl Drop for Forwarding {
 
 /// Move an environment's upper to `dir/<node>` (replacing an earlier one of this node): a rename
 /// on the same file system, else a copy (`cp -a`, which keeps modes, times and whiteouts).
-fn keep_upper(upper: &std::path::Path, dir: &std::path::Path) -> Result<(), String> {
+fn keep_upper(
+    upper: &std::path::Path,
+    dir: &std::path::Path,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<(), String> {
     let node = rustix::system::uname()
         .nodename()
         .to_string_lossy()
@@ -684,25 +694,60 @@ fn keep_upper(upper: &std::path::Path, dir: &std::path::Path) -> Result<(), Stri
     match std::fs::rename(upper, &dest) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            let st = std::process::Command::new("cp")
+            let cp = ToolCommand::new(Tool::Cp)
                 .arg("-a")
-                .arg("--")
-                .arg(upper)
-                .arg(&dest)
-                .status()
-                .map_err(|e| {
-                    format!("cannot run cp to keep the upper in {}: {e}", dest.display())
-                })?;
-            if st.success() {
-                Ok(())
-            } else {
-                let _ = crate::layer::remove_tree(&dest);
-                Err(format!(
-                    "cp -a of the upper to {} failed ({st})",
-                    dest.display()
-                ))
+                .end_of_options()
+                .path(upper)
+                .path(&dest);
+            match cp.run(path_var) {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let _ = crate::layer::remove_tree(&dest);
+                    Err(format!("keeping the upper in {}: {e}", dest.display()))
+                }
             }
         }
         Err(e) => Err(format!("cannot move the upper to {}: {e}", dest.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::keep_upper;
+
+    /// An upper on another file system than `--keep-upper DIR` (tmpfs here) is copied by `cp -a`
+    /// through swpool-sys' runner: modes kept, an earlier copy of this node replaced.
+    #[test]
+    fn keep_upper_copies_across_file_systems_and_replaces_the_nodes_earlier_copy() {
+        let shm = std::path::Path::new("/dev/shm");
+        let (Ok(a), Ok(b)) = (rustix::fs::statfs(shm), rustix::fs::statfs("/tmp")) else {
+            panic!("this test needs /dev/shm and /tmp");
+        };
+        assert_ne!(a.f_type, b.f_type, "/dev/shm and /tmp on one file system");
+        let upper = tempfile::tempdir_in(shm).unwrap();
+        std::fs::create_dir_all(upper.path().join("usr/local/bin")).unwrap();
+        let tool = upper.path().join("usr/local/bin/t");
+        std::fs::write(&tool, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
+        let node = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        std::fs::create_dir_all(dir.path().join(&node).join("stale")).unwrap();
+        let path = std::env::var_os("PATH");
+        keep_upper(upper.path(), dir.path(), path.as_deref()).unwrap();
+        let kept = dir.path().join(&node);
+        let m = std::fs::metadata(kept.join("usr/local/bin/t")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o750);
+        assert!(!kept.join("stale").exists(), "the earlier copy replaced");
+        assert!(tool.exists(), "copied, not renamed");
+        // not a directory: refused, nothing made
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let e = keep_upper(upper.path(), &file, path.as_deref()).unwrap_err();
+        assert!(e.contains("not a directory"), "{e}");
     }
 }

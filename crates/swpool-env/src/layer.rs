@@ -19,7 +19,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::fs::{Mode, OFlags};
+use swpool_sys::lock::{self, Share};
 
 use crate::EnvError;
 
@@ -366,7 +367,7 @@ impl LayerStore {
 
     fn locked(&self, l: &Layer, fd: OwnedFd) -> Result<LayerLock, EnvError> {
         let p = l.dir.join(LOCK);
-        if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err() {
+        if !matches!(lock::try_lock(&fd, Share::Exclusive), Ok(true)) {
             return Err(EnvError::LayerInUse {
                 name: l.name.clone(),
                 pid: holder(&p).unwrap_or(0),
@@ -470,9 +471,9 @@ fn holder(p: &Path) -> Option<i32> {
 /// The holder's pid when the lock is held (tested with a non-blocking shared lock).
 fn in_use(p: &Path) -> Option<i32> {
     let f = fs::File::open(p).ok()?;
-    match rustix::fs::flock(&f, FlockOperation::NonBlockingLockShared) {
-        Ok(()) => None,
-        Err(_) => Some(holder(p).unwrap_or(0)),
+    match lock::try_lock(&f, Share::Shared) {
+        Ok(true) => None,
+        _ => Some(holder(p).unwrap_or(0)),
     }
 }
 

@@ -28,14 +28,15 @@
 pub mod base;
 pub mod idmap;
 pub mod init;
+pub(crate) mod kernel;
 pub mod launch;
 pub mod layer;
 pub(crate) mod overlay;
 pub mod plan;
 pub mod pools;
 pub mod probe;
-pub mod rootfix;
-pub mod share;
+pub mod rendezvous;
+pub mod rootless_root;
 pub mod sync;
 
 use std::path::PathBuf;

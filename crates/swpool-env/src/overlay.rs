@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::mount::MountFlags;
+use swpool_sys::exec::{Tool, ToolCommand};
 
 use crate::layer::Layer;
 use crate::plan::Method;
@@ -284,12 +285,14 @@ pub(crate) fn mount(
 fn start_fuse_overlayfs(prog: &Path, opts: &str, at: &Path) -> Result<(), String> {
     use std::io::Read;
     let mut err = tempfile_stderr()?;
-    let mut c = std::process::Command::new(prog)
+    let mut c = ToolCommand::new(Tool::FuseOverlayfs)
+        .program(prog)
         .arg("-o")
         .arg(opts)
         // fuse-overlayfs does not accept `--`; the mount point is absolute (no option)
         .arg(at)
-        .stdin(std::process::Stdio::null())
+        .command(None)
+        .map_err(|e| format!("cannot run {}: {e}", prog.display()))?
         .stdout(std::process::Stdio::null())
         .stderr(err.try_clone().map_err(|e| format!("dup: {e}"))?)
         .spawn()
@@ -302,7 +305,7 @@ fn start_fuse_overlayfs(prog: &Path, opts: &str, at: &Path) -> Result<(), String
                 std::thread::sleep(std::time::Duration::from_millis(2))
             }
             Ok(None) | Err(_) => {
-                let _ = c.kill();
+                let _ = swpool_sys::process::signal(c.id(), swpool_sys::process::Signal::Kill);
                 let _ = c.wait();
                 return Err(format!(
                     "{} did not mount within {} s and was killed (a stopped or stuck FUSE \

@@ -104,6 +104,8 @@ pub enum Tool {
     FsckErofs,
     /// `sw-pool-serve`: the verifying chunk server (`mount --in-place`), beside sw-pool.
     ChunkServer,
+    /// `sw-pool run --keep-upper` across file systems: `cp -a` keeps modes, times and whiteouts.
+    Cp,
 }
 
 impl Tool {
@@ -135,6 +137,7 @@ impl Tool {
             Tool::MkfsErofs => "mkfs.erofs",
             Tool::FsckErofs => "fsck.erofs",
             Tool::ChunkServer => "sw-pool-serve",
+            Tool::Cp => "cp",
         }
     }
 
@@ -160,6 +163,7 @@ impl Tool {
             Tool::MountHelper | Tool::ChunkServer => "sw-pool",
             Tool::Sudo => "sudo",
             Tool::MkfsErofs | Tool::FsckErofs => "erofs-utils",
+            Tool::Cp => "coreutils",
         }
     }
 

@@ -22,6 +22,18 @@ pub fn signal(pid: u32, sig: Signal) -> Result<bool, String> {
     }
 }
 
+/// Pass the signal numbered `sig` on to `pid` (a process sw-pool started: an environment's
+/// command, its pid 1); `false` if it was not sent (no such process, or a refused pid or signal).
+/// Refuses PID ≤ 1 and ourselves, as [`signal`] does; allocates nothing and takes no lock, so a
+/// signal handler may call it.
+pub fn forward(pid: u32, sig: i32) -> bool {
+    if pid <= 1 || pid > i32::MAX as u32 || pid == std::process::id() {
+        return false;
+    }
+    // SAFETY: kill(2) touches no memory of ours; both numbers are checked by the kernel
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
+
 /// SIGTERM; then up to `grace` for `gone()` to say it ended (polled every 20 ms); then SIGKILL.
 /// `gone` reaps the process when it is our child, else looks at `/proc` ([`ended`]).
 pub fn terminate(pid: u32, grace: Duration, gone: &mut dyn FnMut() -> bool) -> Result<(), String> {
@@ -134,6 +146,7 @@ mod tests {
                 terminate(pid, Duration::ZERO, &mut || true).is_err(),
                 "{pid}"
             );
+            assert!(!forward(pid, libc::SIGCONT), "{pid}");
         }
     }
 

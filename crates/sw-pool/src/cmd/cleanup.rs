@@ -93,7 +93,7 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
         }
     }
     for d in &envs {
-        for sock in swpool_env::share::remove_stale(d, a.dry_run) {
+        for sock in swpool_env::rendezvous::remove_stale(d, a.dry_run) {
             actions.push(Action {
                 mount_point: sock,
                 pool: "-".into(),

@@ -165,7 +165,7 @@ pub struct NodeList {
     /// The caller's environments running on this node (`sw-pool run`/`shell` with a layer or in a
     /// job step).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub environments: Vec<swpool_env::share::Info>,
+    pub environments: Vec<swpool_env::rendezvous::Info>,
     pub error: Option<String>,
 }
 
@@ -356,7 +356,7 @@ pub fn node_list(
     let mut environments = Vec::new();
     if a.job.is_none() && !a.stale {
         for d in &used_dirs {
-            environments.extend(swpool_env::share::running(&d.join("envs")));
+            environments.extend(swpool_env::rendezvous::running(&d.join("envs")));
         }
     }
     Ok(NodeList {

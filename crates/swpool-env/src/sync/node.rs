@@ -8,8 +8,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use swpool_sys::lock::{self, Share};
+
 use super::{Entry, Kind, Manifest};
-use crate::share::LockProbe;
+use crate::rendezvous::LockProbe;
 use crate::EnvError;
 
 /// The copies of one layer on this node.
@@ -269,10 +271,7 @@ impl NodeCopies {
             }
             let lock = self.gen_lock(gen);
             let free = match open_lock(&lock) {
-                Ok(f) => {
-                    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-                        .is_ok()
-                }
+                Ok(f) => matches!(lock::try_lock(&f, Share::Exclusive), Ok(true)),
                 Err(_) => false,
             };
             if free {
@@ -294,8 +293,7 @@ impl NodeCopies {
             })?;
         let lock = self.gen_lock(gen);
         let f = open_lock(&lock).map_err(|e| EnvError::io("cannot open", &lock, e))?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared)
-            .map_err(|e| EnvError::io("cannot lock", &lock, e.into()))?;
+        lock::lock(&f, Share::Shared).map_err(|e| EnvError::io("cannot lock", &lock, e))?;
         Ok(f)
     }
 
@@ -386,7 +384,7 @@ pub fn remove_stale_runs(layers: &Path, envs_dirs: &[PathBuf], dry_run: bool) ->
         };
         for r in runs.flatten() {
             let scratch = r.path();
-            let key = crate::share::layer_key(&scratch);
+            let key = crate::rendezvous::layer_key(&scratch);
             // held while the directory is removed: a start taking this key waits for it
             let locks: Vec<LockProbe> = envs_dirs
                 .iter()

@@ -16,13 +16,15 @@
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+use swpool_sys::lock::{self, Share};
 
+use crate::kernel::{Kernel, Ns};
 use crate::EnvError;
 
 /// The descriptors pid 1 hands a joiner, in this order.
@@ -217,7 +219,7 @@ impl LockProbe {
             Mode::empty(),
         ) {
             Ok(fd) => LockProbe {
-                held: rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared).is_err(),
+                held: !matches!(lock::try_lock(&fd, Share::Shared), Ok(true)),
                 _fd: Some(fd),
             },
             Err(_) => LockProbe {
@@ -259,7 +261,7 @@ pub fn find(rv: &Rendezvous, wait: Duration) -> Result<Found, EnvError> {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| EnvError::io("cannot open", &rv.lock, e.into()))?;
-        if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok() {
+        if matches!(lock::try_lock(&fd, Share::Exclusive), Ok(true)) {
             // an environment removes its lock file as it ends, still holding it: a lock taken on a
             // file no longer at the path is that one's, not the key's; open the path again
             if !still_at(&fd, &rv.lock) {
@@ -318,47 +320,180 @@ pub fn receive(s: &UnixStream) -> Result<Vec<OwnedFd>, EnvError> {
 }
 
 /// Enter the environment whose descriptors are `fds` ([`HANDED`]): its user (as root, or as your
-/// own uid), mount and PID namespaces and its root; then `cwd`. Only a single-threaded process
-/// can enter a user namespace.
+/// own uid), mount and PID namespaces and its root; then `cwd` (`/` if it is not there). Only a
+/// single-threaded process can enter a user namespace.
 pub fn enter(fds: &[OwnedFd], root: bool, cwd: &Path) -> Result<(), EnvError> {
-    let step = |what: &str, r: i32| -> Result<(), EnvError> {
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(EnvError::Start {
-                what: format!("joining the environment: {what}"),
-                source: std::io::Error::last_os_error(),
-            })
-        }
+    enter_with(&crate::kernel::RealKernel, fds, root, cwd)
+}
+
+/// [`enter`] through `k`: a failed step names itself and nothing after it is tried.
+pub(crate) fn enter_with(
+    k: &dyn Kernel,
+    fds: &[OwnedFd],
+    root: bool,
+    cwd: &Path,
+) -> Result<(), EnvError> {
+    if fds.len() != HANDED.len() {
+        return Err(EnvError::Start {
+            what: format!(
+                "joining the environment: {} descriptors, not {}",
+                fds.len(),
+                HANDED.len()
+            ),
+            source: std::io::Error::from_raw_os_error(libc::EPROTO),
+        });
+    }
+    let step = |what: &str, r: Result<(), rustix::io::Errno>| {
+        r.map_err(|e| EnvError::Start {
+            what: format!("joining the environment: {what}"),
+            source: e.into(),
+        })
     };
-    unsafe {
-        step(
-            "its user namespace",
-            libc::setns(fds[0].as_raw_fd(), libc::CLONE_NEWUSER),
-        )?;
-        step(
-            "its mount namespace",
-            libc::setns(fds[2].as_raw_fd(), libc::CLONE_NEWNS),
-        )?;
-        step(
-            "its PID namespace",
-            libc::setns(fds[3].as_raw_fd(), libc::CLONE_NEWPID),
-        )?;
-        step("its root", libc::fchdir(fds[4].as_raw_fd()))?;
-    }
-    rustix::process::chroot(".").map_err(|e| EnvError::Start {
-        what: "joining the environment: chroot".into(),
-        source: e.into(),
-    })?;
+    step("its user namespace", k.setns(fds[0].as_fd(), Ns::User))?;
+    step("its mount namespace", k.setns(fds[2].as_fd(), Ns::Mount))?;
+    step("its PID namespace", k.setns(fds[3].as_fd(), Ns::Pid))?;
+    step("its root", k.fchdir(fds[4].as_fd()))?;
+    step("chroot", k.chroot_here())?;
     if !root {
-        step("your uid's user namespace", unsafe {
-            libc::setns(fds[1].as_raw_fd(), libc::CLONE_NEWUSER)
-        })?;
+        step(
+            "your uid's user namespace",
+            k.setns(fds[1].as_fd(), Ns::User),
+        )?;
     }
-    if std::env::set_current_dir(cwd).is_err() {
-        let _ = std::env::set_current_dir("/");
+    if k.chdir(cwd).is_err() {
+        let _ = k.chdir(Path::new("/"));
     }
     Ok(())
+}
+
+/// Pid 1's end of the rendezvous: its socket, and the directory it is in (to remove it and the lock
+/// beside it by name, whatever the path leads to by then).
+pub(crate) struct Listener {
+    sock: UnixListener,
+    dir: OwnedFd,
+    name: std::ffi::OsString,
+}
+
+impl Listener {
+    pub(crate) fn bind(p: &Path) -> std::io::Result<Listener> {
+        let parent = p.parent().unwrap_or(Path::new("/"));
+        let dir = rustix::fs::open(
+            parent,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        let _ = std::fs::remove_file(p);
+        let sock = UnixListener::bind(p)?;
+        sock.set_nonblocking(true)?;
+        Ok(Listener {
+            sock,
+            dir,
+            name: p.file_name().unwrap_or_default().to_os_string(),
+        })
+    }
+
+    /// Remove the socket, then the rendezvous lock beside it, which pid 1 still holds: a start
+    /// that locked the removed file sees that it is no longer at its path and takes the path's
+    /// new one ([`crate::rendezvous::find`]), and no lock file is left per key (an MPI launcher's key is
+    /// new with every job).
+    pub(crate) fn remove(&self) {
+        let _ = rustix::fs::unlinkat(
+            &self.dir,
+            self.name.as_os_str(),
+            rustix::fs::AtFlags::empty(),
+        );
+        let lock = Path::new(&self.name).with_extension("lock");
+        let _ = rustix::fs::unlinkat(&self.dir, lock.as_os_str(), rustix::fs::AtFlags::empty());
+    }
+}
+
+/// Send a joiner pid 1's descriptors ([`HANDED`]) with one byte.
+fn hand_over(c: &UnixStream, fds: &[OwnedFd]) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    c.set_nonblocking(false)?;
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    let mut space = [0u8; rustix::cmsg_space!(ScmRights(8))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    anc.push(SendAncillaryMessage::ScmRights(&borrowed));
+    rustix::net::sendmsg(
+        c,
+        &[std::io::IoSlice::new(b"e")],
+        &mut anc,
+        SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// The starts that joined the environment, as pid 1 keeps them: each connection stays open until
+/// its command ends (a joiner never writes: readable means closed).
+pub(crate) struct Joiners<'a> {
+    listener: Option<&'a Listener>,
+    handed: Vec<OwnedFd>,
+    conns: Vec<UnixStream>,
+}
+
+impl<'a> Joiners<'a> {
+    /// `handed`: what each joiner gets ([`HANDED`]).
+    pub(crate) fn new(listener: Option<&'a Listener>, handed: Vec<OwnedFd>) -> Joiners<'a> {
+        Joiners {
+            listener,
+            handed,
+            conns: Vec::new(),
+        }
+    }
+
+    /// Hand every start waiting in the listener's backlog the descriptors; keep its connection.
+    fn accept(&mut self) {
+        if let Some(l) = self.listener {
+            while let Ok((c, _)) = l.sock.accept() {
+                if hand_over(&c, &self.handed).is_ok() {
+                    self.conns.push(c);
+                }
+            }
+        }
+    }
+
+    /// The command has ended: may pid 1 end too? Only when no joiner remains, after serving a
+    /// start that connected while the command ended (it waits in the backlog).
+    pub(crate) fn last_one_out(&mut self) -> bool {
+        self.accept();
+        self.conns.is_empty()
+    }
+
+    /// How many joiners are in.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The descriptors to wait on: the listener's (if any), then each connection's.
+    pub(crate) fn poll_fds(&self) -> Vec<i32> {
+        self.listener
+            .map(|l| l.sock.as_raw_fd())
+            .into_iter()
+            .chain(self.conns.iter().map(|c| c.as_raw_fd()))
+            .collect()
+    }
+
+    /// After the wait: `ready[i]` for each of [`Joiners::poll_fds`]. A joiner whose connection
+    /// closed has left; then new starts are let in.
+    pub(crate) fn ready(&mut self, ready: &[bool]) {
+        let first_conn = usize::from(self.listener.is_some());
+        for i in (0..self.conns.len()).rev() {
+            if ready.get(first_conn + i).copied().unwrap_or(false) {
+                let mut b = [0u8; 16];
+                use std::io::Read;
+                if !matches!(self.conns[i].read(&mut b), Ok(n) if n > 0) {
+                    self.conns.remove(i);
+                }
+            }
+        }
+        if self.listener.is_some() && ready.first().copied().unwrap_or(false) {
+            self.accept();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -430,7 +565,7 @@ mod tests {
         std::fs::remove_file(&rv.lock).unwrap();
         drop(held);
         // the early opener's lock is on the removed file: not the key's
-        assert!(rustix::fs::flock(&early, FlockOperation::NonBlockingLockExclusive).is_ok());
+        assert!(lock::try_lock(&early, Share::Exclusive).unwrap());
         assert!(!still_at(&early, &rv.lock));
         // find takes the path's new file, and only one start at a time can hold it
         let Found::Create(new) = find(&rv, Duration::from_millis(50)).unwrap() else {
@@ -438,5 +573,175 @@ mod tests {
         };
         assert!(still_at(&new, &rv.lock));
         assert!(find(&rv, Duration::from_millis(30)).is_err());
+    }
+
+    /// Five descriptors standing for pid 1's namespaces and root.
+    fn five() -> Vec<OwnedFd> {
+        (0..HANDED.len())
+            .map(|_| std::fs::File::open("/").unwrap().into())
+            .collect()
+    }
+
+    /// Wait up to 2 s for pid 1's descriptors to be ready, then let [`Joiners`] act on them.
+    fn pump(j: &mut Joiners<'_>) {
+        let mut pfds: Vec<libc::pollfd> = j
+            .poll_fds()
+            .into_iter()
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 2000) };
+        let ready: Vec<bool> = pfds.iter().map(|p| p.revents != 0).collect();
+        j.ready(&ready);
+    }
+
+    fn join(rv: &Rendezvous) -> UnixStream {
+        match find(rv, Duration::from_millis(200)).unwrap() {
+            Found::Running(c) => c,
+            Found::Create(_) => panic!("the environment runs"),
+        }
+    }
+
+    #[test]
+    fn joiners_get_the_descriptors_and_the_last_one_out_ends_the_environment() {
+        let t = tempfile::tempdir().unwrap();
+        let rv = Rendezvous::new(t.path(), "step-7.0");
+        let Found::Create(_held) = find(&rv, Duration::from_millis(50)).unwrap() else {
+            panic!("nothing runs")
+        };
+        let l = Listener::bind(&rv.socket).unwrap();
+        let mut j = Joiners::new(Some(&l), five());
+        // two starts join while the command runs: each receives the five descriptors
+        let a = join(&rv);
+        pump(&mut j);
+        assert_eq!(receive(&a).unwrap().len(), HANDED.len());
+        let b = join(&rv);
+        pump(&mut j);
+        assert_eq!(receive(&b).unwrap().len(), HANDED.len());
+        assert_eq!(j.len(), 2);
+        // the command ends: pid 1 stays while a joiner is in
+        assert!(!j.last_one_out());
+        drop(a);
+        pump(&mut j);
+        assert_eq!(j.len(), 1, "a joiner left");
+        assert!(!j.last_one_out());
+        // a start that connects as the last joiner leaves waits in the backlog: it is served
+        // before pid 1 decides to end
+        drop(b);
+        pump(&mut j);
+        assert_eq!(j.len(), 0);
+        let c = join(&rv);
+        assert!(!j.last_one_out(), "the late joiner keeps it");
+        assert_eq!(receive(&c).unwrap().len(), HANDED.len());
+        drop(c);
+        pump(&mut j);
+        assert!(j.last_one_out(), "the last one out ends it");
+        // ending: socket and lock file removed (the lock still held by pid 1)
+        l.remove();
+        assert!(!rv.socket.exists() && !rv.lock.exists());
+    }
+
+    #[test]
+    fn a_crashed_holder_leaves_a_socket_the_next_start_clears() {
+        use std::os::unix::process::CommandExt;
+        let t = tempfile::tempdir().unwrap();
+        let rv = Rendezvous::new(t.path(), "step-8.0");
+        let Found::Create(held) = find(&rv, Duration::from_millis(50)).unwrap() else {
+            panic!("nothing runs")
+        };
+        let info = Info {
+            key: "step-8.0".into(),
+            layer: "-".into(),
+            layer_dir: None,
+            method: "namespaces only (no layer)".into(),
+            pid: 4242,
+            started: 1,
+        };
+        info.write(&rv).unwrap();
+        let l = Listener::bind(&rv.socket).unwrap();
+        // the holder: a process that inherits the lock (as pid 1 does), then dies by SIGKILL
+        let raw = held.as_raw_fd();
+        let mut holder = unsafe {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .pre_exec(move || {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                })
+                .spawn()
+                .unwrap()
+        };
+        drop(held);
+        drop(l); // nobody listens now; the socket file stays, as after a kill -9
+        assert_eq!(running(t.path()), vec![info.clone()], "its lock is held");
+        assert!(remove_stale(t.path(), false).is_empty(), "not stale yet");
+        let e = find(&rv, Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("step-8.0.lock"), "{e}");
+        assert!(
+            swpool_sys::process::signal(holder.id(), swpool_sys::process::Signal::Kill).unwrap()
+        );
+        holder.wait().unwrap();
+        // the lock died with it: listed as gone, then cleared, and the next start creates anew
+        assert!(running(t.path()).is_empty());
+        assert_eq!(remove_stale(t.path(), true), vec![rv.socket.clone()]);
+        assert!(rv.socket.exists(), "a dry run removes nothing");
+        assert_eq!(remove_stale(t.path(), false), vec![rv.socket.clone()]);
+        assert!(!rv.socket.exists() && !rv.socket.with_extension("json").exists());
+        assert!(matches!(
+            find(&rv, Duration::from_millis(50)).unwrap(),
+            Found::Create(_)
+        ));
+    }
+
+    #[test]
+    fn a_joiner_enters_user_mount_pid_root_then_its_own_uid() {
+        use crate::kernel::{FakeKernel, Step};
+        let fds = five();
+        let n: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let k = FakeKernel::default();
+        enter_with(&k, &fds, false, Path::new("/work")).unwrap();
+        assert_eq!(
+            k.steps(),
+            vec![
+                Step::Setns(n[0], Ns::User),
+                Step::Setns(n[2], Ns::Mount),
+                Step::Setns(n[3], Ns::Pid),
+                Step::Fchdir(n[4]),
+                Step::Chroot,
+                Step::Setns(n[1], Ns::User),
+                Step::Chdir("/work".into()),
+            ]
+        );
+        // --root stays the namespace's root; a missing working directory is `/`
+        let k = FakeKernel::failing(Step::Chdir("/work".into()), rustix::io::Errno::NOENT);
+        enter_with(&k, &fds, true, Path::new("/work")).unwrap();
+        assert_eq!(
+            k.steps()[4..],
+            [
+                Step::Chroot,
+                Step::Chdir("/work".into()),
+                Step::Chdir("/".into())
+            ]
+        );
+        // a step that fails names itself; nothing after it is tried
+        let k = FakeKernel::failing(Step::Setns(n[2], Ns::Mount), rustix::io::Errno::PERM);
+        let e = enter_with(&k, &fds, false, Path::new("/")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("joining the environment: its mount namespace"),
+            "{e}"
+        );
+        assert_eq!(k.steps().len(), 2);
+        // a short hand: refused before any step
+        let k = FakeKernel::default();
+        assert!(enter_with(&k, &fds[..4], false, Path::new("/")).is_err());
+        assert!(k.steps().is_empty());
     }
 }
