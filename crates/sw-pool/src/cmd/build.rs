@@ -49,40 +49,9 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     }
     // --from-env: the environment laid out as install/<name>/<version>/ in a directory beside OUT
     // (removed when this returns, built or not), which becomes the pool's root
-    let mut staged = None;
-    let (src, name, version) = match (&a.from_env, a.src) {
-        (Some(envdir), _) => {
-            let name = match a.name {
-                Some(n) => n,
-                None => env_name(envdir)?,
-            };
-            let version = a.version.unwrap_or_else(|| "1".into());
-            let tmp = swpool_core::atomic::TempDir::create(&a.out, "env").map_err(|e| {
-                Error::other(
-                    swpool_core::ExitStatus::System,
-                    format!(
-                        "cannot create a directory beside {} to lay the environment out in: {e}",
-                        a.out.display()
-                    ),
-                )
-            })?;
-            let rep =
-                swpool_core::pyenv::stage(envdir, tmp.path(), &name, &version, env.path_var())?;
-            let src = tmp.path().to_path_buf();
-            let toml = format!(
-                "name = {name:?}\nversion = {version:?}\ndescription = {:?}\n",
-                rep.description()
-            );
-            std::fs::write(src.join("pool.toml"), toml).map_err(|e| {
-                Error::other(
-                    swpool_core::ExitStatus::System,
-                    format!("cannot write {}: {e}", src.join("pool.toml").display()),
-                )
-            })?;
-            staged = Some((tmp, rep));
-            (src, Some(name), Some(version))
-        }
-        (None, Some(src)) => (src, a.name, a.version),
+    let (src, name, version, staged) = match (&a.from_env, a.src) {
+        (Some(envdir), _) => stage_env(envdir, &a.out, a.name, a.version, env)?,
+        (None, Some(src)) => (src, a.name, a.version, None),
         (None, None) => unreachable!("clap requires SRC without --from-env"),
     };
     let opts = BuildOptions {
@@ -208,4 +177,49 @@ fn env_name(envdir: &std::path::Path) -> Result<String, Error> {
             }
         })
         .collect())
+}
+
+type Staged = (
+    std::path::PathBuf,
+    Option<String>,
+    Option<String>,
+    Option<(swpool_core::atomic::TempDir, swpool_core::pyenv::EnvReport)>,
+);
+
+/// `--from-env ENV`: lay the environment out beside `out` (see [`swpool_core::pyenv`]) and write
+/// the pool.toml whose description `inspect` shows.
+fn stage_env(
+    envdir: &std::path::Path,
+    out: &std::path::Path,
+    name_arg: Option<String>,
+    version_arg: Option<String>,
+    env: &Environment,
+) -> Result<Staged, Error> {
+    let name = match name_arg {
+        Some(n) => n,
+        None => env_name(envdir)?,
+    };
+    let version = version_arg.unwrap_or_else(|| "1".into());
+    let tmp = swpool_core::atomic::TempDir::create(out, "env").map_err(|e| {
+        Error::other(
+            swpool_core::ExitStatus::System,
+            format!(
+                "cannot create a directory beside {} to lay the environment out in: {e}",
+                out.display()
+            ),
+        )
+    })?;
+    let rep = swpool_core::pyenv::stage(envdir, tmp.path(), &name, &version, env.path_var())?;
+    let src = tmp.path().to_path_buf();
+    let toml = format!(
+        "name = {name:?}\nversion = {version:?}\ndescription = {:?}\n",
+        rep.description()
+    );
+    std::fs::write(src.join("pool.toml"), toml).map_err(|e| {
+        Error::other(
+            swpool_core::ExitStatus::System,
+            format!("cannot write {}: {e}", src.join("pool.toml").display()),
+        )
+    })?;
+    Ok((src, Some(name), Some(version), Some((tmp, rep))))
 }
