@@ -28,6 +28,8 @@ TEST_PACKAGES=(
   mpich libmpich-dev
   # tests and `bundle`: fuser, strace (bundle --trace), patchelf (bundle's rewrite), the linter
   psmisc strace shellcheck patchelf
+  # build --from-env's tests make real environments (python3 -m venv needs ensurepip)
+  python3-venv
   # shells the environment output is tested in; tclsh for Environment Modules (see below)
   csh fish zsh tcl8.6
   # benchmarks and reports

@@ -46,6 +46,8 @@ pub enum Error {
     #[error(transparent)]
     Bundle(#[from] crate::bundle::BundleError),
     #[error(transparent)]
+    PyEnv(#[from] crate::pyenv::PyEnvError),
+    #[error(transparent)]
     User(#[from] crate::users::UserError),
     #[error(transparent)]
     Load(#[from] LoadError),
@@ -96,6 +98,7 @@ impl Error {
             Error::Agreed(e) => e.exit_status(),
             Error::PoolSpec(_) => ExitStatus::BadInput,
             Error::Bundle(e) => e.exit_status(),
+            Error::PyEnv(e) => e.exit_status(),
             Error::User(e) => e.exit_status(),
             Error::Load(e) => e.exit_status(),
             Error::Hook(e) => e.exit_status(),

@@ -19,6 +19,7 @@ pub mod image;
 pub mod load;
 pub mod ondemand;
 pub mod plane;
+pub mod pyenv;
 pub mod size;
 pub mod slurm;
 pub mod transfer;

@@ -287,10 +287,15 @@ pub struct BuildArgs {
     /// Print the build report as JSON
     #[arg(long)]
     pub json: bool,
+    /// A Python environment (venv, uv, conda, pixi) to lay out as the pool's one package,
+    /// relocatable, with its interpreter and modulefiles (then OUT alone, no SRC)
+    #[arg(long, value_name = "ENV", conflicts_with_all = ["gen_modulefiles", "all_root"])]
+    pub from_env: Option<PathBuf>,
     /// The pool file to write
     pub out: PathBuf,
     /// The directory whose contents become the pool's root
-    pub src: PathBuf,
+    #[arg(required_unless_present = "from_env", conflicts_with = "from_env")]
+    pub src: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

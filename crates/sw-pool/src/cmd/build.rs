@@ -47,13 +47,20 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
              the tree as root, or choose --format squashfs)",
         ));
     }
+    // --from-env: the environment laid out as install/<name>/<version>/ in a directory beside OUT
+    // (removed when this returns, built or not), which becomes the pool's root
+    let (src, name, version, staged) = match (&a.from_env, a.src) {
+        (Some(envdir), _) => stage_env(envdir, &a.out, a.name, a.version, env)?,
+        (None, Some(src)) => (src, a.name, a.version, None),
+        (None, None) => unreachable!("clap requires SRC without --from-env"),
+    };
     let opts = BuildOptions {
         out: a.out,
-        src: a.src,
+        src,
         size,
         format,
-        name: a.name,
-        version: a.version,
+        name,
+        version,
         force: a.force,
         chunk_size: cfg.chunk_size.value,
         gen_modulefiles: a.gen_modulefiles,
@@ -80,6 +87,23 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     let r = r?;
     for w in &r.warnings {
         p.warn(w);
+    }
+    if let Some((_, rep)) = &staged {
+        for w in &rep.warnings {
+            p.warn(w);
+        }
+        p.result(format!(
+            "{}: {} environment, Python {}, {} packages, {} files{}",
+            rep.source.display(),
+            rep.kind,
+            rep.python_version,
+            rep.packages,
+            rep.files,
+            rep.interpreter_included
+                .as_ref()
+                .map(|i| format!(", interpreter included from {}", i.display()))
+                .unwrap_or_default()
+        ));
     }
     for f in &r.modulefiles_written {
         p.verbose(format!("wrote modulefile {}", f.display()));
@@ -120,8 +144,82 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         "chunks": m.chunks.len(),
         "packages": m.packages,
         "warnings": r.warnings,
+        "environment": staged.as_ref().map(|(_, r)| r),
         "tree": {"files": r.tree.files, "dirs": r.tree.dirs, "symlinks": r.tree.symlinks, "bytes": r.tree.bytes},
         "timings": {"scan": t.scan.as_secs_f64(), "mkfs": t.mkfs.as_secs_f64(), "times": t.times.as_secs_f64(), "hash": t.hash.as_secs_f64(), "commit": t.commit.as_secs_f64()},
     }));
     Ok(())
+}
+
+/// The pool's name for an environment directory: its own name, or its parent's for a hidden one
+/// (`project/.venv` → `project`).
+fn env_name(envdir: &std::path::Path) -> Result<String, Error> {
+    let abs = std::fs::canonicalize(envdir).unwrap_or_else(|_| envdir.to_path_buf());
+    let pick = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+    };
+    let n = pick(&abs)
+        .or_else(|| abs.parent().and_then(pick))
+        .ok_or_else(|| {
+            Error::other(
+                swpool_core::ExitStatus::BadInput,
+                format!("cannot name a pool after {}: give --name", envdir.display()),
+            )
+        })?;
+    Ok(n.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._+-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect())
+}
+
+type Staged = (
+    std::path::PathBuf,
+    Option<String>,
+    Option<String>,
+    Option<(swpool_core::atomic::TempDir, swpool_core::pyenv::EnvReport)>,
+);
+
+/// `--from-env ENV`: lay the environment out beside `out` (see [`swpool_core::pyenv`]) and write
+/// the pool.toml whose description `inspect` shows.
+fn stage_env(
+    envdir: &std::path::Path,
+    out: &std::path::Path,
+    name_arg: Option<String>,
+    version_arg: Option<String>,
+    env: &Environment,
+) -> Result<Staged, Error> {
+    let name = match name_arg {
+        Some(n) => n,
+        None => env_name(envdir)?,
+    };
+    let version = version_arg.unwrap_or_else(|| "1".into());
+    let tmp = swpool_core::atomic::TempDir::create(out, "env").map_err(|e| {
+        Error::other(
+            swpool_core::ExitStatus::System,
+            format!(
+                "cannot create a directory beside {} to lay the environment out in: {e}",
+                out.display()
+            ),
+        )
+    })?;
+    let rep = swpool_core::pyenv::stage(envdir, tmp.path(), &name, &version, env.path_var())?;
+    let src = tmp.path().to_path_buf();
+    let toml = format!(
+        "name = {name:?}\nversion = {version:?}\ndescription = {:?}\n",
+        rep.description()
+    );
+    std::fs::write(src.join("pool.toml"), toml).map_err(|e| {
+        Error::other(
+            swpool_core::ExitStatus::System,
+            format!("cannot write {}: {e}", src.join("pool.toml").display()),
+        )
+    })?;
+    Ok((src, Some(name), Some(version), Some((tmp, rep))))
 }
