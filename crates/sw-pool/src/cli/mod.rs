@@ -758,6 +758,21 @@ pub enum GenerateWhat {
         /// The shell to complete in
         shell: clap_complete::Shell,
     },
+    /// (the completion scripts) the names to complete, one a line: pools on the pool path
+    /// (NAME/VERSION), pools loaded in this shell (mount points), layers
+    #[command(hide = true)]
+    Words {
+        #[arg(value_enum)]
+        kind: WordKind,
+    },
+}
+
+/// What `generate words` lists.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum WordKind {
+    Pools,
+    Loaded,
+    Layers,
 }
 
 /// The paper's stand-alone tools are this binary under another name.
