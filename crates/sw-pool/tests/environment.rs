@@ -209,7 +209,9 @@ fn writes_anywhere_land_in_the_layer_and_the_host_is_unchanged() {
         list.stdout
     );
     assert!(
-        du.stdout.contains("1 whiteouts") && du.stdout.contains("total") && du.stdout.contains("in 1 layer\n"),
+        du.stdout.contains("1 whiteouts")
+            && du.stdout.contains("total")
+            && du.stdout.contains("in 1 layer\n"),
         "{}",
         du.stdout
     );

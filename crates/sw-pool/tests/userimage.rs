@@ -203,7 +203,10 @@ fn own_data_images_mount_read_only_under_a_trust_policy() {
     let o = sw(&["mount", &img, &mp], "");
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stderr.contains("bare image of yours"), "{}", o.stderr);
-    assert_eq!(std::fs::read_to_string(format!("{mp}/a")).unwrap(), "mine\n");
+    assert_eq!(
+        std::fs::read_to_string(format!("{mp}/a")).unwrap(),
+        "mine\n"
+    );
     t.ok(&["umount", &mp]);
     let set_mode = |m: u32| {
         std::fs::set_permissions(&img, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
@@ -211,7 +214,11 @@ fn own_data_images_mount_read_only_under_a_trust_policy() {
     // refused: writable by the group; someone else's; published on pool_path
     let refused = |o: Out, what: &str| {
         assert_eq!(o.code, 7, "{what}: {}", o.stderr);
-        assert!(o.stderr.contains("trust policy requires one"), "{what}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("trust policy requires one"),
+            "{what}: {}",
+            o.stderr
+        );
     };
     set_mode(0o664);
     refused(sw(&["mount", &img, &mp], ""), "group-writable");

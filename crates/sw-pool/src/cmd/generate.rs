@@ -28,6 +28,18 @@ pub fn run(a: GenerateArgs, env: &Environment) -> Result<(), Error> {
             std::fs::create_dir_all(&dir).map_err(io)?;
             let cmd = crate::cli::help::command();
             clap_mangen::generate_to(cmd, &dir).map_err(io)?;
+            // clap_mangen puts the text after the options under "EXTRA": give it its own sections
+            for e in std::fs::read_dir(&dir).map_err(io)? {
+                let p = e.map_err(io)?.path();
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                if !(name.starts_with(BIN) && name.ends_with(".1")) {
+                    continue;
+                }
+                let roff = std::fs::read_to_string(&p).map_err(io)?;
+                let tmp = p.with_extension("1.tmp");
+                std::fs::write(&tmp, man_sections(&roff)).map_err(io)?;
+                std::fs::rename(&tmp, &p).map_err(io)?;
+            }
             Ok(())
         }
         GenerateWhat::Words { kind } => {
@@ -112,6 +124,53 @@ complete -F _sw_pool_complete -o bashdefault -o default sw-pool
 
 const BIN: &str = "sw-pool";
 
+/// A heading of the help text after the options: capitals (and spaces) before a colon that starts
+/// the line (`EXIT STATUS:`, `EXAMPLES:`, `IN A JOB: ...`); the heading and the rest of the line.
+fn heading(line: &str) -> Option<(&str, &str)> {
+    let (h, rest) = line.split_once(':')?;
+    let caps = h.len() >= 3
+        && h.starts_with(|c: char| c.is_ascii_uppercase())
+        && h.chars().all(|c| c.is_ascii_uppercase() || c == ' ');
+    caps.then(|| (h, rest.trim_start()))
+}
+
+/// A clap_mangen page with the after-help text under sections of its own headings instead of
+/// "EXTRA" (`EXIT STATUS`, `EXAMPLES`, ...; text without a heading: `NOTES`), `…` spelled `...`
+/// and `×` troff's `\(mu` (troff has no glyph for U+2026 on the ASCII and Latin-1 devices and
+/// warns; a raw `×` is two bytes it cannot read without preconv).
+fn man_sections(roff: &str) -> String {
+    let mut out = String::new();
+    let mut extra = false;
+    let mut lines = roff.lines().peekable();
+    while let Some(line) = lines.next() {
+        let line = line.replace('\u{2026}', "...").replace('\u{d7}', "\\(mu");
+        if line == ".SH EXTRA" {
+            extra = true;
+            if lines.peek().and_then(|l| heading(l)).is_none() {
+                out.push_str(".SH NOTES\n");
+            }
+            continue;
+        }
+        if line.starts_with(".SH ") {
+            extra = false;
+        }
+        match heading(&line).filter(|_| extra) {
+            Some((h, rest)) => {
+                out.push_str(&format!(".SH \"{h}\"\n"));
+                if !rest.is_empty() {
+                    out.push_str(rest);
+                    out.push('\n');
+                }
+            }
+            None => {
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// clap_complete's bash script (since 4.6.2, still in 4.6.11: clap-rs/clap#6421, #6529) spells a
 /// subcommand's state two ways when the binary's name has a hyphen: the loop over the words sets
 /// `cmd="sw__pool__subcmd__build"`, the case arm tests `sw__subcmd__pool__subcmd__build)`, so no
@@ -127,6 +186,18 @@ fn bash_case_labels(script: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn man_pages_give_the_after_help_its_own_sections() {
+        let roff = ".SH OPTIONS\nx\n.SH EXTRA\nEXIT STATUS:\n  0  success \u{2026}\n\nIN A JOB: in a batch script\nmore\n.SH VERSION\nv1\n";
+        let got = super::man_sections(roff);
+        assert_eq!(
+            got,
+            ".SH OPTIONS\nx\n.SH \"EXIT STATUS\"\n  0  success ...\n\n.SH \"IN A JOB\"\nin a batch script\nmore\n.SH VERSION\nv1\n"
+        );
+        let plain = super::man_sections(".SH EXTRA\nSee also: x\n.SH VERSION\n");
+        assert!(plain.starts_with(".SH NOTES\nSee also"), "{plain}");
+    }
+
     /// Every state the loop sets has its case arm.
     #[test]
     fn bash_states_have_arms() {

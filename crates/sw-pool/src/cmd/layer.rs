@@ -115,7 +115,10 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             p.result(line(&s));
             p.json(&json(&s));
         }
-        LayerCommand::Du { name: None, json: j } => {
+        LayerCommand::Du {
+            name: None,
+            json: j,
+        } => {
             let p = Printer::new(g, j);
             let v = store.list().map_err(err)?;
             if v.is_empty() {
