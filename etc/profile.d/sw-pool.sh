@@ -41,6 +41,7 @@ fi
 if [ -n "${BASH_VERSION-}" ]; then
   case $- in
     *i*)
+      # shellcheck disable=SC3044 # bash only, as the test says
       if ! complete -p sw-pool >/dev/null 2>&1; then
         eval '
 _sw_pool_first_tab() {
