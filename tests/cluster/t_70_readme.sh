@@ -22,6 +22,7 @@ cleanup() {
     "$TESTBED/exec" "$n" sh -c "awk '\$3 ~ /^fuse/ && (\$2 ~ \"^$TB/local/t70\" || \$2 ~ \"^/tmp/sw-pool-$uid/\") {print \$2}' /proc/self/mounts | while read -r m; do fusermount3 -u -z \"\$m\" || umount -l \"\$m\"; done; rm -rf $TB/local/t70* /tmp/sw-pool-$uid" >/dev/null 2>&1 || true
   done
   rm -rf "$W" "$E"
+  rm -f "$TB/shared/t70-$$"
 }
 trap cleanup EXIT
 cleanup
@@ -36,6 +37,9 @@ chmod 755 "$W/bin/mpirun"
 mkdir -p "$W/test-pool" "$E/paper"
 head -c 8MB /dev/urandom > "$W/test-pool/random.data"
 "$SW" build -q -s 40MB "$E/paper/random.ext2" "$W/test-pool" >/dev/null
+# the block signs $SCRATCH/random.ext2 where it runs (here: the host, a login node): the host sees
+# the storage server's disk under the nodes' path too (a link; the nodes' sshfs mount hides it)
+ln -sfn "$E" "$TB/shared/t70-$$"
 # under the quick start's trust policy: its key (me.pem in the working directory) is trusted
 "$SW" keygen -q --out "$W/me" >/dev/null
 mkdir -p "$W/keys" && cp "$W/me.pub.pem" "$W/keys/me.pem"
