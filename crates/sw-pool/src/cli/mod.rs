@@ -758,16 +758,12 @@ pub enum GenerateWhat {
         /// The shell to complete in
         shell: clap_complete::Shell,
     },
-    /// (the completion scripts) the names to complete, one a line: pools on the pool path
-    /// (NAME/VERSION), pools loaded in this shell (mount points), layers
+    /// (the completion scripts) names to complete, one a line: pools, loaded pools, layers
     #[command(hide = true)]
-    Words {
-        #[arg(value_enum)]
-        kind: WordKind,
-    },
+    Words { kind: WordKind },
 }
 
-/// What `generate words` lists.
+/// What `generate words` lists: pools on the pool path, mount points loaded here, layers.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum WordKind {
     Pools,
