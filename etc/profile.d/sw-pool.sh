@@ -34,3 +34,23 @@ sw-pool() {
   # shellcheck disable=SC3045 # bash only, as the test says
   if [ -n "${BASH_VERSION-}" ]; then export -f sw-pool; fi
 fi
+# Completion in an interactive bash, without the bash-completion package: the first <TAB> after
+# `sw-pool` loads the script `sw-pool generate completions bash` prints (clap's completions, then
+# pool names from pool_path, loaded pools and layer names). A completion already set up (by
+# bash-completion, or earlier) is left alone.
+if [ -n "${BASH_VERSION-}" ]; then
+  case $- in
+    *i*)
+      # shellcheck disable=SC3044 # bash only, as the test says
+      if ! complete -p sw-pool >/dev/null 2>&1; then
+        eval '
+_sw_pool_first_tab() {
+  complete -r sw-pool
+  eval "$(command sw-pool generate completions bash 2>/dev/null)"
+  if declare -F _sw_pool_complete >/dev/null; then _sw_pool_complete "$@"; fi
+}'
+        # shellcheck disable=SC3044 # bash only, as the test says
+        complete -F _sw_pool_first_tab -o bashdefault -o default sw-pool
+      fi ;;
+  esac
+fi

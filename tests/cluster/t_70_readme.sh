@@ -22,6 +22,7 @@ cleanup() {
     "$TESTBED/exec" "$n" sh -c "awk '\$3 ~ /^fuse/ && (\$2 ~ \"^$TB/local/t70\" || \$2 ~ \"^/tmp/sw-pool-$uid/\") {print \$2}' /proc/self/mounts | while read -r m; do fusermount3 -u -z \"\$m\" || umount -l \"\$m\"; done; rm -rf $TB/local/t70* /tmp/sw-pool-$uid" >/dev/null 2>&1 || true
   done
   rm -rf "$W" "$E"
+  rm -f "$TB/shared/t70-$$"
 }
 trap cleanup EXIT
 cleanup
@@ -36,11 +37,18 @@ chmod 755 "$W/bin/mpirun"
 mkdir -p "$W/test-pool" "$E/paper"
 head -c 8MB /dev/urandom > "$W/test-pool/random.data"
 "$SW" build -q -s 40MB "$E/paper/random.ext2" "$W/test-pool" >/dev/null
+# the block signs $SCRATCH/random.ext2 where it runs (here: the host, a login node): the host sees
+# the storage server's disk under the nodes' path too (a link; the nodes' sshfs mount hides it)
+ln -sfn "$E" "$TB/shared/t70-$$"
+# under the quick start's trust policy: its key (me.pem in the working directory) is trusted
+"$SW" keygen -q --out "$W/me" >/dev/null
+mkdir -p "$W/keys" && cp "$W/me.pub.pem" "$W/keys/me.pem"
 bash "$REPO/tools/readme-example" paper > "$W/paper.sh"
 for n in "${nodes[@]}"; do "$TESTBED/exec" "$n" mkdir -p "$TB/local/t70"; done   # a job's $LOCAL_TMPDIR exists
 rc=0
 out=$(cd "$W" && env PATH="$W/bin:$PATH" LOCAL_TMPDIR="$TB/local/t70" SCRATCH="$TB/shared/t70-$$/paper" \
-  SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh bash -e "$W/paper.sh" 2>&1) || rc=$?
+  SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_SHELL=sh SW_POOL_TRUSTED_KEYS="$W/keys" \
+  bash -e "$W/paper.sh" 2>&1) || rc=$?
 assert_eq "README paper block: both command lines exit 0" 0 "$rc"
 assert_eq "README paper block: the 1020MB ext2 pool was built" 1 "$(stat -c %s "$W/test-pool.ext2" 2>/dev/null | awk '{print ($1 > 1020000000)}')"
 assert_match "README paper block: -v load prints its phases" "mount +[0-9.]+ s" "$out"

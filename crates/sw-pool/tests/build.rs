@@ -390,3 +390,41 @@ fn all_root_makes_every_file_roots() {
     assert_fails(&o, 3, &["--all-root applies to squashfs and EROFS"]);
     assert_nothing_left(d.path(), "a.ext4");
 }
+
+/// What `build` says is true for the tree: one package is "1 package"; a tree without pool.toml
+/// but with packages is not called a pool without packages; modulefiles that --gen-modulefiles
+/// writes into the source tree are named.
+#[test]
+fn build_says_what_it_did_to_the_tree() {
+    let d = scratch();
+    let tree = d.path().join("t");
+    std::fs::create_dir_all(tree.join("install/hello/1.0/bin")).unwrap();
+    std::fs::write(tree.join("install/hello/1.0/bin/hello"), b"#!/bin/sh\n").unwrap();
+    let out = d.path().join("t.sqfs");
+    let o = sw_run(&["build", out.to_str().unwrap(), tree.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains(", 1 package\n"), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("no pool.toml") && o.stderr.contains("1 package under install/"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("no packages"), "{}", o.stderr);
+    std::fs::write(tree.join("pool.toml"), "name = \"t\"\nversion = \"1.0\"\n").unwrap();
+    let o = sw_run(&[
+        "build",
+        "--force",
+        "--gen-modulefiles",
+        out.to_str().unwrap(),
+        tree.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let written = tree.join("modulefiles/hello/1.0.lua");
+    assert!(written.is_file());
+    assert!(
+        o.stdout.contains("wrote 2 modulefiles into")
+            && o.stdout.contains(written.to_str().unwrap()),
+        "{}",
+        o.stdout
+    );
+}

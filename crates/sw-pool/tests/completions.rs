@@ -207,3 +207,81 @@ fn fish_completes_after_a_subcommand() {
         check("fish", line, &offered, want);
     }
 }
+
+/// bash without the bash-completion package: an interactive bash that read only the shell
+/// integration (`eval "$(sw-pool shell-init bash)"`, as /etc/profile.d/sw-pool.sh) completes
+/// sw-pool's subcommands and options, pool names from the pool path, pools loaded in this shell and
+/// layer names (the first TAB loads the script; `complete -p` and the function driven through
+/// COMP_WORDS/COMP_CWORD as bash drives it).
+#[test]
+fn bash_completes_names_without_bash_completion() {
+    if !have("bash") {
+        skip("bash is not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let pools = d.path().join("pools");
+    std::fs::create_dir_all(pools.join("demo")).unwrap();
+    std::fs::create_dir_all(pools.join("tools")).unwrap();
+    std::fs::write(pools.join("demo/1.0.sqfs"), b"").unwrap();
+    std::fs::write(pools.join("tools/2.0.sqfs"), b"").unwrap();
+    let layers = d.path().join("layers");
+    let dir = bin().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+    for l in ["dev", "data"] {
+        let o = run(sw()
+            .env("SW_POOL_LAYER_DIR", &layers)
+            .args(["layer", "create", l]));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let ask = r#"
+eval "$(sw-pool shell-init bash)"
+complete -p sw-pool >/dev/null || { echo "NO COMPLETION"; exit 0; }
+comp() {
+  COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+  local f; f=$(complete -p sw-pool); f=${f#*-F }; f=${f%% *}
+  "$f" sw-pool "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+  echo "$*|${COMPREPLY[*]}"
+}
+comp sw-pool lo
+comp sw-pool load ""
+comp sw-pool load de
+comp sw-pool unload ""
+comp sw-pool run --layer d
+comp sw-pool layer rm ""
+comp sw-pool build --fo
+"#;
+    let out = output(
+        Command::new("bash")
+            .args(["--norc", "--noprofile", "-i", "-c", ask])
+            .env("PATH", &path)
+            .env("SW_POOL_PATH", &pools)
+            .env("SW_POOL_LAYER_DIR", &layers)
+            .env("SW_POOL_LOADED", "/m/demo/1.0:/m/x/2"),
+    );
+    let got = |line: &str| -> Vec<String> {
+        let l = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{line}|")))
+            .unwrap_or_else(|| panic!("no answer for `{line}`:\n{out}"));
+        let mut v: Vec<String> = l.split_whitespace().map(String::from).collect();
+        v.sort();
+        v
+    };
+    assert!(!out.contains("NO COMPLETION"), "{out}");
+    assert_eq!(got("sw-pool lo"), ["load"]);
+    let all = got("sw-pool load ");
+    assert!(
+        all.contains(&"demo/1.0".to_string()) && all.contains(&"tools/2.0".to_string()),
+        "{all:?}"
+    );
+    assert_eq!(got("sw-pool load de"), ["demo/1.0"]);
+    let loaded = got("sw-pool unload ");
+    assert!(
+        loaded.contains(&"/m/demo/1.0".to_string()) && loaded.contains(&"/m/x/2".to_string()),
+        "{loaded:?}"
+    );
+    assert_eq!(got("sw-pool run --layer d"), ["data", "dev"]);
+    assert_eq!(got("sw-pool layer rm "), ["data", "dev"]);
+    assert_eq!(got("sw-pool build --fo"), ["--force", "--format"]);
+}

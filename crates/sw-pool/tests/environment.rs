@@ -199,6 +199,22 @@ fn writes_anywhere_land_in_the_layer_and_the_host_is_unchanged() {
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["whiteouts"], 1, "{}", o.stdout);
     assert!(v["entries"].as_u64().unwrap() >= 6, "{}", o.stdout);
+    // `layer list` names the layers (nothing inside one is read); `layer du` measures them all
+    let list = f.run(&["layer", "list"]);
+    let du = f.run(&["layer", "du"]);
+    assert_eq!((list.code, du.code), (0, 0), "{}{}", list.stderr, du.stderr);
+    assert!(
+        list.stdout.starts_with("dev ") && !list.stdout.contains("entries"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        du.stdout.contains("1 whiteouts")
+            && du.stdout.contains("total")
+            && du.stdout.contains("in 1 layer\n"),
+        "{}",
+        du.stdout
+    );
     // export: the upper as a pool, the whiteout kept (a character device 0/0 in the image)
     let pool = f.dir.path().join("state").join("dev.sqfs");
     let o = f.run(&[

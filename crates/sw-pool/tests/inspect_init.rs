@@ -263,6 +263,26 @@ fn multicall_names_and_generated_docs() {
     let o = sw_run(&["generate", "man", man.to_str().unwrap()]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(man.join("sw-pool.1").exists() && man.join("sw-pool-build.1").exists());
+    // the exit table under its own section (not clap_mangen's "EXTRA"); groff reads every page
+    // without a warning on its ASCII device (no `special character 'u2026'`)
+    let top = std::fs::read_to_string(man.join("sw-pool.1")).unwrap();
+    assert!(top.contains(".SH \"EXIT STATUS\"\n"), "{top}");
+    let have_groff = std::process::Command::new("groff")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    for e in std::fs::read_dir(&man).unwrap() {
+        let page = e.unwrap().path();
+        let text = std::fs::read_to_string(&page).unwrap();
+        assert!(!text.contains(".SH EXTRA"), "{}", page.display());
+        if have_groff {
+            let o = run(std::process::Command::new("groff")
+                .args(["-ww", "-man", "-Tascii", "-z"])
+                .arg(&page)
+                .env("LC_ALL", "C"));
+            assert!(o.stderr.is_empty(), "{}: {}", page.display(), o.stderr);
+        }
+    }
     let o = sw_run(&["generate", "completions", "bash"]);
     assert!(o.stdout.contains("sw-pool") && o.stdout.contains("build"));
     let o = sw_run(&["--help"]);

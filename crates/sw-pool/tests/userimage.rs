@@ -167,3 +167,76 @@ fn a_killed_writer_leaves_a_clean_image_and_a_free_lease() {
     t.ok(&["image", "check", &img]);
     t.assert_clean();
 }
+
+/// The trust policy covers pools, not the caller's own data (SECURITY.md, "What the trust policy
+/// covers"): with a trusted key installed (signatures required, as after the README's quick start)
+/// the caller's own ext4 image mounts read-only as `mount --rw` mounts it read-write; the same
+/// image is refused when someone else may write it (group-writable), when it is someone else's, or
+/// when it lies in a `pool_path` directory (where pools are published for others).
+#[test]
+fn own_data_images_mount_read_only_under_a_trust_policy() {
+    if !need_root() {
+        return;
+    }
+    let t = T::new();
+    let keys = t.mkdir("keys");
+    t.ok(&["keygen", "--out", &t.s("k")]);
+    std::fs::copy(t.p("k.pub.pem"), format!("{keys}/k.pem")).unwrap();
+    let src = t.p("ds");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), b"mine\n").unwrap();
+    let shared = t.mkdir("shared");
+    let img = t.s("data.img");
+    t.ok(&["image", "create", &img, src.to_str().unwrap()]);
+    let mp = t.mkdir("ro");
+    let sw = |args: &[&str], path: &str| {
+        run(t
+            .sw()
+            .env("SW_POOL_TRUSTED_KEYS", &keys)
+            .env_remove("SW_POOL_REQUIRE_SIGNATURE")
+            .env("SW_POOL_PATH", path)
+            .args(args))
+    };
+    let o = sw(&["config"], "");
+    assert!(o.stdout.contains("require_signature"), "{}", o.stdout);
+    // yours: mounted read-only, with a note that says why the policy does not apply
+    let o = sw(&["mount", &img, &mp], "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("bare image of yours"), "{}", o.stderr);
+    assert_eq!(
+        std::fs::read_to_string(format!("{mp}/a")).unwrap(),
+        "mine\n"
+    );
+    t.ok(&["umount", &mp]);
+    let set_mode = |m: u32| {
+        std::fs::set_permissions(&img, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    // refused: writable by the group; someone else's; published on pool_path
+    let refused = |o: Out, what: &str| {
+        assert_eq!(o.code, 7, "{what}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("trust policy requires one"),
+            "{what}: {}",
+            o.stderr
+        );
+    };
+    set_mode(0o664);
+    refused(sw(&["mount", &img, &mp], ""), "group-writable");
+    set_mode(0o644);
+    let st = std::process::Command::new("chown")
+        .args(["nobody", &img])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    refused(sw(&["mount", &img, &mp], ""), "someone else's");
+    std::fs::remove_file(&img).unwrap();
+    let _ = std::fs::remove_file(format!("{img}.lease"));
+    let published = format!("{shared}/data.img");
+    t.ok(&["image", "create", &published, src.to_str().unwrap()]);
+    refused(sw(&["mount", &published, &mp], &shared), "on pool_path");
+    // the same image off pool_path is the caller's again
+    let o = sw(&["mount", &published, &mp], "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    t.ok(&["umount", &mp]);
+    t.assert_clean();
+}

@@ -137,7 +137,7 @@ pub enum LoadError {
         what: String,
         reason: String,
     },
-    #[error("{} is a bare image without a sw-pool manifest, so no signature can vouch for it, and the trust policy requires one ({origin}); build and sign it as a pool", swpool_format::show::show(image))]
+    #[error("{} is a bare image without a sw-pool manifest, so no signature can vouch for it, and the trust policy requires one ({origin}); build and sign it as a pool (an image of your own, owned by you, writable by no one else and not on pool_path, is mounted as your data without one)", swpool_format::show::show(image))]
     BareRefused { image: PathBuf, origin: String },
     #[error(
         "{} is neither a mount point, a pool file nor NAME/VERSION (see `sw-pool list`)",

@@ -379,7 +379,37 @@ impl LayerStore {
         Ok(LayerLock { fd: f.into() })
     }
 
-    /// Every layer of the store (none when the store does not exist yet), by name.
+    /// The names of the store's layers, sorted (none when the store does not exist yet); nothing
+    /// inside a layer is read (`layer list`, completion).
+    pub fn names(&self) -> Result<Vec<String>, EnvError> {
+        let rd = match fs::read_dir(&self.root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(EnvError::io(
+                    "cannot read the layer directory",
+                    &self.root,
+                    e,
+                ))
+            }
+        };
+        self.check_private(&self.root)?;
+        let mut out: Vec<String> = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| valid_name(n) && self.get(n).is_ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The pid of the environment using layer `l`, if one runs (a look at its lock, nothing read).
+    pub fn user_of(&self, l: &Layer) -> Option<i32> {
+        in_use(&l.dir.join(LOCK))
+    }
+
+    /// Every layer of the store (none when the store does not exist yet), by name, with its sizes
+    /// (every entry of every upper is visited: `layer du`).
     pub fn list(&self) -> Result<Vec<LayerSummary>, EnvError> {
         let rd = match fs::read_dir(&self.root) {
             Ok(rd) => rd,

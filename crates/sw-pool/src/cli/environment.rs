@@ -179,10 +179,11 @@ cache_dir, $LOCAL_TMPDIR)."
         #[arg(long)]
         json: bool,
     },
-    /// What a layer holds: bytes, entries, deleted host files (whiteouts)
+    /// What layers hold: bytes, entries, deleted host files (whiteouts); every layer without NAME
+    /// (`list` shows names only, reading nothing inside a layer)
     Du {
-        /// The layer to measure
-        name: String,
+        /// The layer to measure (default: all)
+        name: Option<String>,
         /// Print the result as JSON
         #[arg(long)]
         json: bool,

@@ -763,6 +763,17 @@ pub enum GenerateWhat {
         /// The shell to complete in
         shell: clap_complete::Shell,
     },
+    /// (the completion scripts) names to complete, one a line: pools, loaded pools, layers
+    #[command(hide = true)]
+    Words { kind: WordKind },
+}
+
+/// What `generate words` lists: pools on the pool path, mount points loaded here, layers.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum WordKind {
+    Pools,
+    Loaded,
+    Layers,
 }
 
 /// The paper's stand-alone tools are this binary under another name.

@@ -105,12 +105,23 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
                 .unwrap_or_default()
         ));
     }
-    for f in &r.modulefiles_written {
-        p.verbose(format!("wrote modulefile {}", f.display()));
+    // --gen-modulefiles writes into the source tree: say where, and which
+    if !r.modulefiles_written.is_empty() {
+        let n = r.modulefiles_written.len();
+        p.result(format!(
+            "wrote {n} modulefile{} into {}: {}",
+            if n == 1 { "" } else { "s" },
+            opts.src.join("modulefiles").display(),
+            r.modulefiles_written
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     let m = &r.manifest;
     p.result(format!(
-        "built {}: {} pool {}/{}, image {} ({} data in {} of {} chunks), {} packages",
+        "built {}: {} pool {}/{}, image {} ({} data in {} of {} chunks), {}",
         r.out.display(),
         m.format,
         m.name,
@@ -119,7 +130,10 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         Bytes(m.data_size),
         m.chunks.iter().filter(|c| c.is_some()).count(),
         m.chunks.len(),
-        m.packages.len()
+        match m.packages.len() {
+            1 => "1 package".to_string(),
+            n => format!("{n} packages"),
+        }
     ));
     p.result(format!("digest {}", m.digest));
     let t = &r.timings;

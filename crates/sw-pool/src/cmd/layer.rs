@@ -39,26 +39,38 @@ fn line(s: &LayerSummary) -> String {
     )
 }
 
+fn none_yet(store: &swpool_env::LayerStore) -> String {
+    format!(
+        "no layers in {}: make one with `sw-pool layer create NAME`",
+        store.root().display()
+    )
+}
+
 pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error> {
     let cfg = super::config(env)?;
     let store = crate::environment::store(a.layer_dir, &cfg, env)?;
     match a.command {
         LayerCommand::List { json: j } => {
+            // names, where, in use: nothing inside a layer is read (sizes: `layer du`)
             let p = Printer::new(g, j);
-            let v = store.list().map_err(err)?;
-            if v.is_empty() {
+            let names = store.names().map_err(err)?;
+            if names.is_empty() {
+                p.result(none_yet(&store));
+            }
+            let mut rows = Vec::new();
+            for name in &names {
+                let l = store.paths(name);
+                let using = store.user_of(&l);
                 p.result(format!(
-                    "no layers in {}: make one with `sw-pool layer create NAME`",
-                    store.root().display()
+                    "{name:<20} {}{}",
+                    l.dir.display(),
+                    using
+                        .map(|p| format!("  in use (pid {p})"))
+                        .unwrap_or_default()
                 ));
+                rows.push(serde_json::json!({"name": name, "dir": l.dir, "in_use_by": using}));
             }
-            for s in &v {
-                p.result(line(s));
-            }
-            p.json(&serde_json::json!({
-                "dir": store.root(),
-                "layers": v.iter().map(json).collect::<Vec<_>>(),
-            }));
+            p.json(&serde_json::json!({"dir": store.root(), "layers": rows}));
         }
         LayerCommand::Create { name } => {
             let l = store.create(&name).map_err(err)?;
@@ -93,12 +105,39 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
             (&name, out, format, version, force, keep_special),
             j,
         )?,
-        LayerCommand::Du { name, json: j } => {
+        LayerCommand::Du {
+            name: Some(name),
+            json: j,
+        } => {
             let p = Printer::new(g, j);
             let l = store.get(&name).map_err(err)?;
             let s = store.summary(&l).map_err(err)?;
             p.result(line(&s));
             p.json(&json(&s));
+        }
+        LayerCommand::Du {
+            name: None,
+            json: j,
+        } => {
+            let p = Printer::new(g, j);
+            let v = store.list().map_err(err)?;
+            if v.is_empty() {
+                p.result(none_yet(&store));
+            }
+            for s in &v {
+                p.result(line(s));
+            }
+            p.result(format!(
+                "{:<20} {:>10} in {} layer{}",
+                "total",
+                Bytes(v.iter().map(|s| s.bytes).sum()).to_string(),
+                v.len(),
+                if v.len() == 1 { "" } else { "s" }
+            ));
+            p.json(&serde_json::json!({
+                "dir": store.root(),
+                "layers": v.iter().map(json).collect::<Vec<_>>(),
+            }));
         }
     }
     Ok(())

@@ -50,7 +50,7 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::Unload(a) => unload::run(g, a, env),
         Command::Cache(a) => cache::run(g, a, env),
         Command::Config(a) => config::run(g, a, env),
-        Command::Generate(a) => generate::run(a),
+        Command::Generate(a) => generate::run(a, env),
         Command::Cp(a) => cp::run(g, a, env),
         Command::Mount(a) => mount::run(g, a, env),
         Command::Umount(a) => umount::run(g, a, env),

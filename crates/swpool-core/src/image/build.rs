@@ -361,11 +361,18 @@ fn read_layout(
         warnings.extend(g.warnings);
     }
     let layout = PoolLayout::scan(src)?;
-    if layout.toml.is_none() {
-        warnings.push(format!(
-            "{} has no pool.toml: building an ad-hoc pool (no packages, no modulefiles); see `sw-pool init`",
+    // one statement about a tree without pool.toml, true for what the tree holds
+    match (&layout.toml, layout.packages.len()) {
+        (Some(_), _) => {}
+        (None, 0) => warnings.push(format!(
+            "{} has no pool.toml and no install/: building an ad-hoc pool (no packages, no modulefiles); see `sw-pool init`",
             opts.src.display()
-        ));
+        )),
+        (None, n) => warnings.push(format!(
+            "{} has no pool.toml: building it without one ({n} package{} under install/, name and version from the command line or the directory); `sw-pool init` writes one",
+            opts.src.display(),
+            if n == 1 { "" } else { "s" }
+        )),
     }
     for p in layout.packages.iter().filter(|p| !p.modulefile) {
         warnings.push(format!(

@@ -80,12 +80,20 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
         return Ok(MountOutcome::Pool(Box::new(l)));
     }
     let image = req.image.clone();
-    let warning = match authorize_in_place(node, &image)? {
-        Some(v) => v.warning(&image),
-        None => Some(format!(
-            "{} is a bare image without a sw-pool manifest: it is mounted where it lies and nothing verifies or vouches for its content (build it as a pool with `sw-pool build` and sign it; to refuse bare images, set require_signature = true)",
+    let warning = if let Some(why) = own_data_image(node, &image) {
+        // the caller's own data: outside the trust policy, which covers pools (SECURITY.md)
+        Some(format!(
+            "{} is a bare image of yours ({why}): mounted read-only where it lies as your own data; the trust policy covers pools, not your own images",
             crate::exec::show(&image)
-        )),
+        ))
+    } else {
+        match authorize_in_place(node, &image)? {
+            Some(v) => v.warning(&image),
+            None => Some(format!(
+            "{} is a bare image without a sw-pool manifest: it is mounted where it lies and nothing verifies or vouches for its content (build it as a pool with `sw-pool build` and sign it; to refuse bare images, set require_signature = true)",
+                crate::exec::show(&image)
+            )),
+        }
     };
     let mountpoint = match &req.mountpoint {
         Some(m) => m.clone(),
@@ -174,6 +182,34 @@ fn mount_in_place(node: &NodeContext, req: &MountRequest) -> Result<MountOutcome
         acquired: Box::new(acquired),
         warning: verdict.warning(&pool),
     })
+}
+
+/// The caller's own data image, which the trust policy does not cover (SECURITY.md, "What the
+/// trust policy covers"): a bare image (no manifest) that is a regular file owned by the caller,
+/// writable by no one else (no group or other write bit), and not inside a `pool_path` directory
+/// (where pools shared with others are published). Its owner could mount it read-write
+/// (`mount --rw`); mounting it read-only (FUSE, as the caller, `nosuid,nodev`) trusts nothing more.
+/// Returns why it counts as the caller's, or `None`: then the trust policy decides.
+fn own_data_image(node: &NodeContext, image: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(image).ok()?;
+    if !meta.is_file() || meta.uid() != node.uid || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    if is_pool(image).ok()? {
+        return None;
+    }
+    let real = std::fs::canonicalize(image).ok()?;
+    let published = node.cfg.pool_path.value.iter().any(|dir| {
+        std::fs::canonicalize(dir).is_ok_and(|d| real.starts_with(d)) || real.starts_with(dir)
+    });
+    if published {
+        return None;
+    }
+    Some(format!(
+        "owned by uid {}, writable by no one else, not on pool_path",
+        node.uid
+    ))
 }
 
 /// A sw-pool pool (a file with a manifest), as opposed to a bare image; a damaged trailer is an
