@@ -3,7 +3,10 @@
 //! lies, hashing each chunk against the authorized manifest before any byte of it is served, and
 //! runs the helper (squashfuse_ll, fuse2fs) on the served file as its child. The server is the
 //! mount's recorded process: it ends when the helper ends (the pool is unmounted); when it dies,
-//! reads of the pool fail with `EIO` at once and the record reads as stale.
+//! reads of the pool fail with `EIO` at once and the record reads as stale. A squashfs pool read
+//! by sw-pool's tree server ([`super::Backend::SwPoolTree`]) needs no helper: the server reads
+//! the tree from its verified chunks and serves it at the mount point itself, in one hop (a dead
+//! server: `ENOTCONN` at once, stale); its directory here is then not used.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -646,17 +646,89 @@ fn fuse_reader_sw_pool_picks_the_tree_server_only_for_a_squashfs_pool_from_its_f
         ..ext
     };
     assert_eq!(rw.with_reader(SwPool).backend, Backend::Fuse2fs);
-    // served in place: the chunk server runs squashfuse_ll on the served file
-    let served = ImageInfo {
+    // served in place or on demand: the tree server too, in one hop
+    assert_eq!(
+        served_pool().with_reader(SwPool).backend,
+        Backend::SwPoolTree
+    );
+    assert_eq!(
+        served_pool().with_reader(SquashfuseLl).backend,
+        Backend::SquashfuseLl
+    );
+}
+
+/// A pool served on demand (chunks from the node's server at a socket, kept in a store).
+fn served_pool() -> ImageInfo {
+    ImageInfo {
         serve: Some(serve::Serve {
             dir: PathBuf::from("/state/k.serve"),
-            digest: "blake3:cd".into(),
-            keep: None,
-            source: None,
+            digest: "blake3:ef".into(),
+            keep: Some(PathBuf::from("/local/k.chunks")),
+            source: Some(PathBuf::from("/run/k.sock")),
         }),
         ..pool_image()
-    };
-    assert_eq!(served.with_reader(SwPool).backend, Backend::SquashfuseLl);
+    }
+}
+
+#[test]
+fn a_served_pool_is_read_by_the_tree_server_from_verified_chunks_in_one_hop() {
+    let (_d, mp, sys) = setup(FakeHelper::MountsAfter(1));
+    let img = served_pool().with_reader(FuseReader::SwPool);
+    let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!((m.backend, m.helper_pid), (Backend::SwPoolTree, 4242));
+    let mpd = mp.display().to_string();
+    let s = spawned(&sys);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0].0, Tool::ChunkServer);
+    // not --cached: through the chunk engine, against the authorized digest, no helper
+    assert_eq!(
+        s[0].1,
+        [
+            "--tree",
+            "--keep",
+            "/local/k.chunks",
+            "--source",
+            "unix:/run/k.sock",
+            "--pool",
+            "/pools/demo.sqfs",
+            "--digest",
+            "blake3:ef",
+            "--dir",
+            mpd.as_str()
+        ]
+    );
+}
+
+#[test]
+fn a_served_pool_the_tree_server_refuses_is_served_in_two_hops_with_squashfuse_ll() {
+    let (_d, mp, sys) = setup(FakeHelper::Refuses(
+        Tool::ChunkServer,
+        3,
+        "sw-pool-serve: demo: unsupported compressor lzo".into(),
+    ));
+    let img = served_pool().with_reader(FuseReader::SwPool);
+    let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(m.backend, Backend::SquashfuseLl);
+    let s = spawned(&sys);
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert!(s[0].1.iter().any(|a| a == "--tree"), "{s:?}");
+    // the chunk server on the pool, squashfuse_ll on its served file
+    let mpd = mp.display().to_string();
+    let tail: Vec<&str> = s[1].1.iter().map(|a| a.as_str()).collect();
+    assert!(!tail.contains(&"--tree"), "{tail:?}");
+    let dash = tail.iter().position(|a| *a == "--").expect("a helper after --");
+    assert_eq!(
+        tail[dash + 1..],
+        [
+            "squashfuse_ll",
+            "-f",
+            "-o",
+            "ro,nosuid,nodev",
+            "/state/k.serve/image",
+            mpd.as_str()
+        ]
+    );
+    assert_eq!(state(&sys, &sys.mount_table(), &mp), MountState::Mounted);
 }
 
 #[test]

@@ -110,7 +110,8 @@ pub enum FakeHelper {
     /// The helper exits with this stderr after this many polls, mounting nothing.
     Exits(u32, String),
     /// A helper of this tool exits at its first poll with this exit code and stderr, mounting
-    /// nothing (a server refusing an image); any other mounts.
+    /// nothing (a server refusing an image); any other mounts (a wrapper running another
+    /// helper, `sw-pool-serve ... -- squashfuse_ll ...`, counts as that helper).
     Refuses(Tool, i32, String),
     /// The helper never mounts and never exits (a hung helper).
     Hangs,
@@ -439,7 +440,18 @@ impl Processes for FakeSys {
             .last()
             .map(PathBuf::from)
             .unwrap_or_default();
-        let fstype = format!("fuse.{}", cmd.tool().program());
+        // a wrapper's mount (`sw-pool-serve ... -- HELPER ...`) is its helper's
+        let args = cmd.arguments();
+        let inner = args
+            .iter()
+            .position(|a| a == "--")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|p| Path::new(p).file_name())
+            .map(|p| p.to_string_lossy().into_owned());
+        let fstype = format!(
+            "fuse.{}",
+            inner.as_deref().unwrap_or(cmd.tool().program())
+        );
         st.running = Some((pid, mp, fstype));
         Ok(pid)
     }
