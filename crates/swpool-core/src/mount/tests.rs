@@ -716,7 +716,10 @@ fn a_served_pool_the_tree_server_refuses_is_served_in_two_hops_with_squashfuse_l
     let mpd = mp.display().to_string();
     let tail: Vec<&str> = s[1].1.iter().map(|a| a.as_str()).collect();
     assert!(!tail.contains(&"--tree"), "{tail:?}");
-    let dash = tail.iter().position(|a| *a == "--").expect("a helper after --");
+    let dash = tail
+        .iter()
+        .position(|a| *a == "--")
+        .expect("a helper after --");
     assert_eq!(
         tail[dash + 1..],
         [

@@ -448,10 +448,7 @@ impl Processes for FakeSys {
             .and_then(|i| args.get(i + 1))
             .and_then(|p| Path::new(p).file_name())
             .map(|p| p.to_string_lossy().into_owned());
-        let fstype = format!(
-            "fuse.{}",
-            inner.as_deref().unwrap_or(cmd.tool().program())
-        );
+        let fstype = format!("fuse.{}", inner.as_deref().unwrap_or(cmd.tool().program()));
         st.running = Some((pid, mp, fstype));
         Ok(pid)
     }
