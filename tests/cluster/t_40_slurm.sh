@@ -26,9 +26,9 @@ HOOKS=("$TB/etc/prolog.d/50-sw-pool" "$TB/etc/task-prolog.d/50-sw-pool" "$TB/etc
 SINK_PID=""
 # what a user has on a node: sw-pool FUSE mounts, records, helper processes
 leftovers() {  # leftovers NODE UID -> "mounts records helpers"
-  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs)/ && \$4 ~ /user_id=$2(,|\$)/' /proc/self/mounts | wc -l)
+  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs|sw-pool)/ && \$4 ~ /user_id=$2(,|\$)/' /proc/self/mounts | wc -l)
     r=\$(ls /tmp/sw-pool-$2/mounts/ 2>/dev/null | grep -c '\\.json\$' || true)
-    h=\$(ps -u $2 -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs)' || true)
+    h=\$(ps -u $2 -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs|sw-pool-serve)' || true)
     echo \$m \$r \$h"
 }
 wait_clean() {  # wait_clean NODE UID: up to 10 s for the epilog to finish

@@ -25,9 +25,9 @@ POOLS=$TB/shared/t41-$$/pools
 HOOKS=("$TB/etc/prolog.d/50-sw-pool" "$TB/etc/task-prolog.d/50-sw-pool" "$TB/etc/epilog.d/50-sw-pool")
 PLUGSTACK=$TB/etc/plugstack.conf
 leftovers() {  # leftovers NODE -> "mounts records helpers" of $TB_USER
-  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs)/ && \$4 ~ /user_id=$uid(,|\$)/' /proc/self/mounts | wc -l)
+  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs|sw-pool)/ && \$4 ~ /user_id=$uid(,|\$)/' /proc/self/mounts | wc -l)
     r=\$(ls /tmp/sw-pool-$uid/mounts/ 2>/dev/null | grep -c '\\.json\$' || true)
-    h=\$(ps -u $uid -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs)' || true)
+    h=\$(ps -u $uid -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs|sw-pool-serve)' || true)
     echo \$m \$r \$h"
 }
 clean_after() {  # clean_after NAME: every node clean within 10 s of the job's end

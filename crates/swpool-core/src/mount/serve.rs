@@ -99,13 +99,20 @@ pub fn prepare_dir(sys: &dyn Sys, dir: &Path) -> std::io::Result<()> {
 /// After the pool's mount is gone: wait (≤ 2 s) for the server `pid` to end, which unmounts its
 /// directory; detach what is still mounted there (a server that was killed) and remove it.
 pub fn release_dir(sys: &dyn Sys, dir: &Path, pid: u32) {
+    wait_ended(sys, pid);
+    detach_leftover(sys, dir);
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// After the pool's mount is gone: wait (≤ 2 s) for the server `pid` to end (a one-hop server
+/// notices its unmount within a fraction of a second), so that nothing of the mount is left when
+/// `umount` returns.
+pub fn wait_ended(sys: &dyn Sys, pid: u32) {
     let mut waited = Duration::ZERO;
     while pid > 1 && sys.running(pid) && waited < Duration::from_secs(2) {
         sys.sleep(Duration::from_millis(20));
         waited += Duration::from_millis(20);
     }
-    detach_leftover(sys, dir);
-    let _ = std::fs::remove_dir(dir);
 }
 
 fn detach_leftover(sys: &dyn Sys, dir: &Path) {

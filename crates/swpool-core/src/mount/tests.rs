@@ -619,8 +619,8 @@ fn spawned(sys: &FakeSys) -> Vec<(Tool, Vec<String>)> {
 #[test]
 fn fuse_reader_sw_pool_picks_the_tree_server_only_for_a_squashfs_pool_from_its_file() {
     use FuseReader::*;
-    // the default stays squashfuse_ll
-    assert_eq!(FuseReader::default(), SquashfuseLl);
+    // the default is sw-pool's server
+    assert_eq!(FuseReader::default(), SwPool);
     assert_eq!("sw-pool".parse::<FuseReader>(), Ok(SwPool));
     assert_eq!("squashfuse_ll".parse::<FuseReader>(), Ok(SquashfuseLl));
     assert!("fuse2fs".parse::<FuseReader>().is_err());

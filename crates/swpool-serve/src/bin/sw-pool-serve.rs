@@ -339,7 +339,7 @@ fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
         }
         let ts = libc::timespec {
             tv_sec: 0,
-            tv_nsec: 200_000_000,
+            tv_nsec: 50_000_000,
         };
         // SAFETY: `set` is a valid signal set blocked in this thread; null info is allowed.
         let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
