@@ -25,7 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/pools/demo" "$W/mf/pool/demo" "$W/tree/install/hello/1.0/bin" "$W/tree/source"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 cp "$REPO/etc/profile.d/sw-pool.sh" "$W/sw-pool.sh"
 cp "$REPO/etc/lmod/pool-modulefile.lua" "$W/mf/pool/demo/1.0.lua"
 "$W/bin/sw-pool" init --name demo --version 1.0 "$W/tree/x" >/dev/null

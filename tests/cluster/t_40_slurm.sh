@@ -51,7 +51,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/libexec/sw-pool" "$W/tree" "$W/out" "$E/pools/demo"
 chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 SW=$W/bin/sw-pool
 # the installed shell integration and pool modulefile, copied where every node sees them (the
 # checkout itself may sit in a directory private to this host, e.g. a clone under /tmp)

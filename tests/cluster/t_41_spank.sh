@@ -51,7 +51,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/lib" "$W/libexec/sw-pool" "$W/tree" "$W/out" "$E/pools/demo"
 chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"; SW=$W/bin/sw-pool
 cp "$SO" "$W/lib/sw_pool_spank.so"
 for h in prolog task-prolog epilog; do ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/$h"; done
 "$SW" init --name demo --version 1.0 "$W/tree/demo" >/dev/null

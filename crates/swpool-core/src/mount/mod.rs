@@ -508,6 +508,21 @@ pub fn mount(
             };
             mount_with(sys, &fallback, mp, log, timeout)
         }
+        // the default server is not installed beside sw-pool (nor on the search path): the helper
+        Err(MountError::Tool {
+            source: ExecError::NotFound { .. },
+            ..
+        }) if image.backend == Backend::SwPoolTree && image.serve.is_none() => {
+            tracing::warn!(
+                image = %image.path.display(),
+                "sw-pool-serve is not installed beside sw-pool; mounting with squashfuse_ll (install sw-pool-serve, or set fuse_reader = \"squashfuse_ll\")"
+            );
+            let fallback = ImageInfo {
+                backend: Backend::SquashfuseLl,
+                ..image.clone()
+            };
+            mount_with(sys, &fallback, mp, log, timeout)
+        }
         r => r,
     }
 }

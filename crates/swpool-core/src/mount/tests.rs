@@ -796,3 +796,18 @@ fn another_failure_of_the_tree_server_is_reported_not_hidden_by_a_fallback() {
     );
     assert_eq!(spawned(&sys).len(), 1);
 }
+
+#[test]
+fn without_sw_pool_serve_installed_a_cached_pool_is_mounted_with_squashfuse_ll() {
+    let (_d, mp, sys) = setup(FakeHelper::Missing(Tool::ChunkServer));
+    let img = pool_image().with_reader(FuseReader::SwPool);
+    let m = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap();
+    assert_eq!(m.backend, Backend::SquashfuseLl);
+    let tools: Vec<Tool> = spawned(&sys).into_iter().map(|s| s.0).collect();
+    assert_eq!(tools, [Tool::ChunkServer, Tool::SquashfuseLl]);
+    // in place it is needed either way: the error names it
+    let (_d, mp, sys) = setup(FakeHelper::Missing(Tool::ChunkServer));
+    let img = served_pool().with_reader(FuseReader::SwPool);
+    let e = mount(&sys, &img, &mp, Path::new("/log"), DEFAULT_TIMEOUT).unwrap_err();
+    assert!(e.to_string().contains("sw-pool-serve"), "{e}");
+}

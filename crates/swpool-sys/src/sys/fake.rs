@@ -117,6 +117,8 @@ pub enum FakeHelper {
     Hangs,
     /// The helper program is not installed.
     NotInstalled,
+    /// This tool is not installed; any other mounts.
+    Missing(Tool),
 }
 
 /// The script the fake plays.
@@ -244,6 +246,7 @@ impl FakeSys {
         let appear = match &sc.helper {
             FakeHelper::Mounts => true,
             FakeHelper::MountsAfter(n) => polls >= *n,
+            FakeHelper::Missing(_) => true,
             FakeHelper::Refuses(t, _, _) => fstype != format!("fuse.{}", t.program()),
             _ => false,
         };
@@ -424,7 +427,12 @@ impl Processes for FakeSys {
             tool: cmd.tool(),
             args: cmd.arguments().to_vec(),
         });
-        if let FakeHelper::NotInstalled = self.script.lock().unwrap().helper {
+        let missing = match &self.script.lock().unwrap().helper {
+            FakeHelper::NotInstalled => true,
+            FakeHelper::Missing(t) => *t == cmd.tool(),
+            _ => false,
+        };
+        if missing {
             return Err(ExecError::NotFound {
                 tool: cmd.tool(),
                 searched: vec![PathBuf::from("/fake/bin")],
