@@ -220,7 +220,10 @@ fn in_place_serves_the_pool_file_through_the_chunk_server_and_releases_it() {
     assert_eq!(a.record.image, s.pool);
     assert_eq!(a.record.backend, crate::mount::Backend::SwPoolTree);
     assert!(
-        matches!(a.record.serving, Some(Serving::ChunkServer { dir: None, .. })),
+        matches!(
+            a.record.serving,
+            Some(Serving::ChunkServer { dir: None, .. })
+        ),
         "{:?}",
         a.record.serving
     );
