@@ -128,7 +128,7 @@ race_fixture() {
   cp "$REPO/tests/cluster/race.py" "$RACE"
   # the binary where node1 sees it (the checkout may sit in a directory private to this host, e.g.
   # a clone under /tmp: the nodes have their own /tmp)
-  cp "$SW" "$SW-full" "$SW-enter" "$W/"
+  cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/"
   SW=$W/sw-pool
   echo hello > "$W/tree/hello.txt"
   mksquashfs "$W/tree" "$W/tiny.sqfs" -noappend -quiet -all-root >/dev/null

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # sw-pool mount/umount/list/env on the virtual cluster, as the unprivileged user (non-root FUSE with
-# the nodes' 0666 /dev/fuse): squashfs (squashfuse_ll) and ext2 (fuse2fs) pools, records and
-# mounts private to each node, shared refcounted mounts, a stale mount cleaned by umount --force,
-# and the pool's modules through `sw-pool env` and `module load pool/<name>/<version>` with the real
-# Lmod on all four nodes.  Leaves no mount, record or FUSE process behind.
+# the nodes' 0666 /dev/fuse): squashfs (sw-pool's tree server; squashfuse_ll when configured) and
+# ext2 (fuse2fs) pools, records and mounts private to each node, shared refcounted mounts, a stale
+# mount cleaned by umount --force, and the pool's modules through `sw-pool env` and
+# `module load pool/<name>/<version>` with the real Lmod on all four nodes.  Leaves no mount, record or FUSE process behind.
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_testbed
@@ -25,7 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/pools/demo" "$W/mf/pool/demo" "$W/tree/install/hello/1.0/bin" "$W/tree/source"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 cp "$REPO/etc/profile.d/sw-pool.sh" "$W/sw-pool.sh"
 cp "$REPO/etc/lmod/pool-modulefile.lua" "$W/mf/pool/demo/1.0.lua"
 "$W/bin/sw-pool" init --name demo --version 1.0 "$W/tree/x" >/dev/null
@@ -50,10 +50,13 @@ on() {  # on NODE|all SCRIPT
 MP=/tmp/sw-pool-$uid/mnt/demo/1.0
 
 out=$(on node1 'sw-pool mount demo/1.0 && cat /tmp/sw-pool-'"$uid"'/mnt/demo/1.0/pool.toml | head -2 && sw-pool list && awk -v m='"$MP"' '\''$2 == m {print $3, $4}'\'' /proc/self/mounts')
-assert_match "$TB_USER: mount demo/1.0 on node1 (squashfuse_ll, non-root)" "mounted demo/1.0 \(squashfs, squashfuse_ll pid [0-9]+\) at $MP" "$out"
+assert_match "$TB_USER: mount demo/1.0 on node1 (sw-pool's tree server, non-root)" "mounted demo/1.0 \(squashfs, sw-pool-serve pid [0-9]+\) at $MP" "$out"
 assert_match "$TB_USER: files readable" 'name = "demo"' "$out"
 assert_match "$TB_USER: list shows it ok with refcount 1" "ok +demo/1.0 +[0-9a-f]{12} +1 +[0-9]+ +$MP" "$out"
-assert_match "$TB_USER: ro,nosuid,nodev, user_id=$uid" "fuse.squashfuse_ll ro,nosuid,nodev" "$out"
+assert_match "$TB_USER: ro,nosuid,nodev, user_id=$uid" "fuse.sw-pool ro,nosuid,nodev" "$out"
+# squashfuse_ll stays the fallback a config names
+out=$(on node3 'mkdir -p /tmp/t20-sq && SW_POOL_FUSE_READER=squashfuse_ll sw-pool mount demo/1.0 /tmp/t20-sq && grep -c "^name" /tmp/t20-sq/pool.toml && awk '\''$2 == "/tmp/t20-sq" {print $3}'\'' /proc/self/mounts; sw-pool umount /tmp/t20-sq && rmdir /tmp/t20-sq')
+assert_match "$TB_USER: fuse_reader = squashfuse_ll mounts with squashfuse_ll, reads, unmounts" "squashfuse_ll pid [0-9]+.*1 fuse.squashfuse_ll unmounted" "$(tr '\n' ' ' <<< "$out")"
 out=$(on node1 "awk -v m=$MP '\$2 == m' /proc/self/mounts | grep -c user_id=$uid")
 assert_eq "$TB_USER: the mount outlives the job step (still there in the next step)" 1 "$out"
 out=$(on node2 'sw-pool list; awk -v m='"$MP"' '\''$2 == m'\'' /proc/self/mounts | wc -l')
@@ -79,7 +82,7 @@ root_on() {  # root_on NODE SCRIPT
 }
 RMP=/run/sw-pool/mnt/demo/1.0
 out=$(on node1 'sw-pool mount -q demo/1.0 && echo user-ok')
-out+=$(root_on node1 "sw-pool mount -q demo/1.0 && echo root-ok; awk '\$3 ~ /^fuse.squashfuse_ll/ && \$2 ~ /demo\/1.0\$/ {print \$2}' /proc/self/mounts | sort | tr '\n' ' '")
+out+=$(root_on node1 "sw-pool mount -q demo/1.0 && echo root-ok; awk '(\$3 ~ /^fuse.sw-pool/ || \$1 == \"sw-pool\") && \$2 ~ /demo\/1.0\$/ {print \$2}' /proc/self/mounts | sort | tr '\n' ' '")
 assert_eq "node1: root and $TB_USER each mount demo/1.0 (two FUSE mounts)" "user-okroot-ok"$'\n'"$RMP $MP " "$out"
 out=$(root_on node2 "sw-pool list")
 assert_eq "node2: root's list does not show node1's record in the shared /run/sw-pool" "no mounts on node2" "$out"
@@ -119,6 +122,6 @@ for n in "${nodes[@]:0:4}"; do
   assert_eq "$n: no root mount left" 0 "$("$TESTBED/exec" "$n" grep -c "$RMP" /proc/self/mountinfo || true)"
 done
 # (zombies do not count: orphans are reaped lazily by PID 1 here)
-left=$(ps -u "$TB_USER" -o stat=,pid=,args= | awk '$1 !~ /^Z/ && ($3 ~ /squashfuse_ll|fuse2fs/)')
-assert_eq "no squashfuse_ll/fuse2fs process of $TB_USER left" "" "$left"
+left=$(ps -u "$TB_USER" -o stat=,pid=,args= | awk '$1 !~ /^Z/ && ($3 ~ /squashfuse_ll|fuse2fs|sw-pool-serve/)')
+assert_eq "no sw-pool-serve/squashfuse_ll/fuse2fs process of $TB_USER left" "" "$left"
 finish

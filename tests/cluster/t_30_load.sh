@@ -25,7 +25,7 @@ trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$W/keys" "$E/pools/demo" "$W/tree" "$W/out"
 chmod 1777 "$W/out"   # the job's output, written by the unprivileged user
-cp "$SW" "$SW-full" "$SW-enter" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
 SW=$W/bin/sw-pool
 
 # --- the paper's test pool: head -c 1GB /dev/urandom (64 MB here), sw-pool build -s SIZE test-pool.ext2

@@ -19,7 +19,7 @@ assert_eq "testbed up --sftp-log (4 nodes) exits 0" 0 "$rc"
 [[ $rc == 0 ]] || finish
 E=$TB/export/t32-$$ S=$TB/shared/t32-$$ W=$TB/scratch/t32-$$
 mkdir -p "$E" "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"; SW=$W/bin/sw-pool
 export SW_POOL_SHELL=sh
 mkpool() {  # mkpool NAME BYTES: an ad-hoc pool of random data on shared storage
   mkdir -p "$W/$1/install/$1/1/share"

@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$W/keys" "$W/trusted" "$W/src" "$E"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 SW=$W/bin/sw-pool
 printf '#!/bin/sh\n"$@"\necho "rank-exit $OMPI_COMM_WORLD_RANK $?"\n' > "$W/bin/rank-exit"
 chmod 755 "$W/bin/rank-exit"

@@ -26,9 +26,9 @@ HOOKS=("$TB/etc/prolog.d/50-sw-pool" "$TB/etc/task-prolog.d/50-sw-pool" "$TB/etc
 SINK_PID=""
 # what a user has on a node: sw-pool FUSE mounts, records, helper processes
 leftovers() {  # leftovers NODE UID -> "mounts records helpers"
-  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs)/ && \$4 ~ /user_id=$2(,|\$)/' /proc/self/mounts | wc -l)
+  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs|sw-pool)/ && \$4 ~ /user_id=$2(,|\$)/' /proc/self/mounts | wc -l)
     r=\$(ls /tmp/sw-pool-$2/mounts/ 2>/dev/null | grep -c '\\.json\$' || true)
-    h=\$(ps -u $2 -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs)' || true)
+    h=\$(ps -u $2 -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs|sw-pool-serve)' || true)
     echo \$m \$r \$h"
 }
 wait_clean() {  # wait_clean NODE UID: up to 10 s for the epilog to finish
@@ -51,7 +51,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/libexec/sw-pool" "$W/tree" "$W/out" "$E/pools/demo"
 chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 SW=$W/bin/sw-pool
 # the installed shell integration and pool modulefile, copied where every node sees them (the
 # checkout itself may sit in a directory private to this host, e.g. a clone under /tmp)

@@ -25,9 +25,9 @@ POOLS=$TB/shared/t41-$$/pools
 HOOKS=("$TB/etc/prolog.d/50-sw-pool" "$TB/etc/task-prolog.d/50-sw-pool" "$TB/etc/epilog.d/50-sw-pool")
 PLUGSTACK=$TB/etc/plugstack.conf
 leftovers() {  # leftovers NODE -> "mounts records helpers" of $TB_USER
-  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs)/ && \$4 ~ /user_id=$uid(,|\$)/' /proc/self/mounts | wc -l)
+  "$TESTBED/exec" "$1" sh -c "m=\$(awk '\$3 ~ /^fuse\\.(squashfuse|ext|fuse2fs|sw-pool)/ && \$4 ~ /user_id=$uid(,|\$)/' /proc/self/mounts | wc -l)
     r=\$(ls /tmp/sw-pool-$uid/mounts/ 2>/dev/null | grep -c '\\.json\$' || true)
-    h=\$(ps -u $uid -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs)' || true)
+    h=\$(ps -u $uid -o stat=,comm= 2>/dev/null | grep -c -E '^[^Z ]+ +(squashfuse|fuse2fs|sw-pool-serve)' || true)
     echo \$m \$r \$h"
 }
 clean_after() {  # clean_after NAME: every node clean within 10 s of the job's end
@@ -51,7 +51,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/lib" "$W/libexec/sw-pool" "$W/tree" "$W/out" "$E/pools/demo"
 chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"; SW=$W/bin/sw-pool
 cp "$SO" "$W/lib/sw_pool_spank.so"
 for h in prolog task-prolog epilog; do ln -sf ../../bin/sw-pool "$W/libexec/sw-pool/$h"; done
 "$SW" init --name demo --version 1.0 "$W/tree/demo" >/dev/null

@@ -28,7 +28,7 @@ printf 'name = "demo"\nversion = "1.0"\n' > "$W/tree/pool.toml"
 printf '#!/bin/sh\necho hello\n' > "$W/tree/install/hello/1.0/bin/hello"
 chmod 755 "$W/tree/install/hello/1.0/bin/hello"
 "$SW" build -q --gen-modulefiles "$W/demo.sqfs" "$W/tree" || fail "build the test pool" "sw-pool build failed"
-cp "$SW" "$SW-full" "$SW-enter" "$W/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/"
 ln -sf ../../sw-pool "$W/libexec/sw-pool/epilog"
 chmod -R a+rX "$W"
 

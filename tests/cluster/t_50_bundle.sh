@@ -28,7 +28,7 @@ trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$W/src" "$W/out" "$E/app/bin" "$E/app/lib" "$E/app/plugins" "$E/pools/app"
 chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 SW=$W/bin/sw-pool
 
 # --- the installation on shared storage

@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
 SW=$W/bin/sw-pool
 bin=$REPO/target/release/mpi-selftest
 [[ -x $bin ]] || (cd "$REPO" && cargo build --release -q -p mpi-selftest) || true

@@ -23,7 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/tree" "$E/pools/tbase" "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
 SW=$W/bin/sw-pool
 
 # a tiny root file system: dash as /bin/sh, a few programs and their libraries, mount points

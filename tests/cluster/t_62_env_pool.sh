@@ -21,7 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/bin" "$W/tree/install/tp62/1/bin" "$W/tree/modulefiles/tp62" "$E/pools/tp62" "$E/pools/tbad" "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/" 2>/dev/null || cp "$SW" "$SW-full" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/" 2>/dev/null || cp "$SW" "$SW-full" "$W/bin/"
 SW=$W/bin/sw-pool
 
 T=$W/tree

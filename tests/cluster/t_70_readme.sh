@@ -28,7 +28,7 @@ trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$W/out" "$E/pools/demo" "$W/tree"
 chmod 1777 "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 SW=$W/bin/sw-pool
 printf '#!/bin/sh\nexec %q "$@"\n' "$TESTBED/mpirun" > "$W/bin/mpirun"
 chmod 755 "$W/bin/mpirun"

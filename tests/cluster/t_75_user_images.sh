@@ -37,7 +37,7 @@ cleanup() {
 trap cleanup EXIT
 cleanup
 mkdir -p "$W/bin" "$E/src"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"
 SW=$W/bin/sw-pool
 for i in $(seq 1 300); do echo "file $i" > "$E/src/f$i"; done
 chmod -R a+rX "$W"

@@ -61,7 +61,7 @@ trap cleanup EXIT
 mkdir -p "$W" "$E" && chmod 1777 "$W"
 # the binaries where the nodes see them (the checkout may sit in a directory private to this host,
 # e.g. a clone under /tmp: the nodes have their own /tmp)
-cp "$SW" "$SW-full" "$SW-enter" "$W/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/"
 SW=$W/sw-pool
 cp "$TB/etc/sw-pool/helper.toml" "$W/helper.toml.orig"
 as1() { on runuser -u "$U1" -- "$@"; }

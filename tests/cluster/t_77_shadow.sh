@@ -49,7 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W/out" "$E/pools/t77gcc" && chmod 1777 "$W" "$W/out"
-cp "$SW" "$SW-full" "$SW-enter" "$W/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/"
 SW=$W/sw-pool
 # a testbed started before shadow_root was in its helper.toml gets it for this test
 if ! grep -q '^shadow_root' "$TB/etc/sw-pool/helper.toml"; then

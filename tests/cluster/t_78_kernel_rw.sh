@@ -38,7 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$W" && chmod 1777 "$W"
-cp "$SW" "$SW-full" "$SW-enter" "$W/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/"
 SW=$W/sw-pool
 mkdir -p "$W/src" && for i in $(seq 1 50); do echo "file $i" > "$W/src/f$i"; done
 chmod -R a+rX "$W"

@@ -37,7 +37,7 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-cp "$SW" "$SW-full" "$SW-enter" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$REPO/tests/cluster/srun-mpi" "$W/bin/"
 bin=$REPO/target/release/mpi-selftest
 [[ -x $bin ]] || (cd "$REPO" && cargo build --release -q -p mpi-selftest) || true
 cp "$bin" "$W/bin/" 2>/dev/null || true

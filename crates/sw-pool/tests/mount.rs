@@ -21,9 +21,9 @@ struct Mountable {
 /// Pools of both formats, and bare images whose name says the other format (the magic decides).
 const MOUNTABLE: &[Mountable] = &[
     Mountable {
-        name: "squashfs pool",
+        name: "squashfs pool through sw-pool's tree server (the default)",
         image: |t| pool(t, "sqfs"),
-        helper: "squashfuse_ll",
+        helper: "sw_pool_tree",
         label: "demo/1.0",
     },
     Mountable {
@@ -387,7 +387,7 @@ fn bad_inputs_fail_clearly_and_leave_nothing_mounted() {
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(
         !ps.lines().any(|l| l.contains(t.d.path().to_str().unwrap())
-            && (l.contains("squashfuse") || l.contains("fuse2fs"))),
+            && (l.contains("squashfuse") || l.contains("fuse2fs") || l.contains("sw-pool-serve"))),
         "{ps}"
     );
 }

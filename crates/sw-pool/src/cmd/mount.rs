@@ -195,6 +195,19 @@ fn print_mounted(p: &Printer, rec: &swpool_core::state::Record, reused: bool, se
             rec.mount_point.display(),
             rec.refcount()
         ));
+    } else if let (Some(swpool_core::state::Serving::ChunkServer { pid, .. }), true) = (
+        &rec.serving,
+        rec.backend == swpool_core::mount::Backend::SwPoolTree,
+    ) {
+        p.result(format!(
+            "mounted {} ({}, sw-pool-serve pid {pid}, one hop) at {}: served in place from {}, \
+             each chunk verified on first read; nothing copied",
+            rec.label(),
+            rec.format,
+            rec.mount_point.display(),
+            rec.image.display()
+        ));
+        p.verbose(format!("mount      {seconds:.3} s"));
     } else if let Some(swpool_core::state::Serving::ChunkServer { pid, .. }) = &rec.serving {
         p.result(format!(
             "mounted {} ({}, {} under sw-pool-serve pid {pid}) at {}: served in place from {}, \

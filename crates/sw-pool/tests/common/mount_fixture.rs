@@ -137,13 +137,13 @@ pub fn mount_and_check(t: &T, image: &str, helper: &str, label: &str) {
     assert!(pid_alive(pid));
     assert_eq!(v["record"]["backend"], helper);
     let line = mountinfo_line(&mp);
-    assert!(
-        line.contains(&format!(
-            "fuse.{}",
-            if helper == "fuse2fs" { "" } else { helper }
-        )),
-        "{line}"
-    );
+    let kind = match helper {
+        "fuse2fs" => "fuse.".to_string(),
+        // `fuse.sw-pool sw-pool` through fusermount3, `fuse sw-pool` for root's own mount
+        "sw_pool_tree" => " sw-pool ".to_string(),
+        h => format!("fuse.{h}"),
+    };
+    assert!(line.contains(&kind), "{line}");
     for opt in ["nosuid", "nodev"] {
         assert!(
             line.split(' ').nth(5).unwrap().split(',').any(|o| o == opt),

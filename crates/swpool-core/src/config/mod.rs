@@ -16,7 +16,7 @@
 //! | `mount_helper` | `SW_POOL_MOUNT_HELPER` | none | the site's `sw-pool-mount-helper` (through `sudo -n`) for site-signed pools |
 //! | `shadow_root` | `SW_POOL_SHADOW_ROOT` | none | where the original software is (e.g. `/sw`): `install/<pkg>/<ver>` of a pool shadows `<shadow_root>/<pkg>/<ver>` (`run --shadow`, `mount --shadow`) |
 //! | `mount_dir` | `SW_POOL_MOUNT` | `$XDG_RUNTIME_DIR/sw-pool/mnt` or `/run/sw-pool/mnt` | where pools are mounted |
-//! | `fuse_reader` | `SW_POOL_FUSE_READER` | `squashfuse_ll` | FUSE server of squashfs pools: `squashfuse_ll` or `sw-pool` (`sw-pool-serve --tree`) |
+//! | `fuse_reader` | `SW_POOL_FUSE_READER` | `sw-pool` | FUSE server of squashfs pools: `sw-pool` (`sw-pool-serve --tree`) or `squashfuse_ll` |
 //! | `require_signature` | `SW_POOL_REQUIRE_SIGNATURE` | `false` | refuse unsigned pools |
 //! | `cache_high_watermark` | `SW_POOL_CACHE_HIGH` | none | after a load, a cache above this is pruned … |
 //! | `cache_low_watermark` | `SW_POOL_CACHE_LOW` | 80 % of high | … down to this (least recently used first) |
@@ -594,17 +594,23 @@ mod tests {
     fn fuse_reader_from_file_and_environment() {
         use FuseReader;
         let mut c = Config::default();
-        assert_eq!(c.fuse_reader.value, FuseReader::SquashfuseLl, "the default");
-        c.apply_toml("fuse_reader = \"sw-pool\"\n", Path::new("/etc/c.toml"))
-            .unwrap();
-        assert_eq!(c.fuse_reader.value, FuseReader::SwPool);
+        assert_eq!(c.fuse_reader.value, FuseReader::SwPool, "the default");
+        c.apply_toml(
+            "fuse_reader = \"squashfuse_ll\"\n",
+            Path::new("/etc/c.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.fuse_reader.value, FuseReader::SquashfuseLl);
         let row = c.rows().into_iter().find(|r| r.0 == "fuse_reader").unwrap();
-        assert_eq!((row.1.as_str(), row.2.as_str()), ("sw-pool", "/etc/c.toml"));
-        c.apply_env(|k| (k == "SW_POOL_FUSE_READER").then(|| "squashfuse_ll".into()))
+        assert_eq!(
+            (row.1.as_str(), row.2.as_str()),
+            ("squashfuse_ll", "/etc/c.toml")
+        );
+        c.apply_env(|k| (k == "SW_POOL_FUSE_READER").then(|| "sw-pool".into()))
             .unwrap();
         assert_eq!(
             (c.fuse_reader.value, c.fuse_reader.origin.clone()),
-            (FuseReader::SquashfuseLl, Origin::Env("SW_POOL_FUSE_READER"))
+            (FuseReader::SwPool, Origin::Env("SW_POOL_FUSE_READER"))
         );
         let e = c
             .apply_toml("fuse_reader = \"fuse2fs\"\n", Path::new("/c"))

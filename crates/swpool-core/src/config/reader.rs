@@ -8,11 +8,12 @@ use serde::{Deserialize, Serialize};
 /// Which FUSE server reads squashfs pools (config key `fuse_reader`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum FuseReader {
-    /// `squashfuse_ll` (the default).
-    #[default]
+    /// `squashfuse_ll` (on the chunk server's file in place and on demand: two hops).
     #[serde(rename = "squashfuse_ll")]
     SquashfuseLl,
-    /// sw-pool's own tree server, `mount::Backend::SwPoolTree`.
+    /// sw-pool's own tree server, `mount::Backend::SwPoolTree` (the default: one hop in place
+    /// and on demand, falling back to squashfuse_ll for an image it does not read).
+    #[default]
     #[serde(rename = "sw-pool")]
     SwPool,
 }
@@ -24,7 +25,7 @@ impl std::str::FromStr for FuseReader {
             "squashfuse_ll" => Ok(FuseReader::SquashfuseLl),
             "sw-pool" => Ok(FuseReader::SwPool),
             o => Err(format!(
-                "unknown FUSE reader {o:?}: use \"squashfuse_ll\" (the default) or \"sw-pool\""
+                "unknown FUSE reader {o:?}: use \"sw-pool\" (the default) or \"squashfuse_ll\""
             )),
         }
     }

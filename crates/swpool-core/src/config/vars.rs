@@ -76,7 +76,7 @@ env_vars! {
     Mount "SW_POOL_MOUNT" Setting "per-user runtime directory" "config key `mount_dir`; also set by `load` for modulefiles";
     LayerDir "SW_POOL_LAYER_DIR" Setting "`$XDG_DATA_HOME/sw-pool/layers`, `~/.local/share/sw-pool/layers`" "config key `layer_dir`";
     MountHelper "SW_POOL_MOUNT_HELPER" Setting "none" "config key `mount_helper`: the site's sw-pool-mount-helper, run through `sudo -n` (empty: none)";
-    FuseReader "SW_POOL_FUSE_READER" Setting "squashfuse_ll" "config key `fuse_reader`: the FUSE server of squashfs pools, `squashfuse_ll` or `sw-pool` (sw-pool-serve --tree)";
+    FuseReader "SW_POOL_FUSE_READER" Setting "sw-pool" "config key `fuse_reader`: the FUSE server of squashfs pools, `sw-pool` (sw-pool-serve --tree) or `squashfuse_ll`";
     ShadowRoot "SW_POOL_SHADOW_ROOT" Setting "none" "config key `shadow_root`: the site's original software (`<shadow_root>/<pkg>/<ver>`) that pools shadow (empty: none)";
     RequireSignature "SW_POOL_REQUIRE_SIGNATURE" Setting "true when a trusted key is installed, else false" "config key `require_signature`";
     CacheHigh "SW_POOL_CACHE_HIGH" Setting "none" "config key `cache_high_watermark`";

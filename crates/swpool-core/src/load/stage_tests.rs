@@ -209,6 +209,7 @@ fn the_cached_copy_mounts_its_fuse_helper_and_releases_by_reference() {
 
 #[test]
 fn in_place_serves_the_pool_file_through_the_chunk_server_and_releases_it() {
+    // the default: sw-pool's tree server in one hop, no served file's directory
     let s = site();
     let (cfg, sys) = (Config::default(), FakeSys::new(FakeScript::default()));
     let (node, plan) = one_node(&s, &cfg, &sys);
@@ -217,6 +218,26 @@ fn in_place_serves_the_pool_file_through_the_chunk_server_and_releases_it() {
     assert!(!m.needs_copy());
     let a = m.mount(&node, &req, &plan).unwrap();
     assert_eq!(a.record.image, s.pool);
+    assert_eq!(a.record.backend, crate::mount::Backend::SwPoolTree);
+    assert!(
+        matches!(
+            a.record.serving,
+            Some(Serving::ChunkServer { dir: None, .. })
+        ),
+        "{:?}",
+        a.record.serving
+    );
+    assert!(!node.state.serve_path(&a.record.mount_point).exists());
+    assert_eq!(sys.mounts().unwrap().len(), 1);
+    m.release(&node, &req, &a);
+    assert_eq!(sys.mounts().unwrap().len(), 0);
+    assert_eq!(records(&node), 0);
+    // fuse_reader = "squashfuse_ll": the chunk server's file under squashfuse_ll, two hops
+    let mut cfg = Config::default();
+    cfg.fuse_reader.value = crate::mount::FuseReader::SquashfuseLl;
+    let (node, plan) = one_node(&s, &cfg, &sys);
+    let a = m.mount(&node, &req, &plan).unwrap();
+    assert_eq!(a.record.backend, crate::mount::Backend::SquashfuseLl);
     let Some(Serving::ChunkServer { dir: Some(dir), .. }) = &a.record.serving else {
         panic!("{:?}", a.record.serving)
     };

@@ -16,8 +16,9 @@ use crate::image::ImageFormat;
 pub enum Backend {
     SquashfuseLl,
     Fuse2fs,
-    /// sw-pool's own one-hop FUSE server of a squashfs pool's tree (`sw-pool-serve --tree
-    /// --cached`), reading the node-local pool file.
+    /// sw-pool's own one-hop FUSE server of a squashfs pool's tree (`sw-pool-serve --tree`):
+    /// reading the node-local pool file (`--cached`), or, served in place or on demand, the
+    /// verifying chunk engine (its reader parses only chunks hashed against the manifest).
     SwPoolTree,
 }
 
@@ -41,17 +42,39 @@ impl Backend {
         }
     }
 
-    /// `sw-pool-serve --tree --cached` serving the pool file `image` (manifest `digest`, as
-    /// inspected) at `mountpoint` in the foreground, the server beside this program (else on the
-    /// search path). It ends when the mount point is unmounted, or unmounts it on SIGTERM.
-    pub fn tree_command(image: &Path, digest: &str, mountpoint: &Path) -> ToolCommand {
+    /// `sw-pool-serve --tree` serving the pool file `image` at `mountpoint` in the foreground, the
+    /// server beside this program (else on the search path). Without `serve`: `--cached`, the
+    /// node-local file itself (manifest `digest`, as inspected). With `serve` (in place, on
+    /// demand): through the verifying chunk engine, against the authorized digest, with the
+    /// chunk store and source `serve` names. It ends when the mount point is unmounted, or
+    /// unmounts it on SIGTERM.
+    pub fn tree_command(
+        image: &Path,
+        digest: &str,
+        serve: Option<&serve::Serve>,
+        mountpoint: &Path,
+    ) -> ToolCommand {
         let mut c = ToolCommand::new(Tool::ChunkServer);
         if let Some(p) = serve::beside_us() {
             c = c.program(p);
         }
-        c.arg("--tree")
-            .arg("--cached")
-            .arg("--pool")
+        c = c.arg("--tree");
+        let digest = match serve {
+            None => {
+                c = c.arg("--cached");
+                digest
+            }
+            Some(s) => {
+                if let Some(k) = &s.keep {
+                    c = c.arg("--keep").path(k);
+                }
+                if let Some(src) = &s.source {
+                    c = c.arg("--source").arg(format!("unix:{}", src.display()));
+                }
+                &s.digest
+            }
+        };
+        c.arg("--pool")
             .path(image)
             .arg("--digest")
             .arg(digest)
@@ -100,16 +123,15 @@ impl fmt::Display for Backend {
 }
 
 impl ImageInfo {
-    /// The FUSE server `reader` for this image: sw-pool's tree server only for a squashfs pool
-    /// mounted read-only from its file (not served in place, not a bare image: the server checks
-    /// the manifest's digest); everything else keeps its helper.
+    /// The FUSE server `reader` for this image: sw-pool's tree server only for a read-only
+    /// squashfs pool (cached, in place or on demand; not a bare image: the server checks the
+    /// manifest's digest); everything else keeps its helper.
     pub fn with_reader(mut self, reader: FuseReader) -> ImageInfo {
         self.backend = match reader {
             FuseReader::SwPool
                 if self.format == ImageFormat::Squashfs
                     && self.pool.is_some()
-                    && !self.writable
-                    && self.serve.is_none() =>
+                    && !self.writable =>
             {
                 Backend::SwPoolTree
             }

@@ -2,9 +2,11 @@
 //!
 //! * The format comes from the image's magic ([`crate::image::detect`]), never from its name:
 //!   squashfs → `squashfuse_ll`, ext2/3/4 → `fuse2fs` ([`Backend`]); a squashfs pool goes to
-//!   sw-pool's own tree server (`sw-pool-serve --tree --cached`) when the config key `fuse_reader`
-//!   says `sw-pool` ([`FuseReader`], [`ImageInfo::with_reader`]); an image that server does not
-//!   read (exit status 3) falls back to `squashfuse_ll`.
+//!   sw-pool's own tree server (`sw-pool-serve --tree`: `--cached` for a node-local copy, through
+//!   the verifying chunk engine in place and on demand, in one hop) when the config key
+//!   `fuse_reader` says `sw-pool` ([`FuseReader`], [`ImageInfo::with_reader`]); an image that
+//!   server does not read (exit status 3) falls back to `squashfuse_ll` (in place: on the chunk
+//!   server's file, two hops).
 //! * Always `nosuid,nodev` ([`MountOptions`]); read-only, except a user image mounted `rw` under its
 //!   lease ([`crate::userimage`]).
 //! * The mount point is validated first ([`check_mountpoint`]): it exists, is a directory and not a
@@ -127,7 +129,7 @@ impl ImageInfo {
     /// The helper's command line for this image at `mountpoint`.
     fn helper_command(&self, mountpoint: &Path) -> ToolCommand {
         if let (Backend::SwPoolTree, Some(p)) = (self.backend, &self.pool) {
-            return Backend::tree_command(&self.path, &p.digest, mountpoint);
+            return Backend::tree_command(&self.path, &p.digest, self.serve.as_ref(), mountpoint);
         }
         if let Some(s) = &self.serve {
             return s.wrap(&self.path, self.backend.command(&s.image(), mountpoint));
@@ -499,6 +501,21 @@ pub fn mount(
                 image = %image.path.display(),
                 "sw-pool's FUSE server does not read this image ({}); mounting it with squashfuse_ll",
                 h.stderr.trim()
+            );
+            let fallback = ImageInfo {
+                backend: Backend::SquashfuseLl,
+                ..image.clone()
+            };
+            mount_with(sys, &fallback, mp, log, timeout)
+        }
+        // the default server is not installed beside sw-pool (nor on the search path): the helper
+        Err(MountError::Tool {
+            source: ExecError::NotFound { .. },
+            ..
+        }) if image.backend == Backend::SwPoolTree && image.serve.is_none() => {
+            tracing::warn!(
+                image = %image.path.display(),
+                "sw-pool-serve is not installed beside sw-pool; mounting with squashfuse_ll (install sw-pool-serve, or set fuse_reader = \"squashfuse_ll\")"
             );
             let fallback = ImageInfo {
                 backend: Backend::SquashfuseLl,

@@ -3,7 +3,10 @@
 //! lies, hashing each chunk against the authorized manifest before any byte of it is served, and
 //! runs the helper (squashfuse_ll, fuse2fs) on the served file as its child. The server is the
 //! mount's recorded process: it ends when the helper ends (the pool is unmounted); when it dies,
-//! reads of the pool fail with `EIO` at once and the record reads as stale.
+//! reads of the pool fail with `EIO` at once and the record reads as stale. A squashfs pool read
+//! by sw-pool's tree server ([`super::Backend::SwPoolTree`]) needs no helper: the server reads
+//! the tree from its verified chunks and serves it at the mount point itself, in one hop (a dead
+//! server: `ENOTCONN` at once, stale); its directory here is then not used.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -96,13 +99,20 @@ pub fn prepare_dir(sys: &dyn Sys, dir: &Path) -> std::io::Result<()> {
 /// After the pool's mount is gone: wait (≤ 2 s) for the server `pid` to end, which unmounts its
 /// directory; detach what is still mounted there (a server that was killed) and remove it.
 pub fn release_dir(sys: &dyn Sys, dir: &Path, pid: u32) {
+    wait_ended(sys, pid);
+    detach_leftover(sys, dir);
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// After the pool's mount is gone: wait (≤ 2 s) for the server `pid` to end (a one-hop server
+/// notices its unmount within a fraction of a second), so that nothing of the mount is left when
+/// `umount` returns.
+pub fn wait_ended(sys: &dyn Sys, pid: u32) {
     let mut waited = Duration::ZERO;
     while pid > 1 && sys.running(pid) && waited < Duration::from_secs(2) {
         sys.sleep(Duration::from_millis(20));
         waited += Duration::from_millis(20);
     }
-    detach_leftover(sys, dir);
-    let _ = std::fs::remove_dir(dir);
 }
 
 fn detach_leftover(sys: &dyn Sys, dir: &Path) {

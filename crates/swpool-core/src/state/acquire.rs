@@ -255,6 +255,15 @@ pub fn acquire(
     rec.helper_pid = m.helper_pid;
     rec.mount_id = m.mount_id;
     rec.serving = Some(match &image.serve {
+        // one hop: the tree server is the chunk server and serves at the mount point itself;
+        // its directory for a served file is not used
+        Some(s) if m.backend == mount::Backend::SwPoolTree => {
+            mount::serve::release_dir(sys, &s.dir, 0);
+            Serving::ChunkServer {
+                pid: m.helper_pid,
+                dir: None,
+            }
+        }
         Some(s) => Serving::ChunkServer {
             pid: m.helper_pid,
             dir: Some(s.dir.clone()),

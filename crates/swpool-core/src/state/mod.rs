@@ -271,8 +271,13 @@ impl Record {
     /// Once the mount is gone: the chunk server's directory (and a mount a killed server left
     /// there) goes too.
     pub fn release_server(&self, sys: &dyn Sys) {
-        if let Some(Serving::ChunkServer { pid, dir: Some(d) }) = &self.serving {
-            mount::serve::release_dir(sys, d, *pid);
+        match &self.serving {
+            Some(Serving::ChunkServer { pid, dir: Some(d) }) => {
+                mount::serve::release_dir(sys, d, *pid)
+            }
+            // one hop: the tree server ends by itself once its mount is gone
+            Some(Serving::ChunkServer { pid, dir: None }) => mount::serve::wait_ended(sys, *pid),
+            _ => {}
         }
     }
     fn same_image(&self, img: &ImageInfo) -> bool {

@@ -176,17 +176,33 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
     ));
     // sequential readers (sha256 of a large file, a program's start) do not wait for each chunk
     chunks.start_readahead();
+    if chunks.local().is_some() {
+        // the chunks fetched so far are marked present now and then (and at the end, below)
+        let c = chunks.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(300));
+            if let Some(s) = c.local() {
+                if let Err(e) = s.flush() {
+                    tracing::warn!("{}: marking chunks present: {e}", s.path().display());
+                }
+            }
+        });
+    }
     if args.tree {
         let what = format!("{} ({})", m.name, args.pool.display());
         let size = chunks.image_size();
-        return serve_tree(
+        let r = serve_tree(
             args,
             set,
-            swpool_serve::tree::ChunkReader(chunks),
+            swpool_serve::tree::ChunkReader(chunks.clone()),
             size,
             &what,
             &node,
         );
+        if let Some(s) = chunks.local() {
+            let _ = s.flush();
+        }
+        return r;
     }
     let mtime = UNIX_EPOCH + Duration::from_secs(m.created);
     let fs = ImageFs::new(
@@ -213,18 +229,6 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
                 }
             )
         })?;
-    if let Some(store) = chunks.local() {
-        let _ = store; // flushed by the thread below and at the end
-        let c = chunks.clone();
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(300));
-            if let Some(s) = c.local() {
-                if let Err(e) = s.flush() {
-                    tracing::warn!("{}: marking chunks present: {e}", s.path().display());
-                }
-            }
-        });
-    }
     std::thread::spawn(move || forward_signals(set));
     let image = args.dir.join(IMAGE);
     let argv: Vec<OsString> = args
@@ -335,7 +339,7 @@ fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
         }
         let ts = libc::timespec {
             tv_sec: 0,
-            tv_nsec: 200_000_000,
+            tv_nsec: 50_000_000,
         };
         // SAFETY: `set` is a valid signal set blocked in this thread; null info is allowed.
         let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };

@@ -110,12 +110,15 @@ pub enum FakeHelper {
     /// The helper exits with this stderr after this many polls, mounting nothing.
     Exits(u32, String),
     /// A helper of this tool exits at its first poll with this exit code and stderr, mounting
-    /// nothing (a server refusing an image); any other mounts.
+    /// nothing (a server refusing an image); any other mounts (a wrapper running another
+    /// helper, `sw-pool-serve ... -- squashfuse_ll ...`, counts as that helper).
     Refuses(Tool, i32, String),
     /// The helper never mounts and never exits (a hung helper).
     Hangs,
     /// The helper program is not installed.
     NotInstalled,
+    /// This tool is not installed; any other mounts.
+    Missing(Tool),
 }
 
 /// The script the fake plays.
@@ -243,6 +246,7 @@ impl FakeSys {
         let appear = match &sc.helper {
             FakeHelper::Mounts => true,
             FakeHelper::MountsAfter(n) => polls >= *n,
+            FakeHelper::Missing(_) => true,
             FakeHelper::Refuses(t, _, _) => fstype != format!("fuse.{}", t.program()),
             _ => false,
         };
@@ -423,7 +427,12 @@ impl Processes for FakeSys {
             tool: cmd.tool(),
             args: cmd.arguments().to_vec(),
         });
-        if let FakeHelper::NotInstalled = self.script.lock().unwrap().helper {
+        let missing = match &self.script.lock().unwrap().helper {
+            FakeHelper::NotInstalled => true,
+            FakeHelper::Missing(t) => *t == cmd.tool(),
+            _ => false,
+        };
+        if missing {
             return Err(ExecError::NotFound {
                 tool: cmd.tool(),
                 searched: vec![PathBuf::from("/fake/bin")],
@@ -439,7 +448,15 @@ impl Processes for FakeSys {
             .last()
             .map(PathBuf::from)
             .unwrap_or_default();
-        let fstype = format!("fuse.{}", cmd.tool().program());
+        // a wrapper's mount (`sw-pool-serve ... -- HELPER ...`) is its helper's
+        let args = cmd.arguments();
+        let inner = args
+            .iter()
+            .position(|a| a == "--")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|p| Path::new(p).file_name())
+            .map(|p| p.to_string_lossy().into_owned());
+        let fstype = format!("fuse.{}", inner.as_deref().unwrap_or(cmd.tool().program()));
         st.running = Some((pid, mp, fstype));
         Ok(pid)
     }
