@@ -92,3 +92,27 @@ where
     let m = command().get_matches_from(args);
     Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
 }
+
+/// The paper's stand-alone tools are this binary under another name.
+pub fn multicall_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    let argv0 = args.first().map(|a| {
+        std::path::Path::new(a)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let sub: &[&str] = match argv0.as_deref() {
+        Some("scalable-fs-cp") => &["cp"],
+        Some("scalable-fs-mount") => &["mount"],
+        // Slurm runs Prolog=/TaskProlog=/Epilog= programs without arguments
+        Some("sw-pool-prolog" | "prolog") => &["slurm", "prolog"],
+        Some("sw-pool-task-prolog" | "task-prolog") => &["slurm", "task-prolog"],
+        Some("sw-pool-epilog" | "epilog") => &["slurm", "epilog"],
+        _ => return args,
+    };
+    args[0] = OsString::from("sw-pool");
+    for (i, a) in sub.iter().enumerate() {
+        args.insert(1 + i, OsString::from(a));
+    }
+    args
+}

@@ -11,7 +11,7 @@ mod image;
 mod load;
 mod shadow;
 pub use environment::*;
-pub use help::parse_from;
+pub use help::{multicall_args, parse_from};
 pub use image::*;
 pub use load::*;
 pub use shadow::*;
@@ -774,30 +774,6 @@ pub enum WordKind {
     Pools,
     Loaded,
     Layers,
-}
-
-/// The paper's stand-alone tools are this binary under another name.
-pub fn multicall_args(mut args: Vec<OsString>) -> Vec<OsString> {
-    let argv0 = args.first().map(|a| {
-        std::path::Path::new(a)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    });
-    let sub: &[&str] = match argv0.as_deref() {
-        Some("scalable-fs-cp") => &["cp"],
-        Some("scalable-fs-mount") => &["mount"],
-        // Slurm runs Prolog=/TaskProlog=/Epilog= programs without arguments
-        Some("sw-pool-prolog" | "prolog") => &["slurm", "prolog"],
-        Some("sw-pool-task-prolog" | "task-prolog") => &["slurm", "task-prolog"],
-        Some("sw-pool-epilog" | "epilog") => &["slurm", "epilog"],
-        _ => return args,
-    };
-    args[0] = OsString::from("sw-pool");
-    for (i, a) in sub.iter().enumerate() {
-        args.insert(1 + i, OsString::from(a));
-    }
-    args
 }
 
 #[cfg(test)]
