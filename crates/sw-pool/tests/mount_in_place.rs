@@ -10,23 +10,10 @@ use common::mount_fixture::*;
 use common::*;
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-/// Bytes that do not compress (xorshift): stored as they are, so they can be found in the image.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use std::time::Duration;
 
 const BIG: usize = 12 << 20;
 
@@ -69,38 +56,6 @@ fn kill9(pid: u64) {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("pid {pid} still alive after SIGKILL");
-}
-
-/// A read of `p` after its server died: it fails within 2 s, never hangs: EIO, ENOTCONN (the
-/// kernel's answer once the connection is gone) or ECONNABORTED (a request the kernel had queued
-/// when it noticed).
-fn read_fails_at_once(p: &Path) {
-    let start = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let p = p.to_path_buf();
-    std::thread::spawn(move || {
-        let _ = tx.send(fs::read(&p).map(|v| v.len()));
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("a read of a killed server's mount hung");
-    let e = r.expect_err("a read of a killed server's mount succeeded");
-    assert!(
-        matches!(e.raw_os_error(), Some(5) | Some(103) | Some(107)),
-        "EIO, ECONNABORTED or ENOTCONN, got {e}"
-    );
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
-}
-
-fn drop_caches() {
-    let _ = fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/sys/vm/drop_caches")
-        .and_then(|mut f| f.write_all(b"1"));
 }
 
 #[test]

@@ -9,24 +9,10 @@ use common::mount_fixture::*;
 use common::*;
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Bytes that do not compress (xorshift): stored as they are, so they can be found in the image.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 const BIG: usize = 24 << 20;
 
@@ -246,26 +232,7 @@ fn a_killed_tree_server_fails_reads_at_once() {
     assert!(fs::read(mp.join("wide/entry-0001")).is_ok());
     c.kill().unwrap();
     c.wait().unwrap();
-    let start = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let p = mp.join("big.dat");
-    std::thread::spawn(move || {
-        let _ = tx.send(fs::read(&p).map(|v| v.len()));
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("a read of a killed server's mount hung");
-    let e = r.expect_err("a read of a killed server's mount succeeded");
-    assert!(
-        // ECONNABORTED: a request the kernel had queued when the connection went
-        matches!(e.raw_os_error(), Some(5) | Some(103) | Some(107)),
-        "EIO, ECONNABORTED or ENOTCONN, got {e}"
-    );
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    read_fails_at_once(&mp.join("big.dat"));
     let _ = Command::new("fusermount3")
         .args(["-u", "-z"])
         .arg(&mp)
@@ -294,10 +261,7 @@ fn a_chunk_corrupted_in_place_is_eio_and_named_in_the_log() {
         f.sync_all().unwrap();
     }
     // drop the kernel's cached pages of the pool file so the server reads storage
-    let _ = fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/sys/vm/drop_caches")
-        .and_then(|mut f| f.write_all(b"1"));
+    drop_caches();
     let e = fs::read(mp.join("big.dat")).unwrap_err();
     assert_eq!(
         e.raw_os_error(),

@@ -199,3 +199,49 @@ pub fn need_root() -> bool {
     }
     is_root()
 }
+
+/// Bytes that do not compress (xorshift): stored as they are, so they can be found in the image.
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A read of `p` after its server died: it fails within 2 s, never hangs: EIO, ENOTCONN (the
+/// kernel's answer once the connection is gone) or ECONNABORTED (a request the kernel had queued
+/// when it noticed).
+pub fn read_fails_at_once(p: &Path) {
+    let start = std::time::Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = p.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read(&p).map(|v| v.len()));
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("a read of a killed server's mount hung");
+    let e = r.expect_err("a read of a killed server's mount succeeded");
+    assert!(
+        matches!(e.raw_os_error(), Some(5) | Some(103) | Some(107)),
+        "EIO, ECONNABORTED or ENOTCONN, got {e}"
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// Drop the kernel's clean page cache, so that a server reads storage again (as root; else nothing).
+pub fn drop_caches() {
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/sys/vm/drop_caches")
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"1"));
+}
