@@ -686,6 +686,21 @@ impl Filesystem for ViewFs {
         reply.error(Errno::ENOSYS);
     }
 
+    // a file is no terminal (Python asks, `isatty`, for every file it opens)
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let (_, bytes) = self.0.snap.files();
         reply.statfs(
