@@ -76,6 +76,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if !dir.is_absolute() {
         return Err(format!("{}: give an absolute path", dir.display()));
     }
+    // the environment's pid 1 may hand its capabilities on: read the tree as the user does (no
+    // CAP_DAC_OVERRIDE), keeping only what the mount needs, and that only until it is made
+    keep_caps(CAP_SYS_ADMIN_ONLY).map_err(|e| format!("dropping capabilities: {e}"))?;
     let root = rustix::fs::open(
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -156,7 +159,11 @@ fn child(
     let at = args.at.clone().unwrap_or_else(|| dir.clone());
     let mut wr = std::fs::File::from(wr);
     // standard input and output to /dev/null: whoever waits for their end waits for the parent
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         use std::os::fd::AsRawFd;
         // SAFETY: dup2 onto the standard descriptors of this process.
         unsafe {
@@ -209,6 +216,10 @@ fn child(
             return ExitCode::from(1);
         }
     };
+    if let Err(e) = keep_caps(0) {
+        let _ = write!(wr, "dropping capabilities: {e}");
+        return ExitCode::from(1);
+    }
     let _ = wr.write_all(b"ok");
     drop(wr);
     let code = loop {
@@ -250,6 +261,57 @@ fn child(
         }
     }
     code
+}
+
+/// `keep_caps`' mask of CAP_SYS_ADMIN (bit 21 of the first word).
+const CAP_SYS_ADMIN_ONLY: u32 = 1 << 21;
+
+/// Keep of this process's capabilities only those in `mask` (of the first word; none of the
+/// second), in the effective and permitted sets; none inheritable or ambient.
+fn keep_caps(mask: u32) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data words, as the kernel expects.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let keep = d[0].permitted & mask;
+        let new = [
+            Data {
+                effective: keep,
+                permitted: keep,
+                inheritable: 0,
+            },
+            Data::default(),
+        ];
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        if libc::syscall(libc::SYS_capset, &mut h as *mut Header, new.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 fn termination_signals() -> libc::sigset_t {
