@@ -66,7 +66,7 @@ testbed/up -n 8 --sftp-log
 . testbed/env.sh
 E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
 mkdir -p "$E" "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$(dirname "$SW")/sw-pool-view" "$W/bin/"; SW=$W/bin/sw-pool
 
 # --- the storage server's work: read+write syscalls of every process in its namespace
 server_pids() { ip netns pids "$TB_STOR"; }
@@ -197,8 +197,9 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   local ranks slow imp
   # grep -o: mpirun may put two ranks' lines on one
   ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l)
-  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
-  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
+  # (no rank reported: empty, and the run is still recorded)
+  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
+  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
   printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d,"server_syscalls":%d,"strace":%s}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \

@@ -12,7 +12,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::env_fixture::*;
-use common::*;
 
 fn chown_r(p: &Path) {
     std::os::unix::fs::lchown(p, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -74,6 +73,8 @@ PYTHONPATH=$T/lib python3 -c 'import pkg; print(pkg.VALUE)'
 ls $T/lib/nope 2>/dev/null || echo "no nope"
 touch $T/new 2>/dev/null || echo "read-only"
 grep -q " $T fuse" /proc/mounts && echo "mounted over itself"
+V=; for p in /proc/[0-9]*; do grep -qx sw-pool-view $p/comm 2>/dev/null && V=${{p#/proc/}}; done
+grep CapEff /proc/$V/status
 touch $S/ready
 i=0; while [ ! -e $S/go ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
 echo phase2
@@ -83,6 +84,8 @@ ls $T/added 2>/dev/null || echo "no added"
 cat $T/share/never-read.txt || echo "never-read failed"
 cat $T/share/changed.txt || echo "changed failed"
 cat $T/lib/pkg-link/core.py
+kill -9 $V; sleep 0.3
+cat $T/lib/pkg/core.py 2>&1 | grep -q "not connected" && echo "server killed: clean failure"
 "#
     );
     let mut c = f.cmd(&["run", "--cache", &ts, "--", "sh", "-c", &script]);
@@ -109,9 +112,9 @@ cat $T/lib/pkg-link/core.py
         "lib/pkg/core.py",
         "share/never-read.txt",
     ] {
-        std::fs::set_permissions(t.join(p), std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(t.join(p), std::fs::Permissions::from_mode(0o0)).unwrap();
     }
-    std::fs::set_permissions(t.join("lib/pkg"), std::fs::Permissions::from_mode(0)).unwrap();
+    std::fs::set_permissions(t.join("lib/pkg"), std::fs::Permissions::from_mode(0o0)).unwrap();
     std::fs::write(sync.join("go"), "").unwrap();
     let t1 = Instant::now();
     let o = child.wait_with_output().unwrap();
@@ -126,7 +129,9 @@ cat $T/lib/pkg-link/core.py
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     let (p1, p2) = out.split_once("phase2\n").expect(&out);
     assert_eq!(
-        p1, "__init__.py\ncore.py\nfrom the view\nno nope\nread-only\nmounted over itself\n",
+        p1,
+        "__init__.py\ncore.py\nfrom the view\nno nope\nread-only\nmounted over itself\n\
+         CapEff:\t0000000000000000\n",
         "{err}"
     );
     // after the change: what was read is served as read; the listing is the start's; a file
@@ -139,7 +144,11 @@ cat $T/lib/pkg-link/core.py
         p2.contains("never-read failed\nchanged failed\n"),
         "{p2}{err}"
     );
-    assert!(p2.ends_with("VALUE = 'from the view'\n"), "{p2}{err}");
+    // and a killed server: a clean failure at once, not a hang
+    assert!(
+        p2.ends_with("VALUE = 'from the view'\nserver killed: clean failure\n"),
+        "{p2}{err}"
+    );
     assert!(
         err.contains("share/changed.txt") && err.contains("changed on storage since"),
         "{err}"

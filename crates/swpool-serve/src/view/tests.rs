@@ -82,7 +82,7 @@ fn a_directory_the_walk_cannot_read_fails_its_lookups_with_eacces() {
     let t = tree();
     fs::create_dir(t.path().join("closed")).unwrap();
     fs::write(t.path().join("closed/f"), b"x").unwrap();
-    fs::set_permissions(t.path().join("closed"), fs::Permissions::from_mode(0)).unwrap();
+    fs::set_permissions(t.path().join("closed"), fs::Permissions::from_mode(0o0)).unwrap();
     let s = Snapshot::walk(open_dir(t.path()).as_fd(), t.path()).unwrap();
     fs::set_permissions(t.path().join("closed"), fs::Permissions::from_mode(0o755)).unwrap();
     let c = path_of(&s, "closed").unwrap();
