@@ -5,7 +5,7 @@
 //! from storage once, at its first open, hashed (BLAKE3), kept in node-local memory or in an
 //! unnamed file of a node-local directory, and served from there for the rest of the view's life.
 //!
-//! Consistency: the view is a snapshot. A file whose size, mtime or inode on storage differs from
+//! Consistency: the view is a snapshot. A file whose size or mtime on storage differs from
 //! the snapshot's when it is first read (or changes while it is read) is not served: its reads
 //! fail with `EIO` for the rest of the view's life and one log line names it; a file read once is
 //! served as read, whatever happens on storage after. Nothing is written back (the view is
@@ -62,7 +62,7 @@ pub struct Node {
     pub perm: u16,
     pub size: u64,
     pub mtime: (i64, u32),
-    /// The inode number on storage (a file replaced since the snapshot has another).
+    /// The inode number on storage (kept for a later cache key; not compared, see `same`).
     pub ino: u64,
     pub nlink: u32,
     pub uid: u32,
@@ -273,18 +273,19 @@ impl Storage {
     }
 }
 
-/// Whether `st` is the file the snapshot saw.
+/// Whether `st` is the file the snapshot saw: the same size and mtime. Not the inode number:
+/// FUSE file systems such as sshfs (without `use_ino`) number a file anew when the kernel forgot
+/// it, so an unchanged file would look replaced.
 fn same(node: &Node, st: &rustix::fs::Stat) -> Result<(), String> {
     let now = (
         st.st_size as u64,
         (st.st_mtime as i64, st.st_mtime_nsec as u32),
-        st.st_ino,
     );
-    if now != (node.size, node.mtime, node.ino) {
+    if now != (node.size, node.mtime) {
         return Err(format!(
-            "changed on storage since the job's snapshot (size {} → {}, mtime {}.{:09} → {}.{:09}, inode {} → {}): \
+            "changed on storage since the job's snapshot (size {} → {}, mtime {}.{:09} → {}.{:09}): \
              not served, so that every reader sees one version; run the job again to see the new one",
-            node.size, now.0, node.mtime.0, node.mtime.1, now.1 .0, now.1 .1, node.ino, now.2
+            node.size, now.0, node.mtime.0, node.mtime.1, now.1 .0, now.1 .1
         ));
     }
     Ok(())

@@ -205,7 +205,7 @@ fn a_file_changed_since_the_snapshot_is_not_served_at_all() {
     std::thread::sleep(Duration::from_millis(20));
     fs::write(t.path().join("bin/tool"), b"#!/bin/sh\necho TOOL\n").unwrap();
     assert_eq!(v.open(tool), Err(Errno::EIO));
-    // replaced by rename (another inode), same content and times as far as size goes
+    // replaced by rename: same content and size, a later mtime
     let p = t.path().join("lib/python3/site-packages/pkg/__init__.py");
     fs::write(t.path().join("new"), b"X = 1\n").unwrap();
     fs::rename(t.path().join("new"), &p).unwrap();
