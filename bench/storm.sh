@@ -8,6 +8,9 @@
 #   (c) mounted  the same pool mounted on every node straight from shared storage (squashfuse_ll
 #                run on the pool file over sshfs, no copy, no verification: Apptainer style;
 #                `sw-pool mount` would copy a pool into the verified cache first)
+#   (v) view     the unprepared tree, no build step: every rank under `sw-pool run --cache
+#                $S/site --cache $S/pypi` (one environment per node: the ranks of a node join it),
+#                each node's view lists the trees once and reads each file once (STORM_WAYS="a b v")
 # For every run: the time from launch to the end of the imports and calls on the slowest rank, the
 # bytes the storage server sent (testbed/storage-bytes), and the storage server's work counted on
 # the server: the requests it served (open, lstat, readdir, read, close ...) from its own log
@@ -63,7 +66,7 @@ testbed/up -n 8 --sftp-log
 . testbed/env.sh
 E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
 mkdir -p "$E" "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$(dirname "$SW")/sw-pool-view" "$W/bin/"; SW=$W/bin/sw-pool
 
 # --- the storage server's work: read+write syscalls of every process in its namespace
 server_pids() { ip netns pids "$TB_STOR"; }
@@ -172,7 +175,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   b0=$(testbed/storage-bytes); s0=$(server_sys); o0=$(server_ops)
   t0=$(now)
   case $way in
-    a) pp=$S/site:$S/pypi ;;
+    a|v) pp=$S/site:$S/pypi ;;
     b) pp=$MNT/install/storm/1/python
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/storm/1.sqfs" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
@@ -180,8 +183,10 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
        testbed/mpirun -np "$n" -H "$h1" sh -c "mkdir -p $MNT && squashfuse_ll -o ro,nosuid,nodev $S/pools/storm/1.sqfs $MNT" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
   esac
+  local wrap=()
+  [[ $way == v ]] && wrap=("$SW" run --cache "$S/site" --cache "$S/pypi" --)
   out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
-        $PY -m stormpkg.driver 2>&1) || rc=$?
+        "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
   local t_end; t_end=$(now)
   bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 )); o1=$(server_ops)
   if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi
@@ -192,8 +197,9 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   local ranks slow imp
   # grep -o: mpirun may put two ranks' lines on one
   ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l)
-  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
-  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
+  # (no rank reported: empty, and the run is still recorded)
+  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
+  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
   printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d,"server_syscalls":%d,"strace":%s}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \

@@ -13,8 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 out = sys.argv[1]
 runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl")) if l.strip()]
 params = json.load(open(os.path.join(out, "params.json")))
-names = {"a": "(a) shared storage", "b": "(b) bundled pool, sw-pool load", "c": "(c) pool mounted from shared storage"}
-ways = [w for w in "abc" if any(r["way"] == w for r in runs)]
+names = {"a": "(a) shared storage", "b": "(b) bundled pool, sw-pool load", "c": "(c) pool mounted from shared storage",
+         "v": "(v) unprepared tree, sw-pool run --cache (view per node)"}
+ways = [w for w in "abcv" if any(r["way"] == w for r in runs)]
 
 
 def key(r):
@@ -90,6 +91,11 @@ if big:
     goals.append(f"- at {big[0]} x {big[1]}: (a) {a[big]['slowest_s']} s, (b) {b[big]['slowest_s']} s -> "
                  f"(a) / (b) = {a[big]['slowest_s'] / b[big]['slowest_s']:.2f} (goal >= 5)"
                  + (f"; (c) {c[big]['slowest_s']} s" if big in c else ""))
+v = {(r["nodes"], r["ppn"]): r for r in get("v")}
+if big and big in v:
+    goals.append(f"- (v) at {big[0]} x {big[1]}: {v[big]['slowest_s']} s -> (a) / (v) = "
+                 f"{a[big]['slowest_s'] / v[big]['slowest_s']:.2f} (goal >= 5), (v) / (b) = "
+                 f"{v[big]['slowest_s'] / b[big]['slowest_s']:.2f} (goal <= 1.2)")
 lines += ["## Goals", ""] + goals + [""]
 for label, f in figs:
     lines += [f"![{label}]({f})", ""]

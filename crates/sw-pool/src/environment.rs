@@ -11,6 +11,7 @@ use crate::cli::{EnvironmentArgs, GlobalArgs, RunArgs, ShellArgs};
 use crate::output::Printer;
 
 mod pools;
+mod views;
 
 /// An error of `run`/`shell`: its message and exit status. The front never formats a
 /// `swpool_core::Error` (its trust variants would link libcrypto into the front: measured ~0.8 ms
@@ -192,13 +193,17 @@ fn start(
         Ok(b) => b,
         Err(e) => setup_failed(&e),
     };
-    let pools = match pools::pools(&a.pool, &cfg, env, pools::Voice::of(g)) {
+    let mut pools = match pools::pools(&a.pool, &cfg, env, pools::Voice::of(g)) {
         Ok(p) => p,
         Err(e) => {
             e.print();
             std::process::exit(swpool_env::EXIT_SETUP)
         }
     };
+    match views::views(&a.cache, &self_exe) {
+        Ok(v) => pools.extend(v),
+        Err(e) => setup_failed(&e),
+    }
     // only an environment with a layer, of a job step or of an MPI launcher's ranks is shared
     let shared = a.layer.is_some() || step_key.is_some();
     let req = RunRequest {

@@ -114,7 +114,7 @@ pub fn run(
     } else {
         if let Some(why) = &facts.dev_fuse_blocked {
             return Err(EnvError::Unsupported(format!(
-                "--pool mounts the pool inside the environment with FUSE, but {why}"
+                "--pool and --cache mount inside the environment with FUSE, but {why}"
             )));
         }
         crate::pools::tools(

@@ -18,6 +18,10 @@ pub struct EnvPool {
     pub at: PathBuf,
     /// An ext2/3/4 image (fuse2fs), else squashfs (squashfuse_ll).
     pub ext: bool,
+    /// `--cache DIR`: no pool but the directory `at` itself, shown read-once over itself by this
+    /// program (`sw-pool-view`, beside sw-pool; `image` is the directory too).
+    #[serde(default)]
+    pub view: Option<PathBuf>,
 }
 
 /// Check that the tools the pools need are there: `squashfuse` is where the probe found
@@ -35,7 +39,7 @@ pub fn tools(
             t.program()
         )
     };
-    if let Some(p) = pools.iter().find(|p| !p.ext) {
+    if let Some(p) = pools.iter().find(|p| !p.ext && p.view.is_none()) {
         if squashfuse.is_none() {
             return Err(missing(Tool::SquashfuseLl, "squashfuse", &p.label));
         }
@@ -71,6 +75,15 @@ pub(crate) fn mount(
                 p.at.display()
             ));
         }
+        if let Some(server) = &p.view {
+            view(server, &at, verbose).map_err(|e| {
+                format!(
+                    "--cache {}: {e}; run without --cache to read it from storage directly",
+                    p.at.display()
+                )
+            })?;
+            continue;
+        }
         let cmd = if p.ext {
             ToolCommand::new(Tool::Fuse2fs)
                 .program(fuse2fs.ok_or("fuse2fs was not found")?)
@@ -102,6 +115,31 @@ pub(crate) fn mount(
     Ok(())
 }
 
+/// `--cache`: the view server walks `at` once and mounts the view over it; it returns (and this
+/// with it) once the view is mounted. Its log lines (a file not served) go to the environment's
+/// standard error; it ends with the environment's PID namespace.
+fn view(server: &Path, at: &Path, verbose: bool) -> Result<(), String> {
+    let mut cmd = std::process::Command::new(server);
+    cmd.arg("--over").arg(at).stdin(std::process::Stdio::null());
+    if verbose {
+        cmd.arg("--debug");
+    }
+    let st = cmd
+        .status()
+        .map_err(|e| format!("cannot start {}: {e}", server.display()))?;
+    if !st.success() {
+        // it said why on standard error
+        return Err(format!("{} failed ({st})", server.display()));
+    }
+    if verbose {
+        eprintln!(
+            "sw-pool: environment: {} read-once (a snapshot of the job's start; this environment only)",
+            at.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +150,7 @@ mod tests {
             image: PathBuf::from("/nonexistent/image"),
             at: PathBuf::from("/nonexistent/at"),
             ext,
+            view: None,
         }
     }
 

@@ -17,7 +17,7 @@ pub fn facts(
     pools: &[crate::pools::EnvPool],
     helper: Option<&Path>,
 ) -> Facts {
-    let squashfs_pool = pools.iter().any(|p| !p.ext);
+    let squashfs_pool = pools.iter().any(|p| !p.ext && p.view.is_none());
     Facts {
         userns_blocked: userns_blocked(),
         dev_fuse_blocked: (layer || base || !pools.is_empty())

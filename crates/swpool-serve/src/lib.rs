@@ -31,6 +31,7 @@ pub mod socket;
 pub mod source;
 pub mod store;
 pub mod tree;
+pub mod view;
 
 pub use chunks::{ChunkError, Chunks, Limits};
 

@@ -42,6 +42,11 @@ pub struct EnvironmentArgs {
     /// node of a job step), nothing mounted on the node; repeatable
     #[arg(long, value_name = "NAME/VERSION|FILE")]
     pub pool: Vec<String>,
+    /// A directory on shared storage (a conda/venv/Spack prefix, a plugin tree) shown read-once
+    /// over itself in this environment: listed once when it starts, every file read from storage
+    /// once and then served from node-local memory; a snapshot, read-only; repeatable
+    #[arg(long, value_name = "DIR")]
+    pub cache: Vec<PathBuf>,
 }
 
 pub const ENVIRONMENT_HELP: &str = "\
@@ -96,6 +101,13 @@ trust policy and copied into the node-local cache as `sw-pool load` does it
 (once per node: `sw-pool cache fetch`; in a job step the step's first task
 copies it to every node of the step, reading it once from shared storage).
 Squashfs and ext pools (squashfuse_ll, fuse2fs inside the environment).
+
+CACHE: --cache /project/envs/torch lists the tree once when the environment
+starts and answers every lookup (the loader's and Python's failed ones too)
+from that listing; each file is read from storage once, at its first open,
+and then served from memory. The tree is a snapshot: a file changed on storage
+after the start is not served (EIO, and a line on standard error naming it),
+never half old, half new. Read-only; nothing is left when the environment ends.
 
 IN A JOB: after `sw-pool layer sync NAME` (or by itself in a step over several
 nodes) every node runs over its own copy of the layer under a fresh upper; what

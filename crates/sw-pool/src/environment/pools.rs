@@ -96,6 +96,7 @@ pub fn pools(
             image: pl.image,
             at,
             ext,
+            view: None,
         });
     }
     Ok(out)

@@ -1,0 +1,327 @@
+//! `sw-pool-view`: mount a read-once view of a directory tree over the tree itself (or at
+//! `--at`), for the environments of `sw-pool run --cache DIR` (see `swpool_serve::view`).
+//!
+//! It opens DIR, walks it once (the snapshot), then forks: the child mounts the view and serves
+//! it; the parent exits 0 once the view is mounted, or 1 with the child's error, so that the
+//! caller (the environment's pid 1) goes on only with the view in place. The child keeps standard
+//! error (its log lines: a file not served, the summary at the end) and ends when the view is
+//! unmounted, on SIGTERM/SIGINT/SIGHUP (it unmounts), or with the environment's PID namespace.
+//! sw-pool starts it; it is not meant to be run by hand.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use rustix::fs::{Mode, OFlags};
+use swpool_serve::view::{Snapshot, Storage, View, ViewFs};
+
+/// Mount a read-once, read-only view of a directory over it.
+#[derive(Parser, Debug)]
+#[command(name = "sw-pool-view", version)]
+struct Args {
+    /// The directory (on shared storage) to view
+    #[arg(long, value_name = "DIR")]
+    over: PathBuf,
+    /// Mount the view here instead of over DIR itself
+    #[arg(long, value_name = "DIR")]
+    at: Option<PathBuf>,
+    /// A node-local directory to keep the files' bytes in (as unnamed files: nothing is left);
+    /// default: memory
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// When the view ends, write the paths of the files it read, one a line, to FILE
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Requests served at once (default: the node's CPUs, 2 to 16)
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Log the snapshot's and the view's figures (to standard error)
+    #[arg(long)]
+    debug: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .without_time()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(if args.debug {
+            "debug,fuser=info"
+        } else {
+            "info,fuser=warn"
+        }))
+        .init();
+    match run(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sw-pool-view: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode, String> {
+    let node = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let dir = &args.over;
+    if !dir.is_absolute() {
+        return Err(format!("{}: give an absolute path", dir.display()));
+    }
+    // the environment's pid 1 may hand its capabilities on: read the tree as the user does (no
+    // CAP_DAC_OVERRIDE), keeping only what the mount needs, and that only until it is made
+    keep_caps(CAP_SYS_ADMIN_ONLY).map_err(|e| format!("dropping capabilities: {e}"))?;
+    let root = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{} on {node}: {e}; nothing was mounted", dir.display()))?;
+    let store = args
+        .store
+        .as_ref()
+        .map(|s| {
+            rustix::fs::open(
+                s,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| {
+                format!(
+                    "--store {} on {node}: {e}; give an existing node-local directory",
+                    s.display()
+                )
+            })
+        })
+        .transpose()?;
+    let t0 = Instant::now();
+    let snap = Snapshot::walk(root.as_fd(), dir)
+        .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
+    let (files, bytes) = snap.files();
+    tracing::debug!(
+        entries = snap.nodes.len(),
+        files,
+        bytes,
+        requests = snap.requests,
+        secs = t0.elapsed().as_secs_f64(),
+        "snapshot of {}",
+        dir.display()
+    );
+    // the parent waits on this pipe for the child's word: mounted, or why not
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills two descriptors, owned below and nowhere else.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptors from pipe2, each owned once.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no thread has been started in this process (tracing's subscriber starts none);
+    // the child continues this program, the parent only reads the pipe and exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            drop(rd);
+            Ok(child(args, root, store, snap, wr, &node))
+        }
+        _ => {
+            drop(wr);
+            let mut word = String::new();
+            let _ = std::fs::File::from(rd).read_to_string(&mut word);
+            match word.as_str() {
+                "ok" => Ok(ExitCode::SUCCESS),
+                "" => Err(format!(
+                    "the view of {} on {node} ended before it was mounted",
+                    dir.display()
+                )),
+                e => Err(e.to_string()),
+            }
+        }
+    }
+}
+
+fn child(
+    args: &Args,
+    root: OwnedFd,
+    store: Option<OwnedFd>,
+    snap: Snapshot,
+    wr: OwnedFd,
+    node: &str,
+) -> ExitCode {
+    let dir = &args.over;
+    let at = args.at.clone().unwrap_or_else(|| dir.clone());
+    let mut wr = std::fs::File::from(wr);
+    // standard input and output to /dev/null: whoever waits for their end waits for the parent
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto the standard descriptors of this process.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
+    let set = termination_signals();
+    // SAFETY: a valid signal set; blocked before the session's threads start, so they inherit it.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let what = format!("view of {} on {node}", dir.display());
+    let view = Arc::new(View::new(
+        snap,
+        Box::new(Storage::new(root, dir)),
+        store,
+        &what,
+    ));
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 16)
+    });
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::RO,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::FSName("sw-pool-view".into()),
+        fuser::MountOption::Subtype("sw-pool-view".into()),
+    ];
+    cfg.n_threads = Some(threads.clamp(1, 64));
+    let session = match fuser::Session::new(ViewFs(view.clone()), &at, &cfg).and_then(|s| s.spawn())
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = write!(
+                wr,
+                "cannot mount the view of {} at {} on {node}: {e}{}",
+                dir.display(),
+                at.display(),
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    " (/dev/fuse must be usable by this user: mode 0666)"
+                } else {
+                    ""
+                }
+            );
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = keep_caps(0) {
+        let _ = write!(wr, "dropping capabilities: {e}");
+        return ExitCode::from(1);
+    }
+    let _ = wr.write_all(b"ok");
+    drop(wr);
+    let code = loop {
+        if session.guard.is_finished() {
+            let _ = session.join();
+            break ExitCode::SUCCESS;
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        // SAFETY: `set` is a valid signal set blocked in this thread; null info is allowed.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        if sig > 0 {
+            if session.umount_and_join().is_err() {
+                let _ = rustix::mount::unmount(&at, rustix::mount::UnmountFlags::DETACH);
+            }
+            break ExitCode::from((128 + sig).clamp(0, 255) as u8);
+        }
+    };
+    let s = &view.stats;
+    tracing::debug!(
+        fetched = s.fetched.load(Ordering::Relaxed),
+        bytes = s.fetched_bytes.load(Ordering::Relaxed),
+        failed = s.failed.load(Ordering::Relaxed),
+        "{what}: ended"
+    );
+    if let Some(t) = &args.trace {
+        let mut out = String::new();
+        for p in view.trace() {
+            out.push_str(&p.to_string_lossy());
+            out.push('\n');
+        }
+        let tmp = t.with_extension(format!("tmp{}", std::process::id()));
+        let r = std::fs::write(&tmp, out).and_then(|()| std::fs::rename(&tmp, t));
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!("{what}: --trace {}: {e}", t.display());
+        }
+    }
+    code
+}
+
+/// `keep_caps`' mask of CAP_SYS_ADMIN (bit 21 of the first word).
+const CAP_SYS_ADMIN_ONLY: u32 = 1 << 21;
+
+/// Keep of this process's capabilities only those in `mask` (of the first word; none of the
+/// second), in the effective and permitted sets; none inheritable or ambient.
+fn keep_caps(mask: u32) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data words, as the kernel expects.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let keep = d[0].permitted & mask;
+        let new = [
+            Data {
+                effective: keep,
+                permitted: keep,
+                inheritable: 0,
+            },
+            Data::default(),
+        ];
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        if libc::syscall(libc::SYS_capset, &mut h as *mut Header, new.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}

@@ -1,0 +1,721 @@
+//! A read-once view of a directory tree on shared storage (`sw-pool run --cache DIR`): the tree is
+//! walked once when the view starts (every entry `lstat`ed: type, mode, size, mtime, inode,
+//! symlink target) and every lookup, readdir, getattr and readlink is answered from that
+//! snapshot, failed lookups included (negative entries the kernel keeps); a file's bytes are read
+//! from storage once, at its first open, hashed (BLAKE3), kept in node-local memory or in an
+//! unnamed file of a node-local directory, and served from there for the rest of the view's life.
+//!
+//! Consistency: the view is a snapshot. A file whose size or mtime on storage differs from
+//! the snapshot's when it is first read (or changes while it is read) is not served: its reads
+//! fail with `EIO` for the rest of the view's life and one log line names it; a file read once is
+//! served as read, whatever happens on storage after. Nothing is written back (the view is
+//! read-only).
+//!
+//! The pieces behind seams, so that unit tests run them without FUSE:
+//! - [`Snapshot::walk`]: the listing, made by descriptor from a directory opened before the view
+//!   is mounted over it.
+//! - [`FileBytes`]: where a file's bytes come from ([`Storage`]: the tree itself through that
+//!   descriptor; the job's other nodes implement the same trait).
+//! - [`View`]: the answers (lookup, attributes, reads) as plain results; [`ViewFs`] is the FUSE
+//!   file system that passes them on.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, UNIX_EPOCH};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+
+/// The snapshot never changes while it is served.
+const TTL: Duration = Duration::from_secs(24 * 3600);
+/// Entries of one view at most (a conda environment has ~50k, a Spack tree a few 100k).
+pub const MAX_ENTRIES: usize = 5_000_000;
+
+/// The kind of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    /// A fifo, socket or device node: listed, never opened.
+    Other,
+}
+
+/// One entry of the snapshot, as `lstat` saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The path below the view's root (empty for the root).
+    pub path: PathBuf,
+    pub kind: Kind,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub perm: u16,
+    pub size: u64,
+    pub mtime: (i64, u32),
+    /// The inode number on storage (kept for a later cache key; not compared, see `same`).
+    pub ino: u64,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// A symlink's target.
+    pub target: Vec<u8>,
+    /// A directory's entries, sorted by name: (name, index into [`Snapshot::nodes`]).
+    pub children: Vec<(Vec<u8>, u32)>,
+    /// A directory the walk could not read (its lookups fail with `EACCES`, as they would).
+    pub unreadable: bool,
+    /// The index of the parent directory (the root's own for the root).
+    pub parent: u32,
+}
+
+/// The listing of a whole tree, made once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Index 0 is the root; a node's FUSE inode number is its index + 1.
+    pub nodes: Vec<Node>,
+    /// Calls made to storage to make it (one `lstat` per entry, one open and read per directory).
+    pub requests: u64,
+}
+
+fn kind_of(mode: u32) -> Kind {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+impl Snapshot {
+    /// Walk the tree below `root` (a directory opened before anything is mounted over it), by
+    /// descriptor: each directory opened relative to its parent with `O_NOFOLLOW`. `what` names
+    /// the tree in errors.
+    pub fn walk(root: BorrowedFd<'_>, what: &Path) -> Result<Snapshot, String> {
+        let st = rustix::fs::fstat(root).map_err(|e| format!("{}: {e}", what.display()))?;
+        let mut s = Snapshot {
+            nodes: vec![node_of(PathBuf::new(), &st, Vec::new(), 0)],
+            requests: 1,
+        };
+        if s.nodes[0].kind != Kind::Dir {
+            return Err(format!("{}: not a directory", what.display()));
+        }
+        let dup = rustix::io::fcntl_dupfd_cloexec(root, 0)
+            .map_err(|e| format!("{}: {e}", what.display()))?;
+        s.walk_dir(dup, 0, what)?;
+        Ok(s)
+    }
+
+    fn walk_dir(&mut self, dir: OwnedFd, idx: u32, what: &Path) -> Result<(), String> {
+        self.requests += 1;
+        let mut d = match rustix::fs::Dir::read_from(&dir) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::ACCESS) => {
+                self.nodes[idx as usize].unreadable = true;
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{}: reading the directory: {e}",
+                    what.join(&self.nodes[idx as usize].path).display()
+                ))
+            }
+        };
+        let mut names = Vec::new();
+        while let Some(e) = d.read() {
+            let e = e.map_err(|e| {
+                format!(
+                    "{}: reading the directory: {e}",
+                    what.join(&self.nodes[idx as usize].path).display()
+                )
+            })?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(n.to_vec());
+            }
+        }
+        names.sort();
+        let base = self.nodes[idx as usize].path.clone();
+        let mut children = Vec::with_capacity(names.len());
+        let mut subdirs = Vec::new();
+        for name in names {
+            if self.nodes.len() >= MAX_ENTRIES {
+                return Err(format!(
+                    "{}: more than {MAX_ENTRIES} entries: too large for a view; bundle it into a pool (`sw-pool bundle`)",
+                    what.display()
+                ));
+            }
+            let os = OsStr::from_bytes(&name);
+            self.requests += 1;
+            let st = match rustix::fs::statat(&dir, os, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                // removed while walked: not in the snapshot
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => {
+                    return Err(format!("{}: {e}", what.join(base.join(os)).display()));
+                }
+            };
+            let target = if kind_of(st.st_mode) == Kind::Symlink {
+                self.requests += 1;
+                rustix::fs::readlinkat(&dir, os, Vec::new())
+                    .map_err(|e| format!("{}: {e}", what.join(base.join(os)).display()))?
+                    .into_bytes()
+            } else {
+                Vec::new()
+            };
+            let child = self.nodes.len() as u32;
+            self.nodes.push(node_of(base.join(os), &st, target, idx));
+            if kind_of(st.st_mode) == Kind::Dir {
+                subdirs.push((name.clone(), child));
+            }
+            children.push((name, child));
+        }
+        self.nodes[idx as usize].children = children;
+        for (name, child) in subdirs {
+            let os = OsStr::from_bytes(&name);
+            self.requests += 1;
+            match rustix::fs::openat(
+                &dir,
+                os,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => self.walk_dir(fd, child, what)?,
+                Err(rustix::io::Errno::ACCESS) => self.nodes[child as usize].unreadable = true,
+                Err(e) => {
+                    return Err(format!("{}: {e}", what.join(base.join(os)).display()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry `name` of the directory `dir`: `Ok(None)` when it has none (a negative entry),
+    /// `Err` when `dir` is not a directory (`ENOTDIR`) or could not be read (`EACCES`).
+    pub fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>, Errno> {
+        let d = self.nodes.get(dir as usize).ok_or(Errno::ENOENT)?;
+        if d.kind != Kind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        if d.unreadable {
+            return Err(Errno::EACCES);
+        }
+        Ok(d.children
+            .binary_search_by(|(n, _)| n.as_slice().cmp(name))
+            .ok()
+            .map(|i| d.children[i].1))
+    }
+
+    /// Regular files and their bytes in all.
+    pub fn files(&self) -> (u64, u64) {
+        self.nodes
+            .iter()
+            .filter(|n| n.kind == Kind::File)
+            .fold((0, 0), |(c, b), n| (c + 1, b + n.size))
+    }
+}
+
+fn node_of(path: PathBuf, st: &rustix::fs::Stat, target: Vec<u8>, parent: u32) -> Node {
+    Node {
+        path,
+        kind: kind_of(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        size: st.st_size as u64,
+        mtime: (st.st_mtime as i64, st.st_mtime_nsec as u32),
+        ino: st.st_ino,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        target,
+        children: Vec::new(),
+        unreadable: false,
+        parent,
+    }
+}
+
+/// Where a file's bytes come from. The answer is the file's whole content as the snapshot saw
+/// it, or why not (a file changed since, unreadable, gone): the view logs it and fails the
+/// file's reads with `EIO`.
+pub trait FileBytes: Send + Sync {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String>;
+    /// Where the bytes come from, for messages.
+    fn describe(&self) -> String;
+}
+
+/// The tree on storage itself, through the directory descriptor opened before the view was
+/// mounted over it: each file opened below it with no symlink followed and nothing outside it
+/// reachable (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`).
+pub struct Storage {
+    root: OwnedFd,
+    what: PathBuf,
+    /// Files opened on storage (one request each, plus the reads and two `fstat`s).
+    pub opens: AtomicU64,
+    /// Bytes read from storage.
+    pub bytes: AtomicU64,
+}
+
+impl Storage {
+    pub fn new(root: OwnedFd, what: &Path) -> Storage {
+        Storage {
+            root,
+            what: what.to_path_buf(),
+            opens: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Whether `st` is the file the snapshot saw: the same size and mtime. Not the inode number:
+/// FUSE file systems such as sshfs (without `use_ino`) number a file anew when the kernel forgot
+/// it, so an unchanged file would look replaced.
+fn same(node: &Node, st: &rustix::fs::Stat) -> Result<(), String> {
+    let now = (
+        st.st_size as u64,
+        (st.st_mtime as i64, st.st_mtime_nsec as u32),
+    );
+    if now != (node.size, node.mtime) {
+        return Err(format!(
+            "changed on storage since the job's snapshot (size {} → {}, mtime {}.{:09} → {}.{:09}): \
+             not served, so that every reader sees one version; run the job again to see the new one",
+            node.size, now.0, node.mtime.0, node.mtime.1, now.1 .0, now.1 .1
+        ));
+    }
+    Ok(())
+}
+
+impl FileBytes for Storage {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        let fd = rustix::fs::openat2(
+            &self.root,
+            &node.path,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| format!("opening it on storage: {e}"))?;
+        let before = rustix::fs::fstat(&fd).map_err(|e| format!("fstat: {e}"))?;
+        same(node, &before)?;
+        let mut f = File::from(fd);
+        let mut v = Vec::with_capacity(node.size as usize);
+        f.read_to_end(&mut v)
+            .map_err(|e| format!("reading it on storage: {e}"))?;
+        self.bytes.fetch_add(v.len() as u64, Ordering::Relaxed);
+        let after = rustix::fs::fstat(&f).map_err(|e| format!("fstat: {e}"))?;
+        same(node, &after)?;
+        if v.len() as u64 != node.size {
+            return Err(format!(
+                "changed on storage while it was read ({} bytes read, {} expected): not served",
+                v.len(),
+                node.size
+            ));
+        }
+        Ok(v)
+    }
+
+    fn describe(&self) -> String {
+        self.what.display().to_string()
+    }
+}
+
+/// A file's bytes as the view keeps them.
+enum Held {
+    Memory(Vec<u8>),
+    /// An unnamed file (`O_TMPFILE`) in the node-local directory: nothing is left when the
+    /// view ends, however it ends.
+    Disk(File),
+}
+
+/// What the view did, for its log line and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Files whose bytes were fetched (once each).
+    pub fetched: AtomicU64,
+    pub fetched_bytes: AtomicU64,
+    /// Files that were not served (changed, unreadable).
+    pub failed: AtomicU64,
+}
+
+/// The answers of the view, without FUSE. See the module's documentation.
+pub struct View {
+    pub snap: Arc<Snapshot>,
+    bytes: Box<dyn FileBytes>,
+    /// Node-local directory for the bytes (else memory).
+    store: Option<OwnedFd>,
+    held: Vec<OnceLock<Result<(Held, blake3::Hash), ()>>>,
+    pub stats: Stats,
+    /// The paths fetched, in order (`--trace`).
+    trace: Mutex<Vec<u32>>,
+    /// The view's path and node, for log lines.
+    what: String,
+}
+
+impl View {
+    /// A view of `snap` whose bytes come from `bytes` and are kept in the directory `store`
+    /// (opened; node-local) or in memory; `what` names the tree and node in log lines.
+    pub fn new(
+        snap: Snapshot,
+        bytes: Box<dyn FileBytes>,
+        store: Option<OwnedFd>,
+        what: &str,
+    ) -> View {
+        let n = snap.nodes.len();
+        View {
+            snap: Arc::new(snap),
+            bytes,
+            store,
+            held: (0..n).map(|_| OnceLock::new()).collect(),
+            stats: Stats::default(),
+            trace: Mutex::new(Vec::new()),
+            what: what.to_string(),
+        }
+    }
+
+    /// The node at FUSE inode `ino`.
+    pub fn node(&self, ino: u64) -> Option<&Node> {
+        ino.checked_sub(1)
+            .and_then(|i| self.snap.nodes.get(i as usize))
+    }
+
+    /// The bytes of file `idx`, fetched at the first call (one fetch however many ask at once).
+    fn held(&self, idx: u32) -> Result<&(Held, blake3::Hash), Errno> {
+        let node = &self.snap.nodes[idx as usize];
+        if node.kind != Kind::File {
+            return Err(Errno::EISDIR);
+        }
+        let r = self.held[idx as usize].get_or_init(|| {
+            let fail = |why: String| {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    "{}: {}: {why} (from {})",
+                    self.what,
+                    node.path.display(),
+                    self.bytes.describe()
+                );
+            };
+            let v = match self.bytes.fetch(node) {
+                Ok(v) => v,
+                Err(why) => {
+                    fail(why);
+                    return Err(());
+                }
+            };
+            let h = blake3::hash(&v);
+            self.stats.fetched.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .fetched_bytes
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+            self.trace
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(idx);
+            let held = match &self.store {
+                None => Held::Memory(v),
+                Some(dir) => match keep_on_disk(dir.as_fd(), &v) {
+                    Ok(f) => Held::Disk(f),
+                    Err(e) => {
+                        fail(format!("keeping it in the node-local directory: {e}"));
+                        return Err(());
+                    }
+                },
+            };
+            Ok((held, h))
+        });
+        r.as_ref().map_err(|()| Errno::EIO)
+    }
+
+    /// Open file `ino`: its bytes are fetched now, so that a file is read from storage whole
+    /// and once, at its first open.
+    pub fn open(&self, ino: u64) -> Result<(), Errno> {
+        let n = self.node(ino).ok_or(Errno::ENOENT)?;
+        match n.kind {
+            Kind::Dir => Err(Errno::EISDIR),
+            Kind::File => self.held((ino - 1) as u32).map(|_| ()),
+            _ => Err(Errno::EACCES),
+        }
+    }
+
+    /// Up to `size` bytes of file `ino` at `offset`.
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        self.node(ino).ok_or(Errno::ENOENT)?;
+        let (h, _) = self.held((ino - 1) as u32)?;
+        match h {
+            Held::Memory(v) => {
+                let s = (offset as usize).min(v.len());
+                let e = (s + size as usize).min(v.len());
+                Ok(v[s..e].to_vec())
+            }
+            Held::Disk(f) => {
+                let mut buf = vec![0u8; size as usize];
+                let mut n = 0;
+                while n < buf.len() {
+                    match f.read_at(&mut buf[n..], offset + n as u64) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            tracing::error!("{}: the node-local copy: {e}", self.what);
+                            return Err(Errno::EIO);
+                        }
+                    }
+                }
+                buf.truncate(n);
+                Ok(buf)
+            }
+        }
+    }
+
+    /// The content hash of file `ino` if it was fetched.
+    pub fn hash(&self, ino: u64) -> Option<blake3::Hash> {
+        let i = ino.checked_sub(1)? as usize;
+        self.held.get(i)?.get()?.as_ref().ok().map(|(_, h)| *h)
+    }
+
+    /// The paths of the files fetched so far, in the order they were first opened.
+    pub fn trace(&self) -> Vec<PathBuf> {
+        self.trace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|&i| self.snap.nodes[i as usize].path.clone())
+            .collect()
+    }
+
+    fn attr(&self, idx: u32) -> FileAttr {
+        let n = &self.snap.nodes[idx as usize];
+        let t = if n.mtime.0 >= 0 {
+            UNIX_EPOCH + Duration::new(n.mtime.0 as u64, n.mtime.1)
+        } else {
+            UNIX_EPOCH
+        };
+        let size = match n.kind {
+            Kind::Symlink => n.target.len() as u64,
+            _ => n.size,
+        };
+        FileAttr {
+            ino: INodeNo(idx as u64 + 1),
+            size,
+            blocks: size.div_ceil(512),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: match n.kind {
+                Kind::Dir => FileType::Directory,
+                Kind::File => FileType::RegularFile,
+                Kind::Symlink => FileType::Symlink,
+                // never opened: shown as an empty fifo
+                Kind::Other => FileType::NamedPipe,
+            },
+            perm: n.perm,
+            nlink: n.nlink,
+            uid: n.uid,
+            gid: n.gid,
+            rdev: 0,
+            flags: 0,
+            blksize: 4096,
+        }
+    }
+}
+
+/// `bytes` in a new unnamed file of `dir`.
+fn keep_on_disk(dir: BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<File> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut f = File::from(fd);
+    f.write_all(bytes)?;
+    Ok(f)
+}
+
+/// The FUSE file system of a [`View`].
+pub struct ViewFs(pub Arc<View>);
+
+impl Filesystem for ViewFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max);
+        }
+        for f in [
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+        ] {
+            let _ = config.add_capabilities(f);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let v = &self.0;
+        let Some(dir) = parent.0.checked_sub(1) else {
+            return reply.error(Errno::ENOENT);
+        };
+        match v.snap.lookup(dir as u32, name.as_bytes()) {
+            Ok(Some(i)) => reply.entry(&TTL, &v.attr(i), Generation(0)),
+            Ok(None) => {
+                // a negative entry the kernel keeps for TTL: node id 0
+                let mut a = v.attr(dir as u32);
+                a.ino = INodeNo(0);
+                reply.entry(&TTL, &a, Generation(0))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.0.node(ino.0) {
+            Some(_) => reply.attr(&TTL, &self.0.attr((ino.0 - 1) as u32)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.0.node(ino.0) {
+            Some(n) if n.kind == Kind::Symlink => reply.data(&n.target),
+            Some(_) => reply.error(Errno::EINVAL),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        match self.0.open(ino.0) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.0.read(ino.0, offset, size) {
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: fuser::ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.0.node(ino.0) {
+            Some(n) if n.kind == Kind::Dir && n.unreadable => reply.error(Errno::EACCES),
+            Some(n) if n.kind == Kind::Dir => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
+            Some(_) => reply.error(Errno::ENOTDIR),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let v = &self.0;
+        let Some(d) = v.node(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if d.kind != Kind::Dir {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let mut i = offset;
+        loop {
+            let (node, kind, name): (u64, FileType, &[u8]) = match i {
+                0 => (ino.0, FileType::Directory, b"."),
+                1 => (u64::from(d.parent) + 1, FileType::Directory, b".."),
+                n => match d.children.get((n - 2) as usize) {
+                    Some((name, c)) => (u64::from(*c) + 1, v.attr(*c).kind, name),
+                    None => break,
+                },
+            };
+            if reply.add(INodeNo(node), i + 1, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    // no extended attributes are served: ENOSYS tells the kernel not to ask again
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    // a file is no terminal (Python asks, `isatty`, for every file it opens)
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (_, bytes) = self.0.snap.files();
+        reply.statfs(
+            bytes.div_ceil(4096),
+            0,
+            0,
+            self.0.snap.nodes.len() as u64,
+            0,
+            4096,
+            255,
+            4096,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
