@@ -50,7 +50,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     // --from-env: the environment laid out as install/<name>/<version>/ in a directory beside OUT
     // (removed when this returns, built or not), which becomes the pool's root
     let (src, name, version, staged) = match (&a.from_env, a.src) {
-        (Some(envdir), _) => stage_env(envdir, &a.out, a.name, a.version, env)?,
+        (Some(envdir), _) => stage_env(envdir, &a.out, a.name, a.version, a.env_prefix.as_deref(), env)?,
         (None, Some(src)) => (src, a.name, a.version, None),
         (None, None) => unreachable!("clap requires SRC without --from-env"),
     };
@@ -93,7 +93,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
             p.warn(w);
         }
         p.result(format!(
-            "{}: {} environment, Python {}, {} packages, {} files{}",
+            "{}: {} environment, Python {}, {} packages, {} files{}{}; {} inodes in 1 pool file",
             rep.source.display(),
             rep.kind,
             rep.python_version,
@@ -102,7 +102,16 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
             rep.interpreter_included
                 .as_ref()
                 .map(|i| format!(", interpreter included from {}", i.display()))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if rep.prefix_rewritten > 0 {
+                format!(
+                    ", {} files rewritten for their prefix placeholder",
+                    rep.prefix_rewritten
+                )
+            } else {
+                String::new()
+            },
+            rep.inodes
         ));
     }
     // --gen-modulefiles writes into the source tree: say where, and which
@@ -207,6 +216,7 @@ fn stage_env(
     out: &std::path::Path,
     name_arg: Option<String>,
     version_arg: Option<String>,
+    env_prefix: Option<&std::path::Path>,
     env: &Environment,
 ) -> Result<Staged, Error> {
     let name = match name_arg {
@@ -223,7 +233,14 @@ fn stage_env(
             ),
         )
     })?;
-    let rep = swpool_core::pyenv::stage(envdir, tmp.path(), &name, &version, env.path_var())?;
+    let rep = swpool_core::pyenv::stage(
+        envdir,
+        tmp.path(),
+        &name,
+        &version,
+        env_prefix,
+        env.path_var(),
+    )?;
     let src = tmp.path().to_path_buf();
     let toml = format!(
         "name = {name:?}\nversion = {version:?}\ndescription = {:?}\n",

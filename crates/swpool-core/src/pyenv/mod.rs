@@ -9,7 +9,12 @@
 //!   become relative links to it. `pyvenv.cfg` loses `home`, `executable` and `command`: without
 //!   `home` Python takes the base prefix from the real path of `bin/python` (CPython ≥ 3.11's
 //!   getpath), wherever the pool is mounted.
-//! - conda / pixi: the interpreter is in the tree already.
+//! - conda / pixi: the interpreter is in the tree already. Files that `conda-meta/*.json` lists
+//!   with a `prefix_placeholder` (`paths_data`) are rewritten as conda-pack's `conda-unpack` does,
+//!   to the prefix the package will be seen at (`--env-prefix`): `file_mode: text` by plain
+//!   replacement of the original prefix (and of the placeholder, if still there); `binary` in each
+//!   C string holding it, padded with NULs to the same length, refused (naming the file) when the
+//!   new prefix is longer. Without `--env-prefix` they keep the original path and are named.
 //! - Entry points whose shebang names the environment's interpreter get a `/bin/sh` preamble that
 //!   runs the `python` beside the script (pip's own form for long shebangs).
 //! - `bin/activate` computes `VIRTUAL_ENV` from its own location; `activate.csh`, `activate.fish`
@@ -29,7 +34,10 @@ use swpool_format::status::ExitStatus;
 
 mod relocate;
 use relocate::{fix_records, normalize, relative_to};
-pub use relocate::{record_hash, relocate_activate, relocate_pth, relocate_shebang};
+pub use relocate::{
+    record_hash, relocate_activate, relocate_pth, relocate_shebang, replace_prefix_binary,
+    replace_prefix_text,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -73,6 +81,17 @@ pub enum PyEnvError {
         python: PathBuf,
         reason: String,
     },
+    #[error("{} (listed with the prefix placeholder {placeholder:?} in {}) cannot be relocated to {}: {reason}; give an --env-prefix of at most {max} bytes, or build without --env-prefix (the file then keeps naming the original path)", show(file), show(meta), show(new), max = old_len)]
+    PrefixTooLong {
+        file: PathBuf,
+        meta: PathBuf,
+        placeholder: String,
+        new: PathBuf,
+        old_len: usize,
+        reason: String,
+    },
+    #[error("--env-prefix {}: {reason}", show(prefix))]
+    EnvPrefix { prefix: PathBuf, reason: String },
     #[error("{} {what}: {source}", show(path))]
     Io {
         what: &'static str,
@@ -116,6 +135,11 @@ pub struct EnvReport {
     /// `*.dist-info` / `*.egg-info` directories in site-packages (conda: `conda-meta/*.json`).
     pub packages: usize,
     pub files: u64,
+    /// Files, directories and links of the package: the inodes the environment takes on shared
+    /// storage as a tree (as a pool: 1).
+    pub inodes: u64,
+    /// conda: files rewritten for their prefix placeholder (`--env-prefix`).
+    pub prefix_rewritten: usize,
     pub rewritten: Vec<PathBuf>,
     pub warnings: Vec<String>,
 }
@@ -124,7 +148,8 @@ impl EnvReport {
     /// One line for the pool's description (shown by `inspect`).
     pub fn description(&self) -> String {
         format!(
-            "Python environment: {} (Python {}), {} packages, {} files{}; from {}",
+            "Python environment: {} (Python {}), {} packages, {} files{}; from {}; {} inodes on \
+             shared storage as a tree, 1 as this pool ({} saved)",
             self.kind,
             self.python_version,
             self.packages,
@@ -133,7 +158,9 @@ impl EnvReport {
                 Some(p) => format!(", interpreter included from {}", p.display()),
                 None => String::new(),
             },
-            self.source.display()
+            self.source.display(),
+            self.inodes,
+            self.inodes.saturating_sub(1)
         )
     }
 }
@@ -234,8 +261,19 @@ pub fn stage(
     root: &Path,
     name: &str,
     version: &str,
+    new_prefix: Option<&Path>,
     path_var: Option<&OsStr>,
 ) -> Result<EnvReport, PyEnvError> {
+    if let Some(p) = new_prefix {
+        if !p.is_absolute() || p.as_os_str().as_encoded_bytes().contains(&0) {
+            return Err(PyEnvError::EnvPrefix {
+                prefix: p.to_path_buf(),
+                reason: "not an absolute path; give where install/<name>/<version> of the pool \
+                         will be seen on the nodes"
+                    .into(),
+            });
+        }
+    }
     let kind = detect(env)?;
     let env = std::fs::canonicalize(env).map_err(io("cannot be resolved", env))?;
     let (_link, real) = interpreter(&env)?;
@@ -298,6 +336,12 @@ pub fn stage(
             }
         }
     }
+    let mut prefix_rewritten = 0;
+    if matches!(kind, EnvKind::Conda | EnvKind::Pixi) {
+        if let Some(new) = new_prefix {
+            prefix_rewritten = conda_placeholders(&env, &pkg, new, &mut rewritten)?;
+        }
+    }
     // .pth files
     let sites = site_packages(&pkg);
     for sp in &sites {
@@ -346,8 +390,16 @@ pub fn stage(
                 .join(", "),
             if left.len() > 5 { ", …" } else { "" }
         ));
+        if matches!(kind, EnvKind::Conda | EnvKind::Pixi) && new_prefix.is_none() {
+            warnings.push(
+                "give --env-prefix DIR (where install/<name>/<version> will be seen on the nodes) \
+                 to rewrite the files conda-meta lists with a prefix placeholder"
+                    .into(),
+            );
+        }
     }
     write_modulefiles(root, name, version, &pkg, kind)?;
+    let inodes = count_inodes(&pkg);
     let mut rewritten: Vec<PathBuf> = rewritten
         .into_keys()
         .map(|p| p.strip_prefix(&pkg).map(Path::to_path_buf).unwrap_or(p))
@@ -360,9 +412,105 @@ pub fn stage(
         interpreter_included: included,
         packages,
         files,
+        inodes,
+        prefix_rewritten,
         rewritten,
         warnings,
     })
+}
+
+/// Entries (files, directories, links) under `dir`, itself included.
+fn count_inodes(dir: &Path) -> u64 {
+    let mut n = 1;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => n += count_inodes(&e.path()),
+                _ => n += 1,
+            }
+        }
+    }
+    n
+}
+
+/// conda-pack's prefix rewriting: the files `conda-meta/*.json` lists with a `prefix_placeholder`
+/// get `new` where they name the environment's prefix `env` (or still the placeholder), by
+/// their `file_mode`. Returns how many files changed.
+fn conda_placeholders(
+    env: &Path,
+    pkg: &Path,
+    new: &Path,
+    rewritten: &mut HashMap<PathBuf, ()>,
+) -> Result<usize, PyEnvError> {
+    let meta = pkg.join("conda-meta");
+    let mut jsons: Vec<PathBuf> = std::fs::read_dir(&meta)
+        .map_err(io("cannot be read", &meta))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension() == Some(OsStr::new("json")))
+        .collect();
+    jsons.sort();
+    let old = env.as_os_str().as_encoded_bytes();
+    let newb = new.as_os_str().as_encoded_bytes();
+    let mut n = 0;
+    for j in jsons {
+        let text = std::fs::read(&j).map_err(io("cannot be read", &j))?;
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let Some(paths) = v
+            .get("paths_data")
+            .and_then(|p| p.get("paths"))
+            .and_then(|p| p.as_array())
+        else {
+            continue;
+        };
+        for e in paths {
+            let (Some(rel), Some(ph)) = (
+                e.get("_path").and_then(|x| x.as_str()),
+                e.get("prefix_placeholder").and_then(|x| x.as_str()),
+            ) else {
+                continue;
+            };
+            let mode = e.get("file_mode").and_then(|x| x.as_str()).unwrap_or("text");
+            let f = normalize(&pkg.join(rel));
+            if !f.starts_with(pkg) || !f.symlink_metadata().map(|m| m.is_file()).unwrap_or(false) {
+                continue;
+            }
+            let mut data = std::fs::read(&f).map_err(io("cannot be read", &f))?;
+            let mut changed = false;
+            let mut olds: Vec<&[u8]> = vec![old];
+            if ph.as_bytes() != old && !ph.is_empty() {
+                olds.push(ph.as_bytes());
+            }
+            for o in olds {
+                let r = if mode == "binary" {
+                    replace_prefix_binary(&data, o, newb).map_err(|reason| {
+                        PyEnvError::PrefixTooLong {
+                            file: env.join(rel),
+                            meta: env.join("conda-meta").join(j.file_name().unwrap_or_default()),
+                            placeholder: ph.to_string(),
+                            new: new.to_path_buf(),
+                            old_len: o.len(),
+                            reason,
+                        }
+                    })?
+                } else {
+                    replace_prefix_text(&data, o, newb)
+                };
+                if let Some(d) = r {
+                    data = d;
+                    changed = true;
+                }
+            }
+            if changed {
+                write_file(&f, &data)?;
+                rewritten.insert(f, ());
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
 }
 
 pub(super) fn write_file(p: &Path, data: &[u8]) -> Result<(), PyEnvError> {
