@@ -50,7 +50,14 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     // --from-env: the environment laid out as install/<name>/<version>/ in a directory beside OUT
     // (removed when this returns, built or not), which becomes the pool's root
     let (src, name, version, staged) = match (&a.from_env, a.src) {
-        (Some(envdir), _) => stage_env(envdir, &a.out, a.name, a.version, a.env_prefix.as_deref(), env)?,
+        (Some(envdir), _) => stage_env(
+            envdir,
+            &a.out,
+            a.name,
+            a.version,
+            a.env_prefix.as_deref(),
+            env,
+        )?,
         (None, Some(src)) => (src, a.name, a.version, None),
         (None, None) => unreachable!("clap requires SRC without --from-env"),
     };

@@ -523,7 +523,34 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 continue;
             }
             if let Some(pi) = &py {
-                // the standard library stays the host's, wherever the file was found from
+                // with the interpreter in the bundle, the standard library goes where it looks
+                // (the rule `build --from-env` follows too): lib/pythonX.Y beside bin/
+                let home = bundled_interpreter(&plan, pi);
+                let rel = pi.stdlib.iter().find_map(|d| {
+                    f.strip_prefix(d)
+                        .ok()
+                        .or_else(|| c.strip_prefix(d).ok())
+                        .map(Path::to_path_buf)
+                });
+                if let (Some(exe), Some(rel), true) =
+                    (&home, rel, pi.is_stdlib(&f) || pi.is_stdlib(&c))
+                {
+                    let k = plan.add(Planned {
+                        source: f.clone(),
+                        dest: crate::pyenv::stdlib_beside(exe, &pi.version).join(rel),
+                        kind: "python",
+                        reason: "the bundled interpreter's standard library, imported by the \
+                                 traced command"
+                            .into(),
+                        elf: None,
+                        symlink: None,
+                    });
+                    if is_elf && elf::read(&c).map(|i| i.dynamic).unwrap_or(false) {
+                        roots.push((f.clone(), k));
+                    }
+                    continue;
+                }
+                // else the standard library stays the host's, wherever the file was found from
                 if pi.is_stdlib(&f) || pi.is_stdlib(&c) {
                     plan.out.push(FileRecord {
                         source: f.clone(),
@@ -594,6 +621,29 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         }
         tracing::debug!(outside, "traced files outside the prefixes");
     }
+    // the landmark by which a bundled CPython finds its standard library (never opened: os is
+    // frozen, getpath only looks for the file)
+    if let Some(pi) = &py {
+        if let Some(exe) = bundled_interpreter(&plan, pi) {
+            if let Some(l) = pi
+                .stdlib
+                .iter()
+                .map(|d| d.join("os.py"))
+                .find(|l| l.is_file())
+            {
+                plan.add(Planned {
+                    source: l,
+                    dest: crate::pyenv::stdlib_beside(&exe, &pi.version).join("os.py"),
+                    kind: "python",
+                    reason: "where the bundled interpreter finds its standard library (CPython's \
+                             landmark, lib/pythonX.Y/os.py beside bin/)"
+                        .into(),
+                    elf: None,
+                    symlink: None,
+                });
+            }
+        }
+    }
     close_roots(&mut plan, &roots, &mut r, &cfg, &ex, &mut seen_out)?;
 
     // names under which a bundled library is needed besides its file's name (runpath mode)
@@ -632,6 +682,13 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
             continue;
         }
         copy_file(&f.source, &d)?;
+    }
+    // CPython's exec-prefix landmark: without lib-dynload a bundled interpreter warns at start
+    if let Some(pi) = &py {
+        if let Some(exe) = bundled_interpreter(&plan, pi) {
+            let d = pkg.join(crate::pyenv::stdlib_beside(&exe, &pi.version).join("lib-dynload"));
+            std::fs::create_dir_all(&d).map_err(io("cannot create", &d))?;
+        }
     }
     for (alias, target) in &plan.aliases {
         let a = pkg.join(alias);
@@ -677,6 +734,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     write(&mfd.join(format!("{version}.lua")), mf.as_bytes())?;
     let notes: Vec<String> = py
         .iter()
+        .filter(|pi| bundled_interpreter(&plan, pi).is_none())
         .map(|pi| {
             format!(
                 "Python's standard library is not bundled: the modules under python/ run with the \
@@ -764,3 +822,10 @@ use place::*;
 
 #[cfg(test)]
 mod tests;
+
+/// Where the interpreter `pi` describes lies in the package, when it is bundled (named on the
+/// command line): the standard library then goes beside it ([`crate::pyenv::stdlib_beside`]).
+fn bundled_interpreter(plan: &place::Plan, pi: &python::PythonInfo) -> Option<PathBuf> {
+    let i = *plan.by_source.get(&canon(&pi.executable))?;
+    Some(plan.files[i].dest.clone())
+}

@@ -165,6 +165,18 @@ impl EnvReport {
     }
 }
 
+/// Where a bundled CPython `X.Y` whose executable is (really) at `exe` finds its standard library:
+/// `lib/pythonX.Y` under the prefix two levels above the executable (`<prefix>/bin/python`), the
+/// `os.py` landmark CPython's getpath looks for. `build --from-env` (`interpreter/bin/pythonX.Y`)
+/// and `bundle --python` (the interpreter in `bin/`) both lay the standard library out here.
+pub fn stdlib_beside(exe: &Path, version: &str) -> PathBuf {
+    exe.parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new(""))
+        .join("lib")
+        .join(format!("python{version}"))
+}
+
 /// Which kind of environment `env` is, from its own files.
 pub fn detect(env: &Path) -> Result<EnvKind, PyEnvError> {
     if !env.is_dir() {
@@ -472,7 +484,10 @@ fn conda_placeholders(
             ) else {
                 continue;
             };
-            let mode = e.get("file_mode").and_then(|x| x.as_str()).unwrap_or("text");
+            let mode = e
+                .get("file_mode")
+                .and_then(|x| x.as_str())
+                .unwrap_or("text");
             let f = normalize(&pkg.join(rel));
             if !f.starts_with(pkg) || !f.symlink_metadata().map(|m| m.is_file()).unwrap_or(false) {
                 continue;
@@ -488,7 +503,9 @@ fn conda_placeholders(
                     replace_prefix_binary(&data, o, newb).map_err(|reason| {
                         PyEnvError::PrefixTooLong {
                             file: env.join(rel),
-                            meta: env.join("conda-meta").join(j.file_name().unwrap_or_default()),
+                            meta: env
+                                .join("conda-meta")
+                                .join(j.file_name().unwrap_or_default()),
                             placeholder: ph.to_string(),
                             new: new.to_path_buf(),
                             old_len: o.len(),
@@ -631,7 +648,7 @@ fn include_interpreter(
     std::fs::copy(real, &exe).map_err(io("cannot be copied", real))?;
     *files += 1;
     // the standard library without the base's own site-packages / dist-packages
-    let dst = il.join(&stdlib_name);
+    let dst = stdlib_beside(&exe, v);
     copy_stdlib(&pr.stdlib, &dst, files)?;
     if pr.shared == Some(1) {
         let (Some(libdir), Some(so)) = (&pr.libdir, &pr.ldlibrary) else {

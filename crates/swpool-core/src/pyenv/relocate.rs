@@ -186,7 +186,11 @@ pub fn replace_prefix_text(data: &[u8], old: &[u8], new: &[u8]) -> Option<Vec<u8
 /// holds it, the string padded with NULs after its terminator so that every offset in the file
 /// stays where it was. `Ok(None)`: nothing to replace. `Err` (the reason) when `new` is longer
 /// than `old`: the string cannot grow in place.
-pub fn replace_prefix_binary(data: &[u8], old: &[u8], new: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub fn replace_prefix_binary(
+    data: &[u8],
+    old: &[u8],
+    new: &[u8],
+) -> Result<Option<Vec<u8>>, String> {
     if old.is_empty() || find(data, old).is_none() {
         return Ok(None);
     }
