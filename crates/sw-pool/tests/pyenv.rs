@@ -620,6 +620,17 @@ fn uv_environment_over_a_managed_python_includes_it() {
         ],
         "build",
     );
+    // inspect: kind, version, and the inodes the tree takes on shared storage against 1
+    let i = sw_run(&["inspect", "--no-check", pool.to_str().unwrap()]);
+    assert_eq!(i.code, 0, "{}", i.stderr);
+    assert_contains_all(
+        &i.stdout,
+        &[
+            &format!("Python environment: {kind} (Python {full})"),
+            "inodes on shared storage as a tree, 1 as this pool",
+        ],
+        "inspect",
+    );
     let moved = d.path().join("elsewhere");
     let o = run(Command::new("unsquashfs")
         .arg("-q")

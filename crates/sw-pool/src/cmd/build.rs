@@ -99,27 +99,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         for w in &rep.warnings {
             p.warn(w);
         }
-        p.result(format!(
-            "{}: {} environment, Python {}, {} packages, {} files{}{}; {} inodes in 1 pool file",
-            rep.source.display(),
-            rep.kind,
-            rep.python_version,
-            rep.packages,
-            rep.files,
-            rep.interpreter_included
-                .as_ref()
-                .map(|i| format!(", interpreter included from {}", i.display()))
-                .unwrap_or_default(),
-            if rep.prefix_rewritten > 0 {
-                format!(
-                    ", {} files rewritten for their prefix placeholder",
-                    rep.prefix_rewritten
-                )
-            } else {
-                String::new()
-            },
-            rep.inodes
-        ));
+        p.result(env_summary(rep));
     }
     // --gen-modulefiles writes into the source tree: say where, and which
     if !r.modulefiles_written.is_empty() {
@@ -260,4 +240,29 @@ fn stage_env(
         )
     })?;
     Ok((src, Some(name), Some(version), Some((tmp, rep))))
+}
+
+/// One line about the environment `build --from-env` laid out.
+fn env_summary(rep: &swpool_core::pyenv::EnvReport) -> String {
+    format!(
+        "{}: {} environment, Python {}, {} packages, {} files{}{}; {} inodes in 1 pool file",
+        rep.source.display(),
+        rep.kind,
+        rep.python_version,
+        rep.packages,
+        rep.files,
+        rep.interpreter_included
+            .as_ref()
+            .map(|i| format!(", interpreter included from {}", i.display()))
+            .unwrap_or_default(),
+        if rep.prefix_rewritten > 0 {
+            format!(
+                ", {} files rewritten for their prefix placeholder",
+                rep.prefix_rewritten
+            )
+        } else {
+            String::new()
+        },
+        rep.inodes
+    )
 }

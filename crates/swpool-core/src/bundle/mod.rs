@@ -525,26 +525,8 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
             if let Some(pi) = &py {
                 // with the interpreter in the bundle, the standard library goes where it looks
                 // (the rule `build --from-env` follows too): lib/pythonX.Y beside bin/
-                let home = bundled_interpreter(&plan, pi);
-                let rel = pi.stdlib.iter().find_map(|d| {
-                    f.strip_prefix(d)
-                        .ok()
-                        .or_else(|| c.strip_prefix(d).ok())
-                        .map(Path::to_path_buf)
-                });
-                if let (Some(exe), Some(rel), true) =
-                    (&home, rel, pi.is_stdlib(&f) || pi.is_stdlib(&c))
-                {
-                    let k = plan.add(Planned {
-                        source: f.clone(),
-                        dest: crate::pyenv::stdlib_beside(exe, &pi.version).join(rel),
-                        kind: "python",
-                        reason: "the bundled interpreter's standard library, imported by the \
-                                 traced command"
-                            .into(),
-                        elf: None,
-                        symlink: None,
-                    });
+                if let Some(dest) = pi.stdlib_dest(&plan, &f, &c) {
+                    let k = plan.add(pi.planned(f.clone(), dest, "the bundled interpreter's standard library, imported by the traced command"));
                     if is_elf && elf::read(&c).map(|i| i.dynamic).unwrap_or(false) {
                         roots.push((f.clone(), k));
                     }
@@ -621,28 +603,8 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         }
         tracing::debug!(outside, "traced files outside the prefixes");
     }
-    // the landmark by which a bundled CPython finds its standard library (never opened: os is
-    // frozen, getpath only looks for the file)
-    if let Some(pi) = &py {
-        if let Some(exe) = bundled_interpreter(&plan, pi) {
-            if let Some(l) = pi
-                .stdlib
-                .iter()
-                .map(|d| d.join("os.py"))
-                .find(|l| l.is_file())
-            {
-                plan.add(Planned {
-                    source: l,
-                    dest: crate::pyenv::stdlib_beside(&exe, &pi.version).join("os.py"),
-                    kind: "python",
-                    reason: "where the bundled interpreter finds its standard library (CPython's \
-                             landmark, lib/pythonX.Y/os.py beside bin/)"
-                        .into(),
-                    elf: None,
-                    symlink: None,
-                });
-            }
-        }
+    if let Some(l) = py.as_ref().and_then(|pi| pi.landmark(&plan)) {
+        plan.add(l);
     }
     close_roots(&mut plan, &roots, &mut r, &cfg, &ex, &mut seen_out)?;
 
@@ -683,12 +645,9 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         }
         copy_file(&f.source, &d)?;
     }
-    // CPython's exec-prefix landmark: without lib-dynload a bundled interpreter warns at start
-    if let Some(pi) = &py {
-        if let Some(exe) = bundled_interpreter(&plan, pi) {
-            let d = pkg.join(crate::pyenv::stdlib_beside(&exe, &pi.version).join("lib-dynload"));
-            std::fs::create_dir_all(&d).map_err(io("cannot create", &d))?;
-        }
+    if let Some(d) = py.as_ref().and_then(|pi| pi.lib_dynload(&plan)) {
+        let d = pkg.join(d);
+        std::fs::create_dir_all(&d).map_err(io("cannot create", &d))?;
     }
     for (alias, target) in &plan.aliases {
         let a = pkg.join(alias);
@@ -734,7 +693,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     write(&mfd.join(format!("{version}.lua")), mf.as_bytes())?;
     let notes: Vec<String> = py
         .iter()
-        .filter(|pi| bundled_interpreter(&plan, pi).is_none())
+        .filter(|pi| pi.bundled_at(&plan).is_none())
         .map(|pi| {
             format!(
                 "Python's standard library is not bundled: the modules under python/ run with the \
@@ -822,10 +781,3 @@ use place::*;
 
 #[cfg(test)]
 mod tests;
-
-/// Where the interpreter `pi` describes lies in the package, when it is bundled (named on the
-/// command line): the standard library then goes beside it ([`crate::pyenv::stdlib_beside`]).
-fn bundled_interpreter(plan: &place::Plan, pi: &python::PythonInfo) -> Option<PathBuf> {
-    let i = *plan.by_source.get(&canon(&pi.executable))?;
-    Some(plan.files[i].dest.clone())
-}
