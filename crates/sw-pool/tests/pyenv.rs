@@ -347,6 +347,9 @@ fn touching<'a>(log: &'a str, path: &Path) -> Vec<&'a str> {
     log.lines().filter(|l| l.contains(&p)).collect()
 }
 
+/// A file of the hand-built conda package: path, bytes, (prefix placeholder, file mode).
+type CondaFile<'a> = (String, Vec<u8>, Option<(&'a str, &'a str)>);
+
 /// conda-pack's layout, built by hand (no conda or micromamba can be installed here):
 /// `conda-meta/*.json` with `files` and `paths_data` (`prefix_placeholder`, `file_mode` text and
 /// binary), the interpreter and its standard library in the tree, a text module, an entry point
@@ -364,7 +367,7 @@ fn conda_environment_prefix_placeholders_are_rewritten_as_conda_pack_does() {
     let ph = "/opt/anaconda1anaconda2anaconda3";
     let long_ph = format!("/home/build/_h_env_placehold{}", "_placehold".repeat(8));
     let sp = format!("lib/python{v}/site-packages");
-    let files: Vec<(String, Vec<u8>, Option<(&str, &str)>)> = vec![
+    let files: Vec<CondaFile> = vec![
         (
             format!("{sp}/demo/__init__.py"),
             b"from ._paths import DATA, ETC\ndef main():\n    print(open(DATA).read().strip(), ETC)\n"

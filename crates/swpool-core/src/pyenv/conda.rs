@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use super::relocate::{normalize, replace_prefix_binary, replace_prefix_text};
-use super::{io, write_file, EnvKind, PyEnvError};
+use super::{io, write_file, EnvKind, PrefixTooLong, PyEnvError};
 
 /// `--env-prefix` must be an absolute path.
 pub(super) fn check_prefix(p: &Path) -> Result<(), PyEnvError> {
@@ -95,7 +95,7 @@ pub(super) fn conda_placeholders(
             for o in olds {
                 let r = if mode == "binary" {
                     replace_prefix_binary(&data, o, newb).map_err(|reason| {
-                        PyEnvError::PrefixTooLong {
+                        PyEnvError::PrefixTooLong(Box::new(PrefixTooLong {
                             file: env.join(rel),
                             meta: env
                                 .join("conda-meta")
@@ -104,7 +104,7 @@ pub(super) fn conda_placeholders(
                             new: new.to_path_buf(),
                             old_len: o.len(),
                             reason,
-                        }
+                        }))
                     })?
                 } else {
                     replace_prefix_text(&data, o, newb)

@@ -83,15 +83,8 @@ pub enum PyEnvError {
         python: PathBuf,
         reason: String,
     },
-    #[error("{} (listed with the prefix placeholder {placeholder:?} in {}) cannot be relocated to {}: {reason}; give an --env-prefix of at most {max} bytes, or build without --env-prefix (the file then keeps naming the original path)", show(file), show(meta), show(new), max = old_len)]
-    PrefixTooLong {
-        file: PathBuf,
-        meta: PathBuf,
-        placeholder: String,
-        new: PathBuf,
-        old_len: usize,
-        reason: String,
-    },
+    #[error(transparent)]
+    PrefixTooLong(Box<PrefixTooLong>),
     #[error("--env-prefix {}: {reason}", show(prefix))]
     EnvPrefix { prefix: PathBuf, reason: String },
     #[error("{} {what}: {source}", show(path))]
@@ -124,6 +117,18 @@ pub(super) fn io<'a>(
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// A binary file of a conda package cannot take the new prefix (boxed in [`PyEnvError`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{} (listed with the prefix placeholder {placeholder:?} in {}) cannot be relocated to {}: {reason}; give an --env-prefix of at most {max} bytes, or build without --env-prefix (the file then keeps naming the original path)", show(file), show(meta), show(new), max = old_len)]
+pub struct PrefixTooLong {
+    pub file: PathBuf,
+    pub meta: PathBuf,
+    pub placeholder: String,
+    pub new: PathBuf,
+    pub old_len: usize,
+    pub reason: String,
 }
 
 /// What `stage` made of an environment.
