@@ -119,9 +119,9 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
     c) testbed/mpirun -np "$n" -H "$h1" "$SW" umount "$MNT" >/dev/null 2>&1 || true ;;
   esac
   local ranks slow imp
-  ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l)
-  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
-  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1)
+  ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l || true)
+  slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1 || true)
+  imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1 || true)
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
   printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
