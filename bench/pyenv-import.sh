@@ -2,7 +2,9 @@
 # `import scipy.stats` from a Python environment, on N nodes x P ranks of the virtual cluster (not
 # a test). A venv over /usr/bin/python3 with numpy + scipy from PyPI lies on shared storage; it is
 # imported three ways, same run, same storage delays as bench/storm.sh:
-#   (a) shared    the venv's own python straight from shared storage (sshfs)
+#   (a) shared    the venv's packages straight from shared storage (sshfs): /usr/bin/python3 with
+#                 the venv's site-packages on PYTHONPATH (mpirun does not start the venv's python
+#                 link on the sshfs mount)
 #   (b) pool      `sw-pool build --from-env` of that venv, `sw-pool load` (broadcast to node-local
 #                 storage, verified, mounted) and the pool's python; the load is inside the time
 #   (c) in-place  the same pool file `sw-pool mount --in-place` on every node from shared storage
@@ -44,7 +46,7 @@ testbed/up -n 8 --sftp-log
 . testbed/env.sh
 E=$TB/export/pyenv S=$TB/shared/pyenv W=$TB/scratch/pyenv
 mkdir -p "$E/pools/sci" "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"; SW=$W/bin/sw-pool
 
 server_pids() { ip netns pids "$TB_STOR"; }
 server_ops() { testbed/storage-ops --by-op | awk '{t += $2} $1 == "read" {r = $2} END {print t + 0, r + 0}'; }
@@ -81,6 +83,7 @@ fi
 "$SW" build -q --from-env "$E/sci-env" --name sci --version 1 "$E/pools/sci/1.sqfs"
 chmod -R a+rX "$E"
 FILES=$(find "$E/sci-env" | wc -l)
+SITE=$(echo "$E"/sci-env/lib/python3*/site-packages)   # the host's path; nodes see it under $S
 echo "venv: $FILES files+dirs, $(du -sh "$E/sci-env" | cut -f1); pool $(stat -c %s "$E/pools/sci/1.sqfs") bytes; $(( $(date +%s) - t )) s"
 "$SW" inspect --no-check "$E/pools/sci/1.sqfs" | grep -i "python environment" || true
 
@@ -95,7 +98,7 @@ e = time.time()
 print(json.dumps({"since_t0_s": round(e - float(os.environ["T0"]), 3), "import_s": round(e - t, 3)}))'
 
 run_way() {  # run_way WAY N P -> one JSON line in $RES
-  local way=$1 n=$2 p=$3 py t0 out rc=0 b0 o0 o1 bytes load_s="null"
+  local way=$1 n=$2 p=$3 py pp="" t0 out rc=0 b0 o0 o1 bytes load_s="null"
   local np=$((n * p)) h1 hp
   h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
   testbed/exec all sh -c "rm -rf $TB/local/sw-pool-0 $MNT; mkdir -p $MNT" >/dev/null 2>&1 || true
@@ -103,7 +106,7 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
   b0=$(testbed/storage-bytes); o0=$(server_ops)
   t0=$(now)
   case $way in
-    a) py=$S/sci-env/bin/python ;;
+    a) py=$PY; pp=$S/${SITE#"$E"/} ;;
     b) py=$MNT/install/sci/1/bin/python
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/sci/1.sqfs" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
@@ -111,7 +114,7 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
        testbed/mpirun -np "$n" -H "$h1" "$SW" mount -q --in-place "$S/pools/sci/1.sqfs" "$MNT" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
   esac
-  out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" "$py" -c "$DRIVER" 2>&1) || rc=$?
+  out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" -x PYTHONPATH="$pp" "$py" -c "$DRIVER" 2>&1) || rc=$?
   local t_end; t_end=$(now)
   bytes=$(( $(testbed/storage-bytes) - b0 )); o1=$(server_ops)
   case $way in
