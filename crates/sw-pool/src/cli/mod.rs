@@ -291,6 +291,11 @@ pub struct BuildArgs {
     /// relocatable, with its interpreter and modulefiles (then OUT alone, no SRC)
     #[arg(long, value_name = "ENV", conflicts_with_all = ["gen_modulefiles", "all_root"])]
     pub from_env: Option<PathBuf>,
+    /// With --from-env (conda, pixi): the absolute path install/<name>/<version> of the pool will
+    /// be seen at on the nodes; files conda-meta lists with a prefix placeholder are rewritten to
+    /// it as conda-pack does (a binary file only to a prefix no longer than the original)
+    #[arg(long, value_name = "DIR", requires = "from_env")]
+    pub env_prefix: Option<PathBuf>,
     /// The pool file to write
     pub out: PathBuf,
     /// The directory whose contents become the pool's root

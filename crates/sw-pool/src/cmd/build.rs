@@ -50,7 +50,14 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     // --from-env: the environment laid out as install/<name>/<version>/ in a directory beside OUT
     // (removed when this returns, built or not), which becomes the pool's root
     let (src, name, version, staged) = match (&a.from_env, a.src) {
-        (Some(envdir), _) => stage_env(envdir, &a.out, a.name, a.version, env)?,
+        (Some(envdir), _) => stage_env(
+            envdir,
+            &a.out,
+            a.name,
+            a.version,
+            a.env_prefix.as_deref(),
+            env,
+        )?,
         (None, Some(src)) => (src, a.name, a.version, None),
         (None, None) => unreachable!("clap requires SRC without --from-env"),
     };
@@ -92,18 +99,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         for w in &rep.warnings {
             p.warn(w);
         }
-        p.result(format!(
-            "{}: {} environment, Python {}, {} packages, {} files{}",
-            rep.source.display(),
-            rep.kind,
-            rep.python_version,
-            rep.packages,
-            rep.files,
-            rep.interpreter_included
-                .as_ref()
-                .map(|i| format!(", interpreter included from {}", i.display()))
-                .unwrap_or_default()
-        ));
+        p.result(env_summary(rep));
     }
     // --gen-modulefiles writes into the source tree: say where, and which
     if !r.modulefiles_written.is_empty() {
@@ -207,6 +203,7 @@ fn stage_env(
     out: &std::path::Path,
     name_arg: Option<String>,
     version_arg: Option<String>,
+    env_prefix: Option<&std::path::Path>,
     env: &Environment,
 ) -> Result<Staged, Error> {
     let name = match name_arg {
@@ -223,7 +220,14 @@ fn stage_env(
             ),
         )
     })?;
-    let rep = swpool_core::pyenv::stage(envdir, tmp.path(), &name, &version, env.path_var())?;
+    let rep = swpool_core::pyenv::stage(
+        envdir,
+        tmp.path(),
+        &name,
+        &version,
+        env_prefix,
+        env.path_var(),
+    )?;
     let src = tmp.path().to_path_buf();
     let toml = format!(
         "name = {name:?}\nversion = {version:?}\ndescription = {:?}\n",
@@ -236,4 +240,29 @@ fn stage_env(
         )
     })?;
     Ok((src, Some(name), Some(version), Some((tmp, rep))))
+}
+
+/// One line about the environment `build --from-env` laid out.
+fn env_summary(rep: &swpool_core::pyenv::EnvReport) -> String {
+    format!(
+        "{}: {} environment, Python {}, {} packages, {} files{}{}; {} inodes in 1 pool file",
+        rep.source.display(),
+        rep.kind,
+        rep.python_version,
+        rep.packages,
+        rep.files,
+        rep.interpreter_included
+            .as_ref()
+            .map(|i| format!(", interpreter included from {}", i.display()))
+            .unwrap_or_default(),
+        if rep.prefix_rewritten > 0 {
+            format!(
+                ", {} files rewritten for their prefix placeholder",
+                rep.prefix_rewritten
+            )
+        } else {
+            String::new()
+        },
+        rep.inodes
+    )
 }

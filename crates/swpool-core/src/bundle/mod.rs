@@ -523,7 +523,16 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
                 continue;
             }
             if let Some(pi) = &py {
-                // the standard library stays the host's, wherever the file was found from
+                // with the interpreter in the bundle, the standard library goes where it looks
+                // (the rule `build --from-env` follows too): lib/pythonX.Y beside bin/
+                if let Some(dest) = pi.stdlib_dest(&plan, &f, &c) {
+                    let k = plan.add(pi.planned(f.clone(), dest, "the bundled interpreter's standard library, imported by the traced command"));
+                    if is_elf && elf::read(&c).map(|i| i.dynamic).unwrap_or(false) {
+                        roots.push((f.clone(), k));
+                    }
+                    continue;
+                }
+                // else the standard library stays the host's, wherever the file was found from
                 if pi.is_stdlib(&f) || pi.is_stdlib(&c) {
                     plan.out.push(FileRecord {
                         source: f.clone(),
@@ -594,6 +603,9 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
         }
         tracing::debug!(outside, "traced files outside the prefixes");
     }
+    if let Some(l) = py.as_ref().and_then(|pi| pi.landmark(&plan)) {
+        plan.add(l);
+    }
     close_roots(&mut plan, &roots, &mut r, &cfg, &ex, &mut seen_out)?;
 
     // names under which a bundled library is needed besides its file's name (runpath mode)
@@ -632,6 +644,10 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
             continue;
         }
         copy_file(&f.source, &d)?;
+    }
+    if let Some(d) = py.as_ref().and_then(|pi| pi.lib_dynload(&plan)) {
+        let d = pkg.join(d);
+        std::fs::create_dir_all(&d).map_err(io("cannot create", &d))?;
     }
     for (alias, target) in &plan.aliases {
         let a = pkg.join(alias);
@@ -677,6 +693,7 @@ pub fn bundle(o: &BundleOptions, image: &ImageOptions) -> Result<BundleReport, B
     write(&mfd.join(format!("{version}.lua")), mf.as_bytes())?;
     let notes: Vec<String> = py
         .iter()
+        .filter(|pi| pi.bundled_at(&plan).is_none())
         .map(|pi| {
             format!(
                 "Python's standard library is not bundled: the modules under python/ run with the \

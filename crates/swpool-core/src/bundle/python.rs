@@ -4,6 +4,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use super::place::{canon, Plan, Planned};
 use crate::exec::{ExecError, Tool, ToolCommand};
 
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
@@ -109,5 +110,64 @@ impl PythonInfo {
             }
         }
         out
+    }
+}
+
+/// A bundled interpreter's standard library: by the rule `build --from-env` follows
+/// ([`crate::pyenv::stdlib_beside`]), `lib/pythonX.Y` two levels above the interpreter in the package.
+impl PythonInfo {
+    /// Where the interpreter lies in the package, when it is bundled (named on the command line).
+    pub(super) fn bundled_at(&self, plan: &Plan) -> Option<PathBuf> {
+        let i = *plan.by_source.get(&canon(&self.executable))?;
+        Some(plan.files[i].dest.clone())
+    }
+
+    /// Where the standard-library file `f` (real path `c`) goes beside the bundled interpreter;
+    /// `None` without one, or for a file outside the standard library.
+    pub(super) fn stdlib_dest(&self, plan: &Plan, f: &Path, c: &Path) -> Option<PathBuf> {
+        if !(self.is_stdlib(f) || self.is_stdlib(c)) {
+            return None;
+        }
+        let exe = self.bundled_at(plan)?;
+        let rel = self
+            .stdlib
+            .iter()
+            .find_map(|d| f.strip_prefix(d).ok().or_else(|| c.strip_prefix(d).ok()))?;
+        Some(crate::pyenv::stdlib_beside(&exe, &self.version).join(rel))
+    }
+
+    /// The landmark by which a bundled CPython finds its standard library, `os.py` (never opened
+    /// by a traced command: `os` is frozen, getpath only looks for the file).
+    pub(super) fn landmark(&self, plan: &Plan) -> Option<Planned> {
+        let exe = self.bundled_at(plan)?;
+        let l = self
+            .stdlib
+            .iter()
+            .map(|d| d.join("os.py"))
+            .find(|l| l.is_file())?;
+        let dest = crate::pyenv::stdlib_beside(&exe, &self.version).join("os.py");
+        Some(self.planned(
+            l,
+            dest,
+            "where the bundled interpreter finds its standard library (CPython's landmark)",
+        ))
+    }
+
+    /// `lib/pythonX.Y/lib-dynload` beside a bundled interpreter (CPython's exec-prefix landmark:
+    /// without it the interpreter warns at start).
+    pub(super) fn lib_dynload(&self, plan: &Plan) -> Option<PathBuf> {
+        let exe = self.bundled_at(plan)?;
+        Some(crate::pyenv::stdlib_beside(&exe, &self.version).join("lib-dynload"))
+    }
+
+    pub(super) fn planned(&self, source: PathBuf, dest: PathBuf, reason: &str) -> Planned {
+        Planned {
+            source,
+            dest,
+            kind: "python",
+            reason: reason.into(),
+            elf: None,
+            symlink: None,
+        }
     }
 }

@@ -9,7 +9,12 @@
 //!   become relative links to it. `pyvenv.cfg` loses `home`, `executable` and `command`: without
 //!   `home` Python takes the base prefix from the real path of `bin/python` (CPython ≥ 3.11's
 //!   getpath), wherever the pool is mounted.
-//! - conda / pixi: the interpreter is in the tree already.
+//! - conda / pixi: the interpreter is in the tree already. Files that `conda-meta/*.json` lists
+//!   with a `prefix_placeholder` (`paths_data`) are rewritten as conda-pack's `conda-unpack` does,
+//!   to the prefix the package will be seen at (`--env-prefix`): `file_mode: text` by plain
+//!   replacement of the original prefix (and of the placeholder, if still there); `binary` in each
+//!   C string holding it, padded with NULs to the same length, refused (naming the file) when the
+//!   new prefix is longer. Without `--env-prefix` they keep the original path and are named.
 //! - Entry points whose shebang names the environment's interpreter get a `/bin/sh` preamble that
 //!   runs the `python` beside the script (pip's own form for long shebangs).
 //! - `bin/activate` computes `VIRTUAL_ENV` from its own location; `activate.csh`, `activate.fish`
@@ -27,9 +32,14 @@ use std::path::{Path, PathBuf};
 use crate::exec::{show, ExecError, Tool, ToolCommand};
 use swpool_format::status::ExitStatus;
 
+mod conda;
 mod relocate;
+use conda::{check_prefix, conda_placeholders, count_inodes};
 use relocate::{fix_records, normalize, relative_to};
-pub use relocate::{record_hash, relocate_activate, relocate_pth, relocate_shebang};
+pub use relocate::{
+    record_hash, relocate_activate, relocate_pth, relocate_shebang, replace_prefix_binary,
+    replace_prefix_text,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -73,6 +83,10 @@ pub enum PyEnvError {
         python: PathBuf,
         reason: String,
     },
+    #[error(transparent)]
+    PrefixTooLong(Box<PrefixTooLong>),
+    #[error("--env-prefix {}: {reason}", show(prefix))]
+    EnvPrefix { prefix: PathBuf, reason: String },
     #[error("{} {what}: {source}", show(path))]
     Io {
         what: &'static str,
@@ -105,6 +119,18 @@ pub(super) fn io<'a>(
     }
 }
 
+/// A binary file of a conda package cannot take the new prefix (boxed in [`PyEnvError`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{} (listed with the prefix placeholder {placeholder:?} in {}) cannot be relocated to {}: {reason}; give an --env-prefix of at most {max} bytes, or build without --env-prefix (the file then keeps naming the original path)", show(file), show(meta), show(new), max = old_len)]
+pub struct PrefixTooLong {
+    pub file: PathBuf,
+    pub meta: PathBuf,
+    pub placeholder: String,
+    pub new: PathBuf,
+    pub old_len: usize,
+    pub reason: String,
+}
+
 /// What `stage` made of an environment.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EnvReport {
@@ -116,6 +142,11 @@ pub struct EnvReport {
     /// `*.dist-info` / `*.egg-info` directories in site-packages (conda: `conda-meta/*.json`).
     pub packages: usize,
     pub files: u64,
+    /// Files, directories and links of the package: the inodes the environment takes on shared
+    /// storage as a tree (as a pool: 1).
+    pub inodes: u64,
+    /// conda: files rewritten for their prefix placeholder (`--env-prefix`).
+    pub prefix_rewritten: usize,
     pub rewritten: Vec<PathBuf>,
     pub warnings: Vec<String>,
 }
@@ -124,7 +155,8 @@ impl EnvReport {
     /// One line for the pool's description (shown by `inspect`).
     pub fn description(&self) -> String {
         format!(
-            "Python environment: {} (Python {}), {} packages, {} files{}; from {}",
+            "Python environment: {} (Python {}), {} packages, {} files{}; from {}; {} inodes on \
+             shared storage as a tree, 1 as this pool ({} saved)",
             self.kind,
             self.python_version,
             self.packages,
@@ -133,9 +165,23 @@ impl EnvReport {
                 Some(p) => format!(", interpreter included from {}", p.display()),
                 None => String::new(),
             },
-            self.source.display()
+            self.source.display(),
+            self.inodes,
+            self.inodes.saturating_sub(1)
         )
     }
+}
+
+/// Where a bundled CPython `X.Y` whose executable is (really) at `exe` finds its standard library:
+/// `lib/pythonX.Y` under the prefix two levels above the executable (`<prefix>/bin/python`), the
+/// `os.py` landmark CPython's getpath looks for. `build --from-env` (`interpreter/bin/pythonX.Y`)
+/// and `bundle --python` (the interpreter in `bin/`) both lay the standard library out here.
+pub fn stdlib_beside(exe: &Path, version: &str) -> PathBuf {
+    exe.parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new(""))
+        .join("lib")
+        .join(format!("python{version}"))
 }
 
 /// Which kind of environment `env` is, from its own files.
@@ -234,8 +280,10 @@ pub fn stage(
     root: &Path,
     name: &str,
     version: &str,
+    new_prefix: Option<&Path>,
     path_var: Option<&OsStr>,
 ) -> Result<EnvReport, PyEnvError> {
+    new_prefix.map(check_prefix).transpose()?;
     let kind = detect(env)?;
     let env = std::fs::canonicalize(env).map_err(io("cannot be resolved", env))?;
     let (_link, real) = interpreter(&env)?;
@@ -298,6 +346,7 @@ pub fn stage(
             }
         }
     }
+    let prefix_rewritten = conda_placeholders(kind, &env, &pkg, new_prefix, &mut rewritten)?;
     // .pth files
     let sites = site_packages(&pkg);
     for sp in &sites {
@@ -346,8 +395,16 @@ pub fn stage(
                 .join(", "),
             if left.len() > 5 { ", …" } else { "" }
         ));
+        if matches!(kind, EnvKind::Conda | EnvKind::Pixi) && new_prefix.is_none() {
+            warnings.push(
+                "give --env-prefix DIR (where install/<name>/<version> will be seen on the nodes) \
+                 to rewrite the files conda-meta lists with a prefix placeholder"
+                    .into(),
+            );
+        }
     }
     write_modulefiles(root, name, version, &pkg, kind)?;
+    let inodes = count_inodes(&pkg);
     let mut rewritten: Vec<PathBuf> = rewritten
         .into_keys()
         .map(|p| p.strip_prefix(&pkg).map(Path::to_path_buf).unwrap_or(p))
@@ -360,6 +417,8 @@ pub fn stage(
         interpreter_included: included,
         packages,
         files,
+        inodes,
+        prefix_rewritten,
         rewritten,
         warnings,
     })
@@ -483,7 +542,7 @@ fn include_interpreter(
     std::fs::copy(real, &exe).map_err(io("cannot be copied", real))?;
     *files += 1;
     // the standard library without the base's own site-packages / dist-packages
-    let dst = il.join(&stdlib_name);
+    let dst = stdlib_beside(&exe, v);
     copy_stdlib(&pr.stdlib, &dst, files)?;
     if pr.shared == Some(1) {
         let (Some(libdir), Some(so)) = (&pr.libdir, &pr.ldlibrary) else {

@@ -165,3 +165,75 @@ pub(super) fn relative_to(target: &Path, from: &Path) -> PathBuf {
     }
     r.join(target)
 }
+
+/// Every occurrence of `old` in a text file replaced by `new` (conda's `file_mode: text`).
+pub fn replace_prefix_text(data: &[u8], old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
+    if old.is_empty() || !data.windows(old.len()).any(|w| w == old) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let mut i = 0;
+    while let Some(p) = find(&data[i..], old) {
+        out.extend_from_slice(&data[i..i + p]);
+        out.extend_from_slice(new);
+        i += p + old.len();
+    }
+    out.extend_from_slice(&data[i..]);
+    Some(out)
+}
+
+/// A binary file (conda's `file_mode: binary`) with `old` replaced by `new` in each C string that
+/// holds it, the string padded with NULs after its terminator so that every offset in the file
+/// stays where it was. `Ok(None)`: nothing to replace. `Err` (the reason) when `new` is longer
+/// than `old`: the string cannot grow in place.
+pub fn replace_prefix_binary(
+    data: &[u8],
+    old: &[u8],
+    new: &[u8],
+) -> Result<Option<Vec<u8>>, String> {
+    if old.is_empty() || find(data, old).is_none() {
+        return Ok(None);
+    }
+    if new.len() > old.len() {
+        return Err(format!(
+            "it is a binary file holding the prefix in a C string of fixed size: the new prefix \
+             ({} bytes) is longer than the original ({} bytes), and a binary string can only \
+             shrink in place",
+            new.len(),
+            old.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let mut i = 0;
+    let mut changed = false;
+    while let Some(p) = find(&data[i..], old) {
+        let start = i + p;
+        // the C string runs to its NUL terminator; without one this is not a string: leave it
+        let Some(nul) = data[start..].iter().position(|&b| b == 0) else {
+            break;
+        };
+        let end = start + nul;
+        let seg = &data[start..end];
+        let mut n = 0;
+        let mut j = 0;
+        out.extend_from_slice(&data[i..start]);
+        while let Some(q) = find(&seg[j..], old) {
+            out.extend_from_slice(&seg[j..j + q]);
+            out.extend_from_slice(new);
+            j += q + old.len();
+            n += 1;
+        }
+        out.extend_from_slice(&seg[j..]);
+        out.push(0);
+        out.extend(std::iter::repeat_n(0u8, n * (old.len() - new.len())));
+        i = end + 1;
+        changed = true;
+    }
+    out.extend_from_slice(&data[i..]);
+    debug_assert_eq!(out.len(), data.len());
+    Ok(changed.then_some(out))
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}

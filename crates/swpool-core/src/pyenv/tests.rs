@@ -39,3 +39,33 @@ fn activate_takes_its_own_location() {
     assert!(!r.contains("/old/env"), "{r}");
     assert!(r.contains("BASH_SOURCE"));
 }
+
+#[test]
+fn text_prefix_is_replaced_everywhere() {
+    let r =
+        replace_prefix_text(b"a=/old/env/x\nb=/old/env\n", b"/old/env", b"/new/longer/p").unwrap();
+    assert_eq!(r, b"a=/new/longer/p/x\nb=/new/longer/p\n");
+    assert!(replace_prefix_text(b"nothing here", b"/old/env", b"/n").is_none());
+}
+
+#[test]
+fn binary_prefix_is_replaced_in_its_c_string_padded_to_the_same_length() {
+    let data = b"\x7fELF\0/old/env/lib:/old/env/share\0tail\0/old/env\0";
+    let r = replace_prefix_binary(data, b"/old/env", b"/n")
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.len(), data.len());
+    let want: &[u8] = b"\x7fELF\0/n/lib:/n/share\0\0\0\0\0\0\0\0\0\0\0\0\0tail\0/n\0\0\0\0\0\0\0";
+    assert_eq!(r, want);
+    // the same length is fine, nothing to replace is Ok(None)
+    let same = replace_prefix_binary(data, b"/old/env", b"/abc/de")
+        .unwrap()
+        .unwrap();
+    assert_eq!(same.len(), data.len());
+    assert!(replace_prefix_binary(b"\0x\0", b"/old/env", b"/n")
+        .unwrap()
+        .is_none());
+    // a longer prefix cannot fit: refused with the reason
+    let e = replace_prefix_binary(data, b"/old/env", b"/much/longer/prefix").unwrap_err();
+    assert!(e.contains("19 bytes") && e.contains("8 bytes"), "{e}");
+}
