@@ -67,6 +67,7 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 	bash tools/lint-shell.sh
 	python3 tools/lint-structure.py
+	bash tools/check-link-graph.sh
 	$(CARGO) deny check licenses bans sources
 
 # a test that cannot run here prints "SKIP <test>: <reason>" (uncaptured); they are counted here

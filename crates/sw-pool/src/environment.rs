@@ -12,9 +12,9 @@ use crate::output::Printer;
 
 mod pools;
 
-/// An error of `run`/`shell`: its message and exit status. The front never formats a
-/// `swpool_core::Error` (its trust variants would link libcrypto into the front: measured ~0.8 ms
-/// more per start, a fifth of it).
+/// An error of `run`/`shell`: its message and exit status (this library does not link
+/// swpool-core: its `Error`'s trust variants would link libcrypto into the front, measured ~0.8 ms
+/// more per start; the full program maps it to one).
 #[derive(Debug)]
 pub struct Failed {
     pub status: ExitStatus,
@@ -38,12 +38,6 @@ impl Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
-    }
-}
-
-impl From<Failed> for swpool_core::Error {
-    fn from(f: Failed) -> swpool_core::Error {
-        swpool_core::Error::other(f.status, f.message)
     }
 }
 

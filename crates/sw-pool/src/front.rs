@@ -8,12 +8,9 @@
 
 #![deny(clippy::print_stdout)]
 
-// shared with the full program (src/main.rs); the front uses only the parts `run`/`shell` need
-#[allow(dead_code, unused_imports)]
-mod cli;
-mod environment;
-#[allow(dead_code)]
-mod output;
+// shared with the full program (crates/sw-pool-full); the front uses only the parts `run`/`shell`
+// need
+use sw_pool::{cli, eline, environment, output};
 
 use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
