@@ -27,6 +27,16 @@ W=$(mktemp -d /var/tmp/swp-bench-env.XXXXXX)
 chmod 755 "$W"
 cleanup() { rm -rf "$W"; }
 trap cleanup EXIT
+# the programs as `make install` places them: the static front (`make build` puts it under
+# target/<host>/) beside the full program, pid 1 of environments and the chunk server
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+FRONT=${SW_FRONT:-$REPO/target/$HOST/release/sw-pool}
+[[ -x $FRONT ]] || { echo "env-start: no front at $FRONT: run make build (it builds the static front)" >&2; exit 1; }
+install -d -m 0755 "$W/bin"
+install -m 0755 "$FRONT" "$W/bin/sw-pool"
+for p in sw-pool-full sw-pool-enter sw-pool-serve; do install -m 0755 "$REPO/target/release/$p" "$W/bin/"; done
+SW=$W/bin/sw-pool
+echo "front: $FRONT ($(ldd "$FRONT" 2>&1 | head -1 | xargs))" >&2
 OUT=$REPO/bench/results/env-start-$(date +%Y%m%d-%H%M)
 : > "$OUT.log"
 
