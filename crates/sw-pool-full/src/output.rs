@@ -4,7 +4,12 @@ pub use sw_pool::output::*;
 
 /// At the end of a command that succeeded: see [`sw_pool::output::stdout_status`].
 pub fn stdout_status() -> Result<(), swpool_core::Error> {
-    sw_pool::output::stdout_status().map_err(crate::environment::error)
+    sw_pool::output::stdout_status().map_err(|e| {
+        swpool_core::Error::other(
+            swpool_core::ExitStatus::System,
+            format!("cannot write to standard output: {e}"),
+        )
+    })
 }
 
 /// The shell for printed environment code: `--shell`, `$SW_POOL_SHELL`, else from `$SHELL` (the

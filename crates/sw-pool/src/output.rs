@@ -108,18 +108,15 @@ pub fn json(v: &serde_json::Value) {
 }
 
 /// At the end of a command that succeeded: a failed write to stdout, other than to a reader that
-/// went away, is the system's refusal (status 6), as for any other file.
-pub fn stdout_status() -> Result<(), crate::environment::Failed> {
+/// went away, is the system's refusal (status 6, the caller says so), as for any other file.
+pub fn stdout_status() -> Result<(), std::io::Error> {
     let first = STDOUT_ERROR
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
     match first {
         None => Ok(()),
-        Some(e) => Err(crate::environment::Failed::new(
-            swpool_node::ExitStatus::System,
-            format!("cannot write to standard output: {e}"),
-        )),
+        Some(e) => Err(e),
     }
 }
 
