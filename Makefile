@@ -3,6 +3,11 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 BIN := target/release/sw-pool
+# the front (`sw-pool`: run/shell, and the exec of sw-pool-full for the rest) ships linked
+# statically (glibc, crt-static; it does no NSS lookup: docs/architecture.md), built for the host
+# triple so that the flag reaches this binary only (not build scripts, not the other programs)
+HOST := $(shell rustc -vV | sed -n 's/^host: //p')
+FRONT := target/$(HOST)/release/sw-pool
 
 .PHONY: all setup build spank install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model model-1024 test-model
 
@@ -13,6 +18,7 @@ setup:
 
 build: setup
 	$(CARGO) build --release --workspace
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p sw-pool --bin sw-pool --target $(HOST)
 	$(MAKE) --no-print-directory spank
 
 # the Slurm SPANK plugin (`--pool` for sbatch/salloc/srun), against Debian's Slurm headers
@@ -26,7 +32,7 @@ install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
-	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sw-pool
+	install -m 0755 $(FRONT) $(DESTDIR)$(PREFIX)/bin/sw-pool
 	install -m 0755 $(BIN)-full $(BIN)-enter $(BIN)-serve $(DESTDIR)$(PREFIX)/bin/
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount
@@ -67,6 +73,7 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 	bash tools/lint-shell.sh
 	python3 tools/lint-structure.py
+	bash tools/check-link-graph.sh
 	$(CARGO) deny check licenses bans sources
 
 # a test that cannot run here prints "SKIP <test>: <reason>" (uncaptured); they are counted here

@@ -18,7 +18,7 @@ TESTBED=$REPO/testbed
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-"2 4 8"}
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
+[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 OUT=$REPO/bench/results/cp-sbcast-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
 # shellcheck source=lib.sh

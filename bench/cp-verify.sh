@@ -24,7 +24,7 @@ COUNTS=${2:-4}
 PAIRS=${3:-3}
 NODE_RATE=400mbit; STOR_RATE=800mbit
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
+[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 [[ $(id -u) == 0 ]] || { echo "bench/cp-verify.sh: must run as root (the testbed)"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/cp-verify-$(date +%Y%m%d-%H%M).md

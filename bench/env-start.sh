@@ -27,6 +27,16 @@ W=$(mktemp -d /var/tmp/swp-bench-env.XXXXXX)
 chmod 755 "$W"
 cleanup() { rm -rf "$W"; }
 trap cleanup EXIT
+# the programs as `make install` places them: the static front (`make build` puts it under
+# target/<host>/) beside the full program, pid 1 of environments and the chunk server
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+FRONT=${SW_FRONT:-$REPO/target/$HOST/release/sw-pool}
+[[ -x $FRONT ]] || { echo "env-start: no front at $FRONT: run make build (it builds the static front)" >&2; exit 1; }
+install -d -m 0755 "$W/bin"
+install -m 0755 "$FRONT" "$W/bin/sw-pool"
+for p in sw-pool-full sw-pool-enter sw-pool-serve; do install -m 0755 "$REPO/target/release/$p" "$W/bin/"; done
+SW=$W/bin/sw-pool
+FRONT_IS="$FRONT ($(ldd "$FRONT" 2>&1 | grep -qE "statically linked|not a dynamic" && echo static || echo dynamic))"
 OUT=$REPO/bench/results/env-start-$(date +%Y%m%d-%H%M)
 : > "$OUT.log"
 
@@ -120,6 +130,8 @@ burst burst-unshare-Urmpf unshare -Urmpf --mount-proc true
 burst burst-bwrap bwrap --dev-bind / / --unshare-user --unshare-pid --proc /proc true
 EOS
 log "# Environment starts: 100 in a row, rootless (uid 65534), median of $REPS ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+log ""
+log "sw-pool run: the front $FRONT_IS"
 log ""
 # shellcheck disable=SC2016  # $1 and $@ are the inner sh's
 unshare -m --propagation private -- sh -c 'mount --bind "$1" /dev/fuse && mount --bind "$2/etc" /etc/sw-pool && mount --bind "$2/sudoers" /etc/sudoers && shift 2 && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"' \

@@ -24,7 +24,7 @@ REPS=${3:-3}
 CHUNK=${4:-1MiB}
 NODE_RATE=${TREE_RING_NODE_RATE:-400mbit}
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool"; exit 1; }
+[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/tree-ring-$(date +%Y%m%d-%H%M).md
 # shellcheck source=lib.sh

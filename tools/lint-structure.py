@@ -14,7 +14,7 @@ a listed cycle that no longer exists (so the list only shrinks).
 The environment is read once, by `swpool_core::config::Environment::capture`, and passed down. The
 check fails on any other read (`std::env::var`, `env::var_os`, `std::env::vars`, `libc::getenv`,
 `EnvVar::X.get()` and its siblings) in the libraries' and the binary's sources outside
-`crates/swpool-core/src/config/`. Test code is not checked: `tests.rs` files and the items marked
+`crates/swpool-node/src/config/`. Test code is not checked: `tests.rs` files and the items marked
 `#[cfg(test)]` or `#[test]`. Usage: lint-structure.py [--graph]
 
 Functions longer than MAX_FN_LINES lines (from the `fn` line to its closing brace) in the sources
@@ -51,7 +51,7 @@ def long_files():
 
 
 # where the environment may be read, and what is checked
-ENV_LAYER = "crates/swpool-core/src/config/"
+ENV_LAYER = "crates/swpool-node/src/config/"
 ENV_CHECKED = ("crates/swpool-core/src", "crates/swpool-sys/src", "crates/swpool-format/src",
                "crates/swpool-trust/src",
                "crates/sw-pool/src")

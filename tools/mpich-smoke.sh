@@ -20,7 +20,7 @@ TARGET=${SWP_MPICH_TARGET:-/var/tmp/swp-mpich-target}
 if ! command -v mpicc.mpich >/dev/null || ! command -v mpirun.mpich >/dev/null; then
   echo "mpich-smoke: mpicc.mpich / mpirun.mpich not found (apt-get install mpich libmpich-dev)"; exit 1
 fi
-(cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool -p swpool-serve -p swpool-env -p mpi-selftest)
+(cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$TARGET cargo build --release -q -p sw-pool -p sw-pool-full -p swpool-serve -p swpool-env -p mpi-selftest)
 # sw-pool is the front (no MPI); the MPI commands run as sw-pool-full beside it
 BIN=$TARGET/release/sw-pool
 # (ldd's output is read whole: `ldd | grep -q` fails under pipefail when grep exits first and ldd

@@ -3,9 +3,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use swpool_core::config::{Config, Environment, HostVar};
-use swpool_core::ExitStatus;
 use swpool_env::{LayerStore, RunRequest};
+use swpool_node::config::{Config, Environment, HostVar};
+use swpool_node::ExitStatus;
 
 use crate::cli::{EnvironmentArgs, GlobalArgs, RunArgs, ShellArgs};
 use crate::output::Printer;
@@ -13,9 +13,9 @@ use crate::output::Printer;
 mod pools;
 mod views;
 
-/// An error of `run`/`shell`: its message and exit status. The front never formats a
-/// `swpool_core::Error` (its trust variants would link libcrypto into the front: measured ~0.8 ms
-/// more per start, a fifth of it).
+/// An error of `run`/`shell`: its message and exit status (this library does not link
+/// swpool-core: its `Error`'s trust variants would link libcrypto into the front, measured ~0.8 ms
+/// more per start; the full program maps it to one).
 #[derive(Debug)]
 pub struct Failed {
     pub status: ExitStatus,
@@ -39,12 +39,6 @@ impl Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
-    }
-}
-
-impl From<Failed> for swpool_core::Error {
-    fn from(f: Failed) -> swpool_core::Error {
-        swpool_core::Error::other(f.status, f.message)
     }
 }
 
@@ -80,7 +74,7 @@ pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Fail
         .unwrap_or_else(|| "/bin/sh".into());
     let layer = a.env.layer.as_deref();
     let mark = prompt_mark(
-        env.get(swpool_core::config::EnvVar::Prompt),
+        env.get(swpool_node::config::EnvVar::Prompt),
         layer,
         a.env.root,
     );
@@ -166,7 +160,7 @@ fn start(
         // namespace: Open MPI's shared memory breaks across them, MPICH's hangs now and then),
         // keyed by the process that started them all
         .or_else(|| {
-            swpool_core::transfer::job::launched_by_launcher(env)
+            swpool_node::slurm::launched_by_launcher(env)
                 .unwrap_or(false)
                 .then(rustix::process::getppid)
                 .flatten()
@@ -215,7 +209,7 @@ fn start(
         verbose: g.verbose > 0,
         // environments meet their joiners in the user's private state directory on the node
         state_dir: shared
-            .then(|| match swpool_core::state::StateDir::open_default(env) {
+            .then(|| match swpool_node::state::StateDir::open_default(env) {
                 Ok(d) => Some(d.path().to_path_buf()),
                 Err(e) => {
                     tracing::warn!("no shared environments on this node: {e}");
@@ -299,7 +293,7 @@ pub fn root_path(user: Option<&std::ffi::OsStr>) -> OsString {
 /// user on this node, if it is. The error itself is not formatted here (see `Failed`): the callers
 /// say what it means.
 fn loaded_at(spec: &str, cfg: &Config, uid: u32, env: &Environment) -> Option<PathBuf> {
-    swpool_core::load::mountpoint_of(
+    swpool_node::locate::mountpoint_of(
         std::path::Path::new(spec),
         cfg.mount_dir.value.as_deref(),
         uid,
@@ -334,11 +328,11 @@ fn shadows(
                 format!(
                     "--shadow {spec}: it is not loaded on {}: run `sw-pool load {spec}` first \
                      (in a job, once for all its nodes: `sw-pool load` in the batch script)",
-                    swpool_core::users::hostname()
+                    swpool_node::users::hostname()
                 ),
             ));
         };
-        let (binds, none) = swpool_core::load::shadow::private_shadows(&mp, &root);
+        let (binds, none) = swpool_node::shadow::private_shadows(&mp, &root);
         if binds.is_empty() {
             p.warn(format!(
                 "--shadow {spec}: none of its packages ({}) has an original under {}: nothing is shadowed",
@@ -361,11 +355,11 @@ fn bases(
     if specs.is_empty() {
         return Ok(Vec::new());
     }
-    use swpool_core::state::Serving;
+    use swpool_node::state::Serving;
     let uid = rustix::process::getuid().as_raw();
-    let node = swpool_core::users::hostname();
+    let node = swpool_node::users::hostname();
     let bad = |m: String| Failed::new(ExitStatus::BadInput, m);
-    let state = swpool_core::state::StateDir::open_default(env).map_err(|e| {
+    let state = swpool_node::state::StateDir::open_default(env).map_err(|e| {
         bad(format!(
             "--base: cannot open this user's state on {node}: {e}"
         ))
@@ -404,7 +398,7 @@ fn bases(
                 )))
             }
         }
-        if rec.format != swpool_core::image::ImageFormat::Squashfs {
+        if rec.format != swpool_node::image::ImageFormat::Squashfs {
             return Err(bad(format!(
                 "--base {spec}: {} is a {} image; a base is mounted inside the environment with \
                  squashfuse, so it must be a squashfs pool (`sw-pool build --format squashfs`)",
@@ -436,7 +430,7 @@ fn synced_copy(
     let Some(job) = env.get(HostVar::SlurmJobId).filter(|j| !j.is_empty()) else {
         return Ok(None);
     };
-    let base = swpool_core::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+    let base = swpool_node::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
     let uid = rustix::process::getuid().as_raw();
     // a step over several nodes: the layer goes to them first (unless this job has synced it)
     let step_nodes: u32 = env
@@ -445,16 +439,16 @@ fn synced_copy(
         .unwrap_or(1);
     let cache = if step_nodes > 1 {
         Some(
-            swpool_core::cache::dir(&base, uid, true)
+            swpool_node::cache::dir(&base, uid, true)
                 .map_err(|e| Failed::new(e.exit_status(), e))?,
         )
     } else {
-        swpool_core::cache::existing_dir(&base, uid).map_err(|e| Failed::new(e.exit_status(), e))?
+        swpool_node::cache::existing_dir(&base, uid).map_err(|e| Failed::new(e.exit_status(), e))?
     };
     let Some(cache) = cache else {
         return Ok(None);
     };
-    let layers = swpool_core::cache::layers_dir(&cache);
+    let layers = swpool_node::cache::layers_dir(&cache);
     if step_nodes <= 1 && !layers.is_dir() {
         return Ok(None);
     }
@@ -523,7 +517,7 @@ fn step_sync(
             .get(HostVar::SlurmStepNodelist)
             .ok_or_else(|| fail("SLURM_STEP_NODELIST is not set: cannot sync the layer to the step's nodes; run `sw-pool layer sync` first".into()))?;
         let prog = full_program().map_err(|e| fail(e.message))?;
-        let mut cmd = swpool_core::slurm::overlap_step(
+        let mut cmd = swpool_node::slurm::overlap_step(
             env,
             &prog,
             ["-q", "layer", "sync", name].map(OsString::from),

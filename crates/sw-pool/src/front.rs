@@ -8,12 +8,9 @@
 
 #![deny(clippy::print_stdout)]
 
-// shared with the full program (src/main.rs); the front uses only the parts `run`/`shell` need
-#[allow(dead_code, unused_imports)]
-mod cli;
-mod environment;
-#[allow(dead_code)]
-mod output;
+// shared with the full program (crates/sw-pool-full); the front uses only the parts `run`/`shell`
+// need
+use sw_pool::{cli, eline, environment, output};
 
 use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
@@ -24,7 +21,7 @@ const HERE: &[&str] = &["run", "shell"];
 fn main() -> ExitCode {
     // a task the SPANK plugin's --layer started: `sw-pool run --layer L -- ITS PROGRAM ...`, here
     // (the environment is joined from this single-threaded program)
-    let argv = swpool_core::config::spank_task_args(std::env::args_os().collect());
+    let argv = swpool_node::config::spank_task_args(std::env::args_os().collect());
     if argv.get(1).map(OsString::as_os_str) == Some(OsStr::new("__enter")) {
         match argv.get(2).and_then(|s| s.to_str()) {
             Some(spec) => swpool_env::init::main(spec),
@@ -35,7 +32,7 @@ fn main() -> ExitCode {
         return exec_full(&argv);
     }
     let cli = <FrontCli as clap::Parser>::parse_from(&argv);
-    let env = swpool_core::config::Environment::capture();
+    let env = swpool_node::config::Environment::capture();
     output::init_logging(&cli.global, &env);
     let g = &cli.global;
     let r = match cli.command {
@@ -118,5 +115,5 @@ fn exec_full(argv: &[OsString]) -> ExitCode {
          (`make install` and the Debian package install both); reinstall sw-pool",
         full.display()
     );
-    ExitCode::from(swpool_core::ExitStatus::System.code() as u8)
+    ExitCode::from(swpool_node::ExitStatus::System.code() as u8)
 }

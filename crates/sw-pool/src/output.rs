@@ -108,31 +108,28 @@ pub fn json(v: &serde_json::Value) {
 }
 
 /// At the end of a command that succeeded: a failed write to stdout, other than to a reader that
-/// went away, is the system's refusal (status 6), as for any other file.
-pub fn stdout_status() -> Result<(), swpool_core::Error> {
+/// went away, is the system's refusal (status 6, the caller says so), as for any other file.
+pub fn stdout_status() -> Result<(), std::io::Error> {
     let first = STDOUT_ERROR
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
     match first {
         None => Ok(()),
-        Some(e) => Err(swpool_core::Error::other(
-            swpool_core::ExitStatus::System,
-            format!("cannot write to standard output: {e}"),
-        )),
+        Some(e) => Err(e),
     }
 }
 
-pub fn init_logging(g: &GlobalArgs, env: &swpool_core::config::Environment) {
+pub fn init_logging(g: &GlobalArgs, env: &swpool_node::config::Environment) {
     use tracing_subscriber::EnvFilter;
     let filter = match &g.log {
         Some(l) => EnvFilter::new(l),
         None => env
-            .get(swpool_core::config::EnvVar::Log)
+            .get(swpool_node::config::EnvVar::Log)
             .and_then(|v| EnvFilter::try_new(v).ok())
             .unwrap_or_else(|| EnvFilter::new("warn")),
     };
-    let host = swpool_core::users::hostname();
+    let host = swpool_node::users::hostname();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -144,7 +141,7 @@ pub fn init_logging(g: &GlobalArgs, env: &swpool_core::config::Environment) {
     std::mem::forget(span.entered());
 }
 
-pub fn print_error(e: &swpool_core::Error) {
+pub fn print_error(e: &dyn std::fmt::Display) {
     // one write(2) for the whole line: stderr is unbuffered, and `eprintln!` writes the pieces of
     // its format separately, so the lines of several ranks under one launcher could interleave
     use std::io::Write;
@@ -162,24 +159,6 @@ macro_rules! eline {
         let line = format!("{}\n", format_args!($($t)*));
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }};
-}
-
-/// The shell for printed environment code: `--shell`, `$SW_POOL_SHELL`, else from `$SHELL` (the
-/// variables from `env`).
-pub fn shell(
-    flag: Option<&str>,
-    env: &swpool_core::config::Environment,
-) -> Result<swpool_core::env::Shell, swpool_core::Error> {
-    use swpool_core::{env::Shell, Error, ExitStatus};
-    let configured = flag
-        .map(String::from)
-        .or_else(|| env.get_nonempty(swpool_core::config::EnvVar::Shell));
-    match configured {
-        Some(s) => s
-            .parse()
-            .map_err(|e: String| Error::other(ExitStatus::BadInput, e)),
-        None => Ok(Shell::from_env(env)),
-    }
 }
 
 /// Print shell code on stdout in one write (see [`out`]).
@@ -233,7 +212,7 @@ pub fn spinner(show: bool, msg: String) -> Option<indicatif::ProgressBar> {
 }
 
 /// A pass over a pool's image (verify, sign): a byte bar on stderr, labelled `what`, when it is a
-/// terminal and `show`; `progress` is its callback for [`swpool_core::pool::chunks::Progress`].
+/// terminal and `show`; `progress` is its callback for [`swpool_format::pool::chunks::Progress`].
 pub struct PassBar {
     bar: Option<indicatif::ProgressBar>,
 }
@@ -270,7 +249,10 @@ impl PassBar {
 }
 
 /// The broadcast's progress callback driving `bar`.
-pub fn progress_sink(bar: &indicatif::ProgressBar) -> swpool_core::transfer::ProgressSink {
+/// (`swpool_core::transfer::ProgressSink`: this library does not link swpool-core)
+pub fn progress_sink(
+    bar: &indicatif::ProgressBar,
+) -> std::sync::Arc<dyn Fn(u64, u64) + Send + Sync> {
     let b = bar.clone();
     std::sync::Arc::new(move |done: u64, total: u64| {
         b.set_position(done);

@@ -10,22 +10,18 @@
 //! 9–12 the benchmark). "The Oslo disk-image tools" are the University of Oslo's scripts for disk
 //! images of workflows with many small files (`list_images.py`, `umount_all_images.py`, …).
 
+pub mod all_nodes;
 pub mod bundle;
-pub mod cache;
 pub mod collective;
-pub mod config;
 pub mod error;
 pub mod image;
 pub mod load;
 pub mod ondemand;
 pub mod plane;
 pub mod pyenv;
-pub mod size;
-pub mod slurm;
 pub mod transfer;
 pub mod trust;
 pub mod userimage;
-pub mod users;
 pub mod watchdog;
 
 pub use error::{Error, Result};
@@ -34,6 +30,6 @@ pub use swpool_format::status::ExitStatus;
 // modules keep their paths here
 pub use swpool_format::{pool, sparse};
 pub use swpool_sys::{atomic, exec, lock, userdir};
-pub mod env;
-pub mod mount;
-pub mod state;
+// the node layer lives in its own crate (no MPI, no OpenSSL: the front is built on it); its
+// modules keep their paths here
+pub use swpool_node::{cache, config, env, mount, size, slurm, state, users};

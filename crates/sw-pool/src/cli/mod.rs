@@ -271,7 +271,7 @@ pub struct BuildArgs {
         default_value = "both",
         requires = "gen_modulefiles"
     )]
-    pub modules: swpool_core::pool::modulefile::Formats,
+    pub modules: swpool_format::pool::modulefile::Formats,
     /// Store the data uncompressed (squashfs, EROFS): for incompressible data (random, already
     /// compressed) it builds faster and reads at the disk's speed; ext images are never compressed
     #[arg(long)]
@@ -347,7 +347,7 @@ pub struct ModulefilesArgs {
     pub ld_library_path: bool,
     /// Write Lmod (lua), Environment Modules (tcl) modulefiles, or both
     #[arg(long, value_name = "lua|tcl|both", default_value = "both")]
-    pub modules: swpool_core::pool::modulefile::Formats,
+    pub modules: swpool_format::pool::modulefile::Formats,
     /// The pool tree (with pool.toml)
     pub dir: PathBuf,
 }

@@ -410,43 +410,15 @@ pub fn mountpoint_of(
     uid: u32,
     env: &Environment,
 ) -> Result<(PathBuf, Option<(String, String)>), Error> {
-    if spec.is_dir() {
-        return Ok((mount::canonical_mountpoint(spec)?, None));
-    }
-    let s = spec.to_string_lossy();
-    let (name, version) = if spec.is_file() {
-        let p = Pool::open(spec)?;
-        (p.manifest.name, p.manifest.version)
-    } else if crate::pool::spec::is_pool_spec(&s) {
-        let (n, v) = s.split_once('/').expect("NAME/VERSION");
-        (n.to_string(), v.to_string())
-    } else {
-        return Err(LoadError::UnknownSpec {
-            spec: spec.to_path_buf(),
+    use swpool_node::locate::Unplaced;
+    swpool_node::locate::mountpoint_of(spec, mount_dir, uid, env).map_err(|e| match e {
+        Unplaced::Mount(e) => e.into(),
+        Unplaced::Pool(e) => e.into(),
+        Unplaced::UnknownSpec { spec } => LoadError::UnknownSpec { spec }.into(),
+        Unplaced::NotLoaded { name, version, at } => {
+            LoadError::NotLoaded { name, version, at }.into()
         }
-        .into());
-    };
-    let mp = paths::default_mount_dir(mount_dir, uid, env)
-        .join(&name)
-        .join(&version);
-    if !mp.is_dir() {
-        // a site pool the site's mount helper mounted for this user is where the helper put it
-        let by_helper = StateDir::open_default(env)
-            .and_then(|d| d.find_pool(&name, &version))
-            .unwrap_or_default()
-            .into_iter()
-            .find(|r| matches!(r.serving, Some(state::Serving::Kernel { .. })));
-        if let Some(r) = by_helper {
-            return Ok((r.mount_point, Some((name, version))));
-        }
-        return Err(LoadError::NotLoaded {
-            name,
-            version,
-            at: mp,
-        }
-        .into());
-    }
-    Ok((mount::canonical_mountpoint(&mp)?, Some((name, version))))
+    })
 }
 
 /// What [`unload`] did (world rank 0's node).

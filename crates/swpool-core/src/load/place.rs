@@ -3,10 +3,7 @@
 //! fetch` (and `run --pool`, which mounts the copy inside one environment) stop here.
 
 use std::fs::File;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-use serde::{Deserialize, Serialize};
 
 use super::{
     cache_entry, open_authorized, outcome, resolve, LoadError, LoadRequest, NodeContext, Observer,
@@ -106,20 +103,7 @@ pub(super) fn copy_into_cache(
     Ok(report)
 }
 
-/// A pool in a node's cache, verified: what `cache fetch` reports and `run --pool` mounts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Placement {
-    pub name: String,
-    pub version: String,
-    pub digest: String,
-    /// The pool file it came from.
-    pub src: PathBuf,
-    /// The node-local copy (this node's cache entry).
-    pub image: PathBuf,
-    pub format: ImageFormat,
-    /// What vouched for it (the trust verdict, as `load` says it).
-    pub trust: String,
-}
+pub use swpool_node::cache::Placement;
 
 /// What [`place`] did.
 #[derive(Debug)]

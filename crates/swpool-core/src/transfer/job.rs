@@ -14,7 +14,7 @@ use crate::plane::DataPlane;
 
 use super::TransferError;
 use crate::collective::{Agreed, Collective, Failure};
-use crate::config::{EnvVar, Environment, HostVar};
+use crate::config::{EnvVar, Environment};
 use crate::watchdog::Watchdog;
 use swpool_format::status::ExitStatus;
 
@@ -50,34 +50,7 @@ pub struct Job {
     watchdog: Watchdog,
 }
 
-/// Was this process started by an MPI launcher (mpirun, mpiexec, srun with an MPI plugin)?
-/// `Err` when started by srun with several tasks but without a PMI plugin (every task would
-/// believe it is alone).
-pub fn launched_by_launcher(env: &Environment) -> Result<bool, String> {
-    for v in [
-        HostVar::OmpiCommWorldSize,
-        HostVar::PmixRank,
-        HostVar::PmiRank,
-        HostVar::PmiSize,
-        HostVar::MpiLocalnranks,
-    ] {
-        if env.get(v).is_some() {
-            return Ok(true);
-        }
-    }
-    let ntasks = env
-        .get(HostVar::SlurmNtasks)
-        .or_else(|| env.get(HostVar::SlurmNprocs))
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(1);
-    if env.get(HostVar::SlurmStepId).is_some() && ntasks > 1 {
-        return Err(format!(
-            "started by srun with {ntasks} tasks but without MPI (no PMIx/PMI variables): run it with \
-             `srun --mpi=pmix …` (or mpirun) so that the tasks form one MPI job"
-        ));
-    }
-    Ok(false)
-}
+pub use swpool_node::slurm::launched_by_launcher;
 
 pub use crate::users::hostname;
 

@@ -3,7 +3,7 @@
 //! directory), grown or shrunk offline (`resize`) and checked (`check`) with e2fsprogs, and mounted
 //! read-write on one node at a time or read-only on any number, under a [`lease`] beside the image.
 
-pub mod lease;
+pub use swpool_node::lease::{self, end_lease};
 
 use std::path::{Path, PathBuf};
 
@@ -347,18 +347,4 @@ pub fn check(
 ) -> Result<String, UserImageError> {
     let mode = if repair { Mode::Rw } else { Mode::Ro };
     offline(image, mode, live, || fsck(image, repair, path_var))
-}
-
-/// Give back the lease of a read-write mount whose record goes: first wait (at most a minute) for
-/// its helper to exit, so that everything it buffered is in the image, then drop the holder. A
-/// failure is logged, never fatal: the unmount itself has happened, and a lease whose holder is
-/// gone is recognised by the next taker.
-pub fn end_lease(image: &Path, holder: &Holder, helper_pid: u32) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while helper_pid != 0 && lease::pid_alive(helper_pid) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    if let Err(e) = lease::release(image, holder) {
-        tracing::warn!("{e}");
-    }
 }

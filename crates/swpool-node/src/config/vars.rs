@@ -317,7 +317,7 @@ mod tests {
         const PENDING: &[&str] = &[];
         let mut stray = Vec::new();
         for (path, text) in workspace_sources() {
-            if path.contains("swpool-core/src/config/")
+            if path.contains("swpool-node/src/config/")
                 || path.contains("/tests/")
                 || PENDING.iter().any(|p| path.contains(p))
             {

@@ -39,7 +39,7 @@ pub fn run(g: &GlobalArgs, a: ListArgs, env: &Environment) -> Result<(), Error> 
     }
     let job = Job::init(env)?;
     let cfg = super::config(env).map_err(|e| e.to_string());
-    let Some(nodes) = state::all_nodes_list(
+    let Some(nodes) = swpool_core::all_nodes::all_nodes_list(
         &job,
         &sys,
         &filter(&a),

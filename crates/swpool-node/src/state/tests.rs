@@ -633,39 +633,6 @@ fn a_helper_that_outlives_its_unmount_is_waited_for_then_ended() {
 }
 
 #[test]
-fn all_nodes_list_answers_for_every_node_in_order_on_rank_0_only() {
-    use crate::collective::fake::{FakeCluster, FakeRank};
-    use crate::collective::Collective;
-    let out = FakeCluster::run(3, 2, |r: &FakeRank| {
-        let sys = FakeSys::new(FakeScript {
-            euid: rustix::process::geteuid().as_raw(),
-            ..Default::default()
-        });
-        let cfg = crate::config::Config::default();
-        let c = match r.node_index() {
-            1 => Err("cannot read /etc/sw-pool/config.toml: bad".to_string()),
-            _ => Ok(&cfg),
-        };
-        all_nodes_list(
-            r,
-            &sys,
-            &ListFilter::default(),
-            c,
-            &crate::config::Environment::default(),
-        )
-        .unwrap()
-    });
-    assert!(out.iter().skip(1).all(Option::is_none), "rank 0 only");
-    let nodes = out[0].as_ref().unwrap();
-    assert_eq!(nodes.len(), 3);
-    assert!(nodes[1].error.as_deref().unwrap().contains("config.toml"));
-    assert!(
-        nodes[0].error.is_none() && nodes[2].error.is_none(),
-        "{nodes:?}"
-    );
-}
-
-#[test]
 fn a_selection_becomes_the_same_cleanup_arguments() {
     let s = Selection {
         job: Some("77".into()),

@@ -1,4 +1,5 @@
-//! `sw-pool`: parse, set up logging, dispatch, map the error to an exit status.
+//! `sw-pool-full`: parse, set up logging, dispatch, map the error to an exit status (`sw-pool`, the
+//! front in crates/sw-pool, runs this program for every subcommand but `run` and `shell`).
 //! Invoked as `scalable-fs-cp` or `scalable-fs-mount` (symlinks) it behaves as `sw-pool cp` / `sw-pool mount`,
 //! the tools of the paper sw-pool implements (Dieterle, Nolte and Kunkel, *Scalable Software
 //! Distribution for HPC-Systems with Software Pools Using MPI and File Systems in User Space*); "the
@@ -7,10 +8,14 @@
 // stdout is written through `output::out` only: `print!` panics when the write fails
 #![deny(clippy::print_stdout)]
 
-mod cli;
 mod cmd;
 mod environment;
 mod output;
+
+// the command line and the environments are the sw-pool library's (shared with the front)
+use sw_pool::cli;
+#[allow(unused_imports)]
+pub(crate) use sw_pool::eline;
 
 use std::process::ExitCode;
 

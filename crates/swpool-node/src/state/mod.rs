@@ -44,8 +44,8 @@ mod store;
 pub use acquire::{acquire, held_by_job, AcquireRequest, Acquired};
 pub use clean::{candidate_dirs, clean, clean_all_stores, clean_as, Action, Selection};
 pub use list::{
-    all_nodes_list, clean_helper, list, node_list, HelperRef, HelperUnreported, ListEntry,
-    ListFilter, ListStatus, NodeList,
+    clean_helper, list, node_list, HelperRef, HelperUnreported, ListEntry, ListFilter, ListStatus,
+    NodeList,
 };
 pub use release::{
     helper_release, helper_release_spec, helper_sudo, helper_umount, release, release_for, Released,

@@ -441,6 +441,20 @@ fn job_running(job: &str, path_var: Option<&std::ffi::OsStr>) -> Option<bool> {
     }))
 }
 
+/// Give back the lease of a read-write mount whose record goes: first wait (at most a minute) for
+/// its helper to exit, so that everything it buffered is in the image, then drop the holder. A
+/// failure is logged, never fatal: the unmount itself has happened, and a lease whose holder is
+/// gone is recognised by the next taker.
+pub fn end_lease(image: &Path, holder: &Holder, helper_pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while helper_pid != 0 && pid_alive(helper_pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if let Err(e) = release(image, holder) {
+        tracing::warn!("{e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

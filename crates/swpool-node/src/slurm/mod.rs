@@ -252,7 +252,7 @@ pub fn spread_command(
     if env.get(EnvVar::Spread).as_deref() == Some("0") || env.get(HostVar::SlurmJobId).is_none() {
         return None;
     }
-    if crate::transfer::job::launched_by_launcher(&env).unwrap_or(true) {
+    if launched_by_launcher(&env).unwrap_or(true) {
         return None; // already one task of an MPI launch: the launcher chose the nodes
     }
     // inside a job step (srun -N1 …) we are one task on one node: do what was asked, here
@@ -281,6 +281,35 @@ pub fn job_nodes(env: &Environment) -> u64 {
 
 /// How sbatch passes the SPANK plugin's `--layer` on to the job's sruns.
 const SPANK_LAYER_OPTION: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_sw_pool_layer";
+
+/// Was this process started by an MPI launcher (mpirun, mpiexec, srun with an MPI plugin)?
+/// `Err` when started by srun with several tasks but without a PMI plugin (every task would
+/// believe it is alone).
+pub fn launched_by_launcher(env: &Environment) -> Result<bool, String> {
+    for v in [
+        HostVar::OmpiCommWorldSize,
+        HostVar::PmixRank,
+        HostVar::PmiRank,
+        HostVar::PmiSize,
+        HostVar::MpiLocalnranks,
+    ] {
+        if env.get(v).is_some() {
+            return Ok(true);
+        }
+    }
+    let ntasks = env
+        .get(HostVar::SlurmNtasks)
+        .or_else(|| env.get(HostVar::SlurmNprocs))
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1);
+    if env.get(HostVar::SlurmStepId).is_some() && ntasks > 1 {
+        return Err(format!(
+            "started by srun with {ntasks} tasks but without MPI (no PMIx/PMI variables): run it with \
+             `srun --mpi=pmix …` (or mpirun) so that the tasks form one MPI job"
+        ));
+    }
+    Ok(false)
+}
 
 /// `srun --overlap` of `exe ARGS` as a new step of the job, one task on each of `nodes` nodes
 /// (`nodelist`: exactly these), with MPI as `SW_POOL_SRUN_MPI` says (default `pmix`), not

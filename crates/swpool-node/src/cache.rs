@@ -454,6 +454,21 @@ pub fn prune_to_watermarks(cfg: &crate::config::Config, keep: &Path, uid: u32, i
     }
 }
 
+/// A pool in a node's cache, verified: what `cache fetch` reports and `run --pool` mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    /// The pool file it came from.
+    pub src: PathBuf,
+    /// The node-local copy (this node's cache entry).
+    pub image: PathBuf,
+    pub format: crate::image::ImageFormat,
+    /// What vouched for it (the trust verdict, as `load` says it).
+    pub trust: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -476,54 +476,6 @@ pub fn clean_helper(
     out
 }
 
-/// `list --all-nodes` under mpirun/srun: every node leader's [`node_list`] (a node that cannot
-/// list, or read its configuration, answers with its error), gathered in node order. Call on every rank; the list comes back
-/// on world rank 0 only (`None` elsewhere). Each node lists itself; nothing is agreed: one node's
-/// error is shown beside the others' lists.
-pub fn all_nodes_list(
-    job: &dyn crate::collective::Collective,
-    sys: &dyn Sys,
-    a: &ListFilter,
-    cfg: Result<&crate::config::Config, String>,
-    env: &crate::config::Environment,
-) -> Result<Option<Vec<NodeList>>, crate::collective::Agreed> {
-    if !job.is_leader() {
-        return Ok(None);
-    }
-    let mine = cfg
-        .and_then(|cfg| node_list(sys, a, cfg, env).map_err(|e| e.to_string()))
-        .unwrap_or_else(|e| NodeList {
-            node: crate::users::hostname(),
-            state_dirs: vec![],
-            mounts: vec![],
-            unused_cache: vec![],
-            helper: None,
-            environments: vec![],
-            error: Some(e),
-        });
-    let bytes = serde_json::to_vec(&mine).expect("json");
-    let all = job.leaders_all_gather(&bytes)?;
-    if job.world_rank() != 0 {
-        return Ok(None);
-    }
-    Ok(Some(
-        all.iter()
-            .enumerate()
-            .map(|(i, b)| {
-                serde_json::from_slice(b).unwrap_or_else(|e| NodeList {
-                    node: job.leader_host(i),
-                    state_dirs: vec![],
-                    mounts: vec![],
-                    unused_cache: vec![],
-                    helper: None,
-                    environments: vec![],
-                    error: Some(format!("undecodable answer: {e}")),
-                })
-            })
-            .collect(),
-    ))
-}
-
 #[cfg(test)]
 mod helper_tests {
     use super::*;
