@@ -83,9 +83,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         opts.src.clone(),
     );
     let r = build(&opts);
-    if let Some(s) = spin {
-        s.finish();
-    }
+    drop(spin); // cleared before the result is printed
     let r = r?;
     for w in &r.warnings {
         p.warn(w);

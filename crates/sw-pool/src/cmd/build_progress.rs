@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The bar and the thread that moves it; [`ToolProgress::finish`] clears it.
+/// The bar and the thread that moves it; dropping it stops the thread and clears the bar.
 pub struct ToolProgress {
     bar: indicatif::ProgressBar,
     stop: Arc<AtomicBool>,
@@ -27,8 +27,8 @@ pub fn start(show: bool, msg: String, tree: PathBuf) -> Option<ToolProgress> {
     Some(ToolProgress { bar, stop, thread })
 }
 
-impl ToolProgress {
-    pub fn finish(mut self) {
+impl Drop for ToolProgress {
+    fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
