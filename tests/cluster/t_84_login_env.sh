@@ -93,6 +93,9 @@ assert_eq "... without a word from sw-pool" 0 "$(grep -c 'sw-pool' <<< "$out" ||
 
 # 3. nothing left on the node
 sleep 1
-left=$("$TESTBED/exec" "$node" sh -c "ls /tmp/sw-pool-$uid/envs 2>/dev/null | grep -v '\.lock\$'; ls /tmp/sw-pool-login.* 2>/dev/null; pgrep -u $uid -f 'sw-pool-enter|fuse-overlayfs' || true")
-assert_eq "nothing left on $node (environment, socket, login file)" "" "$left"
+m=$("$TESTBED/exec" "$node" grep -c fuse-overlayfs /proc/self/mountinfo || true)
+p=$("$TESTBED/exec" "$node" pgrep -u "$TB_USER" -f 'sw-pool-enter|fuse-overlayfs' | grep -c . || true)
+s=$("$TESTBED/exec" "$node" sh -c "ls /tmp/sw-pool-$uid*/envs/*.sock 2>/dev/null | grep -c ." || true)
+f=$("$TESTBED/exec" "$node" sh -c "ls /tmp/sw-pool-login.* 2>/dev/null | grep -c ." || true)
+assert_eq "$node: nothing left (mounts, processes, sockets, login files)" "0 0 0 0" "${m:-0} ${p:-0} ${s:-0} ${f:-0}"
 finish
