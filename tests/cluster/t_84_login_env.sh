@@ -53,10 +53,10 @@ assert_eq "layer dev on $node" 0 "$rc"
 { printf '%s\n' "$SHOW" 'sleep 8' 'exit 3'; } > "$W/a.in"
 user_srun script -qec "srun -N1 -w $node --chdir=$W --pty bash -l" /dev/null < "$W/a.in" > "$W/out/a.txt" 2>&1 &
 apid=$!
-wait_for 300 grep -q 'env=\[dev\] mnt=' "$W/out/a.txt"
+wait_for 300 grep -q 'env=\[dev\] mnt=' "$W/out/a.txt" || true
 rc=0
 out_b=$(printf '%s\n' "$SHOW" 'exit 4' | user_srun srun -N1 -w "$node" --chdir="$W" bash -l -i 2>&1) || rc=$?
-wait "$apid"; rc_a=$?
+rc_a=0; wait "$apid" || rc_a=$?
 out_a=$(tr -d '\r' < "$W/out/a.txt")
 ns_a=$(grep -o 'env=\[dev\] mnt=[^ ]* pid=[^ ]*' <<< "$out_a" | tail -1)
 ns_b=$(grep -o 'env=\[dev\] mnt=[^ ]* pid=[^ ]*' <<< "$out_b" | tail -1)
