@@ -104,6 +104,31 @@ for n in "${nodes[@]}"; do
 done
 grep -q README-JOB-DONE <<< "$out" || printf '  job: %s\n' "$(tail -n 25 <<< "$out")"
 
+# --- the README's job script of "The shell function" (#!/bin/bash, no -l) under sbatch: the
+# function the submitting shell exported (sbatch passes its environment) loads the pool in the
+# script's own shell; the log gets hello's output, no shell code. Submitted from a shell without
+# the function, the same script's load refuses (its output is the log) and mounts nothing.
+bash "$REPO/tools/readme-example" session | sed -n "/^cat > job.sh <<'EOF'\$/,/^EOF\$/p" | sed '1d;$d' > "$W/fn-job.sh"
+chmod 755 "$W/fn-job.sh"
+assert_eq "README job script: #!/bin/bash, not a login shell" '#!/bin/bash' "$(head -n 1 "$W/fn-job.sh")"
+submit_fn_job() {  # submit_fn_job TAG SETUP -> the job's log
+  local jid
+  jid=$(as_user env -u XDG_RUNTIME_DIR -u SW_POOL_STATE_DIR -u MODULEPATH bash -c "export PATH=$W/bin:\$PATH SW_POOL_PATH=$TB/shared/t70-$$/pools SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=; source /usr/share/lmod/lmod/init/bash; $2; sbatch --parsable -N1 -o $W/out/fn-$1-%j.out --chdir=/tmp $W/fn-job.sh")
+  wait_for 3000 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  cat "$W/out/fn-$1-$jid.out" 2>/dev/null || true
+}
+out=$(submit_fn_job with 'eval "$(sw-pool shell-init bash)"')
+assert_match "README job script under sbatch (no -l): hello ran, the function loaded the pool" "hello from node" "$out"
+assert_eq "... its log holds no shell code (export, MODULEPATH)" 0 "$(grep -cE '^export |MODULEPATH' <<< "$out" || true)"
+grep -q 'hello from node' <<< "$out" || printf '  fn-job: %s\n' "$(tail -n 15 <<< "$out")"
+out=$(submit_fn_job without 'true')
+assert_match "... submitted without the function: load refuses, naming the line to use" 'nothing was mounted.*eval' "$out"
+assert_eq "... and writes no shell code into the log" 0 "$(grep -cE '^export ' <<< "$out" || true)"
+for n in "${nodes[@]}"; do
+  assert_eq "README job script: nothing left mounted on $n" 0 \
+    "$("$TESTBED/exec" "$n" sh -c "grep -c ' /tmp/sw-pool-$uid/' /proc/self/mounts || true")"
+done
+
 # --- job-layer: a layer with a tool, synced to every node and run there
 rc=0
 out=$(as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" srun -N1 -w "${nodes[0]}" --chdir="$W" \

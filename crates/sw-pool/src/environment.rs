@@ -63,7 +63,7 @@ pub fn store(flag: Option<PathBuf>, cfg: &Config, env: &Environment) -> Result<L
 }
 
 pub fn run(g: &GlobalArgs, a: RunArgs, env: &Environment) -> Result<(), Failed> {
-    start(g, a.env, a.cmd, env, None)
+    start(g, a.env, a.cmd, env, None, None)
 }
 
 pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Failed> {
@@ -113,7 +113,55 @@ pub fn shell(g: &GlobalArgs, a: ShellArgs, env: &Environment) -> Result<(), Fail
     let enter = (!quiet)
         .then(|| format!("sw-pool: entering an isolated environment {what}; `exit` leaves it"));
     let leave = (!quiet).then(|| format!("sw-pool: left {name}"));
-    start(g, a.env, vec![sh], env, Some((enter, leave)))
+    let login = a.login.map(|file| Login {
+        file,
+        layer: layer.unwrap_or("-").to_string(),
+    });
+    start(
+        g,
+        a.env,
+        vec![sh],
+        env,
+        Some((enter, leave)),
+        login.as_ref(),
+    )
+}
+
+/// A `shell` started for a login (`shell-init --login-env`, `shell --login FILE`).
+struct Login {
+    /// Made by the login's shell: gets the environment's shell's status once that has run.
+    file: PathBuf,
+    layer: String,
+}
+
+/// The one line a login gets when its environment cannot start: why, and what to do.
+pub fn login_failed_line(layer: &str, why: &str) -> String {
+    let why = why.trim().replace('\n', "; ");
+    format!(
+        "sw-pool: your logins go into layer {layer}'s environment (shell-init --login-env {layer}), \
+         but it could not start: {why}. This is a plain shell: fix that, or log in without it \
+         (SW_POOL_NO_LOGIN_ENV=1, or drop --login-env from your shell's start-up file)"
+    )
+}
+
+/// Tell the login's shell that the environment's shell ran (its status in `file`, which that
+/// shell made): it then ends with it. Opened without following a link and without creating.
+fn login_ran(file: &std::path::Path, status: i32) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let wrote = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(file)
+        .and_then(|mut f| writeln!(f, "{status}"));
+    if let Err(e) = wrote {
+        crate::eline!(
+            "sw-pool: warning: cannot tell the login's shell that the environment ended ({}: {e}): \
+             it stays open, `exit` it",
+            file.display()
+        );
+    }
 }
 
 /// The mark `shell` puts before the prompt: `$SW_POOL_PROMPT` with `LAYER` replaced (empty: none),
@@ -133,10 +181,14 @@ fn start(
     argv: Vec<OsString>,
     env: &Environment,
     lines: Option<(Option<String>, Option<String>)>,
+    login: Option<&Login>,
 ) -> Result<(), Failed> {
     let p = Printer::new(g, false);
     let setup_failed = |e: &dyn std::fmt::Display| -> ! {
-        Failed::new(ExitStatus::BadInput, e).print();
+        match login {
+            Some(l) => crate::eline!("{}", login_failed_line(&l.layer, &e.to_string())),
+            None => Failed::new(ExitStatus::BadInput, e).print(),
+        }
         std::process::exit(swpool_env::EXIT_SETUP)
     };
     let cfg = match config(env) {
@@ -189,6 +241,7 @@ fn start(
     };
     let mut pools = match pools::pools(&a.pool, &cfg, env, pools::Voice::of(g)) {
         Ok(p) => p,
+        Err(e) if login.is_some() => setup_failed(&e),
         Err(e) => {
             e.print();
             std::process::exit(swpool_env::EXIT_SETUP)
@@ -251,6 +304,21 @@ fn start(
     match swpool_env::run(&req, &store, &on_plan) {
         Ok(out) => {
             let _ = crate::output::stdout_status();
+            if let Some(l) = login {
+                // the shell itself could not run in it (a layer that hides or breaks it): the
+                // login stays a plain shell
+                if matches!(
+                    out.status,
+                    swpool_env::EXIT_CANNOT_EXEC | swpool_env::EXIT_NOT_FOUND
+                ) {
+                    setup_failed(&format!(
+                        "its shell ({}) could not run in it (exit status {})",
+                        req.argv[0].to_string_lossy(),
+                        out.status
+                    ));
+                }
+                login_ran(&l.file, out.status);
+            }
             if let Some(l) = &leave {
                 crate::eline!("{l} (exit status {})", out.status);
             }

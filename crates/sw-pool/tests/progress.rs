@@ -33,19 +33,7 @@ fn on_terminal(t: &T, args: &[&str], env: &[(&str, &str)]) -> Out {
 
 /// A pool of 48 MiB of incompressible data (hashing it takes long enough for a bar to be drawn).
 fn big_pool(t: &T) -> String {
-    let tree = t.p("tree");
-    let bin_dir = tree.join("install/big/1.0/bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let data: Vec<u8> = (0..48 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(bin_dir.join("blob"), data).unwrap();
+    let tree = big_tree(t);
     let out = t.s("big.sqfs");
     let o = sw_run(&[
         "build",
@@ -59,6 +47,24 @@ fn big_pool(t: &T) -> String {
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     out
+}
+
+/// A tree of 48 MiB of incompressible data.
+fn big_tree(t: &T) -> std::path::PathBuf {
+    let tree = t.p("tree");
+    let bin_dir = tree.join("install/big/1.0/bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let data: Vec<u8> = (0..48 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(bin_dir.join("blob"), data).unwrap();
+    tree
 }
 
 fn keys(t: &T) -> (String, String) {
@@ -116,6 +122,34 @@ fn build_and_bundle_show_a_spinner_on_a_terminal_only() {
     let o = on_terminal(&t, &["bundle", "-o", &out, "/bin/true"], &[]);
     assert_eq!(o.code, 0, "{}", o.stdout);
     assert!(o.stdout.contains("bundling into"), "{}", o.stdout);
+}
+
+/// Issue 52, point 9: `build` of a large tree shows how far mksquashfs has read the tree's bytes,
+/// as a percentage with an ETA (not only a spinner); with stderr not a terminal, nothing.
+#[test]
+fn build_of_a_large_tree_shows_a_percentage_and_an_eta() {
+    let t = T::new();
+    let tree = big_tree(&t);
+    let out = t.s("big.sqfs");
+    let args = [
+        "build",
+        "--name",
+        "big",
+        "--version",
+        "1.0",
+        &out,
+        tree.to_str().unwrap(),
+    ];
+    let o = on_terminal(&t, &args, &[]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("MiB/48.00 MiB") && o.stdout.contains("% ") && o.stdout.contains("ETA"),
+        "no percentage, bytes of the tree's 48 MiB and ETA on the terminal: {:?}",
+        o.stdout
+    );
+    let o = sw_run(&[&args[..], &["--force"]].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("ETA"), "{}", o.stderr);
 }
 
 /// Issue 32 (point 1's `0 B/0 B`): a load that finds the pool cached and mounted moves nothing

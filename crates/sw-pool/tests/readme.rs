@@ -90,6 +90,31 @@ fn every_shell_example_is_run_by_a_test() {
     assert_eq!(&o.stdout, quick);
 }
 
+/// A real .deb at `out`: package `hello-deb`, one program `/usr/bin/hello-deb`.
+fn make_deb(t: &T, out: &str) {
+    let root = t.d.path().join("deb-root");
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        "Package: hello-deb\nVersion: 1.0\nArchitecture: all\nMaintainer: sw-pool tests <tests@localhost>\nDescription: a program installed into a layer by the README's example\n",
+    )
+    .unwrap();
+    let prog = root.join("usr/bin/hello-deb");
+    std::fs::write(
+        &prog,
+        "#!/bin/sh\necho 'Hello from a package in the layer'\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "--build"])
+        .arg(&root)
+        .arg(out));
+    assert_eq!(o.code, 0, "dpkg-deb --build: {}", o.stderr);
+}
+
 /// Puts a tmpfs on `/etc/sw-pool` inside the test's mount namespace; creates the directory if the
 /// machine has none, and removes it again.
 struct EtcDir {
@@ -109,7 +134,7 @@ fn the_quick_start_and_the_session_run_as_written() {
     if !need_root() {
         return;
     }
-    for tool in ["unshare", "fuse-overlayfs"] {
+    for tool in ["unshare", "fuse-overlayfs", "dpkg-deb"] {
         if !Path::new("/usr/bin").join(tool).exists() {
             skip(&format!("{tool} is not installed"));
             return;
@@ -118,6 +143,8 @@ fn the_quick_start_and_the_session_run_as_written() {
     let t = T::new();
     let work = t.mkdir("work");
     let home = t.mkdir("home");
+    // the package the `--root` block installs into a layer: pkg.deb, package hello-deb
+    make_deb(&t, &format!("{work}/pkg.deb"));
     let etc = EtcDir {
         made: std::fs::create_dir("/etc/sw-pool").is_ok(),
     };
@@ -170,6 +197,12 @@ fn the_quick_start_and_the_session_run_as_written() {
     );
     assert!(o.stdout.contains("Hello from a pool"), "{}", o.stdout);
     assert!(o.stdout.contains("made in the layer"), "{}", o.stdout);
+    // `run --root --layer dev -- dpkg -i pkg.deb`: the package's program ran from the layer
+    assert!(
+        o.stdout.contains("Hello from a package in the layer"),
+        "{}",
+        o.stdout
+    );
     // the job script run by a non-login bash with its output in a log (README, "The shell
     // function"): the exported function loaded the pool in the script's own shell, and the log
     // holds the program's output, not the shell code that load prints for the function

@@ -82,15 +82,15 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         source_date_epoch,
         path_var: env.path_var().map(ToOwned::to_owned),
     };
-    // mksquashfs and mke2fs run quiet: show that work goes on (a 300 MiB tree takes ~15 s)
-    let spin = crate::output::spinner(
+    // mksquashfs and mke2fs run quiet: show how far they have read the tree (a 300 MiB tree
+    // takes ~15 s): a percentage and an ETA once the tree is measured
+    let spin = super::build_progress::start(
         !g.quiet && !a.json,
         format!("building {}", opts.out.display()),
+        opts.src.clone(),
     );
     let r = build(&opts);
-    if let Some(s) = spin {
-        s.finish_and_clear();
-    }
+    drop(spin); // cleared before the result is printed
     let r = r?;
     for w in &r.warnings {
         p.warn(w);

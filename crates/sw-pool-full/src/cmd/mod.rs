@@ -2,6 +2,7 @@
 
 mod avail;
 mod build;
+mod build_progress;
 mod bundle;
 mod cache;
 mod cleanup;

@@ -24,8 +24,59 @@ pub fn init(a: ShellInitArgs) -> Result<(), Error> {
         InitShell::Fish => FISH,
         InitShell::Csh | InitShell::Tcsh => CSH,
     };
-    crate::output::out(text.as_bytes());
+    let login = match (&a.login_env, a.shell) {
+        (None, _) => String::new(),
+        (Some(name), InitShell::Bash | InitShell::Zsh | InitShell::Ksh) => login_env(name)?,
+        (Some(_), shell) => {
+            return Err(Error::other(
+                ExitStatus::Usage,
+                format!(
+                    "--login-env is for bash, zsh and ksh, not {}: in fish or csh, start the \
+                     environment from the start-up file yourself (`sw-pool shell --layer NAME`)",
+                    format!("{shell:?}").to_lowercase()
+                ),
+            ))
+        }
+    };
+    crate::output::out(format!("{text}{login}").as_bytes());
     Ok(())
+}
+
+/// The code `shell-init --login-env NAME` adds after the function: an interactive shell (a login:
+/// ssh, `srun --pty`, `bash -l`) not already in an environment runs `sw-pool shell --layer NAME`
+/// and ends with it. Every start of that layer's environment joins the running one, so all logins
+/// share it. Nothing can lock the user out: the shell ends only when the file it made holds the
+/// environment's shell's status (`shell --login FILE` writes it after its shell ran); else it
+/// stays, with one line (sw-pool's own when it says why with status 125, else this code's).
+pub fn login_env(name: &str) -> Result<String, Error> {
+    if !swpool_env::layer::valid_name(name) {
+        return Err(Error::other(
+            ExitStatus::Usage,
+            format!(
+                "--login-env {name:?}: not a layer name (letters, digits, '.', '_' and '-', not \
+                 starting with '.', at most 64 characters)"
+            ),
+        ));
+    }
+    Ok(format!(
+        r#"# logins land in layer {name}'s environment (shell-init --login-env {name}); SW_POOL_NO_LOGIN_ENV=1 skips it
+if [ -z "${{SW_POOL_ENVIRONMENT-}}" ] && [ -z "${{SW_POOL_NO_LOGIN_ENV-}}" ]; then
+  case $- in
+    *i*)
+      if (unset -f sw-pool; command -v sw-pool) >/dev/null 2>&1 && __swp_f=$(mktemp "${{TMPDIR:-/tmp}}/sw-pool-login.XXXXXX" 2>/dev/null); then
+        command sw-pool shell --login "$__swp_f" --layer '{name}'
+        __swp_rc=$?
+        if [ -s "$__swp_f" ]; then rm -f "$__swp_f"; exit "$__swp_rc"; fi
+        rm -f "$__swp_f"
+        [ "$__swp_rc" -eq 125 ] || echo "sw-pool: your logins go into layer {name}'s environment, but \`sw-pool shell --layer {name}\` ended (status $__swp_rc) before its shell ran: this is a plain shell; try that command to see why, or log in without it (SW_POOL_NO_LOGIN_ENV=1, or drop --login-env from your shell's start-up file)" >&2
+      else
+        echo "sw-pool: your logins go into layer {name}'s environment, but sw-pool is not on PATH (or mktemp failed): this is a plain shell; fix PATH, or drop --login-env from your shell's start-up file" >&2
+      fi
+      unset __swp_f __swp_rc ;;
+  esac
+fi
+"#
+    ))
 }
 
 /// The subcommands whose output is shell code for the calling shell.

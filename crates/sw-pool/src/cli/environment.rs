@@ -137,6 +137,11 @@ pub struct RunArgs {
 pub struct ShellArgs {
     #[command(flatten)]
     pub env: EnvironmentArgs,
+    /// Started for a login (`shell-init --login-env`): FILE, made by the caller, gets the shell's
+    /// exit status once the shell has run in the environment; when the environment cannot be
+    /// made or its shell cannot run, one line says why and how to fix or skip it (status 125)
+    #[arg(long, value_name = "FILE", requires = "layer")]
+    pub login: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -245,10 +250,23 @@ pub enum InitShell {
 `make install` and the Debian package set it up for bash, zsh and ksh login
 shells (/etc/profile.d/sw-pool.sh). Then `sw-pool load POOL` changes MODULEPATH
 in the shell it is typed in, like Lmod's `module` function; without it, run
-`eval \"$(sw-pool load POOL)\"`.")]
+`eval \"$(sw-pool load POOL)\"`.
+
+LOGINS IN AN ENVIRONMENT (bash, zsh, ksh):
+  eval \"$(sw-pool shell-init bash --login-env dev)\"     (in ~/.bashrc)
+Every interactive shell that reads it (an ssh login, `srun --pty bash`, `bash
+-l`) runs `sw-pool shell --layer dev` in its place and ends with it: all your
+logins on a node share one environment. SW_POOL_NO_LOGIN_ENV=1 (or
+`ssh -t HOST env SW_POOL_NO_LOGIN_ENV=1 bash -l`) skips it. When the
+environment cannot start (no such layer, a broken one), the login stays a
+plain shell, with one line saying why and what to do.")]
 pub struct ShellInitArgs {
     /// The shell to print the function for
     pub shell: InitShell,
+    /// Interactive shells that read the printed code (logins: ssh, `srun --pty`, `bash -l`) run
+    /// `sw-pool shell --layer NAME` in their place; a plain shell when it cannot start
+    #[arg(long, value_name = "NAME")]
+    pub login_env: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -102,6 +102,7 @@ env_vars! {
     ShellFunction "SW_POOL_SHELL_FUNCTION" State "none" "`1`: set by the shell function (`sw-pool shell-init`) that evaluates the output of `load`, `unload` and `env`";
     Prompt "SW_POOL_PROMPT" Option "`(sw-pool LAYER) `, `(sw-pool LAYER, root) ` with `--root`" "the mark `sw-pool shell` puts before the prompt (`LAYER`: the layer's name; empty: none)";
     PromptMark "SW_POOL_PROMPT_MARK" State "none" "set by `sw-pool shell` for the shell it starts: the mark its prompt command puts before `PS1`";
+    NoLoginEnv "SW_POOL_NO_LOGIN_ENV" Option "unset" "`1`: a login stays a plain shell instead of entering the layer's environment that `shell-init --login-env NAME` names (read by that start-up code)";
     Environment "SW_POOL_ENVIRONMENT" State "none" "set inside `run`/`shell`: the environment's layer (`-`: none)";
     SyncFor "SW_POOL_SYNC_FOR" State "none" "the job step (`JOB.STEP`) whose tasks wait for the `layer sync` that `run --layer` started (its failure is recorded for them)";
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
