@@ -5,9 +5,10 @@ CARGO ?= cargo
 BIN := target/release/sw-pool
 # the front (`sw-pool`: run/shell, and the exec of sw-pool-full for the rest) ships linked
 # statically (glibc, crt-static; it does no NSS lookup: docs/architecture.md), built for the host
-# triple so that the flag reaches this binary only (not build scripts, not the other programs)
-HOST := $(shell rustc -vV | sed -n 's/^host: //p')
-FRONT := target/$(HOST)/release/sw-pool
+# triple so that the flag reaches this binary only (not build scripts, not the other programs);
+# `=`, not `:=`: read when a recipe needs it, after `setup` has made sure rustc is there
+HOST = $(shell rustc -vV | sed -n 's/^host: //p')
+FRONT = target/$(HOST)/release/sw-pool
 
 .PHONY: all setup build spank install uninstall test test-unit test-cluster test-deb deb lint demo bench bench-build fuzz clean model model-1024 test-model
 
@@ -33,7 +34,7 @@ install: build
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	install -m 0755 $(FRONT) $(DESTDIR)$(PREFIX)/bin/sw-pool
-	install -m 0755 $(BIN)-full $(BIN)-enter $(BIN)-serve $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)-full $(BIN)-enter $(BIN)-serve $(BIN)-view $(DESTDIR)$(PREFIX)/bin/
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp
 	ln -sf sw-pool $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount
 	install -d $(DESTDIR)$(PREFIX)/libexec/sw-pool
@@ -54,7 +55,7 @@ install: build
 	install -m 0755 $(SPANK) $(DESTDIR)$(PREFIX)/lib/sw-pool/sw_pool_spank.so
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/sw-pool-full $(DESTDIR)$(PREFIX)/bin/sw-pool-enter $(DESTDIR)$(PREFIX)/bin/sw-pool-serve \
+	rm -f $(DESTDIR)$(PREFIX)/bin/sw-pool $(DESTDIR)$(PREFIX)/bin/sw-pool-full $(DESTDIR)$(PREFIX)/bin/sw-pool-enter $(DESTDIR)$(PREFIX)/bin/sw-pool-serve $(DESTDIR)$(PREFIX)/bin/sw-pool-view \
 	  $(DESTDIR)$(PREFIX)/bin/scalable-fs-cp $(DESTDIR)$(PREFIX)/bin/scalable-fs-mount \
 	  $(DESTDIR)$(PREFIX)/share/man/man1/sw-pool*.1 \
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sw-pool \

@@ -24,7 +24,7 @@ install -d "$ROOT/usr/share/doc/sw-pool"
 install -m 0644 README.md SECURITY.md "$ROOT/usr/share/doc/sw-pool/"
 
 # the packages of the shared libraries the binaries need (sw-pool-full links MPI and OpenSSL)
-libdeps=$(ldd target/release/sw-pool target/release/sw-pool-full target/release/sw-pool-enter target/release/sw-pool-serve target/release/sw-pool-mount-helper | awk '/=> \//{print $3}' | while read -r lib; do
+libdeps=$(ldd target/release/sw-pool target/release/sw-pool-full target/release/sw-pool-enter target/release/sw-pool-serve target/release/sw-pool-view target/release/sw-pool-mount-helper | awk '/=> \//{print $3}' | while read -r lib; do
   dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true
 done | cut -d: -f1 | sort -u | paste -sd, | sed 's/,/, /g')
 [[ -n $libdeps ]] || { echo "make-deb: could not map the binary's libraries to packages" >&2; exit 1; }

@@ -40,7 +40,7 @@ check "the mount helper is installed root's, mode 0755" test "$(stat -c '%U %a' 
 rc=0; out=$(/usr/libexec/sw-pool/sw-pool-mount-helper list 2>&1) || rc=$?
 check "the mount helper does nothing without /etc/sw-pool/helper.toml (status 3, says so)" \
   test "$rc" = 3 -a -n "$(grep 'not configured on this node' <<< "$out")"
-check "the full program, pid 1 of environments and the chunk server beside the front" test -x /usr/bin/sw-pool-full -a -x /usr/bin/sw-pool-enter -a -x /usr/bin/sw-pool-serve
+check "the full program, pid 1 of environments and the chunk server and the tree view beside the front" test -x /usr/bin/sw-pool-full -a -x /usr/bin/sw-pool-enter -a -x /usr/bin/sw-pool-serve -a -x /usr/bin/sw-pool-view
 check "the front is linked statically (ldd: no shared library)" bash -c 'ldd /usr/bin/sw-pool 2>&1 | grep -qE "statically linked|not a dynamic executable"'
 check "sw-pool run -- true (an environment, as root)" env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= /usr/bin/sw-pool run -- true
 check "man page sw-pool(1)" test -s /usr/share/man/man1/sw-pool.1
