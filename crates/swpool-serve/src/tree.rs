@@ -5,9 +5,13 @@
 //!
 //! Built for the kernel: the file system never changes while it is served, so entries, attributes
 //! and negative lookups are kept for a day, file pages across opens (`FOPEN_KEEP_CACHE`) and
-//! directory listings in the page cache (`FOPEN_CACHE_DIR`); requests are answered by the
-//! session's worker threads; decompressed blocks are kept in the reader's bounded cache and the
-//! next blocks of a file being read are decompressed ahead by a small pool of threads.
+//! directory listings in the page cache (`FOPEN_CACHE_DIR`); `open`, `opendir` and `flush` answer
+//! `ENOSYS`, which tells the kernel to stop sending them (it then keeps every file's pages and
+//! every listing as those flags say, and an `open` + `close` of a file costs no request at all);
+//! listings come with their entries' attributes (`READDIRPLUS`), so a walk that stats what it
+//! lists needs no lookup per entry; requests are answered by the session's worker threads;
+//! decompressed blocks are kept in the reader's bounded cache and the next blocks of a file
+//! being read are decompressed ahead by a small pool of threads.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -17,8 +21,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use swpool_squashfs::{Archive, DirEntry, Inode, InodeKind, ReadAt};
@@ -259,6 +263,9 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         for f in [
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            // plus only where the listing is followed by lookups (a stat walk), not for `ls`
+            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -315,15 +322,12 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if flags.acc_mode() != OpenAccMode::O_RDONLY {
-            return reply.error(Errno::EROFS);
-        }
-        match self.inode(ino) {
-            Ok(i) if matches!(i.kind, InodeKind::Directory { .. }) => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(e),
-        }
+    // No open state is kept: ENOSYS tells the kernel to open files without asking from now on,
+    // and to treat every open as FOPEN_KEEP_CACHE (directories FOPEN_KEEP_CACHE |
+    // FOPEN_CACHE_DIR); nor does it send `release` then. The mount is read-only, so the kernel
+    // refuses opens for writing itself (EROFS).
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn read(
@@ -375,6 +379,7 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         }
     }
 
+    // nothing to flush: ENOSYS tells the kernel not to send it again on close
     fn flush(
         &self,
         _req: &Request,
@@ -383,18 +388,11 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         _lock_owner: LockOwner,
         reply: fuser::ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.inode(ino) {
-            Ok(i) if matches!(i.kind, InodeKind::Directory { .. }) => reply.opened(
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
-            Ok(_) => reply.error(Errno::ENOTDIR),
-            Err(e) => reply.error(e),
-        }
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
@@ -428,6 +426,46 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
                 },
             };
             if reply.add(node, i + 1, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let dir = match self.inode(ino) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let l = match self.s.listing(&dir) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let me = self.attr(&dir);
+        let mut i = offset;
+        loop {
+            let (child, name): (Option<Arc<Inode>>, &[u8]) = match i {
+                // the kernel links neither `.` nor `..` from a READDIRPLUS reply
+                0 => (None, b"."),
+                1 => (None, b".."),
+                n => match l.get((n - 2) as usize) {
+                    Some(e) => match self.s.inode(e.inode) {
+                        Ok(c) => (Some(c), &e.name),
+                        Err(e) => return reply.error(e),
+                    },
+                    None => break,
+                },
+            };
+            let a = child.as_ref().map_or(me, |c| self.attr(c));
+            if reply.add(a.ino, i + 1, OsStr::from_bytes(name), &TTL, &a, Generation(0)) {
                 break;
             }
             i += 1;
