@@ -5,10 +5,9 @@
 //!
 //! Built for the kernel: the file system never changes while it is served, so entries, attributes
 //! and negative lookups are kept for a day, file pages across opens (`FOPEN_KEEP_CACHE`) and
-//! directory listings in the page cache (`FOPEN_CACHE_DIR`); `open`, `opendir` and `flush` answer
-//! `ENOSYS`, which tells the kernel to stop sending them (it then keeps every file's pages and
-//! every listing as those flags say, and an `open` + `close` of a file costs no request at all);
-//! listings come with their entries' attributes (`READDIRPLUS`), so a walk that stats what it
+//! directory listings in the page cache (`FOPEN_CACHE_DIR`); `flush` answers `ENOSYS`, which
+//! tells the kernel not to send it on every close (an open still asks, so that a dead server
+//! fails it at once); listings come with their entries' attributes (`READDIRPLUS`), so a walk that stats what it
 //! lists needs no lookup per entry; requests are answered by the session's worker threads;
 //! decompressed blocks are kept in the reader's bounded cache and the next blocks of a file
 //! being read are decompressed ahead by a small pool of threads.
@@ -21,9 +20,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use swpool_squashfs::{Archive, DirEntry, Inode, InodeKind, ReadAt};
 
@@ -263,9 +262,10 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         for f in [
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            // every listing with its entries' attributes: a walk that stats what it lists (find,
+            // ls -l, Python's imports) then needs no lookup per entry (READDIRPLUS_AUTO would
+            // send them only for the first batch of a listing read whole before its stats)
             InitFlags::FUSE_DO_READDIRPLUS,
-            // plus only where the listing is followed by lookups (a stat walk), not for `ls`
-            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -322,12 +322,18 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         }
     }
 
-    // No open state is kept: ENOSYS tells the kernel to open files without asking from now on,
-    // and to treat every open as FOPEN_KEEP_CACHE (directories FOPEN_KEEP_CACHE |
-    // FOPEN_CACHE_DIR); nor does it send `release` then. The mount is read-only, so the kernel
-    // refuses opens for writing itself (EROFS).
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(Errno::ENOSYS);
+    // Every open asks the server (so that an open after the server died fails at once, as the
+    // mount's record says it is stale, even for a file whose pages are still cached); its pages
+    // are kept across opens.
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        match self.inode(ino) {
+            Ok(i) if matches!(i.kind, InodeKind::Directory { .. }) => reply.error(Errno::EISDIR),
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn read(
@@ -391,8 +397,15 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         reply.error(Errno::ENOSYS);
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(Errno::ENOSYS);
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.inode(ino) {
+            Ok(i) if matches!(i.kind, InodeKind::Directory { .. }) => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn readdir(
@@ -465,7 +478,14 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
                 },
             };
             let a = child.as_ref().map_or(me, |c| self.attr(c));
-            if reply.add(a.ino, i + 1, OsStr::from_bytes(name), &TTL, &a, Generation(0)) {
+            if reply.add(
+                a.ino,
+                i + 1,
+                OsStr::from_bytes(name),
+                &TTL,
+                &a,
+                Generation(0),
+            ) {
                 break;
             }
             i += 1;
