@@ -239,6 +239,60 @@ fn a_killed_tree_server_fails_reads_at_once() {
         .status();
 }
 
+/// Read system calls a process has made (each FUSE request the server answers is one read of
+/// its /dev/fuse connection; its reads of the pool file are few once the metadata is cached).
+fn syscr(pid: u32) -> u64 {
+    let io = fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("syscr:"))
+        .unwrap_or_else(|| panic!("no syscr in /proc/{pid}/io: {io}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The server built for the kernel: a listing brings its entries' attributes along (a stat walk
+/// of 700 entries is not 700 lookups), and closing a file costs no request (no flush).
+#[test]
+fn a_stat_walk_and_reopened_files_cost_the_server_few_requests() {
+    let t = T::new();
+    let src = tree(&t);
+    let (pool, digest) = build(&t, &src);
+    let mp = mountpoint(&t, "mp");
+    let c = serve(&pool, &digest, &mp, &["--cached"], &t.p("log"));
+    let pid = c.id();
+    let before = syscr(pid);
+    let mut n = 0;
+    for e in fs::read_dir(mp.join("wide")).unwrap() {
+        let m = fs::symlink_metadata(e.unwrap().path()).unwrap();
+        assert!(m.is_file());
+        n += 1;
+    }
+    assert_eq!(n, 700);
+    let walk = syscr(pid) - before;
+    assert!(
+        walk < 175,
+        "a stat walk of 700 entries took {walk} requests (READDIRPLUS: a few per listing page)"
+    );
+    let files: Vec<PathBuf> = (0..200)
+        .map(|i| mp.join(format!("wide/entry-{i:04}")))
+        .collect();
+    for f in &files {
+        fs::read(f).unwrap();
+    }
+    let before = syscr(pid);
+    for f in &files {
+        assert!(!fs::read(f).unwrap().is_empty());
+    }
+    let again = syscr(pid) - before;
+    // open and release each (their pages are kept): no flush, no read, no getattr
+    assert!(
+        again <= 2 * files.len() as u64 + 20,
+        "reading 200 cached files again took {again} requests"
+    );
+    stop(c, &mp);
+}
+
 #[test]
 fn a_chunk_corrupted_in_place_is_eio_and_named_in_the_log() {
     let t = T::new();

@@ -5,9 +5,12 @@
 //!
 //! Built for the kernel: the file system never changes while it is served, so entries, attributes
 //! and negative lookups are kept for a day, file pages across opens (`FOPEN_KEEP_CACHE`) and
-//! directory listings in the page cache (`FOPEN_CACHE_DIR`); requests are answered by the
-//! session's worker threads; decompressed blocks are kept in the reader's bounded cache and the
-//! next blocks of a file being read are decompressed ahead by a small pool of threads.
+//! directory listings in the page cache (`FOPEN_CACHE_DIR`); `flush` answers `ENOSYS`, which
+//! tells the kernel not to send it on every close (an open still asks, so that a dead server
+//! fails it at once); listings come with their entries' attributes (`READDIRPLUS`), so a walk that stats what it
+//! lists needs no lookup per entry; requests are answered by the session's worker threads;
+//! decompressed blocks are kept in the reader's bounded cache and the next blocks of a file
+//! being read are decompressed ahead by a small pool of threads.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -19,7 +22,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    ReplyDirectoryPlus, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use swpool_squashfs::{Archive, DirEntry, Inode, InodeKind, ReadAt};
 
@@ -259,6 +262,10 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         for f in [
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            // every listing with its entries' attributes: a walk that stats what it lists (find,
+            // ls -l, Python's imports) then needs no lookup per entry (READDIRPLUS_AUTO would
+            // send them only for the first batch of a listing read whole before its stats)
+            InitFlags::FUSE_DO_READDIRPLUS,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -315,6 +322,9 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         }
     }
 
+    // Every open asks the server (so that an open after the server died fails at once, as the
+    // mount's record says it is stale, even for a file whose pages are still cached); its pages
+    // are kept across opens.
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return reply.error(Errno::EROFS);
@@ -375,6 +385,7 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         }
     }
 
+    // nothing to flush: ENOSYS tells the kernel not to send it again on close
     fn flush(
         &self,
         _req: &Request,
@@ -383,7 +394,7 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         _lock_owner: LockOwner,
         reply: fuser::ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -428,6 +439,53 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
                 },
             };
             if reply.add(node, i + 1, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let dir = match self.inode(ino) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let l = match self.s.listing(&dir) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let me = self.attr(&dir);
+        let mut i = offset;
+        loop {
+            let (child, name): (Option<Arc<Inode>>, &[u8]) = match i {
+                // the kernel links neither `.` nor `..` from a READDIRPLUS reply
+                0 => (None, b"."),
+                1 => (None, b".."),
+                n => match l.get((n - 2) as usize) {
+                    Some(e) => match self.s.inode(e.inode) {
+                        Ok(c) => (Some(c), &e.name),
+                        Err(e) => return reply.error(e),
+                    },
+                    None => break,
+                },
+            };
+            let a = child.as_ref().map_or(me, |c| self.attr(c));
+            if reply.add(
+                a.ino,
+                i + 1,
+                OsStr::from_bytes(name),
+                &TTL,
+                &a,
+                Generation(0),
+            ) {
                 break;
             }
             i += 1;

@@ -1,6 +1,15 @@
 //! The compressors this reader reads.
 
+use std::cell::RefCell;
+
 use crate::{Error, Result};
+
+thread_local! {
+    // one decompression context per thread, made once (making one per block costs an allocation
+    // of its window tables on every small file)
+    static ZSTD: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        RefCell::new(zstd::bulk::Decompressor::new().ok());
+}
 
 /// A squashfs image's compressor (superblock field `compression_id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,9 +50,12 @@ impl Compressor {
     pub fn decompress(self, src: &[u8], max: usize) -> std::result::Result<Vec<u8>, String> {
         let mut out = vec![0u8; max];
         let n = match self {
-            Compressor::Zstd => {
-                zstd::bulk::decompress_to_buffer(src, &mut out).map_err(|e| format!("zstd: {e}"))?
-            }
+            Compressor::Zstd => ZSTD.with(|d| match &mut *d.borrow_mut() {
+                Some(d) => d
+                    .decompress_to_buffer(src, &mut out)
+                    .map_err(|e| format!("zstd: {e}")),
+                None => Err("zstd: cannot allocate a decompression context".to_string()),
+            })?,
             Compressor::Gzip => {
                 let mut d = flate2::Decompress::new(true);
                 let st = d

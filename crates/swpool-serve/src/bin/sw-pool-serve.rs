@@ -315,6 +315,9 @@ fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
     let fs = swpool_serve::tree::TreeFs::new(ar, what, (threads / 2).max(1));
     let mut cfg = read_only_config("sw-pool");
     cfg.n_threads = Some(threads.clamp(1, 64));
+    // each worker reads requests from its own clone of the connection (a queue of its own, no
+    // thundering herd on one descriptor)
+    cfg.clone_fd = true;
     let session = fuser::Session::new(fs, &args.dir, &cfg)
         .and_then(|s| s.spawn())
         .map_err(|e| {
