@@ -347,9 +347,15 @@ fn mpirun() -> Option<&'static str> {
 
 /// `mpirun -np NP … sw-pool cp --json --chunk 64KiB` with every rank its own "node"
 /// (`SW_POOL_FAKE_NODES=1`) and `env` (`NAME=VALUE`) exported to the ranks; SRC and DEST follow.
-fn mpi_cp(mpirun: &str, np: usize, env: &[&str]) -> std::process::Command {
+/// Open MPI's session directory lies under `scratch`, not in the shared `/tmp/ompi.HOST.UID`: two
+/// `mpirun`s of this file run side by side, and one that ends removes that shared directory while
+/// the other creates its own in it (orte_session_dir: "mkdir … No such file or directory").
+fn mpi_cp(mpirun: &str, np: usize, scratch: &Path, env: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(mpirun);
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+    c.arg("--mca")
+        .arg("orte_tmpdir_base")
+        .arg(scratch)
+        .args(["--allow-run-as-root", "--oversubscribe", "-np"])
         .arg(np.to_string())
         .args([
             "--mca",
@@ -395,6 +401,7 @@ fn mpi_ring_rounds_of_every_shape() {
         let o = run(mpi_cp(
             mpirun,
             5,
+            d.path(),
             &[
                 "SW_POOL_CP_ALGORITHM=ring",
                 &format!("SW_POOL_BENCH_SLOTS={cap}"),
@@ -429,11 +436,14 @@ fn mpi_four_fake_nodes() {
     random_file(&src, 5 * 65536 + 17, 11);
     for algo in ["bcast", "allgather", "ring"] {
         let dest = d.path().join(format!("{algo}-%n"));
-        let o = run(
-            mpi_cp(mpirun, 4, &[&format!("SW_POOL_CP_ALGORITHM={algo}")])
-                .arg(&src)
-                .arg(&dest),
-        );
+        let o = run(mpi_cp(
+            mpirun,
+            4,
+            d.path(),
+            &[&format!("SW_POOL_CP_ALGORITHM={algo}")],
+        )
+        .arg(&src)
+        .arg(&dest));
         assert_eq!(o.code, 0, "{algo}: {}", o.stderr);
         let j = json(&o);
         assert_eq!(j["nodes"], 4);
