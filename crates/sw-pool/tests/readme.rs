@@ -91,6 +91,38 @@ fn every_shell_example_is_run_by_a_test() {
 }
 
 /// A real .deb at `out`: package `hello-deb`, one program `/usr/bin/hello-deb`.
+/// A conda environment at `env`: `conda-meta/python-*.json` naming `bin/python3.X`, this machine's
+/// python3 copied there (the README block only builds it; tests/pyenv.rs runs conda pools).
+fn make_conda_env(env: &Path) {
+    let o = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print('%d.%d.%d' % sys.version_info[:3]); print(sys.executable)",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let mut l = out.lines();
+    let (ver, exe) = (l.next().unwrap().to_string(), l.next().unwrap().to_string());
+    let xy = ver.rsplit_once('.').unwrap().0.to_string();
+    std::fs::create_dir_all(env.join("bin")).unwrap();
+    std::fs::create_dir_all(env.join("conda-meta")).unwrap();
+    std::fs::copy(
+        std::fs::canonicalize(exe).unwrap(),
+        env.join(format!("bin/python{xy}")),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(format!("python{xy}"), env.join("bin/python")).unwrap();
+    let rel = format!("bin/python{xy}");
+    std::fs::write(
+        env.join(format!("conda-meta/python-{ver}-0.json")),
+        format!(
+            r#"{{"name":"python","version":"{ver}","build":"0","files":["{rel}"],"paths_data":{{"paths_version":1,"paths":[{{"_path":"{rel}","path_type":"hardlink"}}]}}}}"#
+        ),
+    )
+    .unwrap();
+}
+
 fn make_deb(t: &T, out: &str) {
     let root = t.d.path().join("deb-root");
     std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
@@ -145,6 +177,9 @@ fn the_quick_start_and_the_session_run_as_written() {
     let home = t.mkdir("home");
     // the package the `--root` block installs into a layer: pkg.deb, package hello-deb
     make_deb(&t, &format!("{work}/pkg.deb"));
+    // the conda environment the Python block builds with `--env-prefix`: conda's own layout
+    // (conda-meta/, its interpreter in bin/), made by hand as no conda can be installed here
+    make_conda_env(Path::new(&format!("{home}/conda/envs/sci")));
     let etc = EtcDir {
         made: std::fs::create_dir("/etc/sw-pool").is_ok(),
     };

@@ -245,12 +245,12 @@ fn stage_env(
 /// One line about the environment `build --from-env` laid out.
 fn env_summary(rep: &swpool_core::pyenv::EnvReport) -> String {
     format!(
-        "{}: {} environment, Python {}, {} packages, {} files{}{}; {} inodes in 1 pool file",
+        "{}: {} environment, Python {}, {}, {}{}{}; {} inodes in 1 pool file",
         rep.source.display(),
         rep.kind,
         rep.python_version,
-        rep.packages,
-        rep.files,
+        swpool_core::pyenv::counted(rep.packages as u64, "package"),
+        swpool_core::pyenv::counted(rep.files, "file"),
         rep.interpreter_included
             .as_ref()
             .map(|i| format!(", interpreter included from {}", i.display()))

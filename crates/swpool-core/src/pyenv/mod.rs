@@ -155,12 +155,12 @@ impl EnvReport {
     /// One line for the pool's description (shown by `inspect`).
     pub fn description(&self) -> String {
         format!(
-            "Python environment: {} (Python {}), {} packages, {} files{}; from {}; {} inodes on \
+            "Python environment: {} (Python {}), {}, {}{}; from {}; {} inodes on \
              shared storage as a tree, 1 as this pool ({} saved)",
             self.kind,
             self.python_version,
-            self.packages,
-            self.files,
+            counted(self.packages as u64, "package"),
+            counted(self.files, "file"),
             match &self.interpreter_included {
                 Some(p) => format!(", interpreter included from {}", p.display()),
                 None => String::new(),
@@ -170,6 +170,11 @@ impl EnvReport {
             self.inodes.saturating_sub(1)
         )
     }
+}
+
+/// "1 package", "2 packages".
+pub fn counted(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Where a bundled CPython `X.Y` whose executable is (really) at `exe` finds its standard library:
