@@ -89,17 +89,26 @@ cat $T/lib/pkg/core.py 2>&1 | grep -q "not connected" && echo "server killed: cl
 "#
     );
     let mut c = f.cmd(&["run", "--cache", &ts, "--", "sh", "-c", &script]);
-    let child = c
+    let mut child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let t0 = Instant::now();
     while !sync.join("ready").exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "phase 1 did not end"
-        );
+        let ended = child.try_wait().unwrap().is_some();
+        if ended || t0.elapsed() > Duration::from_secs(30) {
+            if !ended {
+                let _ = child.kill();
+            }
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "phase 1 did not end ({}):\n--- stdout\n{}--- stderr\n{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     // storage changes under the running job: a file changed, a file added, the rest made

@@ -39,6 +39,7 @@ const BESIDE: &[&str] = &[
     "sw-pool-full",
     "sw-pool-enter",
     "sw-pool-serve",
+    "sw-pool-view",
     "sw-pool-mount-helper",
     "mpi-selftest",
 ];
