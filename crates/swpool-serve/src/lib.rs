@@ -35,6 +35,22 @@ pub mod view;
 
 pub use chunks::{ChunkError, Chunks, Limits};
 
+/// The log of sw-pool-serve and sw-pool-view: plain lines on standard error (no time, no colour,
+/// no target), `debug` for their figures, fuser's own lines from `info` with `debug`, else `warn`.
+pub fn init_logging(debug: bool) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .without_time()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(if debug {
+            "debug,fuser=info"
+        } else {
+            "info,fuser=warn"
+        }))
+        .init();
+}
+
 /// Keep chunk-sized buffers in the process's heap once freed. A server allocates and frees a
 /// buffer of a chunk (1 MiB by default) for every chunk it moves; glibc serves allocations above
 /// 128 KiB with `mmap` and gives a freed heap top back to the kernel, so each chunk's buffer was

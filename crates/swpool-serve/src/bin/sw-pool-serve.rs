@@ -73,17 +73,7 @@ static CHILD: AtomicU32 = AtomicU32::new(0);
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(false)
-        .without_time()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(if args.debug {
-            "debug,fuser=info"
-        } else {
-            "info,fuser=warn"
-        }))
-        .init();
+    swpool_serve::init_logging(args.debug);
     // before any thread exists: these signals are taken by one thread and passed to the helper
     let set = termination_signals();
     // SAFETY: a valid signal set built by termination_signals; no other thread runs yet.

@@ -47,17 +47,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(false)
-        .without_time()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(if args.debug {
-            "debug,fuser=info"
-        } else {
-            "info,fuser=warn"
-        }))
-        .init();
+    swpool_serve::init_logging(args.debug);
     match run(&args) {
         Ok(c) => c,
         Err(e) => {
