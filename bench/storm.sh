@@ -66,7 +66,7 @@ testbed/up -n 8 --sftp-log
 . testbed/env.sh
 E=$TB/export/storm S=$TB/shared/storm W=$TB/scratch/storm
 mkdir -p "$E" "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$(dirname "$SW")/sw-pool-view" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$SW-view" "$W/bin/"; SW=$W/bin/sw-pool
 
 # --- the storage server's work: read+write syscalls of every process in its namespace
 server_pids() { ip netns pids "$TB_STOR"; }
