@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two trees from one reader against the ring of readers, on the virtual cluster: what
-# `Algorithm::choose` (crates/swpool-core/src/transfer/mod.rs) trades. NOT a test. The scale model
+# `Algorithm::choose` (crates/swpool-transfer/src/transfer/mod.rs) trades. NOT a test. The scale model
 # (model/, `make model`) simulates both to 1,024 nodes.
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/tree-ring.sh ["SIZES_MIB"] ["NODES"] [REPS] [CHUNK]

@@ -3,7 +3,8 @@
 # graph (`cargo tree -e normal`, no dev or build dependencies) of each crate below must not hold
 # the crates named after it. The front (`sw-pool` run/shell: every shared library it loads is paid
 # on every environment start), the environment crate and the node layer link neither MPI nor
-# OpenSSL; the root helper links no MPI (it checks site signatures with swpool-trust, OpenSSL).
+# OpenSSL, nor do the transfer engine (MPI is its seams' implementation in swpool-mpi) and the
+# builders; the root helper links no MPI (it checks site signatures with swpool-trust, OpenSSL).
 # Exits 1 naming each crate that holds a forbidden one and the path that brings it in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,8 @@ rules=(
   "sw-pool:$MPI $SSL"
   "swpool-env:$MPI $SSL"
   "swpool-node:$MPI $SSL"
+  "swpool-transfer:$MPI $SSL"
+  "swpool-build:$MPI $SSL"
   "sw-pool-mount-helper:$MPI"
 )
 bad=0
@@ -34,4 +37,4 @@ done
 if ((bad)); then
   exit 1
 fi
-echo "check-link-graph: sw-pool (the front), swpool-env and swpool-node link neither MPI nor OpenSSL; sw-pool-mount-helper links no MPI"
+echo "check-link-graph: sw-pool (the front), swpool-env, swpool-node, swpool-transfer and swpool-build link neither MPI nor OpenSSL; sw-pool-mount-helper links no MPI"

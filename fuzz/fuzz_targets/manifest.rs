@@ -1,7 +1,7 @@
 #![no_main]
 //! The manifest parser on untrusted bytes: never panics, and what it accepts round-trips.
 use libfuzzer_sys::fuzz_target;
-use swpool_core::pool::Manifest;
+use swpool_format::pool::Manifest;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(m) = Manifest::from_json(data) {

@@ -2,9 +2,9 @@
 //! A whole pool file's tail on untrusted bytes: footer, manifest (hash-checked, then parsed),
 //! signature block. Never panics; lengths are always checked against the data.
 use libfuzzer_sys::fuzz_target;
-use swpool_core::pool::trailer::{read_trailer_from, ReadError};
-use swpool_core::pool::Manifest;
-use swpool_core::trust::SignatureBlock;
+use swpool_format::pool::trailer::{read_trailer_from, ReadError};
+use swpool_format::pool::Manifest;
+use swpool_trust::SignatureBlock;
 
 fuzz_target!(|data: &[u8]| {
     let mut c = std::io::Cursor::new(data);

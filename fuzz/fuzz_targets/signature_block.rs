@@ -1,7 +1,7 @@
 #![no_main]
 //! The signature block parser and the embedded public key (OpenSSL's PEM parser) on untrusted bytes.
 use libfuzzer_sys::fuzz_target;
-use swpool_core::trust::{keys::parse_public, SignatureBlock};
+use swpool_trust::{keys::parse_public, SignatureBlock};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(b) = SignatureBlock::parse(data) {

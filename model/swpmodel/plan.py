@@ -1,4 +1,4 @@
-"""The engine's planning rules, ported from crates/swpool-core/src/transfer/plan.rs.
+"""The engine's planning rules, ported from crates/swpool-transfer/src/transfer/plan.rs.
 
 Kept literal so that the model moves chunks in the same rounds as the Rust engine does.
 """

@@ -11,18 +11,10 @@
 //! images of workflows with many small files (`list_images.py`, `umount_all_images.py`, …).
 
 pub mod all_nodes;
-pub mod bundle;
-pub mod collective;
 pub mod error;
-pub mod image;
 pub mod load;
 pub mod ondemand;
-pub mod plane;
-pub mod pyenv;
-pub mod transfer;
 pub mod trust;
-pub mod userimage;
-pub mod watchdog;
 
 pub use error::{Error, Result};
 pub use swpool_format::status::ExitStatus;
@@ -33,3 +25,9 @@ pub use swpool_sys::{atomic, exec, lock, userdir};
 // the node layer lives in its own crate (no MPI, no OpenSSL: the front is built on it); its
 // modules keep their paths here
 pub use swpool_node::{cache, config, env, mount, size, slurm, state, users};
+// the transfer engine (MPI behind its seams) and the builders live in their own crates; their
+// modules keep their paths here
+pub use swpool_build::{bundle, image, pyenv, userimage};
+pub use swpool_transfer::{collective, plane, transfer, watchdog};
+// the MPI job (the one crate that links libmpi)
+pub use swpool_mpi::{job, Job};

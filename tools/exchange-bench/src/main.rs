@@ -28,8 +28,8 @@ use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::traits::*;
 use swpool_core::ondemand::exchange::{self, Gate, PeerSource};
-use swpool_core::plane::mpi::MpiPlane;
 use swpool_format::pool::manifest::{self, Manifest};
+use swpool_mpi::plane::MpiPlane;
 use swpool_serve::{ChunkSource, Chunks, Limits};
 
 const CS: u64 = 1 << 20;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use swpool_core::config::{parse_chunk_size, Environment};
 use swpool_core::size::Bytes;
-use swpool_core::transfer::{copy, Algorithm, CopyOptions, CopyReport, Job};
+use swpool_core::transfer::{copy, Algorithm, CopyOptions, CopyReport};
+use swpool_core::Job;
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
 use crate::cli::{CpArgs, GlobalArgs};

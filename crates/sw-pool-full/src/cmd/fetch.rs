@@ -8,7 +8,7 @@ use swpool_core::config::Environment;
 use swpool_core::load::{self, LoadRequest, NodeContext, Placed, Quiet};
 use swpool_core::mount::RealSys;
 use swpool_core::size::Bytes;
-use swpool_core::transfer::Job;
+use swpool_core::Job;
 use swpool_core::{collective::Collective, Error};
 
 use crate::cli::GlobalArgs;

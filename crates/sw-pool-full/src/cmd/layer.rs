@@ -156,7 +156,7 @@ fn sync(
     use swpool_core::collective::Collective;
     use swpool_core::config::{EnvVar, HostVar};
     super::spread_over_allocation(env)?;
-    let job = swpool_core::transfer::Job::init(env)?;
+    let job = swpool_core::Job::init(env)?;
     let uid = rustix::process::getuid().as_raw();
     // the layer is read by node 0 only; there it must be yours, and no environment may be
     // writing it meanwhile

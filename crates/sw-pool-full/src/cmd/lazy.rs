@@ -17,7 +17,7 @@ use swpool_core::env::{self, PoolMount, Snapshot};
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
 use swpool_core::ondemand::serve::LazyRequest;
-use swpool_core::transfer::Job;
+use swpool_core::Job;
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, LazyServeArgs, LoadArgs};
@@ -85,10 +85,7 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
 /// neither (one node outside a job), the node's server is started detached, like the step, and
 /// lives until `unload`.
 pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Error> {
-    if matches!(
-        swpool_core::transfer::job::launched_by_launcher(env),
-        Ok(true)
-    ) {
+    if matches!(swpool_core::job::launched_by_launcher(env), Ok(true)) {
         return foreground(g, a, env);
     }
     let in_job = env.get(HostVar::SlurmJobId).is_some();

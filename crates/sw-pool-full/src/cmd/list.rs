@@ -5,7 +5,7 @@
 use swpool_core::config::Environment;
 use swpool_core::mount::RealSys;
 use swpool_core::state::{self, ListFilter, NodeList};
-use swpool_core::transfer::Job;
+use swpool_core::Job;
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, ListArgs};

@@ -105,10 +105,7 @@ pub fn spread_over_allocation(env: &Environment) -> Result<(), Error> {
 
 /// End a collective command: on failure every rank prints the same message, then all meet at a
 /// bounded barrier before any exits (the first non-zero exit makes mpirun kill the rest).
-pub fn finish_collective(
-    job: swpool_core::transfer::Job,
-    r: Result<(), Error>,
-) -> Result<(), Error> {
+pub fn finish_collective(job: swpool_core::Job, r: Result<(), Error>) -> Result<(), Error> {
     if let Err(e) = r {
         crate::output::print_error(&e);
         job.exit_barrier();

@@ -163,7 +163,7 @@ pub fn refuse_on_terminal(env: &swpool_core::config::Environment, json: bool) ->
     // under a launcher (mpirun, srun) stdout is the launcher's forwarding, often a pseudo-terminal
     // (Open MPI's): the output goes back to whoever started the job (`eval "$(srun ... load)"`,
     // the paper's `mpirun sw-pool -v load`), so it is never refused there
-    let launched = swpool_core::transfer::job::launched_by_launcher(env).unwrap_or(true)
+    let launched = swpool_core::job::launched_by_launcher(env).unwrap_or(true)
         || env.get(swpool_core::config::HostVar::SlurmStepId).is_some();
     if json
         || launched
@@ -322,7 +322,7 @@ pub fn stdout_goes_to() -> Stdout {
 /// Started by an MPI launcher or as a Slurm step's task: standard output is the launcher's
 /// forwarding (the paper's `mpirun sw-pool -v load`, `eval "$(srun … load)"`).
 fn launched(env: &swpool_core::config::Environment) -> bool {
-    swpool_core::transfer::job::launched_by_launcher(env).unwrap_or(true)
+    swpool_core::job::launched_by_launcher(env).unwrap_or(true)
         || env.get(swpool_core::config::HostVar::SlurmStepId).is_some()
 }
 

@@ -6,7 +6,7 @@ use swpool_core::config::{EnvVar, Environment};
 use swpool_core::env::{self, Snapshot};
 use swpool_core::load::{self, NodeContext};
 use swpool_core::mount::RealSys;
-use swpool_core::transfer::Job;
+use swpool_core::Job;
 use swpool_core::{Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, UnloadArgs};

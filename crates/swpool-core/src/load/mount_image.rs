@@ -65,7 +65,7 @@ pub fn mount_image(node: &NodeContext, req: &MountRequest) -> Result<MountOutcom
     // place, and only when the policy accepts unsigned images.
     if by_name || is_pool(&req.image)? {
         let l = load(
-            &crate::transfer::Job::single(),
+            &crate::Job::single(),
             node,
             &LoadRequest {
                 pool: req.image.clone(),

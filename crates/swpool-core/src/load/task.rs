@@ -60,7 +60,7 @@ pub fn ensure(node: &NodeContext, p: &JobPool, job_id: Option<&str>) -> Result<P
         no_fallback: false,
         shell: None,
     };
-    let l = load(&crate::transfer::Job::single(), node, &req, &Quiet)?;
+    let l = load(&crate::Job::single(), node, &req, &Quiet)?;
     if !l.reused {
         slurm::syslog(
             slurm::Level::Notice,

@@ -485,7 +485,7 @@ fn the_task_prolog_of_a_loaded_pool_reads_nothing_from_shared_storage() {
         once_per_job: true,
         ..LoadRequest::default()
     };
-    let l = load(&crate::transfer::Job::single(), &node, &req, &Quiet).unwrap();
+    let l = load(&crate::Job::single(), &node, &req, &Quiet).unwrap();
     let rec = node.state.read(&l.mount_point).unwrap().unwrap();
     assert_eq!(
         rec.source.as_deref(),

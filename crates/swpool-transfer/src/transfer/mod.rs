@@ -36,7 +36,6 @@
 
 mod dir;
 mod engine;
-pub mod job;
 pub mod layer;
 mod leader;
 pub mod plan;
@@ -55,11 +54,10 @@ use serde::{Deserialize, Serialize};
 use crate::collective::{Agreed, Collective, Local};
 use crate::config::{EnvVar, Environment};
 use crate::pool::Pool;
-pub use job::Job;
 use leader::leader_copy;
-#[cfg(test)]
-pub(crate) use prepare::TEST_FREE_BYTES;
-pub(crate) use prepare::{free_bytes, space_needed};
+#[cfg(any(test, feature = "testkit"))]
+pub use prepare::TEST_FREE_BYTES;
+pub use prepare::{free_bytes, space_needed};
 use source::{Kind, SrcInfo};
 use swpool_format::status::ExitStatus;
 

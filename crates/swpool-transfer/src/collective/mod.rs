@@ -6,7 +6,7 @@
 //! no rank hangs (the rule of mpiFileUtils' `mfu_alltrue`; unlike dbcast, any failure gives a
 //! non-zero exit). See `docs/architecture.md`, "The collective rule".
 //!
-//! Two implementations: [`crate::transfer::Job`] (MPI through rsmpi, or a single process), and
+//! Two implementations: `swpool_mpi::Job` (MPI through rsmpi, or a single process), and
 //! [`fake::FakeCluster`], an in-process cluster of threads, so that "one node fails → every node
 //! fails the same way, nothing is left" is a unit test of every step without MPI.
 

@@ -10,10 +10,10 @@ use crate::collective::Local;
 use std::fs::File;
 use swpool_format::status::ExitStatus;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testkit"))]
 thread_local! {
     /// Unit tests: the free space this thread's "node" reports (a full disk on one fake node).
-    pub(crate) static TEST_FREE_BYTES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    pub static TEST_FREE_BYTES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 /// What a receiving leader prepared in preflight.
@@ -182,11 +182,11 @@ pub(super) fn remove_stale_temporaries(parent: &Path, target: &Path) {
 }
 
 /// Bytes a user may still write in `dir`'s file system (a unit test may fake a full disk).
-pub(crate) fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     let st = rustix::fs::statvfs(dir)?;
     #[allow(unused_mut)]
     let mut free = st.f_bavail.saturating_mul(st.f_frsize);
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     if let Some(f) = TEST_FREE_BYTES.with(|c| c.get()) {
         free = f; // a full disk on one node of a fake cluster (unit tests only)
     }
@@ -194,6 +194,6 @@ pub(crate) fn free_bytes(dir: &Path) -> std::io::Result<u64> {
 }
 
 /// What a copy of `data` bytes needs on the node: the data and a little slack for metadata blocks.
-pub(crate) fn space_needed(data: u64) -> u64 {
+pub fn space_needed(data: u64) -> u64 {
     data + data / 64 + (1 << 20)
 }

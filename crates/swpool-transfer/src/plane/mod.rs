@@ -6,7 +6,7 @@
 //! receives with tags, test and cancel), with MPI's buffer rules (a buffer handed to a
 //! non-blocking operation is neither touched nor freed until its request completed). Two
 //! implementations:
-//! - [`mpi::MpiPlane`]: an rsmpi communicator (the leaders that need the file, split from the
+//! - `swpool_mpi::plane::MpiPlane` (crate swpool-mpi): an rsmpi communicator (the leaders that need the file, split from the
 //!   leaders' communicator), calling the MPI C functions directly (`MPI_THREAD_FUNNELED`: the
 //!   engine's main thread alone calls it);
 //! - [`fake::FakePlane`]: an in-process group of planes, one per thread, with MPI's matching rules
@@ -24,14 +24,14 @@
 //! is free) and every later operation of the group fails too, so that no rank waits forever.
 
 pub mod fake;
-pub mod mpi;
 
 use std::fmt;
 
-/// A non-blocking operation in progress (an index into the plane's own table). Complete it with
+/// A non-blocking operation in progress (an index into the table of the plane that made it; planes
+/// in other crates, such as swpool-mpi's, make and read it). Complete it with
 /// [`DataPlane::test`]; after `test` returned `Ok(true)` or an error it is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Req(pub(crate) usize);
+pub struct Req(pub usize);
 
 /// A failed data-plane operation: what failed, naming the peer when known.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::{DataPlane, PlaneError, Req};
+use swpool_transfer::plane::{DataPlane, PlaneError, Req};
 
 /// The data plane of an MPI job: the leaders that need a file.
 pub struct MpiPlane {

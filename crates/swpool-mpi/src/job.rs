@@ -9,14 +9,14 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 
-use crate::plane::mpi::MpiPlane;
-use crate::plane::DataPlane;
+use crate::plane::MpiPlane;
+use swpool_transfer::plane::DataPlane;
 
-use super::TransferError;
-use crate::collective::{Agreed, Collective, Failure};
-use crate::config::{EnvVar, Environment};
-use crate::watchdog::Watchdog;
 use swpool_format::status::ExitStatus;
+use swpool_node::config::{EnvVar, Environment};
+use swpool_transfer::collective::{Agreed, Collective, Failure};
+use swpool_transfer::transfer::TransferError;
+use swpool_transfer::watchdog::Watchdog;
 
 /// Longest hostname kept in the leader table.
 const HOST_LEN: usize = 64;
@@ -52,7 +52,7 @@ pub struct Job {
 
 pub use swpool_node::slurm::launched_by_launcher;
 
-pub use crate::users::hostname;
+pub use swpool_node::users::hostname;
 
 impl Job {
     /// Initialise MPI only when launched by a launcher (`OMPI_COMM_WORLD_SIZE`, `PMIX_RANK`,
@@ -70,7 +70,7 @@ impl Job {
         let watchdog = Watchdog::default();
         let _armed = watchdog.arm(
             format!("{} (MPI start-up)", hostname()),
-            crate::watchdog::default_timeout(env),
+            swpool_transfer::watchdog::default_timeout(env),
         );
         let _phase = watchdog.phase("MPI start-up (MPI_Init and the first collectives)");
         let mut job = Job::init_mpi(env.is_one(EnvVar::FakeNodes))?;
