@@ -50,65 +50,12 @@ pub fn run(g: &GlobalArgs, a: CleanupArgs, env: &Environment) -> Result<(), Erro
     }
     let p = Printer::new(g, a.json);
     let sys = swpool_core::mount::RealSys::new(env.path_var());
-    let mut actions = state::clean_all_stores(&sys, euid, &sel, a.job.as_deref(), env)?;
-    // environments killed with their job step (`kill -9`, a cancelled step) leave their
-    // rendezvous socket and, over a synced layer, their node-local upper; nobody holds their lock
-    let stores = state::candidate_dirs(euid, env);
-    let envs: Vec<std::path::PathBuf> = stores.iter().map(|d| d.join("envs")).collect();
     let cfg = super::config(env)?;
-    // the cache base this environment names, and those the user's jobs put job-scoped things
-    // under on this node (`StateDir::remember_base`: the epilog does not see the tasks' variables)
-    let mut bases = vec![swpool_core::cache::base_dir(
-        None,
-        cfg.cache_dir.value.as_deref(),
-        env,
-    )];
-    for d in &stores {
-        for b in state::StateDir::remembered_bases_in(d) {
-            if !bases.contains(&b) {
-                bases.push(b);
-            }
-        }
-    }
-    for base in &bases {
-        let Ok(Some(cache)) = swpool_core::cache::existing_dir(base, euid) else {
-            continue;
-        };
-        let layers = swpool_core::cache::layers_dir(&cache);
-        // the job's `run --pool` step marks and which layer state it used (a few bytes each; the
-        // epilog passes the job)
-        if let (Some(job), false) = (a.job.as_deref(), a.dry_run) {
-            swpool_core::cache::remove_step_marks(&cache, job);
-            swpool_env::sync::remove_job_marks(&layers, job);
-        }
-        for d in swpool_env::sync::remove_stale_runs(&layers, &envs, a.dry_run) {
-            actions.push(Action {
-                mount_point: d,
-                pool: "-".into(),
-                jobs: a.job.iter().cloned().collect(),
-                action: "upper-removed",
-                detail: "the node-local upper of an environment that is gone".into(),
-                done: !a.dry_run,
-            });
-        }
-    }
-    for d in &envs {
-        for sock in swpool_env::rendezvous::remove_stale(d, a.dry_run) {
-            actions.push(Action {
-                mount_point: sock,
-                pool: "-".into(),
-                jobs: a.job.iter().cloned().collect(),
-                action: "socket-removed",
-                detail: "the socket of an environment that is gone".into(),
-                done: !a.dry_run,
-            });
-        }
-    }
-    if a.stale || a.all {
-        if let Some(h) = &cfg.mount_helper.value {
-            actions.extend(state::clean_helper(&sys, h, a.all, a.dry_run, env));
-        }
-    }
+    let places = state::NodePlaces {
+        cache_dir: cfg.cache_dir.value.as_deref(),
+        mount_helper: cfg.mount_helper.value.as_deref(),
+    };
+    let actions = state::clean_node(&sys, euid, &sel, &places, env)?;
     report(&p, &actions, a.dry_run);
     p.json(&serde_json::json!({
         "node": hostname(),

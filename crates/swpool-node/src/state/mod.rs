@@ -40,6 +40,7 @@ pub mod clean;
 mod list;
 mod release;
 mod store;
+mod sweep;
 
 pub use acquire::{acquire, held_by_job, AcquireRequest, Acquired};
 pub use clean::{candidate_dirs, clean, clean_all_stores, clean_as, Action, Selection};
@@ -51,6 +52,7 @@ pub use release::{
     helper_release, helper_release_spec, helper_sudo, helper_umount, release, release_for, Released,
 };
 pub use store::{images_in_use, StateDir, StateLock, MAX_BASES};
+pub use sweep::{clean_node, NodePlaces};
 
 pub const SCHEMA: u32 = 1;
 const MAX_RECORD: u64 = 1 << 20;
