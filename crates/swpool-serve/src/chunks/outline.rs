@@ -19,6 +19,10 @@ use blake3::hazmat::{
 /// subtree of the chunk's tree. 32 KiB: a squashfs block (128 KiB by default) spans four or five.
 pub const PIECE: u64 = 32 << 10;
 
+/// A chunk's bytes do not give its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch;
+
 /// See the module's documentation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outline {
@@ -39,12 +43,12 @@ fn piece_cv(offset: u64, bytes: &[u8]) -> ChainingValue {
 impl Outline {
     /// The outline of `chunk` if its BLAKE3 hash is `want`; `None` if it is not (the chunk does
     /// not verify), or if it is a single piece (then it is always read whole).
-    pub fn verify(chunk: &[u8], want: &[u8; 32]) -> Result<Option<Outline>, ()> {
+    pub fn verify(chunk: &[u8], want: &[u8; 32]) -> Result<Option<Outline>, Mismatch> {
         let len = chunk.len() as u64;
         if len <= PIECE {
             return match blake3::hash(chunk).as_bytes() == want {
                 true => Ok(None),
-                false => Err(()),
+                false => Err(Mismatch),
             };
         }
         let cvs: Vec<ChainingValue> = chunk
@@ -55,7 +59,7 @@ impl Outline {
         let o = Outline { cvs, len };
         match &o.root() == want {
             true => Ok(Some(o)),
-            false => Err(()),
+            false => Err(Mismatch),
         }
     }
 
@@ -135,7 +139,7 @@ mod tests {
         ] {
             let c = bytes(len, len as u8);
             let h = *blake3::hash(&c).as_bytes();
-            let o = Outline::verify(&c, &h).unwrap_or_else(|()| panic!("{len}: no match"));
+            let o = Outline::verify(&c, &h).unwrap_or_else(|_| panic!("{len}: no match"));
             assert_eq!(o.is_some(), len > p, "{len}");
             let mut bad = h;
             bad[0] ^= 1;
