@@ -58,6 +58,9 @@ impl Default for Limits {
     }
 }
 
+/// Chunks of one read fetched at once ([`Chunks::fetch_span`]).
+const SPAN_FETCHES: u64 = 16;
+
 /// Threads that fetch chunks ahead of sequential readers ([`Chunks::start_readahead`]).
 const READAHEAD_WORKERS: usize = 4;
 
@@ -316,6 +319,7 @@ impl Chunks {
         }
         let end = (offset + size as u64).min(self.image_size);
         out.reserve((end - offset) as usize);
+        self.fetch_span(offset / self.chunk_size, (end - 1) / self.chunk_size);
         let mut pos = offset;
         while pos < end {
             let i = pos / self.chunk_size;
@@ -340,6 +344,42 @@ impl Chunks {
             pos = r.start + b;
         }
         Ok(())
+    }
+
+    /// Fetch at once the chunks `first..=last` of one read that are neither in memory nor on this
+    /// node nor readable by pieces: a read that spans several (a file-system block across chunk
+    /// boundaries, of a pool with small chunks) then waits for one fetch, not one after another.
+    /// At most [`SPAN_FETCHES`] chunks, and without a local store no more than half the memory.
+    fn fetch_span(&self, first: u64, last: u64) {
+        if last <= first || last - first >= SPAN_FETCHES {
+            return;
+        }
+        if self.local.is_none() && (last - first + 1) * self.chunk_size > self.limits.memory / 2 {
+            return;
+        }
+        let todo: Vec<u64> = {
+            let s = self.lock();
+            (first..=last)
+                .filter(|&j| {
+                    matches!(s.slots[j as usize], Slot::Absent | Slot::Recorded)
+                        && self.hashes[j as usize].is_some()
+                        && !s.outlines.contains_key(&j)
+                        && !s.lru.iter().any(|(k, _)| *k == j)
+                })
+                .collect()
+        };
+        if todo.len() < 2 {
+            return;
+        }
+        // errors are the reader's, below, when it asks for each chunk in turn
+        std::thread::scope(|sc| {
+            for &j in &todo[1..] {
+                sc.spawn(move || {
+                    let _ = self.chunk(j);
+                });
+            }
+            let _ = self.chunk(todo[0]);
+        });
     }
 
     /// Bytes `a..b` of chunk `i` (at `start` of the image) appended to `out` from the pieces that

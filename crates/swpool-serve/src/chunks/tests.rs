@@ -376,3 +376,24 @@ fn a_piece_changed_on_the_source_after_its_chunk_was_verified_is_eio_and_never_s
         &data[(256 << 10) + 5..(256 << 10) + 10]
     );
 }
+
+/// A read across four chunks not yet fetched (a file-system block of a pool with small chunks)
+/// waits for about one fetch, not four one after another; each chunk is still fetched once.
+#[test]
+fn a_read_across_chunks_fetches_them_at_once() {
+    let data = image(12, 0);
+    let delay = Duration::from_millis(200);
+    let (c, reads) = serve(&data, delay, Limits::default());
+    let t = std::time::Instant::now();
+    let got = c.read(4 * CS + 100, 3 * CS as u32).unwrap();
+    let took = t.elapsed();
+    assert_eq!(got, &data[4 * CS as usize + 100..7 * CS as usize + 100]);
+    assert_eq!(reads.load(Ordering::SeqCst), 4);
+    assert!(took < delay * 2, "4 chunks of one read took {took:?}");
+    // read again: from memory, no fetch
+    assert_eq!(
+        c.read(4 * CS, 4 * CS as u32).unwrap(),
+        &data[4 * CS as usize..8 * CS as usize]
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 4);
+}
