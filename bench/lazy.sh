@@ -108,7 +108,6 @@ fio_iops() {  # fio_iops FILE: on node 1 as the user, cold
 rand_reads() {
   local ways=(inplace lazy full inplace-64k lazy-64k local shared) k r pool mode flag jp
   declare -A iops
-  on1 cp "$TB/shared/lz/big.bin" "$TB/local/lzlocal.bin"
   for ((r = 0; r < RAND_REPS; r++)); do
     for k in "${ways[@]:r % ${#ways[@]}}" "${ways[@]:0:r % ${#ways[@]}}"; do
       pool=$POOL; [[ $k == *-64k ]] && pool=$POOL64K
@@ -133,7 +132,12 @@ for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sle
           iops[$k]+=" $(fio_iops "$TB/local/lz/data/big.bin")"
           touch "$TB/scratch/lz/out/rand-$k.done"
           wait "$jp" || true ;;
-        local) drop; iops[$k]+=" $(fio_iops "$TB/local/lzlocal.bin")" ;;
+        local)
+          fresh
+          on1 cp "$TB/shared/lz/big.bin" "$TB/local/lzlocal.bin"
+          drop
+          iops[$k]+=" $(fio_iops "$TB/local/lzlocal.bin")"
+          on1 rm -f "$TB/local/lzlocal.bin" ;;
         shared) drop; iops[$k]+=" $(fio_iops "$TB/shared/lz/big.bin")" ;;
       esac
       log "4 KiB random reads on node 1, $k: ${iops[$k]} per s"
@@ -142,7 +146,6 @@ for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sle
   for k in "${ways[@]}"; do
     R[rand.$k]=$(tr ' ' '\n' <<< "${iops[$k]}" | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
   done
-  on1 rm -f "$TB/local/lzlocal.bin"
   log "4 KiB random reads on node 1 (per s, median of $RAND_REPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, lazy 64 KiB chunks ${R[rand.lazy-64k]}, in place 64 KiB chunks ${R[rand.inplace-64k]}, cached ${R[rand.full]}, local disk ${R[rand.local]}, shared storage ${R[rand.shared]}"
 }
 # the job's own clock, expanded in the job
