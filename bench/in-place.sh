@@ -51,7 +51,7 @@ cp "$W/tree/data/big.bin" "$W/native.bin"
 "$SW" build -q --name bench64k --version 1 --chunk 64KiB "$W/pool64k.sqfs" "$W/tree"
 ref=$(sha256sum "$W/native.bin" | cut -d' ' -f1)
 
-med() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+med() { tr ' ' '\n' | awk NF | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 file_of() { if [[ $1 == native ]]; then echo "$W/native.bin"; else echo "$W/m-$1/data/big.bin"; fi; }
 # mount_way WAY: a fresh mount of WAY (nothing of it in the server's memory); the cached copy stays
