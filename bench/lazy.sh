@@ -144,7 +144,7 @@ for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sle
     done
   done
   for k in "${ways[@]}"; do
-    R[rand.$k]=$(tr ' ' '\n' <<< "${iops[$k]}" | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    R[rand.$k]=$(tr ' ' '\n' <<< "${iops[$k]}" | awk NF | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
   done
   log "4 KiB random reads on node 1 (per s, median of $RAND_REPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, lazy 64 KiB chunks ${R[rand.lazy-64k]}, in place 64 KiB chunks ${R[rand.inplace-64k]}, cached ${R[rand.full]}, local disk ${R[rand.local]}, shared storage ${R[rand.shared]}"
 }
