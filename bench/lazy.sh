@@ -15,13 +15,16 @@
 #     one node through `mount --in-place`, against the source;
 #   - reuse: a lazy job touching 30 % of the large pool, then a full `load`: bytes from storage / pool
 #     (goal <= 0.72);
-#   - random 4 KiB reads (fio, psync, RAND seconds, cold) of the 1 GB file on one node: through the
-#     lazy mount, `mount --in-place`, the cached mount (full load), a copy on local disk, and the
-#     file straight from shared storage.
+#   - random 4 KiB reads (fio, psync, RAND seconds, cold, RAND_REPS rounds in turning order) of the
+#     1 GB file on one node: through a fresh lazy mount and a fresh `mount --in-place`, each also of
+#     the pool built with `--chunk 64KiB`, the cached mount (full load), a copy on local disk, and
+#     the file straight from shared storage.
 # Page caches dropped and every node's cache emptied before each job.
 #
 #   flock /var/tmp/swp-cluster-session.lock bench/lazy.sh [SMALL_MB] [LARGE_MB] [NODE_COUNTS] [EXTRA_N]
 #                                              (root; defaults 256 4096 "1 2 4 8" 4; RAND=10)
+# RAND_ONLY=1: at N = EXTRA_N only the random reads (e.g. RAND_ONLY=1 RAND_REPS=3 BIG_MB=1024
+# bench/lazy.sh 64 1100 4 4: ~10 min).
 # PROFILE=1: the whole machine's CPU time during each large-pool job (lazy and full: load, first
 # use and the sha256 of every node), sampled with `perf record -a` and split by command and
 # library, in bench/results/lazy-<date>-cpu-<mode>-<N>.txt (where do the cores go).
@@ -38,6 +41,8 @@ LARGE_MB=${2:-4096}
 COUNTS=${3:-"1 2 4 8"}
 EXTRA_N=${4:-4}
 RAND=${RAND:-10}
+RAND_REPS=${RAND_REPS:-1}
+RAND_ONLY=${RAND_ONLY:-}
 BIG_MB=${BIG_MB:-1024}   # the OSR test's file (smaller only for a quick try of this script)
 NODE_RATE=400mbit; STOR_RATE=800mbit
 SW_BIN=$REPO/target/release/sw-pool
@@ -61,6 +66,7 @@ head -c "${SMALL_MB}MB" /dev/urandom > "$W/small/data/big.bin"
 head -c "${BIG_MB}MB" /dev/urandom > "$W/large/data/big.bin"
 head -c "$(( LARGE_MB - BIG_MB ))MB" /dev/urandom > "$W/large/data/filler.bin"
 for s in small large; do "$SW_BIN" build -q --name "lazy$s" --version 1 "$W/$s.sqfs" "$W/$s"; done
+"$SW_BIN" build -q --name lazylarge64k --version 1 --chunk 64KiB "$W/large64k.sqfs" "$W/large"
 want=$(sha256sum < "$W/large/data/big.bin" | cut -d' ' -f1)
 every=$(cd "$W/large" && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 size=$(stat -c %s "$W/large.sqfs")
@@ -94,11 +100,60 @@ fio_iops() {  # fio_iops FILE: on node 1 as the user, cold
     --time_based --runtime="$RAND" --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))' 2>/dev/null || echo 0
 }
+# rand_reads: 4 KiB random reads of the 1 GB file on node 1, cold, every way once per round
+# (RAND_REPS rounds, each in another order; median): a fresh `mount --in-place` (no chunk read yet),
+# a fresh lazy load, a full load (the cached mount), each of the first two also of the same pool
+# built with `--chunk 64KiB` (a random read moves 64 KiB chunks instead of 1 MiB), a copy on local
+# disk and the file straight from shared storage
+rand_reads() {
+  local ways=(inplace lazy full inplace-64k lazy-64k local shared) k r pool mode flag jp
+  declare -A iops
+  for ((r = 0; r < RAND_REPS; r++)); do
+    for k in "${ways[@]:r % ${#ways[@]}}" "${ways[@]:0:r % ${#ways[@]}}"; do
+      pool=$POOL; [[ $k == *-64k ]] && pool=$POOL64K
+      case $k in
+        inplace*)
+          fresh
+          on1 mkdir -p "$TB/local/lzip"
+          on1 "$SW" -q mount --in-place "$pool" "$TB/local/lzip" >/dev/null 2>&1 || true
+          drop
+          iops[$k]+=" $(fio_iops "$TB/local/lzip/data/big.bin")"
+          on1 "$SW" -q umount "$TB/local/lzip" >/dev/null 2>&1 || true ;;
+        lazy*|full)
+          fresh
+          mode=$k; flag=""; [[ $k == lazy* ]] && flag=--lazy
+          rm -f "$TB/scratch/lz/out/rand-$k.up" "$TB/scratch/lz/out/rand-$k.done"
+          job "$N" "rand-$k-$N" "eval \"\$($LOAD $flag -m $TB/local/lz $pool)\" || exit 3
+touch $TB/scratch/lz/out/rand-$mode.up
+for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sleep 0.5; done" > /dev/null &
+          jp=$!
+          for _ in $(seq 600); do [[ -e $TB/scratch/lz/out/rand-$k.up ]] && break; sleep 0.5; done
+          drop
+          iops[$k]+=" $(fio_iops "$TB/local/lz/data/big.bin")"
+          touch "$TB/scratch/lz/out/rand-$k.done"
+          wait "$jp" || true ;;
+        local)
+          fresh
+          on1 cp "$TB/shared/lz/big.bin" "$TB/local/lzlocal.bin"
+          drop
+          iops[$k]+=" $(fio_iops "$TB/local/lzlocal.bin")"
+          on1 rm -f "$TB/local/lzlocal.bin" ;;
+        shared) drop; iops[$k]+=" $(fio_iops "$TB/shared/lz/big.bin")" ;;
+      esac
+      log "4 KiB random reads on node 1, $k: ${iops[$k]} per s"
+    done
+  done
+  for k in "${ways[@]}"; do
+    R[rand.$k]=$(tr ' ' '\n' <<< "${iops[$k]}" | awk NF | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+  done
+  log "4 KiB random reads on node 1 (per s, median of $RAND_REPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, lazy 64 KiB chunks ${R[rand.lazy-64k]}, in place 64 KiB chunks ${R[rand.inplace-64k]}, cached ${R[rand.full]}, local disk ${R[rand.local]}, shared storage ${R[rand.shared]}"
+}
 # the job's own clock, expanded in the job
 # shellcheck disable=SC2016
 T='$(date +%s.%N)'
 LOAD="$TB/scratch/lz/sw-pool load"
 POOL=$TB/shared/lz/large.sqfs
+POOL64K=$TB/shared/lz/large64k.sqfs
 for N in $COUNTS; do
   "$TESTBED/up" -n "$N" --node-rate $NODE_RATE --storage-rate $STOR_RATE >/dev/null
   read -r -a NODES <<< "$(<"$TB/run/nodes")"
@@ -106,9 +161,10 @@ for N in $COUNTS; do
   chmod 1777 "$TB/scratch/lz/out"
   cp "$SW_BIN" "$SW_BIN-full" "$SW_BIN-serve" "$SW_BIN-enter" "$TB/scratch/lz/"
   SW=$TB/scratch/lz/sw-pool
-  cp "$W/small.sqfs" "$W/large.sqfs" "$TB/export/lz/"
+  cp "$W/small.sqfs" "$W/large.sqfs" "$W/large64k.sqfs" "$TB/export/lz/"
   cp "$W/large/data/big.bin" "$TB/export/lz/big.bin"
   chmod -R a+rX "$TB/scratch/lz" "$TB/export/lz"
+  [[ -n $RAND_ONLY && $N == "$EXTRA_N" ]] && { rand_reads; fresh; rm -rf "$TB/scratch/lz" "$TB/export/lz"; continue; }
   for s in small large; do
     for mode in lazy full; do
       flag=""; [[ $mode == lazy ]] && flag=--lazy
@@ -170,30 +226,8 @@ srun -N $N --ntasks-per-node=1 sh -c 'cd $TB/local/lz && find . -type f | sort |
     got=$(on1 sh -c "cd $TB/local/lzip && find . -type f | sort | xargs sha256sum | sha256sum" 2>/dev/null | cut -d' ' -f1)
     R[content.inplace]=$([[ $got == "$every" ]] && echo yes || echo no)
     log "mount --in-place: every file right: ${R[content.inplace]}"
-    # random 4 KiB reads on node 1: in place (still mounted), lazy, cached, local disk
-    drop
-    R[rand.inplace]=$(fio_iops "$TB/local/lzip/data/big.bin")
+    rand_reads
     on1 "$SW" -q umount "$TB/local/lzip" >/dev/null 2>&1 || true
-    for mode in lazy full; do
-      fresh
-      flag=""; [[ $mode == lazy ]] && flag=--lazy
-      job "$N" "rand-$mode-$N" "eval \"\$($LOAD $flag -m $TB/local/lz $POOL)\" || exit 3
-touch $TB/scratch/lz/out/rand-$mode.up
-for i in \$(seq 600); do [ -e $TB/scratch/lz/out/rand-$mode.done ] && break; sleep 0.5; done" > /dev/null &
-      jp=$!
-      for _ in $(seq 600); do [[ -e $TB/scratch/lz/out/rand-$mode.up ]] && break; sleep 0.5; done
-      drop
-      R[rand.$mode]=$(fio_iops "$TB/local/lz/data/big.bin")
-      touch "$TB/scratch/lz/out/rand-$mode.done"
-      wait "$jp" || true
-    done
-    fresh
-    on1 cp "$TB/shared/lz/big.bin" "$TB/local/lzlocal.bin"
-    drop
-    R[rand.local]=$(fio_iops "$TB/local/lzlocal.bin")
-    drop
-    R[rand.shared]=$(fio_iops "$TB/shared/lz/big.bin")
-    log "4 KiB random reads on node 1 (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached ${R[rand.full]}, local disk ${R[rand.local]}, shared storage ${R[rand.shared]}"
     # reuse: a lazy job touching 30 %, then a full load (when 30 % reaches past the 1 GB file)
     (( THIRTY > 0 )) && {
     fresh
@@ -222,6 +256,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
   echo "file of the pool; sha256 = every node's sha256 of the ${BIG_MB} MB file at once, after that."
   echo "\`bench/lazy.sh $SMALL_MB $LARGE_MB \"$COUNTS\" $EXTRA_N\`; $(nproc) cores."
   echo
+  [[ -n $RAND_ONLY ]] || {
   echo "| N | first use, lazy small (s) | lazy large (s) | large ÷ small (goal ≤ 1.2) | full load large (s) | lazy ÷ full, large (goal ≤ 0.1) | same 5 % on every node: storage ÷ touched (goal ≤ 1.1) |"
   echo "|---|---|---|---|---|---|---|"
   for N in $COUNTS; do
@@ -236,12 +271,24 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
     echo "| $N | $l | $f | $(ratio "$l" "$f") | ${R[shared.$N]} | ${R[lazy.large.$N.ok]:-0}/$N / ${R[full.large.$N.ok]:-0}/$N | $(calc "${R[lazy.large.$N.bytes]} / $size") / $(calc "${R[full.large.$N.bytes]} / $size") |"
   done
   echo
+  }
   if [[ -n ${R[rand.full]:-} ]]; then
+    echo "4 KiB random reads of the ${BIG_MB} MB file on one node at N = $EXTRA_N (fio, psync, one reader, ${RAND} s,"
+    echo "page cache dropped, every mount fresh: no chunk of the file on any node yet; median of $RAND_REPS, the ways"
+    echo "interleaved); \"64 KiB chunks\": the same pool built with \`--chunk 64KiB\`:"
+    echo
+    echo "| way | reads per s | ÷ cached mount | ÷ 17 (two hops, 1 MiB chunks, \`lazy-20261126-1656.md\`) |"
+    echo "|---|---|---|---|"
+    for k in lazy inplace lazy-64k inplace-64k full local shared; do
+      echo "| $k | ${R[rand.$k]} | $(ratio "${R[rand.$k]}" "${R[rand.full]}") | $(ratio "${R[rand.$k]}" 17) |"
+    done
+    echo
+  fi
+  if [[ -n ${R[rand.full]:-} && -z $RAND_ONLY ]]; then
     echo "At N = $EXTRA_N:"
     echo
     echo "- content of the ${LARGE_MB} MB pool (sha256 of every file): lazy, right on ${R[content.lazy]:-0} of $EXTRA_N nodes; \`mount --in-place\` on one node: ${R[content.inplace]}"
     echo "- full \`load\` after a lazy job in which every node read 30 % of the pool: shared storage sent $(calc "${R[reuse]:-0} / $size") of the pool (goal ≤ 0.72); every file right on ${R[reuse.ok]:-0} of $EXTRA_N nodes"
-    echo "- 4 KiB random reads of the ${BIG_MB} MB file on one node, cold, ${RAND} s (IOPS): lazy ${R[rand.lazy]}, in place ${R[rand.inplace]}, cached mount ${R[rand.full]}, local disk ${R[rand.local]}, straight from shared storage ${R[rand.shared]}; lazy ÷ cached $(ratio "${R[rand.lazy]}" "${R[rand.full]}"), in place ÷ cached $(ratio "${R[rand.inplace]}" "${R[rand.full]}")"
     echo
   fi
   echo "Machine load at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores."

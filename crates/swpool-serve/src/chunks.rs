@@ -1,12 +1,18 @@
 //! The engine: reads of the image, served chunk by chunk, each chunk verified before it is served.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock, Weak};
 
 use swpool_format::pool::manifest::{decode_hash, hash_chunk, Manifest};
 
 use crate::source::ChunkSource;
+
+pub mod outline;
+use outline::Outline;
+
+/// Bytes of outlines kept ([`outline`]): 1 KiB per 1 MiB chunk, the outlines of a 16 GiB image.
+const OUTLINES_MAX: usize = 16 << 20;
 use crate::store::LocalStore;
 
 /// Why a read fails (the FUSE layer answers `EIO` for each, after one log line).
@@ -52,6 +58,9 @@ impl Default for Limits {
     }
 }
 
+/// Chunks of one read fetched at once ([`Chunks::fetch_span`]).
+const SPAN_FETCHES: u64 = 16;
+
 /// Threads that fetch chunks ahead of sequential readers ([`Chunks::start_readahead`]).
 const READAHEAD_WORKERS: usize = 4;
 
@@ -76,6 +85,11 @@ struct State {
     lru_bytes: u64,
     /// Chunks queued for the read-ahead and not yet taken by a worker.
     queued: HashSet<u64>,
+    /// The outlines of chunks verified whole and not kept on this node (see [`outline`]): a
+    /// later read of one fetches and checks only the pieces it needs. At most [`OUTLINES_MAX`]
+    /// bytes (then the first ones stay).
+    outlines: HashMap<u64, Arc<Outline>>,
+    outline_bytes: usize,
 }
 
 /// Counters (for `-v`, tests and benchmarks).
@@ -87,6 +101,8 @@ pub struct Stats {
     pub fetches: AtomicU64,
     /// Chunks that failed verification.
     pub bad: AtomicU64,
+    /// Reads served from pieces checked against a chunk's outline (not the whole chunk).
+    pub piece_reads: AtomicU64,
 }
 
 /// See the module's documentation.
@@ -158,6 +174,8 @@ impl Chunks {
                 lru: VecDeque::new(),
                 lru_bytes: 0,
                 queued: HashSet::new(),
+                outlines: HashMap::new(),
+                outline_bytes: 0,
             }),
             ready: Condvar::new(),
             pool: format!("{}/{}", m.name, m.version),
@@ -301,12 +319,17 @@ impl Chunks {
         }
         let end = (offset + size as u64).min(self.image_size);
         out.reserve((end - offset) as usize);
+        self.fetch_span(offset / self.chunk_size, (end - 1) / self.chunk_size);
         let mut pos = offset;
         while pos < end {
             let i = pos / self.chunk_size;
             let r = self.range(i);
             let (a, b) = (pos - r.start, end.min(r.end) - r.start);
             self.read_ahead(i);
+            if self.read_pieces(i, r.start, a, b, out)? {
+                pos = r.start + b;
+                continue;
+            }
             match self.chunk(i)? {
                 Bytes::Mem(v) => out.extend_from_slice(&v[a as usize..b as usize]),
                 Bytes::Local => {
@@ -321,6 +344,91 @@ impl Chunks {
             pos = r.start + b;
         }
         Ok(())
+    }
+
+    /// Fetch at once the chunks `first..=last` of one read that are neither in memory nor on this
+    /// node nor readable by pieces: a read that spans several (a file-system block across chunk
+    /// boundaries, of a pool with small chunks) then waits for one fetch, not one after another.
+    /// At most [`SPAN_FETCHES`] chunks, and without a local store no more than half the memory.
+    fn fetch_span(&self, first: u64, last: u64) {
+        if last <= first || last - first >= SPAN_FETCHES {
+            return;
+        }
+        if self.local.is_none() && (last - first + 1) * self.chunk_size > self.limits.memory / 2 {
+            return;
+        }
+        let todo: Vec<u64> = {
+            let s = self.lock();
+            (first..=last)
+                .filter(|&j| {
+                    matches!(s.slots[j as usize], Slot::Absent | Slot::Recorded)
+                        && self.hashes[j as usize].is_some()
+                        && !s.outlines.contains_key(&j)
+                        && !s.lru.iter().any(|(k, _)| *k == j)
+                })
+                .collect()
+        };
+        if todo.len() < 2 {
+            return;
+        }
+        // errors are the reader's, below, when it asks for each chunk in turn
+        std::thread::scope(|sc| {
+            for &j in &todo[1..] {
+                sc.spawn(move || {
+                    let _ = self.chunk(j);
+                });
+            }
+            let _ = self.chunk(todo[0]);
+        });
+    }
+
+    /// Bytes `a..b` of chunk `i` (at `start` of the image) appended to `out` from the pieces that
+    /// hold them, each checked against the chunk's outline, when the chunk was verified whole
+    /// before and its bytes are neither in memory nor on this node now; `false` (nothing done)
+    /// otherwise. Pieces that do not match make the chunk bad, as a whole chunk that does not.
+    fn read_pieces(
+        &self,
+        i: u64,
+        start: u64,
+        a: u64,
+        b: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, ChunkError> {
+        let o = {
+            let s = self.lock();
+            if s.slots[i as usize] != Slot::Absent || s.lru.iter().any(|(k, _)| *k == i) {
+                return Ok(false);
+            }
+            match s.outlines.get(&i) {
+                Some(o) => o.clone(),
+                None => return Ok(false),
+            }
+        };
+        let cover = o.cover(a, b);
+        let mut buf = vec![0u8; (cover.end - cover.start) as usize];
+        self.source
+            .read_at(start + cover.start, &mut buf)
+            .map_err(|e| self.source_error(i, e.to_string()))?;
+        self.stats
+            .fetched
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if !o.check(cover.start, &buf) {
+            let mut s = self.lock();
+            let first = s.slots[i as usize] != Slot::Bad;
+            s.slots[i as usize] = Slot::Bad;
+            drop(s);
+            let e = self.mismatch(i);
+            if first {
+                self.stats.bad.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("{e}");
+                swpool_sys::syslog::syslog(swpool_sys::syslog::Level::Error, &e.to_string());
+            }
+            return Err(e);
+        }
+        self.stats.piece_reads.fetch_add(1, Ordering::Relaxed);
+        let from = (a - cover.start) as usize;
+        out.extend_from_slice(&buf[from..from + (b - a) as usize]);
+        Ok(true)
     }
 
     /// Fetch (verify, keep) chunk `i` if it is not on this node yet: a prefetch list's warming.
@@ -421,14 +529,20 @@ impl Chunks {
         // (a source whose chunks this user's own server already hashed against this manifest is
         // not hashed again: the node's on-demand server for sw-pool-serve; measured: sw-pool-serve's
         // CPU for a 256 MB lazy read 0.28 s -> 0.24 s)
-        if !self.source.verified() && hash_chunk(&buf) != want {
+        // hashed piece by piece (the same BLAKE3 hash): the pieces' values are kept when the chunk
+        // is not, so that a later read of it fetches only the pieces it needs ([`outline`])
+        let verified = match self.source.verified() {
+            true => Ok(None),
+            false => Outline::verify(&buf, &want),
+        };
+        let Ok(outline) = verified else {
             self.stats.bad.fetch_add(1, Ordering::Relaxed);
             let e = self.mismatch(i);
             // once per chunk and server: later reads of it fail without a line
             tracing::error!("{e}");
             swpool_sys::syslog::syslog(swpool_sys::syslog::Level::Error, &e.to_string());
             return Err(e);
-        }
+        };
         let stored = match &self.local {
             Some(store) => match store.write_chunk(i, &buf) {
                 Ok(()) => true,
@@ -443,6 +557,13 @@ impl Chunks {
             },
             None => false,
         };
+        if let (Some(o), false) = (outline, stored) {
+            let mut s = self.lock();
+            if s.outline_bytes + o.size() <= OUTLINES_MAX && !s.outlines.contains_key(&i) {
+                s.outline_bytes += o.size();
+                s.outlines.insert(i, Arc::new(o));
+            }
+        }
         Ok((Arc::new(buf), stored))
     }
 

@@ -82,6 +82,8 @@ pub struct TreeFs<R: ReadAt + 'static> {
     s: Arc<Shared<R>>,
     ahead: Mutex<Option<SyncSender<AheadJob>>>,
     readahead_threads: usize,
+    /// The last block read of each file being read (to tell a sequential reader from a random one).
+    last: Mutex<HashMap<u64, u64>>,
 }
 
 /// FUSE node ids: the root is 1, any other inode is its reference + 2 (references start at 0).
@@ -118,6 +120,7 @@ impl<R: ReadAt + 'static> TreeFs<R> {
             }),
             ahead: Mutex::new(None),
             readahead_threads,
+            last: Mutex::new(HashMap::new()),
         }
     }
 
@@ -179,6 +182,22 @@ impl<R: ReadAt + 'static> TreeFs<R> {
             });
         }
         *self.ahead.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    /// Whether a read of blocks `first..=end` of file `number` follows that file's previous read
+    /// closely (a sequential reader, its requests maybe a little out of order; a read of block 0):
+    /// only then are the next blocks decompressed ahead. A random reader's next blocks are mostly
+    /// never read, and in place or on demand each can cost a chunk fetched from storage
+    /// (measured with `bench/in-place.sh`, `bench/lazy.sh`).
+    fn sequential(&self, number: u32, first: u64, end: u64) -> bool {
+        let mut m = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        match m.insert(u64::from(number), end) {
+            Some(prev) => first.abs_diff(prev) <= AHEAD + 1,
+            None => first == 0,
+        }
     }
 
     fn read_ahead(&self, ino: &Arc<Inode>, next: u64) {
@@ -362,7 +381,9 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
             // cached block itself, no buffer of our own
             return match self.s.ar.file_block(&i, idx) {
                 Ok(b) if inb + want <= b.len() => {
-                    self.read_ahead(&i, idx + 1);
+                    if self.sequential(i.number, idx, idx) {
+                        self.read_ahead(&i, idx + 1);
+                    }
                     reply.data(&b[inb..inb + want])
                 }
                 Ok(_) => reply.error(Errno::EIO),
@@ -375,7 +396,10 @@ impl<R: ReadAt + 'static> Filesystem for TreeFs<R> {
         let mut buf = vec![0u8; want];
         match self.s.ar.read(&i, offset, &mut buf) {
             Ok(n) => {
-                self.read_ahead(&i, (offset + n as u64).div_ceil(bs));
+                let next = (offset + n as u64).div_ceil(bs);
+                if self.sequential(i.number, idx, next.saturating_sub(1)) {
+                    self.read_ahead(&i, next);
+                }
                 reply.data(&buf[..n])
             }
             Err(e) => reply.error(

@@ -275,3 +275,125 @@ fn a_sequential_reader_has_the_next_chunks_fetched_ahead_and_a_random_one_does_n
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(reads.load(Ordering::SeqCst), want + 5);
 }
+
+/// Chunks of 256 KiB (8 pieces of [`outline::PIECE`]), one kept in memory: a random read of a
+/// chunk verified before and dropped from memory fetches the pieces it needs, not the chunk.
+fn serve_large(data: &[u8]) -> (Chunks, Arc<Mutex<Vec<u8>>>, Arc<AtomicUsize>) {
+    const LCS: u64 = 256 << 10;
+    let reads = Arc::new(AtomicUsize::new(0));
+    let bytes = Arc::new(Mutex::new(data.to_vec()));
+    struct Shared(Arc<Mutex<Vec<u8>>>, Arc<AtomicUsize>);
+    impl ChunkSource for Shared {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            let b = self.0.lock().unwrap();
+            buf.copy_from_slice(&b[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "fake:pool".into()
+        }
+    }
+    let m = swpool_format::pool::manifest::sample(data, LCS);
+    m.validate().unwrap();
+    let limits = Limits {
+        memory: LCS,
+        readahead: 0,
+    };
+    let src = Shared(bytes.clone(), reads.clone());
+    let c = Chunks::new(&m, Box::new(src), None, limits, "node7");
+    (c, bytes, reads)
+}
+
+#[test]
+fn a_chunk_read_again_after_it_left_memory_fetches_only_the_pieces_a_read_needs() {
+    let data: Vec<u8> = (0..(3u64 << 18) + 5000)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let (c, _, reads) = serve_large(&data);
+    let p = outline::PIECE;
+    // chunk 0 whole (verified, its outline kept), then chunk 1 pushes it out of memory
+    assert_eq!(c.read(100, 10).unwrap(), &data[100..110]);
+    assert_eq!(
+        c.read((256 << 10) + 1, 10).unwrap(),
+        &data[(256 << 10) + 1..(256 << 10) + 11]
+    );
+    let (fetched, n) = (
+        c.stats.fetched.load(Ordering::SeqCst),
+        reads.load(Ordering::SeqCst),
+    );
+    assert_eq!((fetched, n), (512 << 10, 2));
+    // 4 KiB within one piece, and 8 KiB across two pieces of chunk 0: 1 and 2 pieces fetched
+    let at = 3 * p + 100;
+    assert_eq!(
+        c.read(at, 4096).unwrap(),
+        &data[at as usize..at as usize + 4096]
+    );
+    let at = 5 * p - 4096;
+    assert_eq!(
+        c.read(at, 8192).unwrap(),
+        &data[at as usize..at as usize + 8192]
+    );
+    assert_eq!(c.stats.fetched.load(Ordering::SeqCst) - fetched, 3 * p);
+    assert_eq!(c.stats.piece_reads.load(Ordering::SeqCst), 2);
+    // the short last chunk (5000 bytes: one piece) is read whole; a read across chunks 1 and 2
+    let end = data.len() as u64;
+    assert_eq!(c.read(end - 10, 10).unwrap(), &data[end as usize - 10..]);
+    let at = (2 << 18) - 300;
+    assert_eq!(
+        c.read(at, 600).unwrap(),
+        &data[at as usize..at as usize + 600]
+    );
+    assert_eq!(c.stats.bad.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_piece_changed_on_the_source_after_its_chunk_was_verified_is_eio_and_never_served() {
+    let data: Vec<u8> = (0..2u64 << 18).map(|i| (i * 13 % 253) as u8).collect();
+    let (c, bytes, _) = serve_large(&data);
+    let p = outline::PIECE as usize;
+    c.read(0, 10).unwrap();
+    c.read(256 << 10, 10).unwrap(); // chunk 0 out of memory, its outline kept
+                                    // one byte of piece 6 of chunk 0 changed on storage after it was verified
+    bytes.lock().unwrap()[6 * p + 77] ^= 0x40;
+    // pieces other than 6 still verify and are served
+    assert_eq!(
+        c.read(2 * p as u64, 4096).unwrap(),
+        &data[2 * p..2 * p + 4096]
+    );
+    let e = c.read(6 * p as u64 + 4000, 4096).unwrap_err();
+    assert!(
+        matches!(e, ChunkError::Mismatch { index: 0, offset: 0, ref node, .. } if node == "node7"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("does not match"), "{e}");
+    assert_eq!(c.stats.bad.load(Ordering::SeqCst), 1);
+    // the chunk is bad from now on, whichever piece is asked; chunk 1 stays readable
+    assert!(c.read(0, 10).is_err());
+    assert_eq!(c.stats.bad.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        c.read((256 << 10) + 5, 5).unwrap(),
+        &data[(256 << 10) + 5..(256 << 10) + 10]
+    );
+}
+
+/// A read across four chunks not yet fetched (a file-system block of a pool with small chunks)
+/// waits for about one fetch, not four one after another; each chunk is still fetched once.
+#[test]
+fn a_read_across_chunks_fetches_them_at_once() {
+    let data = image(12, 0);
+    let delay = Duration::from_millis(200);
+    let (c, reads) = serve(&data, delay, Limits::default());
+    let t = std::time::Instant::now();
+    let got = c.read(4 * CS + 100, 3 * CS as u32).unwrap();
+    let took = t.elapsed();
+    assert_eq!(got, &data[4 * CS as usize + 100..7 * CS as usize + 100]);
+    assert_eq!(reads.load(Ordering::SeqCst), 4);
+    assert!(took < delay * 2, "4 chunks of one read took {took:?}");
+    // read again: from memory, no fetch
+    assert_eq!(
+        c.read(4 * CS, 4 * CS as u32).unwrap(),
+        &data[4 * CS as usize..8 * CS as usize]
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 4);
+}
