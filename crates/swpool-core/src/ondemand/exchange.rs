@@ -132,6 +132,116 @@ pub struct Gate<'a> {
     pub all: &'a mut dyn FnMut(Vec<u8>),
 }
 
+/// The answer to a peer's ask as it is sent: its head, then chunk `index` (`len` bytes) read
+/// right after it from `local`, or an error's words when the ask is not `ok` to answer or the
+/// read failed (never longer than the asker's buffer, the chunk it asked for).
+fn answer(local: &Chunks, index: u64, len: u64, chunk_size: u64, ok: bool) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEAD + len as usize);
+    v.resize(HEAD, 0);
+    let r = if ok {
+        local
+            .read_into(index * chunk_size, len as u32, &mut v)
+            .map_err(|e| e.to_string())
+    } else {
+        Err(format!(
+            "chunk {index} ({len} bytes) is not one of this node's to answer"
+        ))
+    };
+    let answer = match r {
+        Ok(()) => Answer::Chunk((v.len() - HEAD) as u32),
+        Err(m) => {
+            let mut b = m.into_bytes();
+            b.truncate((len as usize).min(200));
+            v.truncate(HEAD);
+            v.extend_from_slice(&b);
+            Answer::Message(b.len() as u32)
+        }
+    };
+    v[..HEAD].copy_from_slice(&answer.head());
+    v
+}
+
+/// Hand an answer to this node's ask (`f`, its buffer: head, then the body) to the asker.
+fn deliver(mut f: InFlight, a: Ask) {
+    let answer = Answer::parse(f.buf[..HEAD].try_into().expect("a head"));
+    let len = answer.body_len() as usize;
+    let r = if HEAD + len > f.buf.len() {
+        Err(format!("an answer of {len} bytes for a chunk of {}", a.len))
+    } else if let Answer::Chunk(_) = answer {
+        f.buf.truncate(HEAD + len);
+        Ok(f.buf)
+    } else {
+        Err(String::from_utf8_lossy(&f.buf[HEAD..HEAD + len]).into_owned())
+    };
+    let _ = a.reply.send(r);
+}
+
+/// The gate's all-gather in flight: (request, my part, everyone's).
+type Gathering = Option<(Req, Vec<u8>, Vec<u8>)>;
+
+/// One step of the gate: start the all-gather once this node's part is ready; hand everyone's
+/// parts to `all` once it completed (and drop the gate). Whether anything moved.
+fn step_gate(
+    plane: &dyn DataPlane,
+    gate: &mut Option<Gate<'_>>,
+    gathering: &mut Gathering,
+    n: usize,
+) -> Result<bool, PlaneError> {
+    let Some(g) = gate else {
+        return Ok(false);
+    };
+    match gathering {
+        None => {
+            if let Ok(mut mine) = g.mine.try_recv() {
+                mine.resize(GATE_LEN, 0);
+                let mut all = vec![0u8; GATE_LEN * n];
+                // SAFETY: both buffers are kept in `gathering` until the request completes.
+                let req = unsafe { plane.iallgather(mine.as_ptr(), GATE_LEN, all.as_mut_ptr())? };
+                *gathering = Some((req, mine, all));
+                return Ok(true);
+            }
+        }
+        Some((req, _, _)) => {
+            if plane.test(*req)? {
+                let (_, _, all) = gathering.take().expect("in flight");
+                (g.all)(all);
+                *gate = None;
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// On stop: the receives that will never match are cancelled; asks still waiting fail; buffers
+/// the plane may still read or write are never freed (until the process ends).
+fn stop_all(
+    plane: &dyn DataPlane,
+    ask_in: HashMap<usize, InFlight>,
+    waiting: HashMap<(usize, usize), (InFlight, Ask)>,
+    gathering: Gathering,
+    sends: Vec<InFlight>,
+) {
+    for (_, f) in ask_in {
+        plane.cancel(f.req);
+        let _ = plane.test(f.req);
+    }
+    for (_, (f, a)) in waiting {
+        plane.cancel(f.req);
+        let _ = plane.test(f.req);
+        let _ = a.reply.send(Err("this node's server is stopping".into()));
+    }
+    if let Some((_, a, b)) = gathering {
+        std::mem::forget(a);
+        std::mem::forget(b);
+    }
+    for f in sends {
+        if !matches!(plane.test(f.req), Ok(true)) {
+            std::mem::forget(f.buf);
+        }
+    }
+}
+
 /// Drive the exchange until `stop`: answer the peers' asks from `local` (this node's engine:
 /// its own chunks come from storage once, then from its store) and send this node's asks to their
 /// owners. Call it on the thread that may call MPI. `chunks` and `chunk_size` bound what peers ask.
@@ -145,8 +255,7 @@ pub fn run(
     mut gate: Option<Gate<'_>>,
 ) -> Result<ExchangeStats, PlaneError> {
     let (me, n) = (plane.rank(), plane.size());
-    // the gate's all-gather in flight: (request, my part, everyone's)
-    let mut gathering: Option<(Req, Vec<u8>, Vec<u8>)> = None;
+    let mut gathering: Gathering = None;
     let mut stats = ExchangeStats::default();
     // one posted receive of an ask from every peer
     let mut ask_in: HashMap<usize, InFlight> = HashMap::new();
@@ -170,29 +279,7 @@ pub fn run(
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let mut busy = false;
-        if let Some(g) = &mut gate {
-            match &gathering {
-                None => {
-                    if let Ok(mut mine) = g.mine.try_recv() {
-                        mine.resize(GATE_LEN, 0);
-                        let mut all = vec![0u8; GATE_LEN * n];
-                        // SAFETY: both buffers are kept in `gathering` until the request completes.
-                        let req =
-                            unsafe { plane.iallgather(mine.as_ptr(), GATE_LEN, all.as_mut_ptr())? };
-                        gathering = Some((req, mine, all));
-                        busy = true;
-                    }
-                }
-                Some((req, _, _)) => {
-                    if plane.test(*req)? {
-                        let (_, _, all) = gathering.take().expect("in flight");
-                        (g.all)(all);
-                        gate = None;
-                        busy = true;
-                    }
-                }
-            }
-        }
+        busy |= step_gate(plane, &mut gate, &mut gathering, n)?;
         while let Ok(a) = asks.try_recv() {
             let owner = owner(a.index, n);
             queued.push_back((owner, a));
@@ -259,50 +346,15 @@ pub fn run(
             let tx = ans_tx.clone();
             let local = local.clone();
             std::thread::spawn(move || {
-                // the answer as it is sent: its head, then the chunk read right after it
-                let mut v = Vec::with_capacity(HEAD + len as usize);
-                v.resize(HEAD, 0);
-                let r = if ok {
-                    local
-                        .read_into(index * chunk_size, len as u32, &mut v)
-                        .map_err(|e| e.to_string())
-                } else {
-                    Err(format!(
-                        "chunk {index} ({len} bytes) is not one of this node's to answer"
-                    ))
-                };
-                let answer = match r {
-                    Ok(()) => Answer::Chunk((v.len() - HEAD) as u32),
-                    Err(m) => {
-                        // an error's words, never longer than the asker's buffer (the chunk it
-                        // asked for)
-                        let mut b = m.into_bytes();
-                        b.truncate((len as usize).min(200));
-                        v.truncate(HEAD);
-                        v.extend_from_slice(&b);
-                        Answer::Message(b.len() as u32)
-                    }
-                };
-                v[..HEAD].copy_from_slice(&answer.head());
-                let _ = tx.send((p, slot, v));
+                let _ = tx.send((p, slot, answer(&local, index, len, chunk_size, ok)));
             });
         }
         // answers to this node's asks
         for (&k, _) in keys.iter().zip(answered_done).filter(|(_, d)| **d) {
             busy = true;
-            let (mut f, a) = waiting.remove(&k).expect("waiting");
+            let (f, a) = waiting.remove(&k).expect("waiting");
             free[k.0].push(k.1);
-            let answer = Answer::parse(f.buf[..HEAD].try_into().expect("a head"));
-            let len = answer.body_len() as usize;
-            let r = if HEAD + len > f.buf.len() {
-                Err(format!("an answer of {len} bytes for a chunk of {}", a.len))
-            } else if let Answer::Chunk(_) = answer {
-                f.buf.truncate(HEAD + len);
-                Ok(f.buf)
-            } else {
-                Err(String::from_utf8_lossy(&f.buf[HEAD..HEAD + len]).into_owned())
-            };
-            let _ = a.reply.send(r);
+            deliver(f, a);
         }
         // sends done
         let mut k = 0;
@@ -330,26 +382,7 @@ pub fn run(
             }
         }
     }
-    // stop: the receives that will never match are cancelled; asks still waiting fail
-    for (_, f) in ask_in.drain() {
-        plane.cancel(f.req);
-        let _ = plane.test(f.req);
-    }
-    for (_, (f, a)) in waiting.drain() {
-        plane.cancel(f.req);
-        let _ = plane.test(f.req);
-        let _ = a.reply.send(Err("this node's server is stopping".into()));
-    }
-    if let Some((_, a, b)) = gathering {
-        std::mem::forget(a);
-        std::mem::forget(b);
-    }
-    // sends still in flight keep their buffers: the plane may read them until the process ends
-    for f in sends {
-        if !matches!(plane.test(f.req), Ok(true)) {
-            std::mem::forget(f.buf);
-        }
-    }
+    stop_all(plane, ask_in, waiting, gathering, sends);
     Ok(stats)
 }
 

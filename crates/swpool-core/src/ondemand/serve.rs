@@ -85,6 +85,245 @@ pub struct LazyRequest {
     pub prefetch: Option<PathBuf>,
 }
 
+/// Step 1 on this node, after node 0's trailer went to every node (`tail`): the pool's manifest
+/// (read on node 0, from the broadcast bytes elsewhere) authorized with this node's policy, and
+/// the pool file opened; it must be the pool the launcher authorized.
+fn open_pool(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LazyRequest,
+    first: Option<Result<(crate::pool::Pool, swpool_trust::Verdict), Error>>,
+    tail: &[u8],
+) -> Result<(crate::pool::Manifest, std::fs::File), Error> {
+    let mut pool = match first {
+        Some(r) => r?.0,
+        None => {
+            let a: Option<crate::transfer::Authorized> =
+                serde_json::from_slice(tail).ok().flatten();
+            let Some(a) = a else {
+                return Err(Error::other(
+                    crate::ExitStatus::Collective,
+                    format!(
+                        "{}: the pool's trailer could not be read on {} (see its error)",
+                        req.pool.display(),
+                        job.leader_host(0)
+                    ),
+                ));
+            };
+            let pool = crate::pool::Pool::from_tail(&req.pool, a.len, &a.tail)?;
+            crate::load::authorized(node, &pool)?;
+            pool
+        }
+    };
+    if let Some(want) = req.digest.as_ref().filter(|d| **d != pool.manifest.digest) {
+        return Err(crate::load::LoadError::ChangedSinceJob {
+            pool: req.pool.clone(),
+            want: want.clone(),
+            got: pool.manifest.digest.clone(),
+        }
+        .into());
+    }
+    // the other nodes open the file without reading it: they read only the chunks they own
+    let file = match pool.file.take() {
+        Some(f) => f,
+        None => std::fs::File::open(&req.pool).map_err(|e| {
+            Error::other(
+                crate::ExitStatus::System,
+                format!("{}: {e}", req.pool.display()),
+            )
+        })?,
+    };
+    Ok((pool.manifest, file))
+}
+
+/// What step 2 made on this node: its own verified full copy (if an earlier load left one), else
+/// the partial copy chunks are kept in (with the chunks it holds), and the socket the node's
+/// `sw-pool-serve` connects to.
+type Prepared = (
+    Option<(std::fs::File, PathBuf)>,
+    Option<(LocalStore, Vec<u64>)>,
+    PathBuf,
+    std::os::unix::net::UnixListener,
+);
+
+/// Step 2 on this node: the node's store (the cache entry's partial copy) and its socket.
+fn prepare_node(
+    job: &dyn Collective,
+    node: &NodeContext,
+    req: &LazyRequest,
+    m: &crate::pool::Manifest,
+) -> Result<Prepared, Error> {
+    // testing on one machine: `%n` stands for the (fake) node index
+    let cache_dir = req.cache_dir.as_deref().map(|d| job.node_path(d));
+    let entry = crate::load::cache_entry(node, cache_dir.as_deref(), m)?;
+    let part = crate::cache::partial_path(&entry);
+    // a full copy an earlier load verified: every chunk is on the node (each is still hashed
+    // before it is served); else the partial copy, made if missing
+    let full = crate::cache::unchanged_since_verified(&entry)
+        .then(|| {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&entry)
+                .ok()
+        })
+        .flatten()
+        .map(|f| (f, entry.clone()));
+    let store = match full {
+        Some(_) => None,
+        None => Some(
+            LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).map_err(|e| {
+                Error::other(
+                    crate::ExitStatus::System,
+                    format!(
+                        "{} on {}: cannot keep chunks: {e}",
+                        part.display(),
+                        job.hostname()
+                    ),
+                )
+            })?,
+        ),
+    };
+    let sock = node.state.server_socket(std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
+        Error::other(
+            crate::ExitStatus::System,
+            format!("{} on {}: {e}", sock.display(), job.hostname()),
+        )
+    })?;
+    let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+    // an interrupted server removes it (main's signal handler)
+    crate::atomic::register_file(&sock);
+    Ok((full, store, sock, listener))
+}
+
+/// Step 3 on this node: mount the pool in place through the node's `sw-pool-serve`, fed by this
+/// server's socket, with the user's record; held for [`release_held`].
+fn mount_node(
+    node: &NodeContext,
+    req: &LazyRequest,
+    m: &crate::pool::Manifest,
+    wanted_mp: Option<&std::path::Path>,
+    sock: &std::path::Path,
+) -> Result<Record, Error> {
+    let mp = match wanted_mp {
+        Some(p) => explicit_mountpoint(p)?,
+        None => node.default_mountpoint(&m.name, &m.version)?,
+    };
+    let a = state::acquire(
+        node.sys,
+        &node.state,
+        &AcquireRequest {
+            image: req.pool.clone(),
+            mountpoint: mp,
+            options: MountOptions::parse(None)?,
+            job_id: req.job_id.clone(),
+            timeout: req.timeout,
+            once_per_job: false,
+            shell: None,
+            source: Some(req.pool.clone()),
+            lease: None,
+            serve: Some(crate::mount::serve::InPlace {
+                digest: m.digest.clone(),
+                keep: None,
+                source: Some(sock.to_path_buf()),
+            }),
+            reader: node.cfg.fuse_reader.value,
+        },
+    )?;
+    // interrupted (SIGTERM at the end of the job, Ctrl-C of a launcher), the process
+    // releases it before it exits
+    hold(&node.state, &a.record.mount_point, node.env.path_var());
+    Ok(a.record)
+}
+
+/// This node's part of the gate: 0 (mounted) or 1 and the error, at most `GATE_LEN` bytes.
+fn gate_part(r: &Result<Record, Error>) -> Vec<u8> {
+    let mut part = match r {
+        Ok(_) => vec![0u8],
+        Err(e) => {
+            let mut v = vec![1u8];
+            v.extend(e.to_string().bytes().take(exchange::GATE_LEN - 1));
+            v
+        }
+    };
+    part.truncate(exchange::GATE_LEN);
+    part
+}
+
+/// The outcome the nodes agreed on: `None` while unknown, then every node's failure (empty: all
+/// mounted).
+type Agreed = std::sync::Mutex<Option<Vec<String>>>;
+/// This node's mount, once tried.
+type Mounted = std::sync::Mutex<Option<Result<Record, Error>>>;
+
+/// After the gate: flush the store now and then; set `done` when the node's mount is gone, the
+/// nodes failed, or on `stop`.
+fn watch_mount(
+    engine: &Chunks,
+    done: &AtomicBool,
+    stop: &AtomicBool,
+    records: &state::StateDir,
+    mounted: &Mounted,
+    agreed: &Agreed,
+) {
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(st) = engine.local() {
+            let _ = st.flush();
+        }
+        if done.load(Ordering::Relaxed) {
+            return;
+        }
+        let outcome = agreed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mp = match &*mounted.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(Ok(r)) => Some(r.mount_point.clone()),
+            _ => None,
+        };
+        let gone = match (outcome, mp) {
+            (Some(f), _) if !f.is_empty() => true,
+            (Some(_), Some(mp)) => !matches!(records.read(&mp), Ok(Some(_))),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if gone || stop.load(Ordering::Relaxed) {
+            done.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The prefetch list, once every node has mounted: one chunk at a time (a bounded share of the
+/// links and of shared storage; readers' own requests go first in the owners' queues as they
+/// come).
+fn prefetch_after_gate(
+    engine: &Chunks,
+    done: &AtomicBool,
+    agreed: &Agreed,
+    list: &super::prefetch::PrefetchList,
+) {
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if done.load(Ordering::Relaxed) {
+            return;
+        }
+        match &*agreed.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(f) if f.is_empty() => break,
+            Some(_) => return,
+            None => {}
+        }
+    }
+    let mut warmed = 0u64;
+    for &i in &list.chunks {
+        if done.load(Ordering::Relaxed) {
+            return;
+        }
+        warmed += u64::from(engine.warm(i).is_ok());
+    }
+    tracing::info!("prefetched {warmed} of {} listed chunks", list.chunks.len());
+}
+
 /// Serve (see the module's documentation). `ready` is called on every node once every node has
 /// mounted, with this node's record.
 pub fn serve(
@@ -106,96 +345,11 @@ pub fn serve(
         serde_json::to_vec(&a).expect("json")
     });
     let tail = job.leaders_bcast(0, tail.as_deref())?;
-    let opened = (|| {
-        let mut pool = match first {
-            Some(r) => r?.0,
-            None => {
-                let a: Option<crate::transfer::Authorized> =
-                    serde_json::from_slice(&tail).ok().flatten();
-                let Some(a) = a else {
-                    return Err(Error::other(
-                        crate::ExitStatus::Collective,
-                        format!(
-                            "{}: the pool's trailer could not be read on {} (see its error)",
-                            req.pool.display(),
-                            job.leader_host(0)
-                        ),
-                    ));
-                };
-                let pool = crate::pool::Pool::from_tail(&req.pool, a.len, &a.tail)?;
-                crate::load::authorized(node, &pool)?;
-                pool
-            }
-        };
-        if let Some(want) = req.digest.as_ref().filter(|d| **d != pool.manifest.digest) {
-            return Err(crate::load::LoadError::ChangedSinceJob {
-                pool: req.pool.clone(),
-                want: want.clone(),
-                got: pool.manifest.digest.clone(),
-            }
-            .into());
-        }
-        // the other nodes open the file without reading it: they read only the chunks they own
-        let file = match pool.file.take() {
-            Some(f) => f,
-            None => std::fs::File::open(&req.pool).map_err(|e| {
-                Error::other(
-                    crate::ExitStatus::System,
-                    format!("{}: {e}", req.pool.display()),
-                )
-            })?,
-        };
-        Ok((pool.manifest, file))
-    })();
+    let opened = open_pool(job, node, req, first, &tail);
     job.agree(crate::error::step_part(Some(&opened)))?;
     let (m, file) = opened.expect("agreed");
     // 2. the node's store (the cache entry's partial copy) and its socket
-    let prepared = (|| {
-        // testing on one machine: `%n` stands for the (fake) node index
-        let cache_dir = req.cache_dir.as_deref().map(|d| job.node_path(d));
-        let entry = crate::load::cache_entry(node, cache_dir.as_deref(), &m)?;
-        let part = crate::cache::partial_path(&entry);
-        // a full copy an earlier load verified: every chunk is on the node (each is still hashed
-        // before it is served); else the partial copy, made if missing
-        let full = crate::cache::unchanged_since_verified(&entry)
-            .then(|| {
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&entry)
-                    .ok()
-            })
-            .flatten()
-            .map(|f| (f, entry.clone()));
-        let store = match full {
-            Some(_) => None,
-            None => Some(
-                LocalStore::open(&part, &m.digest, m.image_size, m.chunk_size).map_err(|e| {
-                    Error::other(
-                        crate::ExitStatus::System,
-                        format!(
-                            "{} on {}: cannot keep chunks: {e}",
-                            part.display(),
-                            job.hostname()
-                        ),
-                    )
-                })?,
-            ),
-        };
-        let sock = node.state.server_socket(std::process::id());
-        let _ = std::fs::remove_file(&sock);
-        let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
-            Error::other(
-                crate::ExitStatus::System,
-                format!("{} on {}: {e}", sock.display(), job.hostname()),
-            )
-        })?;
-        let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
-        // an interrupted server removes it (main's signal handler)
-        crate::atomic::register_file(&sock);
-        Ok((full, store, sock, listener))
-    })();
+    let prepared = prepare_node(job, node, req, &m);
     job.agree(crate::error::step_part(Some(&prepared)))?;
     let (full, store, sock, listener) = prepared.expect("agreed");
     let hosts: Vec<String> = (0..job.nodes()).map(|i| job.leader_host(i)).collect();
@@ -229,46 +383,15 @@ pub fn serve(
     // 3. mount on every node, all or nothing, agreed through the exchange's gate: a node's mount
     // reads chunks its peers own, so the nodes answer each other while they mount
     let wanted_mp = req.mountpoint.as_deref().map(|p| job.node_path(p));
-    let mount = || -> Result<Record, Error> {
-        let mp = match &wanted_mp {
-            Some(p) => explicit_mountpoint(p)?,
-            None => node.default_mountpoint(&m.name, &m.version)?,
-        };
-        let a = state::acquire(
-            node.sys,
-            &node.state,
-            &AcquireRequest {
-                image: req.pool.clone(),
-                mountpoint: mp,
-                options: MountOptions::parse(None)?,
-                job_id: req.job_id.clone(),
-                timeout: req.timeout,
-                once_per_job: false,
-                shell: None,
-                source: Some(req.pool.clone()),
-                lease: None,
-                serve: Some(crate::mount::serve::InPlace {
-                    digest: m.digest.clone(),
-                    keep: None,
-                    source: Some(sock.clone()),
-                }),
-                reader: node.cfg.fuse_reader.value,
-            },
-        )?;
-        // interrupted (SIGTERM at the end of the job, Ctrl-C of a launcher), the process
-        // releases it before it exits
-        hold(&node.state, &a.record.mount_point, node.env.path_var());
-        Ok(a.record)
-    };
+    let mount = || mount_node(node, req, &m, wanted_mp.as_deref(), &sock);
     // a prefetch list the launcher checked; a node that cannot read it serves without it
     let prefetch = req.prefetch.as_deref().and_then(|p| {
         super::prefetch::read_list(p, &m)
             .map_err(|e| tracing::warn!("{}: {e}; nothing prefetched", job.hostname()))
             .ok()
     });
-    let mounted: std::sync::Mutex<Option<Result<Record, Error>>> = std::sync::Mutex::new(None);
-    // the agreed outcome: None while unknown, then every node's failure (empty: all mounted)
-    let agreed: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
+    let mounted: Mounted = std::sync::Mutex::new(None);
+    let agreed: Agreed = std::sync::Mutex::new(None);
     let done = AtomicBool::new(false);
     let plane = job.leaders_plane(true);
     let stats = std::thread::scope(|s| {
@@ -278,83 +401,20 @@ pub fn serve(
         let mount = &mount;
         s.spawn(move || {
             let r = mount();
-            let mut part = match &r {
-                Ok(_) => vec![0u8],
-                Err(e) => {
-                    let mut v = vec![1u8];
-                    v.extend(e.to_string().bytes().take(exchange::GATE_LEN - 1));
-                    v
-                }
-            };
-            part.truncate(exchange::GATE_LEN);
+            let part = gate_part(&r);
             *mounted.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
             let _ = st_tx.send(part);
         });
         // after the gate: flush the store; end when the node's mount is gone or on `stop`
-        s.spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(300));
-            if let Some(st) = engine.local() {
-                let _ = st.flush();
-            }
-            if done.load(Ordering::Relaxed) {
-                return;
-            }
-            let outcome = agreed.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let mp = match &*mounted.lock().unwrap_or_else(|e| e.into_inner()) {
-                Some(Ok(r)) => Some(r.mount_point.clone()),
-                _ => None,
-            };
-            let gone = match (outcome, mp) {
-                (Some(f), _) if !f.is_empty() => true,
-                (Some(_), Some(mp)) => !matches!(records.read(&mp), Ok(Some(_))),
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if gone || stop.load(Ordering::Relaxed) {
-                done.store(true, Ordering::Relaxed);
-            }
-        });
+        s.spawn(move || watch_mount(engine, done, stop, records, mounted, agreed));
         // the prefetch list, once every node has mounted: one chunk at a time (a bounded share of
         // the links and of shared storage; readers' own requests go first in the owners' queues
         // as they come)
         if let Some(list) = &prefetch {
-            s.spawn(move || {
-                loop {
-                    std::thread::sleep(Duration::from_millis(100));
-                    if done.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    match &*agreed.lock().unwrap_or_else(|e| e.into_inner()) {
-                        Some(f) if f.is_empty() => break,
-                        Some(_) => return,
-                        None => {}
-                    }
-                }
-                let mut warmed = 0u64;
-                for &i in &list.chunks {
-                    if done.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    warmed += u64::from(engine.warm(i).is_ok());
-                }
-                tracing::info!("prefetched {warmed} of {} listed chunks", list.chunks.len());
-            });
+            s.spawn(move || prefetch_after_gate(engine, done, agreed, list));
         }
         let mut on_all = |all: Vec<u8>| {
-            let failures: Vec<String> = all
-                .chunks(exchange::GATE_LEN)
-                .enumerate()
-                .filter(|(_, p)| p[0] != 0)
-                .map(|(i, p)| {
-                    let msg = String::from_utf8_lossy(&p[1..])
-                        .trim_end_matches('\0')
-                        .to_string();
-                    format!(
-                        "{} (rank {i}): {msg}",
-                        hosts.get(i).cloned().unwrap_or_default()
-                    )
-                })
-                .collect();
+            let failures = gate_failures(&all, &hosts);
             if failures.is_empty() {
                 if let Some(Ok(r)) = &*mounted.lock().unwrap_or_else(|e| e.into_inner()) {
                     ready(r);
@@ -415,4 +475,21 @@ pub fn serve(
             ),
         )
     })
+}
+
+/// Every node's failure in the gathered gate parts, named by host and rank.
+fn gate_failures(all: &[u8], hosts: &[String]) -> Vec<String> {
+    all.chunks(exchange::GATE_LEN)
+        .enumerate()
+        .filter(|(_, p)| p[0] != 0)
+        .map(|(i, p)| {
+            let msg = String::from_utf8_lossy(&p[1..])
+                .trim_end_matches('\0')
+                .to_string();
+            format!(
+                "{} (rank {i}): {msg}",
+                hosts.get(i).cloned().unwrap_or_default()
+            )
+        })
+        .collect()
 }
