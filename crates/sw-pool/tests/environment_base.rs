@@ -151,15 +151,20 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
          rm /etc/motd 2>/dev/null || echo rm refused; cat /etc/motd; cat /proc/self/mountinfo",
     );
     let all = format!("{}{}", o.stdout, o.stderr);
-    // the root is the base, served by sw-pool's server (the default), in one hop
+    // the root is the base, served by sw-pool's server (the default), in one hop: its mount's
+    // type and source (`fuse sw-pool`, mounted directly by the namespace's root)
     let root_fs = |out: &str| {
         out.lines()
             .find(|l| l.split(' ').nth(4) == Some("/"))
             .and_then(|l| l.split(" - ").nth(1))
-            .and_then(|t| t.split(' ').next())
-            .map(str::to_string)
+            .map(|t| t.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
     };
-    assert_eq!(root_fs(&o.stdout).as_deref(), Some("fuse.sw-pool"), "{all}");
+    let fs = root_fs(&o.stdout);
+    assert!(
+        fs.starts_with("fuse") && fs.ends_with(" sw-pool"),
+        "{fs}: {all}"
+    );
     for want in [
         "sw-pool test base",
         "No such file", // the host's /usr/bin is not there
@@ -278,10 +283,10 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
         o.stdout,
         o.stderr
     );
-    assert_eq!(
-        root_fs(&o.stdout).as_deref(),
-        Some("fuse.squashfuse_ll"),
-        "{}",
+    let fs = root_fs(&o.stdout);
+    assert!(
+        fs.starts_with("fuse") && fs.contains("squashfuse"),
+        "{fs}: {}",
         o.stdout
     );
     // nothing written into a pool or the host
