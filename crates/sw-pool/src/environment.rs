@@ -281,6 +281,10 @@ fn start(
         helper: cfg.mount_helper.value.clone(),
         bases,
         pools,
+        // squashfs pools: sw-pool's one-hop server unless the config picks squashfuse_ll
+        tree_server: (cfg.fuse_reader.value == swpool_node::config::FuseReader::SwPool)
+            .then(swpool_node::mount::serve::beside_us)
+            .flatten(),
     };
     if req.root {
         // uid 0's commands (dpkg's ldconfig and start-stop-daemon, apt's, `make install`'s) are
@@ -468,8 +472,9 @@ fn bases(
         }
         if rec.format != swpool_node::image::ImageFormat::Squashfs {
             return Err(bad(format!(
-                "--base {spec}: {} is a {} image; a base is mounted inside the environment with \
-                 squashfuse, so it must be a squashfs pool (`sw-pool build --format squashfs`)",
+                "--base {spec}: {} is a {} image; a base is mounted inside the environment by \
+                 sw-pool's squashfs server (or squashfuse_ll), so it must be a squashfs pool \
+                 (`sw-pool build --format squashfs`)",
                 rec.image.display(),
                 rec.format.as_str()
             )));
@@ -481,6 +486,7 @@ fn bases(
                 .map_or_else(|| spec.clone(), |p| format!("{}/{}", p.name, p.version)),
             image: rec.image.clone(),
             at: mp,
+            digest: rec.pool.as_ref().map(|p| p.digest.clone()),
         });
     }
     Ok(out)

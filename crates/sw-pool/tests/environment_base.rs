@@ -1,5 +1,5 @@
 //! `sw-pool run --base POOL`: a pool holding a root file system in place of the host's `/`,
-//! mounted again by squashfuse inside the environment (real FUSE, real kernel overlay, as
+//! mounted again inside the environment by sw-pool's own server (squashfuse_ll the fallback; real FUSE, real kernel overlay, as
 //! uid 65534); an exported layer stacked on it; a layer over both written through the kernel's
 //! overlay without privileges.
 
@@ -148,9 +148,23 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
         &f,
         "-v --base tbase/1",
         "cat /etc/os-release; ls /usr/bin 2>&1; id -u; ls -d /tmp/* | cat >/dev/null; \
-         rm /etc/motd 2>/dev/null || echo rm refused; cat /etc/motd",
+         rm /etc/motd 2>/dev/null || echo rm refused; cat /etc/motd; cat /proc/self/mountinfo",
     );
     let all = format!("{}{}", o.stdout, o.stderr);
+    // the root is the base, served by sw-pool's server (the default), in one hop: its mount's
+    // type and source (`fuse sw-pool`, mounted directly by the namespace's root)
+    let root_fs = |out: &str| {
+        out.lines()
+            .find(|l| l.split(' ').nth(4) == Some("/"))
+            .and_then(|l| l.split(" - ").nth(1))
+            .map(|t| t.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    let fs = root_fs(&o.stdout);
+    assert!(
+        fs.starts_with("fuse") && fs.ends_with(" sw-pool"),
+        "{fs}: {all}"
+    );
     for want in [
         "sw-pool test base",
         "No such file", // the host's /usr/bin is not there
@@ -248,6 +262,32 @@ fn a_base_pool_is_the_root_an_exported_layer_stacks_on_it_and_a_layer_writes_ove
             && o.stderr.contains("sw-pool build --all-root"),
         "{}",
         o.stderr
+    );
+    // fuse_reader = squashfuse_ll: the fallback serves the base, as before
+    let mut c = base_cmd(
+        &f,
+        &[
+            "run",
+            "--base",
+            "tbase/1",
+            "--",
+            "sh",
+            "-c",
+            "cat /etc/motd /proc/self/mountinfo",
+        ],
+    );
+    let o = run(c.env("SW_POOL_FUSE_READER", "squashfuse_ll"));
+    assert!(
+        o.stdout.starts_with("from the base\n"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    let fs = root_fs(&o.stdout);
+    assert!(
+        fs.starts_with("fuse") && fs.contains("squashfuse"),
+        "{fs}: {}",
+        o.stdout
     );
     // nothing written into a pool or the host
     assert_eq!(sha256_file(&pool), before);

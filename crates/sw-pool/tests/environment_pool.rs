@@ -1,8 +1,8 @@
 //! `sw-pool run --pool NAME/VERSION`: a pool for one environment only — resolved on the pool path,
 //! checked against the trust policy, copied into the node-local cache (verified, once), mounted by
 //! FUSE inside the environment at its usual mount point with its modules on MODULEPATH; nothing
-//! mounted on the node, nothing left when the environment ends (real squashfuse_ll and fuse2fs,
-//! as uid 65534).
+//! mounted on the node, nothing left when the environment ends (real sw-pool-serve, squashfuse_ll
+//! and fuse2fs, as uid 65534).
 
 mod common;
 
@@ -113,7 +113,8 @@ fn a_pool_is_mounted_for_one_environment_only_and_leaves_nothing() {
         "$SW_POOL_MOUNT/tpool/1/install/tpool/1/bin/tpool; \
          $SW_POOL_MOUNT/tpx/1/install/tpx/1/bin/tpx; echo \"MP=$MODULEPATH\"; \
          ls $SW_POOL_MOUNT/tpool/1/modulefiles/tpool; \
-         touch $SW_POOL_MOUNT/tpool/1/x 2>/dev/null || echo pool read-only",
+         touch $SW_POOL_MOUNT/tpool/1/x 2>/dev/null || echo pool read-only; \
+         grep \" $SW_POOL_MOUNT/tpool/1 \" /proc/self/mountinfo | sed 's/.* - /FS=/'",
         &[],
     );
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
@@ -136,6 +137,44 @@ fn a_pool_is_mounted_for_one_environment_only_and_leaves_nothing() {
         "{}",
         o.stderr
     );
+    // the squashfs pool is served by sw-pool's own server (the default), in one hop; the ext
+    // pool by fuse2fs
+    // (type and source: `fuse sw-pool`, mounted directly by the namespace's root)
+    let fs = |out: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix("FS="))
+            .map(|t| t.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    let t = fs(&o.stdout);
+    assert!(
+        t.starts_with("fuse") && t.ends_with(" sw-pool"),
+        "{t}: {}",
+        o.stdout
+    );
+    assert!(
+        o.stderr.contains("tpool/1 at") && o.stderr.contains("by sw-pool-serve"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("by fuse2fs"), "{}", o.stderr);
+    // fuse_reader = squashfuse_ll: the fallback mounts it, as before
+    let o = in_env(
+        &f,
+        "-v --pool tpool/1",
+        "$SW_POOL_MOUNT/tpool/1/install/tpool/1/bin/tpool; \
+         grep \" $SW_POOL_MOUNT/tpool/1 \" /proc/self/mountinfo | sed 's/.* - /FS=/'",
+        &[("SW_POOL_FUSE_READER", "squashfuse_ll")],
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("tpool from the pool"), "{}", o.stdout);
+    let t = fs(&o.stdout);
+    assert!(
+        t.starts_with("fuse") && t.contains("squashfuse"),
+        "{t}: {}",
+        o.stdout
+    );
+    assert!(o.stderr.contains("by squashfuse_ll"), "{}", o.stderr);
     // nothing on the node: the mount points are empty, no daemon serves the copies, no record
     let cache = f.dir.path().join("cache");
     for p in ["tpool/1", "tpx/1"] {

@@ -1,5 +1,5 @@
 //! `--base` pools in an environment: each squashfs pool's verified node-local image mounted again
-//! by squashfuse inside the environment (pid 1, root of its user namespace), so that the files the
+//! by sw-pool's tree server (else squashfuse_ll; [`crate::reader`]) inside the environment (pid 1, root of its user namespace), so that the files the
 //! pool's root owns are the environment's root's (the user's) and the kernel's overlay can copy
 //! them up without privileges (kernel-facts item 3); the lower directories of the overlays.
 
@@ -7,7 +7,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::mount::MountFlags;
-use swpool_sys::exec::{Tool, ToolCommand};
 
 /// A `--base` pool: the verified node-local image `sw-pool load` (or `mount`) made of it, mounted
 /// again by squashfuse inside the environment over its usual mount point `at` (the environment
@@ -18,25 +17,23 @@ pub struct Base {
     pub label: String,
     pub image: PathBuf,
     pub at: PathBuf,
+    /// The pool's manifest digest (the tree server checks the copy's manifest against it).
+    #[serde(default)]
+    pub digest: Option<String>,
 }
 
-/// Mount each `--base` pool's image over its usual mount point with squashfuse, in this
+/// Mount each `--base` pool's image over its usual mount point ([`crate::reader`]), in this
 /// namespace (its files owned by root are this namespace's root's, so the kernel's overlay can
 /// copy them up). The FUSE daemon lives in the environment's PID namespace and ends with it.
 /// With `written` (a layer over the bases through the kernel's overlay), a base whose top directory is not root's in the image
 /// is named: copying its files up fails (EOVERFLOW: their owner is not mapped in the namespace).
 pub(crate) fn mount(
     bases: &[Base],
-    squashfuse: Option<&Path>,
+    readers: crate::reader::Readers<'_>,
     written: bool,
 ) -> Result<(), String> {
     for b in bases {
-        let prog = squashfuse.ok_or("squashfuse_ll was not found")?;
-        ToolCommand::new(Tool::SquashfuseLl)
-            .program(prog)
-            .path(&b.image)
-            .path(&b.at)
-            .run(None)
+        crate::reader::mount_squashfs(readers, &b.image, b.digest.as_deref(), &b.at, &b.label)
             .map_err(|e| format!("cannot mount the base pool {}: {e}", b.label))?;
         if written {
             if let Some(w) = not_roots(b) {
@@ -146,6 +143,7 @@ mod tests {
             label: at.into(),
             image: "/c/x.pool".into(),
             at: at.into(),
+            digest: None,
         }
     }
 

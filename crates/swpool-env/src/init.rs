@@ -43,11 +43,15 @@ pub struct Spec {
     #[serde(default)]
     pub identity: bool,
     pub fuse_overlayfs: Option<PathBuf>,
-    /// `--base` pools, bottom first, mounted here by `squashfuse` ([`crate::Base`]).
+    /// `--base` pools, bottom first, mounted here ([`crate::Base`], [`crate::reader`]).
     #[serde(default)]
     pub bases: Vec<crate::Base>,
     #[serde(default)]
     pub squashfuse: Option<PathBuf>,
+    /// sw-pool's tree server (`sw-pool-serve`), which mounts squashfs pools when it is set
+    /// ([`crate::reader`]; squashfuse_ll is the fallback).
+    #[serde(default)]
+    pub tree_server: Option<PathBuf>,
     /// `--pool` pools, mounted at their usual mount points ([`crate::EnvPool`]).
     #[serde(default)]
     pub pools: Vec<crate::EnvPool>,
@@ -332,7 +336,7 @@ pub(crate) fn setup(k: &dyn Kernel, spec: &Spec) -> Result<(), SetupError> {
     k.make_private().map_err(SetupError::Private)?;
     k.mount_bases(
         &spec.bases,
-        spec.squashfuse.as_deref(),
+        readers(spec),
         spec.method == Method::BaseOverlay,
     )
     .map_err(SetupError::Stage)?;
@@ -439,11 +443,19 @@ pub(crate) fn setup(k: &dyn Kernel, spec: &Spec) -> Result<(), SetupError> {
     Ok(())
 }
 
+/// The servers that may mount `spec`'s squashfs pools.
+fn readers(spec: &Spec) -> crate::reader::Readers<'_> {
+    crate::reader::Readers {
+        tree: spec.tree_server.as_deref(),
+        squashfuse: spec.squashfuse.as_deref(),
+    }
+}
+
 /// The `--pool` pools of `spec`, as mounted.
 fn pools_of(spec: &Spec) -> PoolsOf<'_> {
     PoolsOf {
         pools: &spec.pools,
-        squashfuse: spec.squashfuse.as_deref(),
+        readers: readers(spec),
         fuse2fs: spec.fuse2fs.as_deref(),
         verbose: spec.verbose,
     }

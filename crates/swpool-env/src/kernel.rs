@@ -53,7 +53,7 @@ pub struct OverlayOf<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct PoolsOf<'a> {
     pub pools: &'a [EnvPool],
-    pub squashfuse: Option<&'a Path>,
+    pub readers: crate::reader::Readers<'a>,
     pub fuse2fs: Option<&'a Path>,
     pub verbose: bool,
 }
@@ -91,7 +91,7 @@ pub trait Kernel {
     fn mount_bases(
         &self,
         bases: &[Base],
-        squashfuse: Option<&Path>,
+        readers: crate::reader::Readers<'_>,
         written: bool,
     ) -> Result<(), String>;
     /// The layer's directories opened again here ([`crate::overlay::reopen`]).
@@ -191,10 +191,10 @@ impl Kernel for RealKernel {
     fn mount_bases(
         &self,
         bases: &[Base],
-        squashfuse: Option<&Path>,
+        readers: crate::reader::Readers<'_>,
         written: bool,
     ) -> Result<(), String> {
-        crate::base::mount(bases, squashfuse, written)
+        crate::base::mount(bases, readers, written)
     }
 
     fn reopen_layer(
@@ -224,7 +224,7 @@ impl Kernel for RealKernel {
     }
 
     fn mount_pools(&self, p: &PoolsOf<'_>, root: &Path) -> Result<(), String> {
-        crate::pools::mount(p.pools, root, p.squashfuse, p.fuse2fs, p.verbose)
+        crate::pools::mount(p.pools, root, p.readers, p.fuse2fs, p.verbose)
     }
 }
 
@@ -372,7 +372,12 @@ mod fake {
         fn seed_rootless_root(&self, upper: &Path) {
             let _ = self.call(Step::SeedRootless(upper.into()));
         }
-        fn mount_bases(&self, _: &[Base], _: Option<&Path>, _: bool) -> Result<(), String> {
+        fn mount_bases(
+            &self,
+            _: &[Base],
+            _: crate::reader::Readers<'_>,
+            _: bool,
+        ) -> Result<(), String> {
             self.stage(Step::Bases)
         }
         fn reopen_layer(

@@ -52,6 +52,9 @@ pub struct RunRequest {
     pub bases: Vec<crate::Base>,
     /// `--pool` pools: mounted at their usual mount points in this environment only.
     pub pools: Vec<crate::EnvPool>,
+    /// sw-pool's tree server (`sw-pool-serve`, config `fuse_reader = "sw-pool"`): it mounts the
+    /// squashfs `--pool` and `--base` pools, squashfuse_ll being the fallback.
+    pub tree_server: Option<PathBuf>,
 }
 
 /// A job's copy of a layer on this node.
@@ -106,6 +109,7 @@ pub fn run(
         &req.pools,
         req.helper.as_deref(),
     );
+    facts.tree_server = req.tree_server.is_some();
     facts.copy_has_whiteouts = synced.is_some_and(|s| s.copies.has_whiteouts(&s.state));
     let mut p = plan::choose(layer.is_some(), base, &facts)?;
     // `--pool`: FUSE inside the environment, and the tools for the pools' formats
@@ -120,6 +124,7 @@ pub fn run(
         crate::pools::tools(
             &req.pools,
             facts.squashfuse.as_deref(),
+            req.tree_server.is_some(),
             req.path_var.as_deref(),
         )
         .map_err(EnvError::Unsupported)?
@@ -298,6 +303,7 @@ pub fn run(
         fuse_overlayfs: facts.fuse_overlayfs.clone(),
         bases: req.bases.clone(),
         squashfuse: facts.squashfuse.clone(),
+        tree_server: req.tree_server.clone(),
         pools: req.pools.clone(),
         fuse2fs,
         binds,

@@ -35,6 +35,7 @@ pub(crate) mod overlay;
 pub mod plan;
 pub mod pools;
 pub mod probe;
+pub mod reader;
 pub mod rendezvous;
 pub mod rootless_root;
 pub mod sync;

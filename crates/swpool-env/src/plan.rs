@@ -62,6 +62,9 @@ pub struct Facts {
     pub copy_has_whiteouts: bool,
     /// Where `squashfuse_ll` is, if installed (looked for only with `--base` or a squashfs `--pool`).
     pub squashfuse: Option<PathBuf>,
+    /// sw-pool's tree server is there and picked (it mounts squashfs pools; squashfuse_ll is then
+    /// only the fallback).
+    pub tree_server: bool,
 }
 
 /// The decision.
@@ -124,8 +127,8 @@ pub fn choose(layer: bool, base: bool, facts: &Facts) -> Result<Plan, EnvError> 
     }
 }
 
-/// With `--base`: the pools are mounted by squashfuse inside the environment, so FUSE must be
-/// usable; with a layer the kernel's overlay goes over them rootless (their files are the
+/// With `--base`: the pools are mounted by FUSE inside the environment (sw-pool's tree server,
+/// else squashfuse_ll), so FUSE must be usable; with a layer the kernel's overlay goes over them rootless (their files are the
 /// environment's root's), unless the job's copy holds `.wh.NAME` deletions (fuse-overlayfs).
 fn choose_base(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
     if let Some(why) = &facts.dev_fuse_blocked {
@@ -133,7 +136,7 @@ fn choose_base(layer: bool, facts: &Facts) -> Result<Plan, EnvError> {
             "--base mounts the pool inside the environment with FUSE, but {why}"
         )));
     }
-    if facts.squashfuse.is_none() {
+    if facts.squashfuse.is_none() && !facts.tree_server {
         return Err(EnvError::Unsupported(
             "--base mounts the pool inside the environment with squashfuse_ll, which is not \
              installed: install the Debian package squashfuse"
@@ -265,6 +268,10 @@ mod tests {
         f.squashfuse = None;
         let e = choose(false, true, &f).unwrap_err().to_string();
         assert!(e.contains("package squashfuse"), "{e}");
+        // sw-pool's tree server alone is enough
+        f.tree_server = true;
+        assert_eq!(choose(false, true, &f).unwrap().method, Method::Base);
+        f.tree_server = false;
         f.dev_fuse_blocked = Some("/dev/fuse is mode 0600".into());
         let e = choose(false, true, &f).unwrap_err().to_string();
         assert!(e.contains("--base") && e.contains("0600"), "{e}");

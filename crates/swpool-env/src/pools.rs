@@ -16,8 +16,11 @@ pub struct EnvPool {
     pub image: PathBuf,
     /// The usual mount point (`<mount dir>/NAME/VERSION`, a directory on the host).
     pub at: PathBuf,
-    /// An ext2/3/4 image (fuse2fs), else squashfs (squashfuse_ll).
+    /// An ext2/3/4 image (fuse2fs), else squashfs (sw-pool's tree server, else squashfuse_ll).
     pub ext: bool,
+    /// The pool's manifest digest (the tree server checks the copy's manifest against it).
+    #[serde(default)]
+    pub digest: Option<String>,
     /// `--cache DIR`: no pool but the directory `at` itself, shown read-once over itself by this
     /// program (`sw-pool-view`, beside sw-pool; `image` is the directory too).
     #[serde(default)]
@@ -25,11 +28,13 @@ pub struct EnvPool {
 }
 
 /// Check that the tools the pools need are there: `squashfuse` is where the probe found
-/// `squashfuse_ll` (it looks whenever a pool is a squashfs), fuse2fs is located on `PATH` here and
-/// returned, each only when some pool needs it; an error names the missing tool's Debian package.
+/// `squashfuse_ll` (it looks whenever a pool is a squashfs; not needed when `tree`, sw-pool's
+/// server, is there), fuse2fs is located on `PATH` here and returned, each only when some pool
+/// needs it; an error names the missing tool's Debian package.
 pub fn tools(
     pools: &[EnvPool],
     squashfuse: Option<&std::path::Path>,
+    tree: bool,
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<Option<PathBuf>, String> {
     let missing = |t: Tool, pkg: &str, what: &str| {
@@ -40,7 +45,7 @@ pub fn tools(
         )
     };
     if let Some(p) = pools.iter().find(|p| !p.ext && p.view.is_none()) {
-        if squashfuse.is_none() {
+        if squashfuse.is_none() && !(tree && p.digest.is_some()) {
             return Err(missing(Tool::SquashfuseLl, "squashfuse", &p.label));
         }
     }
@@ -61,7 +66,7 @@ pub fn tools(
 pub(crate) fn mount(
     pools: &[EnvPool],
     root: &Path,
-    squashfuse: Option<&Path>,
+    readers: crate::reader::Readers<'_>,
     fuse2fs: Option<&Path>,
     verbose: bool,
 ) -> Result<(), String> {
@@ -84,29 +89,30 @@ pub(crate) fn mount(
             })?;
             continue;
         }
-        let cmd = if p.ext {
+        let fail = |e: String| {
+            format!(
+                "cannot mount the pool {} at {}: {e}",
+                p.label,
+                p.at.display()
+            )
+        };
+        let server = if p.ext {
             ToolCommand::new(Tool::Fuse2fs)
                 .program(fuse2fs.ok_or("fuse2fs was not found")?)
                 .path(&p.image)
                 .path(&at)
                 .arg("-o")
                 .arg("ro,fakeroot")
+                .run(None)
+                .map_err(|e| fail(e.to_string()))?;
+            Tool::Fuse2fs.program()
         } else {
-            ToolCommand::new(Tool::SquashfuseLl)
-                .program(squashfuse.ok_or("squashfuse_ll was not found")?)
-                .path(&p.image)
-                .path(&at)
+            crate::reader::mount_squashfs(readers, &p.image, p.digest.as_deref(), &at, &p.label)
+                .map_err(fail)?
         };
-        cmd.run(None).map_err(|e| {
-            format!(
-                "cannot mount the pool {} at {}: {e}",
-                p.label,
-                p.at.display()
-            )
-        })?;
         if verbose {
             eprintln!(
-                "sw-pool: environment: pool {} at {} (this environment only)",
+                "sw-pool: environment: pool {} at {} by {server} (this environment only)",
                 p.label,
                 p.at.display()
             );
@@ -150,6 +156,7 @@ mod tests {
             image: PathBuf::from("/nonexistent/image"),
             at: PathBuf::from("/nonexistent/at"),
             ext,
+            digest: Some("blake3:00".into()),
             view: None,
         }
     }
@@ -158,7 +165,13 @@ mod tests {
     fn tools_name_what_a_pool_needs_and_its_package() {
         // a squashfs pool when the probe found no squashfuse_ll: the error names the pool and the
         // package, whatever fuse2fs' state
-        let e = tools(&[pool("ext/1", true), pool("sq/2", false)], None, None).unwrap_err();
+        let e = tools(
+            &[pool("ext/1", true), pool("sq/2", false)],
+            None,
+            false,
+            None,
+        )
+        .unwrap_err();
         assert!(
             e.contains("--pool sq/2") && e.contains("squashfuse_ll"),
             "{e}"
@@ -166,12 +179,20 @@ mod tests {
         assert!(e.contains("Debian package squashfuse"), "{e}");
         // squashfs pools only: the probe's squashfuse_ll is enough, fuse2fs is not looked for
         let sq = std::path::Path::new("/usr/bin/squashfuse_ll");
-        assert_eq!(tools(&[pool("sq/2", false)], Some(sq), None), Ok(None));
+        assert_eq!(
+            tools(&[pool("sq/2", false)], Some(sq), false, None),
+            Ok(None)
+        );
+        // sw-pool's tree server is enough for a pool with a digest
+        assert_eq!(tools(&[pool("sq/2", false)], None, true, None), Ok(None));
+        let mut bare = pool("sq/3", false);
+        bare.digest = None;
+        assert!(tools(&[bare], None, true, None).is_err());
         // no pools: nothing needed
-        assert_eq!(tools(&[], None, None), Ok(None));
+        assert_eq!(tools(&[], None, false, None), Ok(None));
         // an ext pool: fuse2fs where it is installed (the test set-up installs it)
         if Tool::Fuse2fs.locate(None).is_ok() {
-            let f = tools(&[pool("ext/1", true)], None, None).unwrap();
+            let f = tools(&[pool("ext/1", true)], None, false, None).unwrap();
             assert!(f.is_some_and(|p| p.ends_with("fuse2fs")));
         }
     }

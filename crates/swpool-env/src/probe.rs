@@ -31,6 +31,8 @@ pub fn facts(
         squashfuse: (base || squashfs_pool)
             .then(|| Tool::SquashfuseLl.locate(path_var).ok())
             .flatten(),
+        // the launcher's request says (it knows the config)
+        tree_server: false,
     }
 }
 

@@ -69,7 +69,7 @@ pub fn pools(
                 ExitStatus::BadInput,
                 format!(
                     "--pool {spec}: {label} is a {} pool; an environment mounts its pools with \
-                     FUSE (squashfuse_ll, fuse2fs): use a squashfs or ext pool, or `sw-pool load` \
+                     FUSE (sw-pool-serve or squashfuse_ll, fuse2fs): use a squashfs or ext pool, or `sw-pool load` \
                      it on the node",
                     pl.format.as_str()
                 ),
@@ -96,6 +96,7 @@ pub fn pools(
             image: pl.image,
             at,
             ext,
+            digest: Some(pl.digest),
             view: None,
         });
     }

@@ -41,6 +41,7 @@ pub fn views(dirs: &[PathBuf], self_exe: &Path) -> Result<Vec<swpool_env::EnvPoo
             image: at.clone(),
             at,
             ext: false,
+            digest: None,
             view: Some(server.clone()),
         });
     }

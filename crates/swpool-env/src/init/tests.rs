@@ -28,6 +28,7 @@ fn spec(method: Method) -> Spec {
         fuse_overlayfs: None,
         bases: vec![],
         squashfuse: None,
+        tree_server: None,
         pools: vec![],
         fuse2fs: None,
         binds: vec![p("/home"), p("/dev")],
@@ -139,6 +140,7 @@ fn a_base_without_a_layer_is_the_root_and_a_base_without_proc_is_named() {
         label: "debian/12".into(),
         image: p("/var/tmp/sw-pool/debian-12.img"),
         at: p("/pools/debian/12"),
+        digest: None,
     }];
     let k = FakeKernel::default();
     setup(&k, &s).unwrap();

@@ -71,7 +71,7 @@ impl Serve {
 }
 
 /// `sw-pool-serve` installed beside the running program.
-pub(super) fn beside_us() -> Option<PathBuf> {
+pub fn beside_us() -> Option<PathBuf> {
     let p = std::env::current_exe()
         .ok()?
         .with_file_name(Tool::ChunkServer.program());
