@@ -100,7 +100,8 @@ left when the environment ends. The pool is resolved, checked against the
 trust policy and copied into the node-local cache as `sw-pool load` does it
 (once per node: `sw-pool cache fetch`; in a job step the step's first task
 copies it to every node of the step, reading it once from shared storage).
-Squashfs and ext pools (squashfuse_ll, fuse2fs inside the environment).
+Squashfs pools are served inside the environment by sw-pool-serve --tree
+(config fuse_reader; squashfuse_ll is the fallback), ext pools by fuse2fs.
 
 CACHE: --cache /project/envs/torch lists the tree once when the environment
 starts and answers every lookup (the loader's and Python's failed ones too)
