@@ -72,8 +72,8 @@ assert_eq "... module load tp62/1 && tp62tool ran in all 16 tasks, from the pool
   "$(grep -cE "^tp62 on node[0-9] from /tmp/sw-pool-$uid/mnt/tp62/1/install/tp62/1/bin$" <<< "$jo" || true)"
 assert_eq "... on 4 distinct nodes" 4 "$(grep -E '^tp62 on node' <<< "$jo" | cut -d' ' -f3 | sort -u | wc -l)"
 assert_eq "... MODULEPATH inside names the pool's modulefiles" 16 "$(grep -c "^MP /tmp/sw-pool-$uid/mnt/tp62/1/modulefiles" <<< "$jo" || true)"
-mounted=$(grep -c "pool tp62/1 at /tmp/sw-pool-$uid/mnt/tp62/1 (this environment only)" <<< "$jo" || true)
-assert_match "... -v: the pool mounted in each node's environment (one per node and step, its tasks join it)" '^(8|9|1[0-6])$' "$mounted"
+mounted=$(grep -c "pool tp62/1 at /tmp/sw-pool-$uid/mnt/tp62/1 by sw-pool-serve (this environment only)" <<< "$jo" || true)
+assert_match "... -v: the pool mounted in each node's environment by sw-pool's tree server (one per node and step, its tasks join it)" '^(8|9|1[0-6])$' "$mounted"
 assert_match "... the damaged pool: the step fails (exit 125)" "bad rc 125" "$jo"
 assert_match "... the damaged pool: srun fails and names the pool and the damage" "tbad.*damaged|damaged.*tbad" "$jo"
 assert_eq "... nothing ran over the damaged pool" 0 "$(grep -c '^ran$' <<< "$jo" || true)"
