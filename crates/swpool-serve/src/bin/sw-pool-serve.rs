@@ -135,6 +135,35 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
         let what = format!("{} ({})", m.name, args.pool.display());
         return serve_tree(args, set, file, m.image_size, &what, &node);
     }
+    let chunks = chunk_engine(args, &m, file, &node)?;
+    if args.tree {
+        let what = format!("{} ({})", m.name, args.pool.display());
+        let size = chunks.image_size();
+        let r = serve_tree(
+            args,
+            set,
+            swpool_serve::tree::ChunkReader(chunks.clone()),
+            size,
+            &what,
+            &node,
+        );
+        if let Some(s) = chunks.local() {
+            let _ = s.flush();
+        }
+        return r;
+    }
+    serve_image(args, set, &chunks, &m)
+}
+
+/// The verifying chunk engine over the pool: chunks from the file (or a node's on-demand server,
+/// `--source unix:PATH`), kept in `--keep`'s partial copy if given, read ahead for sequential
+/// readers; the kept chunks are marked present now and then.
+fn chunk_engine(
+    args: &Args,
+    m: &swpool_format::pool::Manifest,
+    file: std::fs::File,
+    node: &str,
+) -> Result<Arc<Chunks>, String> {
     let local = match &args.keep {
         Some(p) => Some(
             LocalStore::open(p, &m.digest, m.image_size, m.chunk_size)
@@ -155,14 +184,14 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
     };
     swpool_serve::keep_chunk_buffers(m.chunk_size);
     let chunks = Arc::new(Chunks::new(
-        &m,
+        m,
         source,
         local,
         Limits {
             memory: args.memory,
             ..Limits::default()
         },
-        &node,
+        node,
     ));
     // sequential readers (sha256 of a large file, a program's start) do not wait for each chunk
     chunks.start_readahead();
@@ -178,22 +207,17 @@ fn run(args: &Args, set: libc::sigset_t) -> Result<ExitCode, String> {
             }
         });
     }
-    if args.tree {
-        let what = format!("{} ({})", m.name, args.pool.display());
-        let size = chunks.image_size();
-        let r = serve_tree(
-            args,
-            set,
-            swpool_serve::tree::ChunkReader(chunks.clone()),
-            size,
-            &what,
-            &node,
-        );
-        if let Some(s) = chunks.local() {
-            let _ = s.flush();
-        }
-        return r;
-    }
+    Ok(chunks)
+}
+
+/// Two hops: the image served as the file `DIR/image` for the FUSE helper the arguments name, run
+/// until it ends; its exit status is ours.
+fn serve_image(
+    args: &Args,
+    set: libc::sigset_t,
+    chunks: &Arc<Chunks>,
+    m: &swpool_format::pool::Manifest,
+) -> Result<ExitCode, String> {
     let mtime = UNIX_EPOCH + Duration::from_secs(m.created);
     let fs = ImageFs::new(
         chunks.clone(),
