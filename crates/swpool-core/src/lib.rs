@@ -12,6 +12,7 @@
 
 pub mod all_nodes;
 pub mod error;
+pub mod inspect;
 pub mod load;
 pub mod ondemand;
 pub mod trust;

@@ -31,15 +31,7 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     let format = format
         .or_else(|| ImageFormat::from_extension(&a.out))
         .or(Some(cfg.format.value));
-    let source_date_epoch = match env.get(HostVar::SourceDateEpoch) {
-        Some(v) if !v.is_empty() => Some(v.trim().parse::<u64>().map_err(|_| {
-            Error::other(
-                swpool_core::ExitStatus::BadInput,
-                format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"),
-            )
-        })?),
-        _ => None,
-    };
+    let source_date_epoch = source_date_epoch(env)?;
     if a.all_root && format.is_some_and(|f| f.is_ext()) {
         return Err(Error::other(
             swpool_core::ExitStatus::BadInput,
@@ -92,10 +84,35 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
     let r = build(&opts);
     drop(spin); // cleared before the result is printed
     let r = r?;
+    report(&p, &r, &opts, staged.as_ref().map(|(_, rep)| rep));
+    Ok(())
+}
+
+/// `SOURCE_DATE_EPOCH`, when set: the build's time (reproducible builds).
+fn source_date_epoch(env: &Environment) -> Result<Option<u64>, Error> {
+    Ok(match env.get(HostVar::SourceDateEpoch) {
+        Some(v) if !v.is_empty() => Some(v.trim().parse::<u64>().map_err(|_| {
+            Error::other(
+                swpool_core::ExitStatus::BadInput,
+                format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"),
+            )
+        })?),
+        _ => None,
+    })
+}
+
+/// What the build made: warnings, the environment's summary (`--from-env`), the modulefiles
+/// written, the pool's line and digest, timings (`-v`), the `--json` report.
+fn report(
+    p: &Printer,
+    r: &swpool_core::image::BuildReport,
+    opts: &BuildOptions,
+    staged: Option<&swpool_core::pyenv::EnvReport>,
+) {
     for w in &r.warnings {
         p.warn(w);
     }
-    if let Some((_, rep)) = &staged {
+    if let Some(rep) = staged {
         for w in &rep.warnings {
             p.warn(w);
         }
@@ -154,11 +171,10 @@ pub fn run(g: &GlobalArgs, a: BuildArgs, env: &Environment) -> Result<(), Error>
         "chunks": m.chunks.len(),
         "packages": m.packages,
         "warnings": r.warnings,
-        "environment": staged.as_ref().map(|(_, r)| r),
+        "environment": staged,
         "tree": {"files": r.tree.files, "dirs": r.tree.dirs, "symlinks": r.tree.symlinks, "bytes": r.tree.bytes},
         "timings": {"scan": t.scan.as_secs_f64(), "mkfs": t.mkfs.as_secs_f64(), "times": t.times.as_secs_f64(), "hash": t.hash.as_secs_f64(), "commit": t.commit.as_secs_f64()},
     }));
-    Ok(())
 }
 
 /// The pool's name for an environment directory: its own name, or its parent's for a hidden one

@@ -1,6 +1,5 @@
 use swpool_core::config::Environment;
-use swpool_core::image::{check::check, detect, SpecialKind};
-use swpool_core::pool::Pool;
+use swpool_core::image::SpecialKind;
 use swpool_core::size::Bytes;
 use swpool_core::{Error, ExitStatus};
 
@@ -9,33 +8,9 @@ use crate::output::Printer;
 
 pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Error> {
     let p = Printer::new(g, a.json);
-    let pool = Pool::open(&a.pool)?;
-    swpool_core::pool::fs_size::check_fits(&pool)?;
+    let found = swpool_core::inspect::inspect(&a.pool, !a.no_check, env.path_var())?;
+    let (pool, fsck, special) = (&found.pool, &found.fsck, &found.special);
     let m = &pool.manifest;
-    // the superblock must agree with the manifest
-    let found = match detect(&a.pool) {
-        Ok(f) if f == m.format => None,
-        Ok(f) => Some(format!("the image is {f}")),
-        Err(swpool_core::image::DetectError::Unknown { .. }) => {
-            Some("the image has no file-system magic (damaged superblock)".into())
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(found) = found {
-        return Err(Error::other(
-            ExitStatus::InvalidPool,
-            format!(
-                "{}: the manifest says {} but {found}; the pool is damaged, rebuild it",
-                a.pool.display(),
-                m.format
-            ),
-        ));
-    }
-    let fsck = if a.no_check {
-        None
-    } else {
-        Some(check(&a.pool, m.format, env.path_var())?)
-    };
     p.result(format!("pool      {}/{}", m.name, m.version));
     if let Some(d) = &m.description {
         p.result(format!("about     {d}"));
@@ -90,10 +65,7 @@ pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Erro
             ));
         }
     }
-    // setuid/setgid files and device nodes, read from the image: what a mount without
-    // nosuid/nodev (or an unpacking as root) would give their owner
-    let special = swpool_core::image::special::list(&a.pool, m.format, env.path_var());
-    match &special {
+    match special {
         Ok(v) if v.is_empty() => {
             p.result("special   none (no setuid/setgid files, no device nodes)")
         }
@@ -128,7 +100,7 @@ pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Erro
         "signed": !pool.signature.is_empty(),
         "manifest": m,
         "check": fsck,
-        "special": match &special {
+        "special": match special {
             Ok(v) => serde_json::json!(v.iter().map(|s| serde_json::json!({
                 "path": s.path,
                 "kind": match s.kind {
@@ -142,7 +114,7 @@ pub fn run(g: &GlobalArgs, a: InspectArgs, env: &Environment) -> Result<(), Erro
                     SpecialKind::SetId => None,
                 },
             })).collect::<Vec<_>>()),
-            Err(e) => serde_json::json!({"error": e.to_string()}),
+            Err(e) => serde_json::json!({"error": e}),
         },
     }));
     if let Some(c) = fsck {
