@@ -174,6 +174,25 @@ pub fn prompt_mark(configured: Option<String>, layer: Option<&str>, root: bool) 
     }
 }
 
+/// The key the environments of one job step's tasks (or of one MPI launcher's ranks) on this node
+/// meet by; `None`: the environment is this command's alone.
+fn step_key(env: &Environment) -> Option<String> {
+    env.get(HostVar::SlurmJobId)
+        .zip(env.get(HostVar::SlurmStepId))
+        .and_then(|(j, s)| swpool_env::rendezvous::step_key(&j, &s))
+        // under an MPI launcher outside a Slurm step (mpirun, mpiexec) the ranks it starts on this
+        // node share one environment as a step's tasks do (MPI needs a node's ranks in one
+        // namespace: Open MPI's shared memory breaks across them, MPICH's hangs now and then),
+        // keyed by the process that started them all
+        .or_else(|| {
+            swpool_node::slurm::launched_by_launcher(env)
+                .unwrap_or(false)
+                .then(rustix::process::getppid)
+                .flatten()
+                .and_then(|p| swpool_env::rendezvous::launcher_key(p.as_raw_nonzero().get() as u32))
+        })
+}
+
 /// Set up, run, and exit with the command's status (125 when the environment could not be made).
 fn start(
     g: &GlobalArgs,
@@ -203,21 +222,7 @@ fn start(
         Ok(x) => x,
         Err(e) => setup_failed(&format!("cannot find our own executable: {e}")),
     };
-    let step_key = env
-        .get(HostVar::SlurmJobId)
-        .zip(env.get(HostVar::SlurmStepId))
-        .and_then(|(j, s)| swpool_env::rendezvous::step_key(&j, &s))
-        // under an MPI launcher outside a Slurm step (mpirun, mpiexec) the ranks it starts on this
-        // node share one environment as a step's tasks do (MPI needs a node's ranks in one
-        // namespace: Open MPI's shared memory breaks across them, MPICH's hangs now and then),
-        // keyed by the process that started them all
-        .or_else(|| {
-            swpool_node::slurm::launched_by_launcher(env)
-                .unwrap_or(false)
-                .then(rustix::process::getppid)
-                .flatten()
-                .and_then(|p| swpool_env::rendezvous::launcher_key(p.as_raw_nonzero().get() as u32))
-        });
+    let step_key = step_key(env);
     let synced = match &a.layer {
         Some(name) => match synced_copy(&store, &cfg, name, step_key.as_deref(), env) {
             Ok(s) => s.map(|s| swpool_env::Synced {
