@@ -362,7 +362,21 @@ fn serve_tree<R: swpool_squashfs::ReadAt + 'static>(
         let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
         if sig > 0 {
             tracing::debug!(sig, "unmounting on a signal");
-            if let Err(e) = session.umount_and_join() {
+            // bounded: a worker still inside a request (a chunk on its way) must not keep the
+            // server from ending; past the bound the mount is detached and the process exits
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = done_tx.send(session.umount_and_join());
+            });
+            let joined = done_rx
+                .recv_timeout(Duration::from_secs(2))
+                .unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "its requests did not end within 2 s",
+                    ))
+                });
+            if let Err(e) = joined {
                 // busy (a file open, a process inside): detach it as libfuse's servers do; the
                 // kernel ends the connection when this process exits
                 tracing::debug!("unmounting {}: {e}; detaching it", args.dir.display());
