@@ -20,6 +20,12 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Lazily unmount every FUSE mount in this mount namespace (mountinfo's mount point, octal
+/// escapes undone), deepest first.
+const DETACH_HOST_FUSE: &str = r#"awk '/ - fuse/ { print $5 }' /proc/self/mountinfo | sort -r |
+  while read -r m; do umount -l "$(printf '%b' "$m")" 2>/dev/null || true; done
+"#;
+
 const KINDS: &[&str] = &["quickstart", "session", "paper", "job", "job-layer"];
 
 fn repo() -> PathBuf {
@@ -183,7 +189,12 @@ fn the_quick_start_and_the_session_run_as_written() {
     let etc = EtcDir {
         made: std::fs::create_dir("/etc/sw-pool").is_ok(),
     };
-    let mut script = String::from(
+    // The namespace starts with a copy of the host's mounts: the FUSE mounts of other work on this
+    // machine (a benchmark's servers, another test) would be "everything of yours" to the
+    // session's `cleanup --all --kill` as root. Detach those copies first; with private
+    // propagation this changes nothing outside the namespace.
+    let mut script = String::from(DETACH_HOST_FUSE);
+    script.push_str(
         "set -euo pipefail\n\
          mount -t tmpfs -o mode=0755 sw-pool-readme /etc/sw-pool\n\
          source /usr/share/lmod/lmod/init/bash\n\
