@@ -10,8 +10,9 @@
 //!
 //! The job's start (the view's [`Epoch`]: no file changed since is served, on any node) is
 //! `$SW_POOL_VIEW_EPOCH` if set (seconds since 1970, e.g. set by a launcher once for all nodes),
-//! else, in a Slurm step, the step's start as Slurm recorded it (`scontrol show step`, one
-//! request per node, bounded to 10 s), else none: outside a job the view is this node's snapshot.
+//! else, in a Slurm step on more than one node, the step's start as Slurm recorded it (`scontrol
+//! show step`, one request per node, bounded to 10 s), else none: on one node the view is that
+//! node's snapshot.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -98,6 +99,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         })
         .transpose()?;
     let epoch = job_epoch(&node)?;
+    if let Some(e) = &epoch {
+        tracing::debug!(
+            secs = e.at.0,
+            nanos = e.at.1,
+            "the job's start: {}",
+            e.source
+        );
+    }
     let t0 = Instant::now();
     let snap = Snapshot::walk(root.as_fd(), dir)
         .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
@@ -275,6 +284,12 @@ fn job_epoch(node: &str) -> Result<Option<Epoch>, String> {
     let (Some(job), Some(step)) = (var("SLURM_JOB_ID"), var("SLURM_STEP_ID")) else {
         return Ok(None);
     };
+    // a step on one node has one view (its tasks share one environment): its own snapshot is the
+    // job's, and a file changed since an interactive step began stays usable
+    if matches!(var("SLURM_STEP_NUM_NODES").and_then(|n| n.parse::<u64>().ok()), Some(n) if n <= 1)
+    {
+        return Ok(None);
+    }
     let id = format!("{job}.{step}");
     match step_start(&id, Duration::from_secs(10)) {
         Ok(secs) => Ok(Some(Epoch {
