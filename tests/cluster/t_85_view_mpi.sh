@@ -240,13 +240,24 @@ show() { sed 's/^/    /' "$W/out/$1/log" "$W/out/$1/err" | tail -n 30; }
 
 # --- 1. unmodified on 4 nodes, then the tree unreadable on storage mid-job
 basic() {  # basic NAME PROG SRUN...
-  local name=$1 prog=$2 out o rc; shift 2
+  local name=$1 prog=$2 out o rc try; shift 2
   o=$W/out/$name
-  chmod 755 "$T"
-  run_job "$name" "$@" -N4 --ntasks-per-node=1 --chdir="$W" "$SW" run --cache "$TREE" -- "$TREE/bin/$prog" basic "$o"
-  if ! wait_mark "$name" ready; then
+  for try in 1 2; do
+    rm -rf "$o"
+    chmod 755 "$T"
+    run_job "$name" "$@" -N4 --ntasks-per-node=1 --chdir="$W" "$SW" run --cache "$TREE" -- "$TREE/bin/$prog" basic "$o"
+    wait_for 1200 sh -c "[ -e $o/ready ] || [ -e $o/rc ]" || true
+    [[ -e $o/ready ]] && break
+    # MPICH's start-up on the testbed fails now and then in MPI_Init, after every rank loaded
+    # its program and library from the view and before any reaches the tree's checks: UCX's
+    # address exchange between the nodes times out (2026-11-28: 2 of 44 steps through the view,
+    # 0 of 22 without, a loaded machine): once more, said
+    if [[ $try == 1 ]] && grep -q 'initial_address_exchange' "$o/err" 2>/dev/null; then
+      echo "    $name: MPI_Init failed in UCX's address exchange (no rank reached the tree's checks): once more"
+      continue
+    fi
     fail "$name: the ranks started and read the tree" "no ready mark in 120 s"; show "$name"; return
-  fi
+  done
   # the storage server's side: nobody but root may enter the tree any more
   chmod 000 "$T"
   out=$("$TESTBED/exec" node2 runuser -u "$TB_USER" -- cat "$TREE/data/never.txt" 2>&1 || true)
