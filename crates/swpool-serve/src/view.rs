@@ -11,6 +11,13 @@
 //! served as read, whatever happens on storage after. Nothing is written back (the view is
 //! read-only).
 //!
+//! Every node of a job makes its own snapshot, each at its own time: a node whose view starts
+//! after a file changed would list the new version while the others serve the old one. So a view
+//! that knows the job's start (its [`Epoch`], one time for the whole job: the Slurm step's start)
+//! serves no file whose mtime is at or after it: a file changed since the job began is refused on
+//! every node alike, whenever each node listed it, and the nodes serve one version of a file or
+//! none.
+//!
 //! The pieces behind seams, so that unit tests run them without FUSE:
 //! - [`Snapshot::walk`]: the listing, made by descriptor from a directory opened before the view
 //!   is mounted over it.
@@ -326,6 +333,42 @@ impl FileBytes for Storage {
     }
 }
 
+/// The start of the job a view serves, the same on all its nodes: a file whose mtime (as the
+/// snapshot listed it) is at or after `at` changed after the job began and is not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Epoch {
+    /// Seconds and nanoseconds since 1970 (a Slurm step's start is whole seconds).
+    pub at: (i64, u32),
+    /// Where it came from, for messages ("job step 12.0's start").
+    pub source: String,
+}
+
+impl Epoch {
+    /// `SECS[.FRACTION]` since 1970, as `date +%s.%N` prints it.
+    pub fn parse(s: &str, source: &str) -> Result<Epoch, String> {
+        let bad =
+            || format!("{source}={s:?}: give seconds since 1970, as `date +%s.%N` prints them");
+        let (secs, frac) = s.trim().split_once('.').unwrap_or((s.trim(), ""));
+        if secs.is_empty()
+            || !secs.bytes().all(|b| b.is_ascii_digit())
+            || frac.len() > 9
+            || !frac.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(bad());
+        }
+        let secs: i64 = secs.parse().map_err(|_| bad())?;
+        let nanos: u32 = if frac.is_empty() {
+            0
+        } else {
+            format!("{frac:0<9}").parse().map_err(|_| bad())?
+        };
+        Ok(Epoch {
+            at: (secs, nanos),
+            source: source.to_string(),
+        })
+    }
+}
+
 /// A file's bytes as the view keeps them.
 enum Held {
     Memory(Vec<u8>),
@@ -356,6 +399,8 @@ pub struct View {
     trace: Mutex<Vec<u32>>,
     /// The view's path and node, for log lines.
     what: String,
+    /// The job's start: files changed since are not served (see the module's documentation).
+    epoch: Option<Epoch>,
 }
 
 impl View {
@@ -376,7 +421,14 @@ impl View {
             stats: Stats::default(),
             trace: Mutex::new(Vec::new()),
             what: what.to_string(),
+            epoch: None,
         }
+    }
+
+    /// Serve no file whose mtime is at or after `epoch` (the job's start, the same on every node).
+    pub fn with_epoch(mut self, epoch: Option<Epoch>) -> View {
+        self.epoch = epoch;
+        self
     }
 
     /// The node at FUSE inode `ino`.
@@ -401,6 +453,15 @@ impl View {
                     self.bytes.describe()
                 );
             };
+            if let Some(e) = self.epoch.as_ref().filter(|e| node.mtime >= e.at) {
+                fail(format!(
+                    "changed on storage at or after the job's start (mtime {}.{:09}, {} {}.{:09}): \
+                     not served on any node, so that every node sees one version; a file written \
+                     in the second the job step started counts as changed: run the job again",
+                    node.mtime.0, node.mtime.1, e.source, e.at.0, e.at.1
+                ));
+                return Err(());
+            }
             let v = match self.bytes.fetch(node) {
                 Ok(v) => v,
                 Err(why) => {

@@ -7,6 +7,12 @@
 //! error (its log lines: a file not served, the summary at the end) and ends when the view is
 //! unmounted, on SIGTERM/SIGINT/SIGHUP (it unmounts), or with the environment's PID namespace.
 //! sw-pool starts it; it is not meant to be run by hand.
+//!
+//! The job's start (the view's [`Epoch`]: no file changed since is served, on any node) is
+//! `$SW_POOL_VIEW_EPOCH` if set (seconds since 1970, e.g. set by a launcher once for all nodes),
+//! else, in a Slurm step on more than one node, the step's start as Slurm recorded it (`scontrol
+//! show step`, one request per node, bounded to 10 s), else none: on one node the view is that
+//! node's snapshot.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -14,11 +20,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rustix::fs::{Mode, OFlags};
-use swpool_serve::view::{Snapshot, Storage, View, ViewFs};
+use swpool_serve::view::{Epoch, Snapshot, Storage, View, ViewFs};
 
 /// Mount a read-once, read-only view of a directory over it.
 #[derive(Parser, Debug)]
@@ -92,6 +98,15 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             })
         })
         .transpose()?;
+    let epoch = job_epoch(&node)?;
+    if let Some(e) = &epoch {
+        tracing::debug!(
+            secs = e.at.0,
+            nanos = e.at.1,
+            "the job's start: {}",
+            e.source
+        );
+    }
     let t0 = Instant::now();
     let snap = Snapshot::walk(root.as_fd(), dir)
         .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
@@ -119,7 +134,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
         0 => {
             drop(rd);
-            Ok(child(args, root, store, snap, wr, &node))
+            Ok(child(args, root, store, snap, epoch, wr, &node))
         }
         _ => {
             drop(wr);
@@ -142,6 +157,7 @@ fn child(
     root: OwnedFd,
     store: Option<OwnedFd>,
     snap: Snapshot,
+    epoch: Option<Epoch>,
     wr: OwnedFd,
     node: &str,
 ) -> ExitCode {
@@ -165,12 +181,9 @@ fn child(
     // SAFETY: a valid signal set; blocked before the session's threads start, so they inherit it.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     let what = format!("view of {} on {node}", dir.display());
-    let view = Arc::new(View::new(
-        snap,
-        Box::new(Storage::new(root, dir)),
-        store,
-        &what,
-    ));
+    let view = Arc::new(
+        View::new(snap, Box::new(Storage::new(root, dir)), store, &what).with_epoch(epoch),
+    );
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -253,6 +266,103 @@ fn child(
     code
 }
 
+/// The job's start, the same on every node of the job (see the module's documentation). `None`
+/// outside a job step, or when Slurm does not answer (said in a log line: then each node's view
+/// is its own snapshot).
+fn job_epoch(node: &str) -> Result<Option<Epoch>, String> {
+    if let Some(v) = std::env::var_os("SW_POOL_VIEW_EPOCH") {
+        let v = v.to_string_lossy();
+        return Epoch::parse(&v, "SW_POOL_VIEW_EPOCH")
+            .map(Some)
+            .map_err(|e| format!("{e} (on {node}); nothing was mounted"));
+    }
+    let var = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let (Some(job), Some(step)) = (var("SLURM_JOB_ID"), var("SLURM_STEP_ID")) else {
+        return Ok(None);
+    };
+    // a step on one node has one view (its tasks share one environment): its own snapshot is the
+    // job's, and a file changed since an interactive step began stays usable
+    if matches!(var("SLURM_STEP_NUM_NODES").and_then(|n| n.parse::<u64>().ok()), Some(n) if n <= 1)
+    {
+        return Ok(None);
+    }
+    let id = format!("{job}.{step}");
+    match step_start(&id, Duration::from_secs(10)) {
+        Ok(secs) => Ok(Some(Epoch {
+            at: (secs, 0),
+            source: format!("job step {id}'s start"),
+        })),
+        Err(e) => {
+            tracing::warn!(
+                "job step {id} on {node}: its start time is unknown ({e}): this node's view is a \
+                 snapshot of its own start, not of the step's (a file changed while the step's \
+                 nodes start may be seen in two versions); set SW_POOL_VIEW_EPOCH=$(date +%s) \
+                 before srun to give every node one"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// When Slurm started job step `id` (`JOB.STEP`), in seconds since 1970: `scontrol -o show step`
+/// with `SLURM_TIME_FORMAT=%s`, given `limit` to answer (then killed).
+fn step_start(id: &str, limit: Duration) -> Result<i64, String> {
+    let mut child = std::process::Command::new("scontrol")
+        .args(["-o", "show", "step", id])
+        .env("SLURM_TIME_FORMAT", "%s")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("scontrol: {e}"))?;
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                // our own child, by its handle
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "scontrol show step {id}: no answer within {} s",
+                    limit.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("scontrol: {e}")),
+        }
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    if !status.success() {
+        return Err(format!("scontrol show step {id}: {status}: {}", err.trim()));
+    }
+    parse_start_time(&out).ok_or_else(|| {
+        format!(
+            "scontrol show step {id} gave no StartTime in seconds: {:?}",
+            out.chars().take(200).collect::<String>()
+        )
+    })
+}
+
+/// The `StartTime=SECS` field of `scontrol -o show step`'s line.
+fn parse_start_time(out: &str) -> Option<i64> {
+    out.split_whitespace()
+        .find_map(|f| f.strip_prefix("StartTime="))
+        .and_then(|v| v.parse().ok())
+        .filter(|&v: &i64| v > 0)
+}
+
 /// `keep_caps`' mask of CAP_SYS_ADMIN (bit 21 of the first word).
 const CAP_SYS_ADMIN_ONLY: u32 = 1 << 21;
 
@@ -313,5 +423,21 @@ fn termination_signals() -> libc::sigset_t {
             libc::sigaddset(&mut set, s);
         }
         set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_start_is_read_from_scontrols_line() {
+        let l = "StepId=12.0 UserId=1001 StartTime=1764355305 TimeLimit=UNLIMITED State=RUNNING";
+        assert_eq!(parse_start_time(l), Some(1764355305));
+        assert_eq!(
+            parse_start_time("StepId=12.0 StartTime=2026-11-28T20:01:45"),
+            None
+        );
+        assert_eq!(parse_start_time("No job steps in the system"), None);
     }
 }

@@ -224,3 +224,54 @@ fn storage_reads_never_leave_the_tree_through_a_symlink_made_after_the_snapshot(
     symlink(outside.path(), t.path().join("lib")).unwrap();
     assert_eq!(v.open(lib), Err(Errno::EIO));
 }
+
+#[test]
+fn a_file_changed_since_the_jobs_start_is_refused_however_late_the_node_listed_it() {
+    // a node whose view starts late lists the new version: with the job's start it refuses it,
+    // as the nodes that listed the old one do
+    let t = tree();
+    let old = |p: &str| {
+        let f = fs::File::options()
+            .write(true)
+            .open(t.path().join(p))
+            .unwrap();
+        f.set_modified(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+            .unwrap();
+    };
+    old("bin/tool");
+    old("lib/libx.so.1");
+    fs::write(
+        t.path().join("lib/python3/site-packages/pkg/__init__.py"),
+        b"X = 2\n",
+    )
+    .unwrap();
+    let epoch = Epoch::parse("1700000100.5", "test").unwrap();
+    assert_eq!(epoch.at, (1_700_000_100, 500_000_000));
+    let v = storage_view(t.path(), None).with_epoch(Some(epoch));
+    let tool = path_of(&v.snap, "bin/tool").unwrap() as u64 + 1;
+    let init = path_of(&v.snap, "lib/python3/site-packages/pkg/__init__.py").unwrap() as u64 + 1;
+    assert_eq!(v.open(tool), Ok(()));
+    assert_eq!(v.read(tool, 0, 100).unwrap(), b"#!/bin/sh\necho tool\n");
+    assert_eq!(v.open(init), Err(Errno::EIO));
+    assert_eq!(v.stats.failed.load(Ordering::SeqCst), 1);
+    // without the job's start (outside a job) the node's own snapshot is served
+    let v = storage_view(t.path(), None);
+    assert_eq!(v.open(init), Ok(()));
+    // a file changed in the very second the job started counts as changed
+    let e = Epoch::parse("1700000000", "test").unwrap();
+    let v = storage_view(t.path(), None).with_epoch(Some(e));
+    assert_eq!(v.open(tool), Err(Errno::EIO));
+}
+
+#[test]
+fn the_jobs_start_is_seconds_since_1970_and_nothing_else() {
+    assert_eq!(Epoch::parse("12", "X").unwrap().at, (12, 0));
+    assert_eq!(Epoch::parse("12.000000001\n", "X").unwrap().at, (12, 1));
+    for bad in ["", "-1", "1e9", "12.1234567891", "now", "1.2.3"] {
+        let e = Epoch::parse(bad, "SW_POOL_VIEW_EPOCH").unwrap_err();
+        assert!(
+            e.contains("SW_POOL_VIEW_EPOCH") && e.contains("date +%s"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,365 @@
+#!/usr/bin/env bash
+# An unprepared tree read once (`sw-pool run --cache TREE`, issue 55) under real Slurm, as the
+# unprivileged test user on 4 nodes. TREE is on shared storage (the storage server's export, seen
+# by the nodes through the coherent sshfs mount): an MPI program (bin/), the shared library it is
+# linked with (lib/, RUNPATH $ORIGIN/../lib), plugins it `dlopen`s (plugins/) and data files, built
+# by this test with mpicc against Open MPI and against MPICH; nothing in it was packed or changed.
+# - unmodified on 4 nodes, Open MPI (`srun --mpi=pmix`) and MPICH (`srun --mpi=pmi2`): every rank
+#   runs the program from the tree, calls the library and the plugin, reads a data file; then the
+#   tree is made unreadable on the storage server (chmod 000) while the job waits at a barrier, and
+#   the job still completes from what it read, while a file it never read (listed) and a `dlopen`
+#   of a plugin it never loaded fail with EIO and a name the tree never had with ENOENT, at once;
+# - one version per job: the data file is rewritten on storage after 3 nodes read it and before the
+#   4th node's environment (and view) starts: the 4th refuses it (EIO, a line naming it and the job
+#   step's start) instead of serving the new version beside the old;
+#   the same as a race for 12 s: the storage server rewrites 48 times, the 4 nodes' views start 0 to
+#   9 s into the step and open 40 files each: no file is served in two versions;
+# - the view of one node killed (SIGKILL) while the job runs: that node's next open fails at once
+#   (ENOTCONN), the others go on, the job ends, and the Slurm epilog finds nothing left: no view
+#   server, no mount of the tree, no record, no rendezvous socket on any node.
+# T85_VIEW_BIN runs another sw-pool-view (e.g. an older build, to see a check fail).
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_testbed
+cd /
+lazy_fixture t85
+VIEW=${T85_VIEW_BIN:-$REPO/target/release/sw-pool-view}
+[[ -x $VIEW ]] || { fail "sw-pool-view built" "$VIEW missing (cargo build --release -p swpool-serve)"; finish; }
+cp "$VIEW" "$W/bin/sw-pool-view"
+cp "$REPO/tests/cluster/srun-mpi" "$W/bin/"
+chmod -R a+rX "$W/bin"
+install_epilog
+# the views this test's jobs started (their command line names $W's server), then the fixture's
+t85_cleanup() {
+  local p
+  # shellcheck disable=SC2009  # the exact server of this test, not a name
+  for p in $(ps -u "$uid" -o pid=,args= | awk -v s="$W/bin/sw-pool-view" '$2 == s {print $1}'); do
+    kill -9 "$p" 2>/dev/null || true
+  done
+  lazy_cleanup
+}
+[[ -n ${LAZY_KEEP:-} ]] || trap t85_cleanup EXIT
+T=$E/tree                      # the storage server's side
+TREE=$TB/coherent/t85-$$/tree  # what the nodes see
+
+# --- the tree: a program for each MPI, its library, two plugins, data
+mkdir -p "$T/bin" "$T/lib" "$T/plugins" "$T/data" "$W/src"
+cat > "$W/src/lib.c" <<'C'
+const char *t85_lib(void) { return "libt85-1"; }
+C
+cat > "$W/src/plugin.c" <<'C'
+const char *t85_plugin(void) { return "plugin-1"; }
+C
+cat > "$W/src/other.c" <<'C'
+const char *t85_plugin(void) { return "other-1"; }
+C
+cat > "$W/src/prog.c" <<'C'
+/* prog MODE OUT: MODE basic, version or kill (see t_85_view_mpi.sh); OUT: where the test and the
+ * ranks leave each other marks. The tree is found from the program's own path (TREE/bin/prog). */
+#include <mpi.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *t85_lib(void);
+static char tree[PATH_MAX], host[256];
+
+static void hang(int s) {
+  (void)s;
+  static const char m[] = "HANG: a call on the tree did not return within 20 s\n";
+  (void)!write(2, m, sizeof m - 1);
+  _exit(9);
+}
+static void mark(const char *out, const char *name) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s/%s", out, name);
+  int fd = open(p, O_CREAT | O_WRONLY, 0644);
+  if (fd >= 0) close(fd);
+}
+static void wait_mark(const char *out, const char *name) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s/%s", out, name);
+  for (int i = 0; i < 2400; i++) {
+    if (access(p, F_OK) == 0) return;
+    usleep(50000);
+  }
+  fprintf(stderr, "%s: no %s after 120 s\n", host, p);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+}
+/* the first line of TREE/REL, or "ERR " and why */
+static const char *slurp(const char *rel, char *buf, size_t n) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s/%s", tree, rel);
+  alarm(20);
+  int fd = open(p, O_RDONLY);
+  ssize_t k = -1;
+  int e = errno;
+  if (fd >= 0) {
+    k = read(fd, buf, n - 1);
+    e = errno;
+    close(fd);
+  }
+  alarm(0);
+  if (k < 0) {
+    snprintf(buf, n, "ERR %s", strerror(e));
+    return buf;
+  }
+  buf[k] = 0;
+  buf[strcspn(buf, "\n")] = 0;
+  return buf;
+}
+/* what plugins/NAME's t85_plugin says, or "ERR " and dlerror */
+static const char *plugin(const char *name, char *buf, size_t n) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s/plugins/%s", tree, name);
+  alarm(20);
+  void *h = dlopen(p, RTLD_NOW);
+  alarm(0);
+  if (!h) {
+    snprintf(buf, n, "ERR %s", dlerror());
+    return buf;
+  }
+  const char *(*f)(void) = (const char *(*)(void))dlsym(h, "t85_plugin");
+  snprintf(buf, n, "%s", f ? f() : "ERR no t85_plugin");
+  return buf;
+}
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: prog basic|version|kill OUT\n");
+    return 2;
+  }
+  const char *mode = argv[1], *out = argv[2];
+  ssize_t k = readlink("/proc/self/exe", tree, sizeof tree - 1);
+  if (k <= 0) {
+    perror("/proc/self/exe");
+    return 2;
+  }
+  tree[k] = 0;
+  for (int up = 0; up < 2; up++) *strrchr(tree, '/') = 0;
+  gethostname(host, sizeof host);
+  signal(SIGALRM, hang);
+  char a[512], b[512], c[512], d[512], e[512];
+  if (!strcmp(mode, "version")) {
+    /* before MPI_Init: this node's environment may be the last to start */
+    printf("version %s %s\n", host, slurp("data/version.txt", a, sizeof a));
+    fflush(stdout);
+    char m[300];
+    snprintf(m, sizeof m, "read.%s", host);
+    mark(out, m);
+  }
+  if (!strcmp(mode, "race")) {
+    /* 40 files, each node in its own order, one every 50 ms, before MPI_Init */
+    const char *id = getenv("SLURM_NODEID");
+    for (int i = 0; i < 40; i++) {
+      int f = (i + (id ? atoi(id) : 0) * 10) % 40;
+      char rel[64];
+      snprintf(rel, sizeof rel, "data/race/f%02d", f);
+      printf("race %s f%02d %s\n", host, f, slurp(rel, a, sizeof a));
+      usleep(50000);
+    }
+    fflush(stdout);
+  }
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (strcmp(mode, "version") && strcmp(mode, "race")) {
+    printf("start %d/%d %s lib=%s plugin=%s data=%s\n", rank, size, host, t85_lib(),
+           plugin("plugin.so", a, sizeof a), slurp("data/seen.txt", b, sizeof b));
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) mark(out, "ready");
+    wait_mark(out, "go");
+    double t0 = now();
+    printf("after %d/%d %s lib=%s plugin=%s data=%s never=%s missing=%s plugin2=%s ms=%.0f\n", rank,
+           size, host, t85_lib(), plugin("plugin.so", a, sizeof a), slurp("data/seen.txt", b, sizeof b),
+           slurp("data/never.txt", c, sizeof c), slurp("data/no-such-file", d, sizeof d),
+           plugin("other.so", e, sizeof e), (now() - t0) * 1000);
+    fflush(stdout);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Finalize();
+  return 0;
+}
+C
+built=1
+(
+  set -e
+  cd "$T"
+  gcc -shared -fPIC -o lib/libt85.so "$W/src/lib.c"
+  gcc -shared -fPIC -o plugins/plugin.so "$W/src/plugin.c"
+  gcc -shared -fPIC -o plugins/other.so "$W/src/other.c"
+  mpicc.openmpi -o bin/prog-ompi "$W/src/prog.c" -Llib -lt85 -ldl -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../lib'
+  if command -v mpicc.mpich >/dev/null; then
+    mpicc.mpich -o bin/prog-mpich "$W/src/prog.c" -Llib -lt85 -ldl -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../lib'
+  fi
+  echo seen-1 > data/seen.txt
+  echo never-1 > data/never.txt
+  echo v1 > data/version.txt
+  mkdir data/race
+  for f in $(seq -w 0 39); do echo "f$f v0" > "data/race/f$f"; done
+) || built=0
+chmod -R a+rX "$T"
+if [[ $built == 1 ]]; then
+  pass "built the tree on shared storage: a program per MPI, its library, two plugins, data"
+else
+  fail "built the tree on shared storage" "gcc / mpicc.openmpi / mpicc.mpich failed"; finish
+fi
+# a view serves no file changed in the second its job step started or after (one version per job):
+# the step starts at least a second after the tree was written
+sleep 1.1
+
+swenv() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= "$@"; }
+# run_job NAME SRUN-ARGS...: the step in the background (bounded), its output in $W/out/NAME/
+run_job() {
+  local o=$W/out/$1; shift
+  mkdir -p "$o" && chmod 1777 "$o"
+  (
+    rc=0
+    swenv timeout 240 "$@" > "$o/log" 2> "$o/err" || rc=$?
+    echo "$rc" > "$o/rc"
+  ) &
+}
+# wait_mark NAME FILE: up to 120 s for $W/out/NAME/FILE
+wait_mark() { wait_for 1200 test -e "$W/out/$1/$2"; }
+job_rc() { wait_mark "$1" rc && cat "$W/out/$1/rc"; }
+show() { sed 's/^/    /' "$W/out/$1/log" "$W/out/$1/err" | tail -n 30; }
+
+# --- 1. unmodified on 4 nodes, then the tree unreadable on storage mid-job
+basic() {  # basic NAME PROG SRUN...
+  local name=$1 prog=$2 out o rc try; shift 2
+  o=$W/out/$name
+  for try in 1 2 3; do
+    rm -rf "$o"
+    chmod 755 "$T"
+    run_job "$name" "$@" -N4 --ntasks-per-node=1 --chdir="$W" "$SW" run --cache "$TREE" -- "$TREE/bin/$prog" basic "$o"
+    wait_for 1200 sh -c "[ -e $o/ready ] || [ -e $o/rc ]" || true
+    [[ -e $o/ready ]] && break
+    # MPICH's start-up on the testbed fails now and then in MPI_Init, after every rank loaded
+    # its program and library from the view and before any reaches the tree's checks: UCX's
+    # address exchange between the nodes times out (2026-11-28, probes of 4-node steps: 3 of 68
+    # through the view, 0 of 22 without; 2 of 4 in this test): up to twice more, said
+    if [[ $try != 3 ]] && grep -q 'initial_address_exchange' "$o/err" 2>/dev/null; then
+      echo "    $name: MPI_Init failed in UCX's address exchange (no rank reached the tree's checks): once more"
+      continue
+    fi
+    fail "$name: the ranks started and read the tree" "no ready mark in 120 s"; show "$name"; return
+  done
+  # the storage server's side: nobody but root may enter the tree any more
+  chmod 000 "$T"
+  out=$("$TESTBED/exec" node2 runuser -u "$TB_USER" -- cat "$TREE/data/never.txt" 2>&1 || true)
+  assert_match "$name: the tree is unreadable to $TB_USER on storage (node2, straight)" "Permission denied" "$out"
+  touch "$o/go"
+  rc=$(job_rc "$name" || true)
+  chmod 755 "$T"
+  out=$(cat "$o/log" 2>/dev/null || true)
+  assert_eq "$name: the job completed (srun exit status)" 0 "$rc"
+  assert_eq "$name: 4 ranks on 4 nodes ran the program from the tree, with its library and dlopened plugin" \
+    "4 4" "$(grep -cE '^start [0-3]/4 node[0-9]+ lib=libt85-1 plugin=plugin-1 data=seen-1$' <<< "$out") $(awk '/^start/ {print $3}' <<< "$out" | sort -u | grep -c .)"
+  assert_eq "$name: after the tree became unreadable every rank still had its library, plugin and data; a file never read and a plugin never loaded gave EIO, a name never there ENOENT" \
+    4 "$(grep -cE '^after [0-3]/4 node[0-9]+ lib=libt85-1 plugin=plugin-1 data=seen-1 never=ERR Input/output error missing=ERR No such file or directory plugin2=ERR .*other.so: .*Input/output error ms=[0-9]+$' <<< "$out")"
+  assert_le "$name: those failures came at once (slowest rank, ms)" "$(awk '/^after/ {sub("ms=", "", $NF); if ($NF > m) m = $NF} END {print m + 0}' <<< "$out")" 2000
+  assert_match "$name: the job's standard error names the file not served and why" "data/never.txt: opening it on storage: Permission denied" "$(cat "$o/err")"
+  [[ $rc == 0 && $(grep -c '^after' <<< "$out") == 4 ]] || show "$name"
+}
+basic ompi prog-ompi "$W/bin/srun-mpi"
+if [[ -x $T/bin/prog-mpich ]]; then
+  basic mpich prog-mpich srun --mpi=pmi2
+else
+  fail "mpich: the program built against MPICH" "mpicc.mpich not found (apt-get install mpich libmpich-dev)"
+fi
+
+# --- 2. a file changed on storage mid-job: one version on every node
+o=$W/out/version
+run_job version "$W/bin/srun-mpi" -N4 --ntasks-per-node=1 --chdir="$W" bash -c \
+  "if [ \"\$SLURM_NODEID\" = 3 ]; then for i in \$(seq 1200); do [ -e $o/changed ] && break; sleep 0.1; done; fi
+   exec $SW run --cache $TREE -- $TREE/bin/prog-ompi version $o"
+if wait_for 1200 sh -c "[ \$(ls $o | grep -c '^read\\.') -ge 3 ]"; then
+  # in place on the storage server, after three nodes read it and before the fourth's view starts
+  printf 'v2, written during the job\n' > "$T/data/version.txt"
+  touch "$o/changed"
+  rc=$(job_rc version || true)
+  out=$(cat "$o/log" 2>/dev/null || true)
+  assert_eq "version: the job completed" 0 "$rc"
+  assert_eq "version: the three nodes that read before the change read v1" 3 "$(grep -cE '^version node[0-9]+ v1$' <<< "$out")"
+  assert_eq "version: the node whose view started after the change refused the file (EIO): one version in the job" \
+    "1 1" "$(grep -cE '^version node[0-9]+ ERR Input/output error$' <<< "$out") $(grep '^version' <<< "$out" | cut -d' ' -f3- | grep -v '^ERR' | sort -u | grep -c .)"
+  assert_match "version: its line names the file and the job step's start" "data/version.txt: changed on storage at or after the job's start .*job step [0-9]+\.[0-9]+'s start" "$(cat "$o/err")"
+  grep '^version' <<< "$out" | sed 's/^/    /'
+  [[ $rc == 0 ]] || show version
+else
+  fail "version: three nodes read the file" "not within 120 s"; show version
+fi
+printf 'v1\n' > "$T/data/version.txt"
+
+# --- 2b. the same as a race, for 12 s: the nodes' environments start 0, 3, 6 and 9 s into the step
+# and each opens 40 files in its own order while the storage server rewrites one of them every
+# 250 ms (48 rewrites, in place); then no file was served in two versions
+o=$W/out/race
+run_job race "$W/bin/srun-mpi" -N4 --ntasks-per-node=1 --chdir="$W" bash -c \
+  "sleep \$((SLURM_NODEID * 3)); exec $SW run --cache $TREE -- $TREE/bin/prog-ompi race $o"
+t0=$(now)
+for k in $(seq 1 48); do
+  f=$(printf %02d $(((k - 1) % 40)))
+  echo "f$f v$k" > "$T/data/race/f$f"
+  sleep 0.25
+done
+took=$(elapsed "$t0")
+rc=$(job_rc race || true)
+out=$(cat "$o/log" 2>/dev/null || true)
+assert_eq "race: the job completed, 4 nodes x 40 files opened" "0 160" "$rc $(grep -c '^race node' <<< "$out")"
+assert_le "race: the writer ran at least 10 s" 10 "$took" s
+served=$(awk '$1 == "race" && $4 != "ERR" {print $3, $4, $5}' <<< "$out" | sort -u)
+assert_eq "race: no file was served in two versions (files with more than one)" 0 "$(awk '{print $1}' <<< "$served" | uniq -d | grep -c . || true)"
+echo "    race: $(awk '$1 == "race" && $4 != "ERR"' <<< "$out" | grep -c . || true) opens served, $(grep -c '^race .* ERR Input/output error$' <<< "$out" || true) refused (changed since the step's start), $(grep -c . <<< "$served") (file, version) pairs"
+assert_match "race: both happened: files served and files refused" "^[1-9][0-9]* [1-9]" "$(awk '$1 == "race" && $4 != "ERR"' <<< "$out" | grep -c . || true) $(grep -c '^race .* ERR Input/output error$' <<< "$out" || true)"
+[[ $rc == 0 ]] || show race
+
+# --- 3. one node's view killed while the job runs
+o=$W/out/kill
+run_job kill "$W/bin/srun-mpi" -N4 --ntasks-per-node=1 --chdir="$W" "$SW" run --cache "$TREE" -- "$TREE/bin/prog-ompi" kill "$o"
+if wait_mark kill ready; then
+  ns=$("$TESTBED/exec" node2 readlink /proc/self/ns/net)
+  victim=
+  # shellcheck disable=SC2009  # this test's server (its path) in node2's network namespace
+  for p in $(ps -u "$uid" -o pid=,stat=,args= | awk -v s="$W/bin/sw-pool-view" '$2 !~ /^Z/ && $3 == s {print $1}'); do
+    [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$ns" ]] && victim=$p
+  done
+  assert_match "kill: node2's view server found" "^[0-9]+$" "$victim"
+  [[ -n $victim ]] && kill -9 "$victim"
+  touch "$o/go"
+  rc=$(job_rc kill || true)
+  out=$(cat "$o/log" 2>/dev/null || true)
+  assert_eq "kill: the job completed" 0 "$rc"
+  assert_eq "kill: on node2 every open after the kill failed (ENOTCONN), library and plugin already mapped" 1 \
+    "$(grep -cE '^after [0-3]/4 node2 lib=libt85-1 plugin=plugin-1 data=ERR Transport endpoint is not connected never=ERR Transport endpoint is not connected missing=ERR Transport endpoint is not connected plugin2=ERR .*not connected ms=[0-9]+$' <<< "$out")"
+  assert_le "kill: ... at once (ms)" "$(awk '/^after .* node2 / {sub("ms=", "", $NF); print $NF + 0}' <<< "$out")" 2000
+  assert_eq "kill: the other nodes read on (a file not read before included)" 3 \
+    "$(grep -cE '^after [0-3]/4 node[0-9]+ lib=libt85-1 plugin=plugin-1 data=seen-1 never=never-1 missing=ERR No such file or directory plugin2=other-1 ms=[0-9]+$' <<< "$out")"
+  [[ $rc == 0 ]] || show kill
+else
+  fail "kill: the ranks started" "no ready mark in 120 s"; show kill
+fi
+
+# --- 4. nothing left after the jobs (the epilog has run)
+wait_nothing_left sw-pool-view
+assert_eq "after the jobs: no mount, no record on any node (epilog)" "$NOTHING_LEFT" "$(left_of_user sw-pool-view)"
+# shellcheck disable=SC2009
+assert_eq "... no view server left" 0 "$(ps -u "$uid" -o stat=,args= | grep -E '^[^Z]+ +\S*sw-pool-view ' | grep -c . || true)"
+assert_eq "... no mount of the tree in any process's namespace" 0 "$(grep -l " $TREE " /proc/[0-9]*/mountinfo 2>/dev/null | grep -c . || true)"
+assert_eq "... no environment's rendezvous socket on any node" 0 \
+  "$(for n in "${nodes[@]:0:4}"; do "$TESTBED/exec" "$n" sh -c "ls /tmp/sw-pool-$uid/envs/ 2>/dev/null | grep -c '\.sock$'"; done | awk '{s += $1} END {print s + 0}')"
+finish
