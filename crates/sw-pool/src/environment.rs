@@ -252,7 +252,7 @@ fn start(
             std::process::exit(swpool_env::EXIT_SETUP)
         }
     };
-    match views::views(&a.cache, &self_exe) {
+    match views::views(&a.cache, &self_exe, env) {
         Ok(v) => pools.extend(v),
         Err(e) => setup_failed(&e),
     }

@@ -25,6 +25,10 @@ pub struct EnvPool {
     /// program (`sw-pool-view`, beside sw-pool; `image` is the directory too).
     #[serde(default)]
     pub view: Option<PathBuf>,
+    /// The view server's snapshot arguments (`--epoch SECS` or `--step JOB.STEP`), made by the
+    /// front from the job's environment.
+    #[serde(default)]
+    pub view_args: Vec<String>,
 }
 
 /// Check that the tools the pools need are there: `squashfuse` is where the probe found
@@ -81,7 +85,7 @@ pub(crate) fn mount(
             ));
         }
         if let Some(server) = &p.view {
-            view(server, &at, verbose).map_err(|e| {
+            view(server, &p.view_args, &at, verbose).map_err(|e| {
                 format!(
                     "--cache {}: {e}; run without --cache to read it from storage directly",
                     p.at.display()
@@ -124,9 +128,12 @@ pub(crate) fn mount(
 /// `--cache`: the view server walks `at` once and mounts the view over it; it returns (and this
 /// with it) once the view is mounted. Its log lines (a file not served) go to the environment's
 /// standard error; it ends with the environment's PID namespace.
-fn view(server: &Path, at: &Path, verbose: bool) -> Result<(), String> {
+fn view(server: &Path, args: &[String], at: &Path, verbose: bool) -> Result<(), String> {
     let mut cmd = std::process::Command::new(server);
-    cmd.arg("--over").arg(at).stdin(std::process::Stdio::null());
+    cmd.arg("--over")
+        .arg(at)
+        .args(args)
+        .stdin(std::process::Stdio::null());
     if verbose {
         cmd.arg("--debug");
     }
@@ -158,6 +165,7 @@ mod tests {
             ext,
             digest: Some("blake3:00".into()),
             view: None,
+            view_args: Vec::new(),
         }
     }
 

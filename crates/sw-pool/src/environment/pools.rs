@@ -98,6 +98,7 @@ pub fn pools(
             ext,
             digest: Some(pl.digest),
             view: None,
+            view_args: Vec::new(),
         });
     }
     Ok(out)

@@ -3,9 +3,36 @@
 
 use std::path::{Path, PathBuf};
 
+use swpool_node::config::{EnvVar, Environment, HostVar};
+
+/// The view server's snapshot arguments: `--epoch` from `SW_POOL_VIEW_EPOCH`, else `--step
+/// JOB.STEP` in a job step of more than one node (its start is the snapshot on every node), else
+/// none (a step on one node has one view: its own start is the job's, and a file changed since an
+/// interactive step began stays usable).
+pub fn snapshot_args(env: &Environment) -> Vec<String> {
+    if let Some(e) = env.get_nonempty(EnvVar::ViewEpoch) {
+        return vec!["--epoch".into(), e];
+    }
+    let num = |v: HostVar| {
+        env.get_nonempty(v)
+            .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let (Some(job), Some(step)) = (num(HostVar::SlurmJobId), num(HostVar::SlurmStepId)) else {
+        return Vec::new();
+    };
+    match num(HostVar::SlurmStepNumNodes).and_then(|n| n.parse::<u64>().ok()) {
+        Some(n) if n <= 1 => Vec::new(),
+        _ => vec!["--step".into(), format!("{job}.{step}")],
+    }
+}
+
 /// The views of `dirs`, as pools of the environment: each an existing directory, named by its
 /// canonical path (the view is mounted there), served by `sw-pool-view` beside `self_exe`.
-pub fn views(dirs: &[PathBuf], self_exe: &Path) -> Result<Vec<swpool_env::EnvPool>, String> {
+pub fn views(
+    dirs: &[PathBuf],
+    self_exe: &Path,
+    env: &Environment,
+) -> Result<Vec<swpool_env::EnvPool>, String> {
     if dirs.is_empty() {
         return Ok(Vec::new());
     }
@@ -43,6 +70,7 @@ pub fn views(dirs: &[PathBuf], self_exe: &Path) -> Result<Vec<swpool_env::EnvPoo
             ext: false,
             digest: None,
             view: Some(server.clone()),
+            view_args: snapshot_args(env),
         });
     }
     Ok(out)
@@ -59,18 +87,52 @@ mod tests {
         std::fs::create_dir(t.path().join("a")).unwrap();
         std::fs::create_dir(t.path().join("a/b")).unwrap();
         // no server beside sw-pool: said so
-        let e = views(&[t.path().join("a")], &exe).unwrap_err();
+        let e = views(&[t.path().join("a")], &exe, &Environment::default()).unwrap_err();
         assert!(e.contains("sw-pool-view"), "{e}");
         std::fs::write(t.path().join("sw-pool-view"), b"").unwrap();
-        let v = views(&[t.path().join("a/../a/b")], &exe).unwrap();
+        let v = views(&[t.path().join("a/../a/b")], &exe, &Environment::default()).unwrap();
         let want = std::fs::canonicalize(t.path().join("a/b")).unwrap();
         assert_eq!((v[0].at.clone(), v[0].image.clone()), (want.clone(), want));
         assert_eq!(v[0].view, Some(t.path().join("sw-pool-view")));
-        let e = views(&[t.path().join("a"), t.path().join("a/b")], &exe).unwrap_err();
+        let e = views(
+            &[t.path().join("a"), t.path().join("a/b")],
+            &exe,
+            &Environment::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("inside"), "{e}");
-        let e = views(&[t.path().join("nope")], &exe).unwrap_err();
+        let e = views(&[t.path().join("nope")], &exe, &Environment::default()).unwrap_err();
         assert!(e.contains("--cache") && e.contains("nope"), "{e}");
-        assert!(views(&[PathBuf::from("/")], &exe).is_err());
-        assert!(views(&[], &exe).unwrap().is_empty());
+        assert!(views(&[PathBuf::from("/")], &exe, &Environment::default()).is_err());
+        assert!(views(&[], &exe, &Environment::default())
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn the_snapshot_is_the_epoch_given_else_the_start_of_a_step_of_several_nodes() {
+        let e = Environment::default();
+        assert!(snapshot_args(&e).is_empty());
+        let step = e
+            .with(HostVar::SlurmJobId, "12")
+            .with(HostVar::SlurmStepId, "3");
+        assert_eq!(snapshot_args(&step), ["--step", "12.3"]);
+        let four = step.clone().with(HostVar::SlurmStepNumNodes, "4");
+        assert_eq!(snapshot_args(&four), ["--step", "12.3"]);
+        // one node: its own start
+        let one = step.clone().with(HostVar::SlurmStepNumNodes, "1");
+        assert!(snapshot_args(&one).is_empty());
+        // no step id (a batch script): none
+        let batch = e.clone().with(HostVar::SlurmJobId, "12");
+        assert!(snapshot_args(&batch).is_empty());
+        // not numbers: none
+        let odd = e
+            .clone()
+            .with(HostVar::SlurmJobId, "12;x")
+            .with(HostVar::SlurmStepId, "3");
+        assert!(snapshot_args(&odd).is_empty());
+        // the user's epoch first
+        let given = four.with(EnvVar::ViewEpoch, "1700000000.5");
+        assert_eq!(snapshot_args(&given), ["--epoch", "1700000000.5"]);
     }
 }

@@ -104,6 +104,7 @@ env_vars! {
     PromptMark "SW_POOL_PROMPT_MARK" State "none" "set by `sw-pool shell` for the shell it starts: the mark its prompt command puts before `PS1`";
     NoLoginEnv "SW_POOL_NO_LOGIN_ENV" Option "unset" "`1`: a login stays a plain shell instead of entering the layer's environment that `shell-init --login-env NAME` names (read by that start-up code)";
     Environment "SW_POOL_ENVIRONMENT" State "none" "set inside `run`/`shell`: the environment's layer (`-`: none)";
+    ViewEpoch "SW_POOL_VIEW_EPOCH" Option "the job step's start (`scontrol show step`)" "`run --cache`: the snapshot time, in seconds since 1970 (`date +%s`), of the view on every node of the step: no file changed at or after it is served";
     SyncFor "SW_POOL_SYNC_FOR" State "none" "the job step (`JOB.STEP`) whose tasks wait for the `layer sync` that `run --layer` started (its failure is recorded for them)";
     SetMount "_SW_POOL_SET_MOUNT" State "none" "`SW_POOL_MOUNT` was set by sw-pool (unload unsets it)";
     SetGwdg "_SW_POOL_SET_GWDG" State "none" "`GWDG_SW_MOUNT` was set by sw-pool (unload unsets it)";

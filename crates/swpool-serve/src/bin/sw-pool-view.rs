@@ -46,6 +46,14 @@ struct Args {
     /// Requests served at once (default: the node's CPUs, 2 to 16)
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// The snapshot time, in seconds since 1970 (`date +%s.%N`): no file changed at or after it
+    /// is served (`sw-pool run --cache` gives `$SW_POOL_VIEW_EPOCH` here)
+    #[arg(long, value_name = "SECS", conflicts_with = "step")]
+    epoch: Option<String>,
+    /// The Slurm job step (`JOB.STEP`) whose start is the snapshot time on every node of the step
+    /// (asked of `scontrol show step`; `sw-pool run --cache` gives it in a step of several nodes)
+    #[arg(long, value_name = "JOB.STEP")]
+    step: Option<String>,
     /// Log the snapshot's and the view's figures (to standard error)
     #[arg(long)]
     debug: bool,
@@ -98,7 +106,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             })
         })
         .transpose()?;
-    let epoch = job_epoch(&node)?;
+    let epoch = job_epoch(args, &node)?;
     if let Some(e) = &epoch {
         tracing::debug!(
             secs = e.at.0,
@@ -266,32 +274,29 @@ fn child(
     code
 }
 
-/// The job's start, the same on every node of the job (see the module's documentation). `None`
-/// outside a job step, or when Slurm does not answer (said in a log line: then each node's view
-/// is its own snapshot).
-fn job_epoch(node: &str) -> Result<Option<Epoch>, String> {
-    if let Some(v) = std::env::var_os("SW_POOL_VIEW_EPOCH") {
-        let v = v.to_string_lossy();
-        return Epoch::parse(&v, "SW_POOL_VIEW_EPOCH")
+/// The job's start, the same on every node of the job (see the module's documentation): `--epoch`,
+/// else the start of the `--step`. `None` without either, or when Slurm does not answer (said in a
+/// log line: then each node's view is its own snapshot).
+fn job_epoch(args: &Args, node: &str) -> Result<Option<Epoch>, String> {
+    if let Some(v) = &args.epoch {
+        return Epoch::parse(v, "--epoch")
             .map(Some)
             .map_err(|e| format!("{e} (on {node}); nothing was mounted"));
     }
-    let var = |k: &str| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-    };
-    let (Some(job), Some(step)) = (var("SLURM_JOB_ID"), var("SLURM_STEP_ID")) else {
+    let Some(id) = &args.step else {
         return Ok(None);
     };
-    // a step on one node has one view (its tasks share one environment): its own snapshot is the
-    // job's, and a file changed since an interactive step began stays usable
-    if matches!(var("SLURM_STEP_NUM_NODES").and_then(|n| n.parse::<u64>().ok()), Some(n) if n <= 1)
-    {
-        return Ok(None);
+    let valid = id.split_once('.').is_some_and(|(j, s)| {
+        [j, s]
+            .iter()
+            .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if !valid {
+        return Err(format!(
+            "--step {id:?} (on {node}): give a job step as JOB.STEP (numbers); nothing was mounted"
+        ));
     }
-    let id = format!("{job}.{step}");
-    match step_start(&id, Duration::from_secs(10)) {
+    match step_start(id, Duration::from_secs(10)) {
         Ok(secs) => Ok(Some(Epoch {
             at: (secs, 0),
             source: format!("job step {id}'s start"),
