@@ -76,6 +76,16 @@ fn scipy_into(venv: &Path) -> bool {
     true
 }
 
+/// The host's `python3`, its link resolved.
+fn stdlib_python() -> String {
+    let o = run(Command::new("python3").args([
+        "-c",
+        "import os, sys; print(os.path.realpath(sys.executable))",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.stdout.trim().to_string()
+}
+
 /// The base interpreter's standard library directory (outside the venv).
 fn stdlib_of(python: &Path) -> String {
     let o = run(Command::new(python).args([
@@ -154,9 +164,10 @@ fn venv_becomes_a_relocatable_pool_with_its_interpreter() {
     std::fs::rename(&env, &gone).unwrap();
     let pkg = moved.join("install/proj/1");
     let import = if scipy {
-        "import swpdemo, scipy.stats, scipy; print(swpdemo.VERSION, scipy.__version__)"
+        "import swpdemo, json, scipy.stats, scipy; print(swpdemo.VERSION, scipy.__version__)"
     } else {
-        "import swpdemo; print(swpdemo.VERSION)"
+        // json: a module of the included standard library that is not frozen into the interpreter
+        "import swpdemo, json; print(swpdemo.VERSION)"
     };
     let trace = d.path().join("strace.log");
     let o = run(Command::new("strace")
@@ -178,6 +189,24 @@ fn venv_becomes_a_relocatable_pool_with_its_interpreter() {
             hits.join("\n")
         );
     }
+    // byte-compiled at build time (unchecked-hash .pyc): no import read a module's source (a
+    // copy's sources have new modification times, so the environment's own timestamp .pyc files
+    // would be stale and every import from the read-only pool would compile its source again)
+    let sources: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("open") && l.contains(".py\""))
+        .collect();
+    assert!(
+        sources.is_empty(),
+        "imports read {} module sources (stale or missing .pyc):\n{}",
+        sources.len(),
+        sources
+            .iter()
+            .take(5)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // sys.prefix is the moved tree, the standard library the included one
     let o = run(Command::new(pkg.join("bin/python")).args([
         "-c",
@@ -271,7 +300,23 @@ fn bad_environments_exit_3_and_leave_nothing() {
     std::fs::write(&exe, "#!/bin/sh\necho nope\n").unwrap();
     std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::os::unix::fs::symlink(&exe, fake.join("bin/python3")).unwrap();
-    let cases: [(&Path, &[&str]); 3] = [
+    // a conda environment whose interpreter is a link into the package cache (conda's
+    // allow_softlinks): the pool would run the standard library of the host's tree
+    let linked = d.path().join("linked");
+    std::fs::create_dir_all(linked.join("conda-meta")).unwrap();
+    std::fs::create_dir_all(linked.join("bin")).unwrap();
+    let host_python = PathBuf::from(stdlib_python());
+    std::os::unix::fs::symlink(&host_python, linked.join("bin/python3")).unwrap();
+    std::os::unix::fs::symlink("python3", linked.join("bin/python")).unwrap();
+    let cases: [(&Path, &[&str]); 4] = [
+        (
+            &linked,
+            &[
+                "points out of the environment",
+                "conda environment",
+                "conda create --copy",
+            ],
+        ),
         (
             &plain,
             &["is not a Python environment", "pyvenv.cfg", "conda-meta"],

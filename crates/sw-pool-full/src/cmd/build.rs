@@ -261,7 +261,7 @@ fn stage_env(
 /// One line about the environment `build --from-env` laid out.
 fn env_summary(rep: &swpool_core::pyenv::EnvReport) -> String {
     format!(
-        "{}: {} environment, Python {}, {}, {}{}{}; {} inodes in 1 pool file",
+        "{}: {} environment, Python {}, {}, {}{}{}{}; {} inodes in 1 pool file",
         rep.source.display(),
         rep.kind,
         rep.python_version,
@@ -275,6 +275,14 @@ fn env_summary(rep: &swpool_core::pyenv::EnvReport) -> String {
             format!(
                 ", {} files rewritten for their prefix placeholder",
                 rep.prefix_rewritten
+            )
+        } else {
+            String::new()
+        },
+        if rep.compiled > 0 {
+            format!(
+                ", {} byte-compiled (unchecked-hash: an import reads no source)",
+                swpool_core::pyenv::counted(rep.compiled, "module")
             )
         } else {
             String::new()

@@ -83,6 +83,13 @@ pub enum PyEnvError {
         python: PathBuf,
         reason: String,
     },
+    #[error("{}: the {kind} environment's interpreter {} points out of the environment, at {}: a {kind} environment carries its own interpreter and standard library (sys.prefix is where the interpreter really lies), so a pool of it would run {} from the host; recreate the environment with its files copied in (conda create --copy, or conda-pack --format no-archive), then build again", show(env), show(link), show(target), show(target))]
+    InterpreterOutside {
+        env: PathBuf,
+        kind: EnvKind,
+        link: PathBuf,
+        target: PathBuf,
+    },
     #[error(transparent)]
     PrefixTooLong(Box<PrefixTooLong>),
     #[error("--env-prefix {}: {reason}", show(prefix))]
@@ -148,6 +155,8 @@ pub struct EnvReport {
     /// conda: files rewritten for their prefix placeholder (`--env-prefix`).
     pub prefix_rewritten: usize,
     pub rewritten: Vec<PathBuf>,
+    /// `.pyc` files in the package after byte-compiling it (unchecked-hash).
+    pub compiled: u64,
     pub warnings: Vec<String>,
 }
 
@@ -291,7 +300,15 @@ pub fn stage(
     new_prefix.map(check_prefix).transpose()?;
     let kind = detect(env)?;
     let env = std::fs::canonicalize(env).map_err(io("cannot be resolved", env))?;
-    let (_link, real) = interpreter(&env)?;
+    let (link, real) = interpreter(&env)?;
+    if !real.starts_with(&env) && matches!(kind, EnvKind::Conda | EnvKind::Pixi) {
+        return Err(PyEnvError::InterpreterOutside {
+            env,
+            kind,
+            link,
+            target: real,
+        });
+    }
     let pr = probe(&real, &env, path_var)?;
     let pkg = root.join("install").join(name).join(version);
     std::fs::create_dir_all(pkg.parent().unwrap_or(root)).map_err(io("cannot create", root))?;
@@ -408,6 +425,7 @@ pub fn stage(
             );
         }
     }
+    let compiled = byte_compile(&real, &pkg, path_var, &mut warnings);
     write_modulefiles(root, name, version, &pkg, kind)?;
     let inodes = count_inodes(&pkg);
     let mut rewritten: Vec<PathBuf> = rewritten
@@ -425,8 +443,64 @@ pub fn stage(
         inodes,
         prefix_rewritten,
         rewritten,
+        compiled,
         warnings,
     })
+}
+
+/// Byte-compile every module of the staged package with the environment's own interpreter, as
+/// unchecked-hash `.pyc` files (PEP 552): the copy gives the sources new modification times, so
+/// the environment's own timestamp `.pyc` files no longer match them, and a `.pyc` cannot be
+/// written into the read-only pool; without this every import would compile its source again.
+/// Unchecked pycs are used without looking at the source. Returns the `.pyc` files now in the
+/// package; a module that does not compile (a template, Python 2 code) is left to its source.
+fn byte_compile(
+    python: &Path,
+    pkg: &Path,
+    path_var: Option<&OsStr>,
+    warnings: &mut Vec<String>,
+) -> u64 {
+    let r = ToolCommand::new(Tool::Python3)
+        .program(python)
+        .args(["-I", "-m", "compileall", "-q", "-f", "-j", "0"])
+        .args(["--invalidation-mode", "unchecked-hash"])
+        .arg(pkg)
+        .env("SOURCE_DATE_EPOCH", "0")
+        .timeout(std::time::Duration::from_secs(1800))
+        .run(path_var);
+    if let Err(e) = r {
+        let first: String = e
+            .stderr()
+            .unwrap_or("")
+            .lines()
+            .chain(e.to_string().lines())
+            .filter(|l| !l.trim().is_empty())
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" | ");
+        warnings.push(format!(
+            "byte-compiling the environment ({} -m compileall) left some modules to their \
+             source (they are compiled at each import): {first}",
+            python.display()
+        ));
+    }
+    count_ext(pkg, "pyc")
+}
+
+fn count_ext(dir: &Path, ext: &str) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let p = e.path();
+        match p.symlink_metadata() {
+            Ok(m) if m.is_dir() => n += count_ext(&p, ext),
+            Ok(m) if m.is_file() && p.extension() == Some(OsStr::new(ext)) => n += 1,
+            _ => {}
+        }
+    }
+    n
 }
 
 pub(super) fn write_file(p: &Path, data: &[u8]) -> Result<(), PyEnvError> {
