@@ -5,17 +5,17 @@
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use swpool_sys::exec::{Tool, ToolCommand};
 
 use crate::init::Spec;
 use crate::layer::{Layer, LayerStore};
 use crate::plan::{self, Method};
-use crate::{probe, rendezvous, EnvError};
+use crate::{rendezvous, EnvError};
+
+mod steps;
 
 /// What to run, and in what.
 #[derive(Debug, Clone)]
@@ -90,113 +90,20 @@ pub fn run(
         return Err(EnvError::Unsupported("no command to run".into()));
     }
     let synced = req.synced.as_ref().filter(|_| req.layer.is_some());
-    let layer: Option<Layer> = match (req.layer.as_deref(), synced) {
-        // the job's copy: the environment's own directories on this node
-        (Some(n), Some(s)) => Some(Layer {
-            name: n.to_string(),
-            dir: s.scratch.clone(),
-            upper: s.scratch.join(crate::layer::UPPER),
-            work: s.scratch.join(crate::layer::WORK),
-            merged: s.scratch.join(crate::layer::MERGED),
-        }),
-        (n, _) => n.map(|n| store.get(n)).transpose()?,
-    };
+    let layer = steps::the_layer(req, synced, store)?;
     let base = !req.bases.is_empty();
-    let mut facts = probe::facts(
-        req.path_var.as_deref(),
-        layer.is_some(),
-        base,
-        &req.pools,
-        req.helper.as_deref(),
-    );
-    facts.tree_server = req.tree_server.is_some();
-    facts.copy_has_whiteouts = synced.is_some_and(|s| s.copies.has_whiteouts(&s.state));
-    let mut p = plan::choose(layer.is_some(), base, &facts)?;
-    // `--pool`: FUSE inside the environment, and the tools for the pools' formats
-    let fuse2fs = if req.pools.is_empty() {
-        None
-    } else {
-        if let Some(why) = &facts.dev_fuse_blocked {
-            return Err(EnvError::Unsupported(format!(
-                "--pool and --cache mount inside the environment with FUSE, but {why}"
-            )));
-        }
-        crate::pools::tools(
-            &req.pools,
-            facts.squashfuse.as_deref(),
-            req.tree_server.is_some(),
-            req.path_var.as_deref(),
-        )
-        .map_err(EnvError::Unsupported)?
-    };
-    if let Some(s) = synced {
-        p.why = format!(
-            "{}; the layer is the job's copy on this node ({}) under a fresh upper ({}) that ends with the environment",
-            p.why,
-            s.state.display(),
-            s.scratch.display()
-        );
-    }
+    let (facts, mut p, fuse2fs) = steps::choose(req, synced, layer.is_some())?;
     // one environment per layer, and per job step on a node: join it when it runs
-    let key = layer
-        .as_ref()
-        .map(|l| rendezvous::layer_key(&l.dir))
-        .or_else(|| req.step_key.clone())
-        // an environment shows its shadows to all who join it: join only one with the same
-        .map(|k| match req.shadows.is_empty() {
-            true => k,
-            false => format!("{k}-{}", rendezvous::shadow_key(&req.shadows)),
-        })
-        // and the same bases
-        .map(|k| match base {
-            false => k,
-            true => format!("{k}-{}", rendezvous::base_key(&req.bases)),
-        })
-        // and the same pools
-        .map(|k| match req.pools.is_empty() {
-            true => k,
-            false => format!("{k}-{}", rendezvous::pools_key(&req.pools)),
-        });
-    let mut share_lock = None;
-    let mut socket = None;
-    let mut rendezvous = None;
-    if let (Some(key), Some(state)) = (&key, &req.state_dir) {
-        let dir = state.join("envs");
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(&dir)
-            .map_err(|e| EnvError::io("cannot create", &dir, e))?;
-        let rv = rendezvous::Rendezvous::new(&dir, key);
-        // an environment that ends while we connect hands nothing over: look again
-        let mut tries = 0;
-        loop {
-            match rendezvous::find(&rv, Duration::from_secs(10))? {
-                rendezvous::Found::Running(conn) => match rendezvous::receive(&conn) {
-                    Ok(fds) => {
-                        p.why = format!(
-                            "joining the environment already running for this {} ({})",
-                            if layer.is_some() { "layer" } else { "job step" },
-                            rv.socket.display()
-                        );
-                        on_plan(&p);
-                        return join(req, conn, fds, layer.as_ref(), p);
-                    }
-                    Err(e) if tries >= 100 => return Err(e),
-                    Err(_) => {
-                        tries += 1;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                },
-                rendezvous::Found::Create(fd) => {
-                    share_lock = Some(fd);
-                    socket = Some(rv.socket.clone());
-                    rendezvous = Some(rv);
-                    break;
-                }
+    let key = steps::environment_key(req, layer.as_ref(), base);
+    let (share_lock, socket, rendezvous) =
+        match steps::meet(req, key.as_deref(), layer.as_ref(), &mut p)? {
+            steps::Meeting::Joined(conn, fds) => {
+                on_plan(&p);
+                return join(req, conn, fds, layer.as_ref(), p);
             }
-        }
-    }
+            steps::Meeting::Alone => (None, None, None),
+            steps::Meeting::Create(fd, rv) => (Some(fd), Some(rv.socket.clone()), Some(rv)),
+        };
     // the kernel path is known to apply once the helper has answered (after the clone)
     let kernel = p.method == Method::KernelOverlay;
     if !kernel {
@@ -204,80 +111,34 @@ pub fn run(
     }
     // the job's copy: its state held for the environment's life, its upper made fresh (a dead
     // environment's leftovers under this key are ours: its rendezvous lock was free)
-    let mut held = None;
-    if let (Some(s), Some(l)) = (synced, &layer) {
-        held = Some(s.copies.hold(&s.state)?);
-        crate::layer::remove_tree(&s.scratch)
-            .map_err(|e| EnvError::io("cannot remove", &s.scratch, e))?;
-        for d in [&l.dir, &l.upper, &l.work, &l.merged] {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .recursive(true)
-                .create(d)
-                .map_err(|e| EnvError::io("cannot create", d, e))?;
-        }
-    }
+    let held = match (synced, &layer) {
+        (Some(s), Some(l)) => Some(steps::fresh_copy(s, l)?),
+        _ => None,
+    };
     if let (true, Method::FuseOverlay, Some(l)) = (req.root, p.method, &layer) {
         crate::rootless_root::seed(&l.upper);
     }
     // the layer's directories, opened and checked: pid 1 mounts these, never the paths (a layer
     // swapped after the check is not the one used)
-    let layer_fds = match (&layer, synced) {
-        (Some(l), Some(_)) => Some(store.open_dir(l)?),
-        (Some(l), None) => Some(store.open(l)?),
-        (None, _) => None,
-    };
-    let lock = match (synced, &layer, &layer_fds) {
-        (None, Some(l), Some(f)) => Some(store.lock_at(l, f)?),
-        _ => None,
-    };
+    let (layer_fds, lock) = steps::open_layer(store, layer.as_ref(), synced.is_some())?;
     let layer_raw = layer_fds
         .as_ref()
         .map(|f| [&f.dir, &f.upper, &f.work, &f.merged].map(|d| d.as_raw_fd()));
     // pid 1 holds both locks for the environment's life, and gets the layer's directories
-    // (inherited: not close-on-exec)
-    for fd in layer_fds.iter().flat_map(|f| {
-        [
-            f.dir.as_fd(),
-            f.upper.as_fd(),
-            f.work.as_fd(),
-            f.merged.as_fd(),
-        ]
-    }) {
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| EnvError::Start {
-            what: "passing the layer's directories on".into(),
-            source: e.into(),
-        })?;
-    }
-    let mut keep_fds = Vec::new();
-    for fd in lock
+    let locks = lock
         .as_ref()
         .map(|l| l.fd())
         .into_iter()
         .chain(share_lock.as_ref().map(|f| f.as_fd()))
-        .chain(held.as_ref().map(|f| f.as_fd()))
-    {
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| EnvError::Start {
-            what: "passing the environment's locks on".into(),
-            source: e.into(),
-        })?;
-        keep_fds.push(fd.as_raw_fd());
-    }
+        .chain(held.as_ref().map(|f| f.as_fd()));
+    let keep_fds = steps::inherited(layer_fds.as_ref(), locks)?;
     // the new root (the layer's merged tree, or the top base) gets the host's mounts
     let new_root = layer
         .as_ref()
         .map(|l| l.merged.clone())
         .or_else(|| req.bases.last().map(|b| b.at.clone()));
     let binds = match &new_root {
-        Some(r) => {
-            let mi = swpool_sys::proc::read_mountinfo()
-                .map_err(|e| EnvError::io("cannot read", "/proc/self/mountinfo", e))?;
-            let points: Vec<PathBuf> = mi.into_iter().map(|m| m.mount_point).collect();
-            let mut keep: Vec<PathBuf> = plan::HOST_DIRS.iter().map(PathBuf::from).collect();
-            keep.extend(req.home.clone());
-            keep.retain(|d| d.is_dir());
-            plan::binds(&points, &keep, r)
-        }
+        Some(r) => steps::host_binds(req, r)?,
         None => Vec::new(),
     };
     // a single-threaded launcher (the front) runs pid 1 in its cloned child directly: one exec
@@ -315,16 +176,7 @@ pub fn run(
         keep_fds,
     };
     // the kernel path: the helper's views for pid 1, or the rootless path and why
-    let info = |pid: i32, method: Method| rendezvous::Info {
-        key: key.clone().unwrap_or_default(),
-        layer: spec.name.clone(),
-        layer_dir: spec.layer.as_ref().map(|l| l.dir.clone()),
-        method: method.as_str().to_string(),
-        pid,
-        started: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    };
+    let info = |pid: i32, method: Method| steps::describe(key.as_deref(), &spec, pid, method);
     let mut told = |pid: i32| -> Option<Vec<u8>> {
         // a shared environment says what it is (`sw-pool list`)
         let note = |method: Method| {
@@ -361,47 +213,12 @@ pub fn run(
         wr,
         told: &mut told,
     };
-    let status = if direct {
-        start(Pid1::Run(&spec), spec.uid, spec.gid, pipe)
-    } else {
-        // pid 1 is `sw-pool-enter` beside the binary when installed (small: fast to start), else
-        // the binary itself as `sw-pool __enter`
-        let small = req.self_exe.with_file_name("sw-pool-enter");
-        let (exe, args): (&std::path::Path, &[&[u8]]) = if small.is_file() {
-            (&small, &[b"sw-pool-enter"])
-        } else {
-            (&req.self_exe, &[b"sw-pool", b"__enter"])
-        };
-        let json = serde_json::to_string(&spec).expect("a spec serialises");
-        start(
-            Pid1::Exec {
-                exe,
-                args,
-                json: &json,
-                handshake: spec.handshake_fd.is_some(),
-            },
-            spec.uid,
-            spec.gid,
-            pipe,
-        )
-    };
+    let status = start_pid1(req, &spec, direct, pipe);
     if let Some(rv) = &rendezvous {
         rendezvous::Info::remove(rv);
     }
-    // what the environment wrote on this node ends with it (or is kept where asked)
     if let Some(s) = synced {
-        if let Some(dest) = &s.keep_upper {
-            if let Err(e) = keep_upper(
-                &s.scratch.join(crate::layer::UPPER),
-                dest,
-                req.path_var.as_deref(),
-            ) {
-                eprintln!("sw-pool: environment: {e}; what it wrote is lost");
-            }
-        }
-        if let Err(e) = crate::layer::remove_tree(&s.scratch) {
-            tracing::warn!("cannot remove {}: {e}", s.scratch.display());
-        }
+        steps::end_copy(req, s);
     }
     let status = status?;
     Ok(RunOutcome {
@@ -409,6 +226,38 @@ pub fn run(
         why: p.why,
         status,
     })
+}
+
+/// Start pid 1: in the cloned child itself (`direct`), else as `sw-pool-enter` beside the binary
+/// when installed (small: fast to start), else as the binary itself (`sw-pool __enter`), given
+/// the spec as JSON. The command's exit status.
+fn start_pid1(
+    req: &RunRequest,
+    spec: &Spec,
+    direct: bool,
+    pipe: Pipe<'_>,
+) -> Result<i32, EnvError> {
+    if direct {
+        return start(Pid1::Run(spec), spec.uid, spec.gid, pipe);
+    }
+    let small = req.self_exe.with_file_name("sw-pool-enter");
+    let (exe, args): (&std::path::Path, &[&[u8]]) = if small.is_file() {
+        (&small, &[b"sw-pool-enter"])
+    } else {
+        (&req.self_exe, &[b"sw-pool", b"__enter"])
+    };
+    let json = serde_json::to_string(spec).expect("a spec serialises");
+    start(
+        Pid1::Exec {
+            exe,
+            args,
+            json: &json,
+            handshake: spec.handshake_fd.is_some(),
+        },
+        spec.uid,
+        spec.gid,
+        pipe,
+    )
 }
 
 fn cstr(b: &[u8], what: &str) -> Result<CString, EnvError> {

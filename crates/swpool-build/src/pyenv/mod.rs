@@ -300,15 +300,7 @@ pub fn stage(
     new_prefix.map(check_prefix).transpose()?;
     let kind = detect(env)?;
     let env = std::fs::canonicalize(env).map_err(io("cannot be resolved", env))?;
-    let (link, real) = interpreter(&env)?;
-    if !real.starts_with(&env) && matches!(kind, EnvKind::Conda | EnvKind::Pixi) {
-        return Err(PyEnvError::InterpreterOutside {
-            env,
-            kind,
-            link,
-            target: real,
-        });
-    }
+    let real = own_interpreter(&env, kind)?;
     let pr = probe(&real, &env, path_var)?;
     let pkg = root.join("install").join(name).join(version);
     std::fs::create_dir_all(pkg.parent().unwrap_or(root)).map_err(io("cannot create", root))?;
@@ -446,6 +438,21 @@ pub fn stage(
         compiled,
         warnings,
     })
+}
+
+/// The interpreter `env` runs (its link resolved); a conda or pixi environment's must lie in the
+/// tree, since CPython finds its prefix, and the standard library, from the real path.
+fn own_interpreter(env: &Path, kind: EnvKind) -> Result<PathBuf, PyEnvError> {
+    let (link, real) = interpreter(env)?;
+    if !real.starts_with(env) && matches!(kind, EnvKind::Conda | EnvKind::Pixi) {
+        return Err(PyEnvError::InterpreterOutside {
+            env: env.to_path_buf(),
+            kind,
+            link,
+            target: real,
+        });
+    }
+    Ok(real)
 }
 
 /// Byte-compile every module of the staged package with the environment's own interpreter, as
