@@ -114,6 +114,7 @@ mod tests {
         let e = Environment::default();
         assert!(snapshot_args(&e).is_empty());
         let step = e
+            .clone()
             .with(HostVar::SlurmJobId, "12")
             .with(HostVar::SlurmStepId, "3");
         assert_eq!(snapshot_args(&step), ["--step", "12.3"]);

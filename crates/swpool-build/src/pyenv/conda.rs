@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use super::relocate::{normalize, replace_prefix_binary, replace_prefix_text};
-use super::{io, write_file, EnvKind, PrefixTooLong, PyEnvError};
+use super::{interpreter, io, write_file, EnvKind, PrefixTooLong, PyEnvError};
 
 /// `--env-prefix` must be an absolute path.
 pub(super) fn check_prefix(p: &Path) -> Result<(), PyEnvError> {
@@ -122,4 +122,19 @@ pub(super) fn conda_placeholders(
         }
     }
     Ok(n)
+}
+
+/// The interpreter `env` runs (its link resolved); a conda or pixi environment's must lie in the
+/// tree, since CPython finds its prefix, and the standard library, from the real path.
+pub(super) fn own_interpreter(env: &Path, kind: EnvKind) -> Result<PathBuf, PyEnvError> {
+    let (link, real) = interpreter(env)?;
+    if !real.starts_with(env) && matches!(kind, EnvKind::Conda | EnvKind::Pixi) {
+        return Err(PyEnvError::InterpreterOutside {
+            env: env.to_path_buf(),
+            kind,
+            link,
+            target: real,
+        });
+    }
+    Ok(real)
 }
