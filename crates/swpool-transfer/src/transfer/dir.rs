@@ -404,8 +404,6 @@ pub(crate) fn transfer(
 ) -> LocalResult<()> {
     let chunk = chunk_size as usize;
     let reader = !matches!(comm, Some(c) if c.rank() != 0);
-    // the first data-plane failure: the stream stops on every member (the plane fails them all)
-    let mut broken: Option<PlaneError> = None;
     let (ext_tx, ext_rx) = sync_channel::<Vec<u8>>(2);
     let dest = tmp.to_path_buf();
     let extractor = std::thread::spawn(move || {
@@ -418,168 +416,28 @@ pub(crate) fn transfer(
             &dest,
         )
     });
-    let mut ext_tx = Some(ext_tx);
-    let mut err: Option<(ExitStatus, String)> = None;
-    let mut done = 0u64;
-    let t0 = Instant::now();
-    let mut feed = |data: Vec<u8>, err: &mut Option<(ExitStatus, String)>| {
-        if let Some(tx) = &ext_tx {
-            if tx.send(data).is_err() {
-                // the extractor stopped: its error is collected at the end
-                ext_tx = None;
-                if err.is_none() {
-                    *err = Some((ExitStatus::System, "extraction stopped".into()));
-                }
-            }
-        }
+    let mut s = Stream {
+        ext_tx: Some(ext_tx),
+        err: None,
+        broken: None,
+        done: 0,
+        hosts,
+        progress,
+        watch,
     };
+    let t0 = Instant::now();
     if reader {
-        let (prod_tx, prod_rx) = sync_channel::<Vec<u8>>(2);
-        let root = src.to_path_buf();
-        let mut producer = Some(std::thread::spawn(move || {
-            produce(
-                &root,
-                ChanWriter {
-                    tx: prod_tx,
-                    buf: Vec::with_capacity(chunk),
-                    chunk,
-                },
-            )
-        }));
-        loop {
-            let next = prod_rx.recv().ok();
-            watch.touch();
-            let (status, data, eof) = match next {
-                Some(d) => (0u64, d, false),
-                None => {
-                    let r = match producer.take() {
-                        Some(p) => p
-                            .join()
-                            .unwrap_or_else(|_| Err("the tar producer panicked".into())),
-                        None => Ok(0),
-                    };
-                    match r {
-                        Ok(n) => stats.bytes_read += n,
-                        Err(m) => err = Some((ExitStatus::System, m)),
-                    }
-                    (u64::from(err.is_some()), Vec::new(), true)
-                }
-            };
-            let tv = Instant::now();
-            let hash: [u8; 32] = crate::pool::manifest::hash_chunk(&data);
-            stats.verify += tv.elapsed();
-            if let Some(c) = comm {
-                let mut hdr = encode_hdr(status, data.len() as u64, eof, &hash);
-                if let Err(e) = c.bcast(&mut hdr[..], 0) {
-                    broken = Some(e);
-                    break;
-                }
-                if !data.is_empty() {
-                    let mut d = data;
-                    if let Err(e) = c.bcast(&mut d[..], 0) {
-                        broken = Some(e);
-                        break;
-                    }
-                    watch.touch();
-                    stats.bytes_sent += d.len() as u64;
-                    done += d.len() as u64;
-                    feed(d, &mut err);
-                }
-            } else if !data.is_empty() {
-                done += data.len() as u64;
-                feed(data, &mut err);
-            }
-            progress(done);
-            if eof {
-                break;
-            }
-            if let Some(c) = comm {
-                // a receiver that failed stops the stream now, not at the end
-                let failed = match failed_nodes(watch, c, err.is_some(), hosts) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        broken = Some(e);
-                        break;
-                    }
-                };
-                if !failed.is_empty() {
-                    stop_for(&mut err, &failed);
-                    break;
-                }
-            } else if err.is_some() {
-                break;
-            }
-        }
-        // the producer may be blocked on a full channel: close it, then collect the thread
-        drop(prod_rx);
-        if let Some(p) = producer.take() {
-            let _ = p.join();
-        }
+        s.send(comm, src, chunk, stats);
     } else {
-        let c = comm.expect("receiver has a communicator");
-        loop {
-            let mut hdr = [0u8; HDR];
-            if let Err(e) = c.bcast(&mut hdr[..], 0) {
-                broken = Some(e);
-                break;
-            }
-            watch.touch();
-            let status = u64::from_le_bytes(hdr[..8].try_into().unwrap());
-            let len = u64::from_le_bytes(hdr[8..16].try_into().unwrap()) as usize;
-            let eof = u64::from_le_bytes(hdr[16..24].try_into().unwrap()) != 0;
-            if status != 0 {
-                if err.is_none() {
-                    err = Some((
-                        ExitStatus::Collective,
-                        format!(
-                            "the reader {} failed",
-                            hosts.first().cloned().unwrap_or_default()
-                        ),
-                    ));
-                }
-                break;
-            }
-            if len > 0 {
-                let mut d = vec![0u8; len];
-                if let Err(e) = c.bcast(&mut d[..], 0) {
-                    broken = Some(e);
-                    break;
-                }
-                watch.touch();
-                let tv = Instant::now();
-                let got: [u8; 32] = crate::pool::manifest::hash_chunk(&d);
-                stats.verify += tv.elapsed();
-                if got[..] != hdr[24..] && err.is_none() {
-                    err = Some((
-                        ExitStatus::System,
-                        format!(
-                            "verification failed for the directory stream at byte {done} (sent by {}): hash mismatch",
-                            hosts.first().cloned().unwrap_or_default()
-                        ),
-                    ));
-                }
-                done += len as u64;
-                if err.is_none() {
-                    feed(d, &mut err);
-                }
-            }
-            progress(done);
-            if eof {
-                break;
-            }
-            let failed = match failed_nodes(watch, c, err.is_some(), hosts) {
-                Ok(f) => f,
-                Err(e) => {
-                    broken = Some(e);
-                    break;
-                }
-            };
-            if !failed.is_empty() {
-                stop_for(&mut err, &failed);
-                break;
-            }
-        }
+        s.receive(comm.expect("receiver has a communicator"), stats);
     }
+    let Stream {
+        ext_tx,
+        mut err,
+        broken,
+        done,
+        ..
+    } = s;
     if let Some(e) = broken {
         err.get_or_insert(plane_err(e));
     }
@@ -597,6 +455,187 @@ pub(crate) fn transfer(
         (None, Ok(())) => {
             stats.bytes_written += done;
             Ok(())
+        }
+    }
+}
+
+/// One leader's side of the directory stream: the channel to its extractor, the first failure
+/// and the bytes streamed so far.
+struct Stream<'a> {
+    /// To the extractor thread; `None` once it stopped.
+    ext_tx: Option<SyncSender<Vec<u8>>>,
+    err: Option<(ExitStatus, String)>,
+    /// The first data-plane failure: the stream stops on every member (the plane fails them all).
+    broken: Option<PlaneError>,
+    done: u64,
+    hosts: &'a [String],
+    progress: &'a dyn Fn(u64),
+    watch: &'a Watchdog,
+}
+
+impl Stream<'_> {
+    /// Hand `data` to the extractor; when it stopped, record that (its error is collected at the
+    /// end).
+    fn feed(&mut self, data: Vec<u8>) {
+        if let Some(tx) = &self.ext_tx {
+            if tx.send(data).is_err() {
+                // the extractor stopped: its error is collected at the end
+                self.ext_tx = None;
+                if self.err.is_none() {
+                    self.err = Some((ExitStatus::System, "extraction stopped".into()));
+                }
+            }
+        }
+    }
+
+    /// Whether the stream stops after a chunk because a member failed (this one included): asks
+    /// the members, and records the reason.
+    fn stops(&mut self, c: &dyn DataPlane) -> bool {
+        let failed = match failed_nodes(self.watch, c, self.err.is_some(), self.hosts) {
+            Ok(f) => f,
+            Err(e) => {
+                self.broken = Some(e);
+                return true;
+            }
+        };
+        if !failed.is_empty() {
+            stop_for(&mut self.err, &failed);
+            return true;
+        }
+        false
+    }
+
+    /// The reader's side: tar the tree under `src` in a producer thread, hash every chunk of it,
+    /// broadcast its header and data over `comm` (when there is one) and extract it here too.
+    fn send(&mut self, comm: Option<&dyn DataPlane>, src: &Path, chunk: usize, stats: &mut Stats) {
+        let (prod_tx, prod_rx) = sync_channel::<Vec<u8>>(2);
+        let root = src.to_path_buf();
+        let mut producer = Some(std::thread::spawn(move || {
+            produce(
+                &root,
+                ChanWriter {
+                    tx: prod_tx,
+                    buf: Vec::with_capacity(chunk),
+                    chunk,
+                },
+            )
+        }));
+        loop {
+            let next = prod_rx.recv().ok();
+            self.watch.touch();
+            let (status, data, eof) = match next {
+                Some(d) => (0u64, d, false),
+                None => {
+                    let r = match producer.take() {
+                        Some(p) => p
+                            .join()
+                            .unwrap_or_else(|_| Err("the tar producer panicked".into())),
+                        None => Ok(0),
+                    };
+                    match r {
+                        Ok(n) => stats.bytes_read += n,
+                        Err(m) => self.err = Some((ExitStatus::System, m)),
+                    }
+                    (u64::from(self.err.is_some()), Vec::new(), true)
+                }
+            };
+            let tv = Instant::now();
+            let hash: [u8; 32] = crate::pool::manifest::hash_chunk(&data);
+            stats.verify += tv.elapsed();
+            if let Some(c) = comm {
+                let mut hdr = encode_hdr(status, data.len() as u64, eof, &hash);
+                if let Err(e) = c.bcast(&mut hdr[..], 0) {
+                    self.broken = Some(e);
+                    break;
+                }
+                if !data.is_empty() {
+                    let mut d = data;
+                    if let Err(e) = c.bcast(&mut d[..], 0) {
+                        self.broken = Some(e);
+                        break;
+                    }
+                    self.watch.touch();
+                    stats.bytes_sent += d.len() as u64;
+                    self.done += d.len() as u64;
+                    self.feed(d);
+                }
+            } else if !data.is_empty() {
+                self.done += data.len() as u64;
+                self.feed(data);
+            }
+            (self.progress)(self.done);
+            if eof {
+                break;
+            }
+            if let Some(c) = comm {
+                // a receiver that failed stops the stream now, not at the end
+                if self.stops(c) {
+                    break;
+                }
+            } else if self.err.is_some() {
+                break;
+            }
+        }
+        // the producer may be blocked on a full channel: close it, then collect the thread
+        drop(prod_rx);
+        if let Some(p) = producer.take() {
+            let _ = p.join();
+        }
+    }
+
+    /// A receiver's side: take every header and chunk the reader broadcasts over `c`, check each
+    /// chunk's hash and extract it.
+    fn receive(&mut self, c: &dyn DataPlane, stats: &mut Stats) {
+        let hosts = self.hosts;
+        let reader_host = || hosts.first().cloned().unwrap_or_default();
+        loop {
+            let mut hdr = [0u8; HDR];
+            if let Err(e) = c.bcast(&mut hdr[..], 0) {
+                self.broken = Some(e);
+                break;
+            }
+            self.watch.touch();
+            let status = u64::from_le_bytes(hdr[..8].try_into().unwrap());
+            let len = u64::from_le_bytes(hdr[8..16].try_into().unwrap()) as usize;
+            let eof = u64::from_le_bytes(hdr[16..24].try_into().unwrap()) != 0;
+            if status != 0 {
+                if self.err.is_none() {
+                    self.err = Some((
+                        ExitStatus::Collective,
+                        format!("the reader {} failed", reader_host()),
+                    ));
+                }
+                break;
+            }
+            if len > 0 {
+                let mut d = vec![0u8; len];
+                if let Err(e) = c.bcast(&mut d[..], 0) {
+                    self.broken = Some(e);
+                    break;
+                }
+                self.watch.touch();
+                let tv = Instant::now();
+                let got: [u8; 32] = crate::pool::manifest::hash_chunk(&d);
+                stats.verify += tv.elapsed();
+                if got[..] != hdr[24..] && self.err.is_none() {
+                    self.err = Some((
+                        ExitStatus::System,
+                        format!(
+                            "verification failed for the directory stream at byte {} (sent by {}): hash mismatch",
+                            self.done,
+                            reader_host()
+                        ),
+                    ));
+                }
+                self.done += len as u64;
+                if self.err.is_none() {
+                    self.feed(d);
+                }
+            }
+            (self.progress)(self.done);
+            if eof || self.stops(c) {
+                break;
+            }
         }
     }
 }

@@ -114,22 +114,7 @@ pub fn sync_layer(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport
 fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, TransferError> {
     let t0 = Instant::now();
     // 1. the manifest, from node 0
-    let scanned: Option<Local<Manifest>> = (job.node_index() == 0).then(|| {
-        Manifest::scan(&r.upper).map_err(|e| {
-            (
-                swpool_format::status::io_status(&e),
-                format!("cannot list the layer {}: {e}", r.name),
-            )
-        })
-    });
-    let bytes = scanned.as_ref().map(|m| {
-        let v: Result<Vec<u8>, (u8, &str)> = m
-            .as_ref()
-            .map(|m| m.encode())
-            .map_err(|(s, msg)| (*s as u8, msg.as_str()));
-        serde_json::to_vec(&v).expect("json")
-    });
-    let bytes = job.leaders_bcast(0, bytes.as_deref())?;
+    let (scanned, bytes) = list_layer(job, r)?;
     let mut phases = LayerPhases::default();
     let mut mark = t0;
     let mut lap = || {
@@ -139,59 +124,19 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         d
     };
     phases.list = lap();
-    let manifest: Local<Manifest> = match scanned {
-        Some(own) => own,
-        None => match serde_json::from_slice::<Result<Vec<u8>, (u8, String)>>(&bytes) {
-            Ok(Ok(b)) => Manifest::decode(&b).map_err(|e| {
-                (
-                    ExitStatus::Internal,
-                    format!("the layer's list from {} is bad: {e}", job.leader_host(0)),
-                )
-            }),
-            Ok(Err((_, m))) => Err((ExitStatus::Collective, m)),
-            Err(e) => Err((ExitStatus::Internal, format!("bad layer list: {e}"))),
-        },
-    };
-    let m = manifest.map_err(|(status, message)| TransferError::Failed {
-        message: format!("{}: {message}", job.leader_host(0)),
-        status,
-    })?;
+    let m = layer_manifest(job, scanned, &bytes)?;
     let gen = m.generation();
-    let n = m.entries.len();
     let here = job.node_path(&r.node_layers);
 
     // 2. what each node has and needs
-    let opened: Local<(NodeCopies, swpool_sys::lock::FileLock)> =
-        NodeCopies::open(&here, &r.name, &r.layer_dir)
-            .and_then(|nc| nc.lock().map(|l| (nc, l)))
-            .map_err(env_err);
-    let (have, need) = match &opened {
-        Ok((nc, _)) => {
-            let have = nc.current();
-            let need = match &have {
-                Some((g, _)) if *g == gen => Vec::new(),
-                Some((_, hm)) => m.needs(Some(hm)),
-                None => m.needs(None),
-            };
-            (have, need)
-        }
-        Err(_) => (None, Vec::new()),
-    };
-    let up_to_date = have.as_ref().is_some_and(|(g, _)| *g == gen);
-    job.leaders_agree(opened.as_ref().map(|_| ()).map_err(Clone::clone))?;
-    let (nc, _lock) = opened.expect("agreed");
-    let mut msg = encode_set(n, &need);
-    msg.push(u8::from(up_to_date));
-    let all = job.leaders_all_gather(&msg)?;
-    let flags: Vec<bool> = all.iter().map(|v| v.last() == Some(&1)).collect();
-    let sets: Vec<Vec<u8>> = all
-        .iter()
-        .map(|v| v[..v.len().saturating_sub(1)].to_vec())
-        .collect();
-    let union = union_sets(n, &sets).map_err(|e| TransferError::Failed {
-        message: e,
-        status: ExitStatus::Internal,
-    })?;
+    let Needs {
+        nc,
+        _lock,
+        have,
+        up_to_date,
+        flags,
+        union,
+    } = agree_needs(job, r, &m, &gen, &here)?;
     phases.plan = lap();
     let mut report = LayerSyncReport {
         generation: gen.clone(),
@@ -235,37 +180,19 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
     // the needed files one after the other, moved as one file by the engine: node 0 reads (the
     // layer may exist on its node only), two pipelined trees, every chunk hashed and checked
     let layout = Arc::new(Layout::new(&m, &union));
-    let chunks: Vec<super::plan::Chunk> = super::plan::grid(0..layout.len, r.chunk_size).collect();
     let source = (job.node_index() == 0 || !job.has_data_plane())
         .then(|| Concat::new(r.upper.clone(), layout.clone(), false));
     let mut stats = Stats::default();
     let streamed: Local<()> = match &tmp {
         None => Ok(()),
         Some(t) => {
-            let sink = Concat::new(t.path().to_path_buf(), layout.clone(), true);
-            let fj = engine::FileJob {
-                src: source.as_ref().map(|s| s as &dyn engine::Source),
-                src_path: &r.upper,
-                out: &sink,
-                out_path: t.path(),
-                chunks: &chunks,
-                chunk_size: r.chunk_size,
-                verify_source: false,
-                verify: true,
+            let s = Streamed {
+                plane: plane.as_deref(),
+                source: source.as_ref(),
+                layout: &layout,
                 hosts: &hosts,
-                progress: &|_| {},
-                bench_slots: None,
-                watch: job.watchdog(),
             };
-            let moved = if chunks.is_empty() {
-                Ok(())
-            } else {
-                match plane.as_deref().filter(|c| c.size() > 1) {
-                    Some(c) => engine::distribute(c, &fj, Algorithm::TwoTree, &mut stats),
-                    None => engine::local(&fj, &mut stats),
-                }
-            };
-            moved.and_then(|()| finish_files(t.path(), &m, &union).map_err(env_err))
+            s.stream(job, r, &m, &union, t.path(), &mut stats)
         }
     };
     drop(plane);
@@ -302,6 +229,175 @@ fn leader_sync(job: &dyn Collective, r: &LayerSync) -> Result<LayerSyncReport, T
         .sum();
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Step 1 of a sync: node 0 lists the layer and sends the list to the other leaders. Returns node
+/// 0's own listing (`None` on the others) and what every leader received.
+fn list_layer(
+    job: &dyn Collective,
+    r: &LayerSync,
+) -> Result<(Option<Local<Manifest>>, Vec<u8>), TransferError> {
+    let scanned: Option<Local<Manifest>> = (job.node_index() == 0).then(|| {
+        Manifest::scan(&r.upper).map_err(|e| {
+            (
+                swpool_format::status::io_status(&e),
+                format!("cannot list the layer {}: {e}", r.name),
+            )
+        })
+    });
+    let bytes = scanned.as_ref().map(|m| {
+        let v: Result<Vec<u8>, (u8, &str)> = m
+            .as_ref()
+            .map(|m| m.encode())
+            .map_err(|(s, msg)| (*s as u8, msg.as_str()));
+        serde_json::to_vec(&v).expect("json")
+    });
+    let bytes = job.leaders_bcast(0, bytes.as_deref())?;
+    Ok((scanned, bytes))
+}
+
+/// The layer's list on this leader: node 0's own (`scanned`), or the one it sent (`bytes`); node
+/// 0's failure is every leader's.
+fn layer_manifest(
+    job: &dyn Collective,
+    scanned: Option<Local<Manifest>>,
+    bytes: &[u8],
+) -> Result<Manifest, TransferError> {
+    let manifest: Local<Manifest> = match scanned {
+        Some(own) => own,
+        None => match serde_json::from_slice::<Result<Vec<u8>, (u8, String)>>(bytes) {
+            Ok(Ok(b)) => Manifest::decode(&b).map_err(|e| {
+                (
+                    ExitStatus::Internal,
+                    format!("the layer's list from {} is bad: {e}", job.leader_host(0)),
+                )
+            }),
+            Ok(Err((_, m))) => Err((ExitStatus::Collective, m)),
+            Err(e) => Err((ExitStatus::Internal, format!("bad layer list: {e}"))),
+        },
+    };
+    manifest.map_err(|(status, message)| TransferError::Failed {
+        message: format!("{}: {message}", job.leader_host(0)),
+        status,
+    })
+}
+
+/// What the nodes have and need of a sync's new state, agreed among the leaders (step 2).
+struct Needs {
+    /// This node's copies of the layer, locked for the whole sync.
+    nc: NodeCopies,
+    _lock: swpool_sys::lock::FileLock,
+    /// This node's current state and its list.
+    have: Option<(String, Manifest)>,
+    /// This node holds the new state already.
+    up_to_date: bool,
+    /// Per node: it holds the new state already.
+    flags: Vec<bool>,
+    /// The entries of the list some node lacks.
+    union: Vec<usize>,
+}
+
+/// Step 2 of a sync: open and lock this node's copies of the layer under `here`, compare its
+/// current state with `m` (state `gen`), and learn what every node needs.
+fn agree_needs(
+    job: &dyn Collective,
+    r: &LayerSync,
+    m: &Manifest,
+    gen: &str,
+    here: &std::path::Path,
+) -> Result<Needs, TransferError> {
+    let n = m.entries.len();
+    let opened: Local<(NodeCopies, swpool_sys::lock::FileLock)> =
+        NodeCopies::open(here, &r.name, &r.layer_dir)
+            .and_then(|nc| nc.lock().map(|l| (nc, l)))
+            .map_err(env_err);
+    let (have, need) = match &opened {
+        Ok((nc, _)) => {
+            let have = nc.current();
+            let need = match &have {
+                Some((g, _)) if *g == gen => Vec::new(),
+                Some((_, hm)) => m.needs(Some(hm)),
+                None => m.needs(None),
+            };
+            (have, need)
+        }
+        Err(_) => (None, Vec::new()),
+    };
+    let up_to_date = have.as_ref().is_some_and(|(g, _)| *g == gen);
+    job.leaders_agree(opened.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    let (nc, _lock) = opened.expect("agreed");
+    let mut msg = encode_set(n, &need);
+    msg.push(u8::from(up_to_date));
+    let all = job.leaders_all_gather(&msg)?;
+    let flags: Vec<bool> = all.iter().map(|v| v.last() == Some(&1)).collect();
+    let sets: Vec<Vec<u8>> = all
+        .iter()
+        .map(|v| v[..v.len().saturating_sub(1)].to_vec())
+        .collect();
+    let union = union_sets(n, &sets).map_err(|e| TransferError::Failed {
+        message: e,
+        status: ExitStatus::Internal,
+    })?;
+    Ok(Needs {
+        nc,
+        _lock,
+        have,
+        up_to_date,
+        flags,
+        union,
+    })
+}
+
+/// What the stream of a sync (step 3) moves the needed files with.
+struct Streamed<'a> {
+    /// Among the leaders that take part (`None`: this one only).
+    plane: Option<&'a dyn crate::plane::DataPlane>,
+    /// The layer's files, on the leader that reads them.
+    source: Option<&'a Concat>,
+    layout: &'a Arc<Layout>,
+    /// Hostname per member of `plane`.
+    hosts: &'a [String],
+}
+
+impl Streamed<'_> {
+    /// Step 3 of a sync on a leader that takes part: the needed files of `m` (`union`) streamed
+    /// into the new state `tmp`, then given their modes and times.
+    fn stream(
+        &self,
+        job: &dyn Collective,
+        r: &LayerSync,
+        m: &Manifest,
+        union: &[usize],
+        tmp: &std::path::Path,
+        stats: &mut Stats,
+    ) -> Local<()> {
+        let chunks: Vec<super::plan::Chunk> =
+            super::plan::grid(0..self.layout.len, r.chunk_size).collect();
+        let sink = Concat::new(tmp.to_path_buf(), self.layout.clone(), true);
+        let fj = engine::FileJob {
+            src: self.source.map(|s| s as &dyn engine::Source),
+            src_path: &r.upper,
+            out: &sink,
+            out_path: tmp,
+            chunks: &chunks,
+            chunk_size: r.chunk_size,
+            verify_source: false,
+            verify: true,
+            hosts: self.hosts,
+            progress: &|_| {},
+            bench_slots: None,
+            watch: job.watchdog(),
+        };
+        let moved = if chunks.is_empty() {
+            Ok(())
+        } else {
+            match self.plane.filter(|c| c.size() > 1) {
+                Some(c) => engine::distribute(c, &fj, Algorithm::TwoTree, stats),
+                None => engine::local(&fj, stats),
+            }
+        };
+        moved.and_then(|()| finish_files(tmp, m, union).map_err(env_err))
+    }
 }
 
 /// The files a sync moves, one after the other: `(path relative to the root, offset, length)`.

@@ -283,39 +283,17 @@ pub(crate) fn distribute(
     if algo == Algorithm::TwoTree {
         return tree::distribute(plane, job, stats);
     }
-    let n = plane.size();
-    let me = plane.rank();
-    let ring = algo == Algorithm::Ring;
-    let slots = if ring {
-        plan::ring_slots(n)
-    } else {
-        plan::slots_per_round(n, job.chunk_size)
-    };
-    let slots = bench_slots_cap(plane, job, slots)?;
-    let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
-    // rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks)
-    let recv_bufs = if ring {
-        plan::ring_rounds_in_flight(job.chunk_size)
-    } else {
-        plan::round_buffers(slots, job.chunk_size)
-    };
-    let send_bufs = plan::send_buffers(recv_bufs);
-    let chunk = job.chunk_size as usize;
+    let p = Plan::new(plane, job, algo)?;
     let t_all = Instant::now();
     tracing::debug!(
-        nodes = n,
-        slots,
-        rounds = rounds.len(),
-        recv_bufs,
+        nodes = p.n,
+        slots = p.slots,
+        rounds = p.rounds.len(),
+        recv_bufs = p.recv_bufs,
         ?algo,
         "distribution plan"
     );
-    // where each owner's chunk sits in a round's buffer: its position in the round
-    let position = |r: &Vec<Slot>, k: usize| r.iter().position(|s| s.owner == k);
-    let mine: Vec<usize> = rounds
-        .iter()
-        .filter_map(|r| r.iter().find(|s| s.owner == me).map(|s| s.chunk))
-        .collect();
+    let chunk = p.chunk;
 
     let stop = AtomicBool::new(false);
     let w = Written::default();
@@ -326,14 +304,14 @@ pub(crate) fn distribute(
     std::thread::scope(|scope| {
         // reader thread
         let (free_tx, free_rx) = channel::<Vec<u8>>();
-        let (ready_tx, ready_rx) = sync_channel::<Read>(send_bufs);
-        for _ in 0..send_bufs.min(mine.len()) {
+        let (ready_tx, ready_rx) = sync_channel::<Read>(p.send_bufs);
+        for _ in 0..p.send_bufs.min(p.mine.len()) {
             let _ = free_tx.send(vec![0u8; chunk]);
         }
         spawn_reader(
             scope,
             job,
-            &mine,
+            &p.mine,
             0,
             free_rx,
             ready_tx,
@@ -343,273 +321,43 @@ pub(crate) fn distribute(
         // writer thread
         let (land_tx, land_rx) = channel::<Landed>();
         let (back_tx, back_rx) = channel::<Vec<u8>>();
-        let mut pool = if ring {
+        let pool = if p.ring {
             BlockPool::new(chunk, plan::ring_block_buffers(job.chunk_size), back_rx)
         } else {
-            BlockPool::new(slots * chunk, recv_bufs, back_rx)
+            BlockPool::new(p.slots * chunk, p.recv_bufs, back_rx)
         };
-        spawn_writers(scope, job, me, land_rx, &back_tx, &mut writer_stats, &w);
+        spawn_writers(scope, job, p.me, land_rx, &back_tx, &mut writer_stats, &w);
         drop(back_tx);
 
         // the main thread: the data plane only
-        let mut flights: VecDeque<Flight> = VecDeque::new();
-        let mut bo = Backoff(0);
-        let mut reported = 0u64;
-        let mut ready_rx = Some(ready_rx);
-        let mut free_tx = Some(free_tx);
-        let mut land_tx = Some(land_tx);
-        let mut stopped = false;
-
-        // poll everything in flight; hand completed rounds (in order) to the writer
-        let pump = |flights: &mut VecDeque<Flight>,
-                    pool: &mut BlockPool,
-                    land_tx: &Option<Sender<Landed>>,
-                    free_tx: &Option<Sender<Vec<u8>>>,
-                    stopped: bool|
-         -> LocalResult<bool> {
-            let mut moved = false;
-            let mut ctx = Ctx {
-                pool,
-                land: land_tx.as_ref().filter(|_| !stopped),
-            };
-            for f in flights.iter_mut() {
-                f.progress(plane, job.watch, &mut ctx)?;
-            }
-            while let Some(f) = flights.front_mut() {
-                if !f.progress(plane, job.watch, &mut ctx)? {
-                    break;
-                }
-                let mut f = flights.pop_front().unwrap();
-                moved = true;
-                if let (Some(s), Some(tx)) = (f.send.take(), free_tx) {
-                    let _ = tx.send(s);
-                }
-                if f.ring.is_some() {
-                    // its blocks went to the writer one by one
-                    continue;
-                }
-                let slots = rounds[f.round]
-                    .iter()
-                    .map(|s| {
-                        let (_, h) = plan::decode_block(&f.hdr[s.owner * BLOCK_LEN..]);
-                        (s.chunk, h, f.displs[s.owner] as usize, s.owner)
-                    })
-                    .collect();
-                match (land_tx, stopped) {
-                    (Some(tx), false) => {
-                        let _ = tx.send(Landed { buf: f.buf, slots });
-                    }
-                    _ => ctx.pool.put(f.buf),
-                }
-            }
-            Ok(moved)
+        let mut d = Rounds {
+            plane,
+            job,
+            algo,
+            p: &p,
+            w: &w,
+            flights: VecDeque::new(),
+            pool,
+            bo: Backoff(0),
+            reported: 0,
+            ready_rx: Some(ready_rx),
+            free_tx: Some(free_tx),
+            land_tx: Some(land_tx),
+            stopped: false,
+            err: None,
         };
-
-        let result: LocalResult<()> = (|| {
-            for (r, round) in rounds.iter().enumerate() {
-                // a round buffer (the ring: a place among the rounds in flight); while every one
-                // of them is with the writer, the MPI thread waits for verify + write (while some
-                // are in flight, for the network)
-                let mut buf = loop {
-                    if ring && flights.len() < recv_bufs {
-                        break Vec::new();
-                    }
-                    let tw = Instant::now();
-                    let behind = flights.is_empty();
-                    if !ring {
-                        if let Some(b) = pool.get() {
-                            break b;
-                        }
-                    }
-                    bo.after(pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?);
-                    if behind {
-                        stats.wait_dest += tw.elapsed();
-                    }
-                };
-                // my chunk of this round
-                let mut hdr = SlotHeader::default();
-                let mut send = None;
-                let mut own = None;
-                if let Some(p) = position(round, me) {
-                    let tr = Instant::now();
-                    let got = loop {
-                        match ready_rx.as_ref().map(|r| r.try_recv()) {
-                            Some(Ok(x)) => break Some(x),
-                            Some(Err(TryRecvError::Empty)) => {
-                                bo.after(pump(
-                                    &mut flights,
-                                    &mut pool,
-                                    &land_tx,
-                                    &free_tx,
-                                    stopped,
-                                )?);
-                            }
-                            _ => break None,
-                        }
-                    };
-                    stats.wait_src += tr.elapsed();
-                    match got {
-                        Some((sbuf, Ok(h))) => {
-                            if algo == Algorithm::Allgather {
-                                // MPI_Iallgatherv copies it into place
-                                send = Some(sbuf);
-                            } else if ring {
-                                // the reader's buffer becomes the round's block; the reader gets
-                                // one of the pool's in exchange (no copy; memory stays bounded)
-                                let back = if h.sent == 0 {
-                                    sbuf // all zeros: nothing to send
-                                } else {
-                                    let spare = loop {
-                                        if let Some(b) = pool.get() {
-                                            break b;
-                                        }
-                                        bo.after(pump(
-                                            &mut flights,
-                                            &mut pool,
-                                            &land_tx,
-                                            &free_tx,
-                                            stopped,
-                                        )?);
-                                    };
-                                    own = Some(sbuf);
-                                    spare
-                                };
-                                if let Some(tx) = &free_tx {
-                                    let _ = tx.send(back);
-                                }
-                            } else {
-                                let d = p * chunk;
-                                buf[d..d + h.sent as usize]
-                                    .copy_from_slice(&sbuf[..h.sent as usize]);
-                                if let Some(tx) = &free_tx {
-                                    let _ = tx.send(sbuf);
-                                }
-                            }
-                            stats.bytes_sent += h.sent as u64;
-                            hdr = h;
-                        }
-                        Some((_, Err(e))) => {
-                            if err.is_none() {
-                                err = Some(e);
-                            }
-                        }
-                        None => {
-                            if err.is_none() {
-                                err = Some((
-                                    ExitStatus::Internal,
-                                    "the reader thread stopped".into(),
-                                ));
-                            }
-                        }
-                    }
-                }
-                if w.failed.load(Ordering::Relaxed) && err.is_none() {
-                    err = w.err.lock().unwrap().take();
-                }
-                // the header exchange
-                let block = plan::encode_block(u64::from(err.is_some()), &hdr);
-                let mut f = Flight {
-                    round: r,
-                    buf,
-                    send,
-                    hdr: vec![0u8; BLOCK_LEN * n],
-                    counts: vec![0; n],
-                    displs: vec![0; n],
-                    reqs: Reqs::new(),
-                    ring: None,
-                };
-                // SAFETY: `block` lives until the loop below completed the request; `f.hdr` holds
-                // BLOCK_LEN bytes per member and belongs to the flight `f`, not moved or dropped
-                // before then.
-                let posted =
-                    unsafe { plane.iallgather(block.as_ptr(), BLOCK_LEN, f.hdr.as_mut_ptr()) };
-                f.reqs.add(posted)?;
-                {
-                    let _p = job.watch.phase("distribution");
-                    while !f.reqs.poll(plane, job.watch)? {
-                        bo.after(pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?);
-                    }
-                }
-                let mut failed = Vec::new();
-                for k in 0..n {
-                    let (status, h) = plan::decode_block(&f.hdr[k * BLOCK_LEN..]);
-                    if status != 0 {
-                        failed.push(job.hosts.get(k).cloned().unwrap_or_default());
-                    }
-                    f.counts[k] = h.sent as i32;
-                    f.displs[k] = (position(round, k).unwrap_or(0) * chunk) as i32;
-                }
-                if !failed.is_empty() {
-                    if err.is_none() {
-                        err = Some((
-                            ExitStatus::Collective,
-                            format!("stopped: failed on {}", failed.join(", ")),
-                        ));
-                    }
-                    stopped = true;
-                    if let Some(b) = own.take() {
-                        pool.put(b);
-                    }
-                    pool.put(std::mem::take(&mut f.buf));
-                    break;
-                }
-                // the data
-                match algo {
-                    Algorithm::Allgather => allgather::start(&mut f, plane)?,
-                    Algorithm::Bcast => bcast::start(&mut f, plane)?,
-                    Algorithm::TwoTree => unreachable!("the two trees have their own loop"),
-                    Algorithm::Ring => {
-                        let mut blocks = vec![None; n];
-                        for s in round {
-                            let (_, h) = plan::decode_block(&f.hdr[s.owner * BLOCK_LEN..]);
-                            blocks[s.owner] = Some((s.chunk, h));
-                        }
-                        let mut ctx = Ctx {
-                            pool: &mut pool,
-                            land: land_tx.as_ref(),
-                        };
-                        f.ring = Some(Ring::start(
-                            (r % 30000) as i32,
-                            plane,
-                            blocks,
-                            own.take(),
-                            &mut ctx,
-                        ));
-                    }
-                }
-                flights.push_back(f);
-                pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)?;
-                let done = w.done.load(Ordering::Relaxed);
-                if done != reported {
-                    reported = done;
-                    (job.progress)(done);
-                }
-            }
-            Ok(())
-        })();
+        let result = d.run(stats);
         // every leader completes the rounds it started (all of them started the same ones)
-        let drained: LocalResult<()> = (|| {
-            let _p = job.watch.phase("distribution");
-            while !flights.is_empty() {
-                if !pump(&mut flights, &mut pool, &land_tx, &free_tx, stopped)? {
-                    bo.snooze();
-                }
-                let done = w.done.load(Ordering::Relaxed);
-                if done != reported {
-                    reported = done;
-                    (job.progress)(done);
-                }
-            }
-            Ok(())
-        })();
+        let drained = d.drain();
         // let the threads finish: the writer drains what it has, the reader stops
         stop.store(true, Ordering::Relaxed);
-        drop(free_tx.take());
-        drop(ready_rx.take());
-        drop(land_tx.take());
+        drop(d.free_tx.take());
+        drop(d.ready_rx.take());
+        drop(d.land_tx.take());
         let tw = Instant::now();
-        while pool.back.recv().is_ok() {}
+        while d.pool.back.recv().is_ok() {}
         stats.wait_dest += tw.elapsed();
+        err = d.err.take();
         if let Err(e) = result.and(drained) {
             if err.is_none() {
                 err = Some(e);
@@ -617,7 +365,7 @@ pub(crate) fn distribute(
         }
     });
     tracing::debug!(
-        host = job.hosts.get(me).map(String::as_str),
+        host = job.hosts.get(p.me).map(String::as_str),
         "distribution done"
     );
     finish(
@@ -628,4 +376,387 @@ pub(crate) fn distribute(
         std::iter::once(&reader_stats).chain(&writer_stats),
         t_all,
     )
+}
+
+/// How a file moves among the members of a plane: the chunks of each round and the buffers.
+struct Plan {
+    /// Members of the plane, and this leader's rank among them.
+    n: usize,
+    me: usize,
+    ring: bool,
+    /// Chunks per round.
+    slots: usize,
+    rounds: Vec<Vec<Slot>>,
+    /// Rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks).
+    recv_bufs: usize,
+    /// Chunks the reader thread runs ahead of the network.
+    send_bufs: usize,
+    chunk: usize,
+    /// This leader's chunks (indices into the job's chunks), in round order.
+    mine: Vec<usize>,
+}
+
+impl Plan {
+    /// The plan for `job` on `plane` with `algo` (not the two trees). Collective: every member
+    /// agrees on the benchmark's cap of chunks per round.
+    fn new(plane: &dyn DataPlane, job: &FileJob, algo: Algorithm) -> LocalResult<Plan> {
+        let n = plane.size();
+        let me = plane.rank();
+        let ring = algo == Algorithm::Ring;
+        let slots = if ring {
+            plan::ring_slots(n)
+        } else {
+            plan::slots_per_round(n, job.chunk_size)
+        };
+        let slots = bench_slots_cap(plane, job, slots)?;
+        let rounds = plan::plan_rounds(job.chunks.len(), n, slots);
+        // rounds in flight at once (allgather, bcast: each with a round buffer of `slots` chunks)
+        let recv_bufs = if ring {
+            plan::ring_rounds_in_flight(job.chunk_size)
+        } else {
+            plan::round_buffers(slots, job.chunk_size)
+        };
+        let send_bufs = plan::send_buffers(recv_bufs);
+        let mine: Vec<usize> = rounds
+            .iter()
+            .filter_map(|r| r.iter().find(|s| s.owner == me).map(|s| s.chunk))
+            .collect();
+        Ok(Plan {
+            n,
+            me,
+            ring,
+            slots,
+            rounds,
+            recv_bufs,
+            send_bufs,
+            chunk: job.chunk_size as usize,
+            mine,
+        })
+    }
+}
+
+/// Where owner `k`'s chunk sits in a round's buffer: its position in the round.
+fn position(round: &[Slot], k: usize) -> Option<usize> {
+    round.iter().position(|s| s.owner == k)
+}
+
+/// This leader's chunk of a round, as the round takes it.
+struct OwnChunk {
+    /// Its header (the default when this leader has no chunk in the round, or its read failed).
+    hdr: SlotHeader,
+    /// The send buffer (allgather).
+    send: Option<Vec<u8>>,
+    /// This leader's block (ring).
+    own: Option<Vec<u8>>,
+}
+
+/// The main thread's side of a distribution, the only one that calls the data plane: the rounds
+/// in flight, the channels to the reader and the writers, and this leader's first failure.
+struct Rounds<'a> {
+    plane: &'a dyn DataPlane,
+    job: &'a FileJob<'a>,
+    algo: Algorithm,
+    p: &'a Plan,
+    w: &'a Written,
+    flights: VecDeque<Flight>,
+    pool: BlockPool,
+    bo: Backoff,
+    /// The bytes last reported as progress.
+    reported: u64,
+    /// The reader's chunks; `None` once the threads are told to finish.
+    ready_rx: Option<Receiver<Read>>,
+    /// Send buffers back to the reader.
+    free_tx: Option<Sender<Vec<u8>>>,
+    /// Completed rounds to the writers.
+    land_tx: Option<Sender<Landed>>,
+    /// A round's headers named a failure: nothing more goes to the writers.
+    stopped: bool,
+    err: Option<(ExitStatus, String)>,
+}
+
+impl Rounds<'_> {
+    /// Poll everything in flight; hand completed rounds (in order) to the writers. Whether a round
+    /// completed.
+    fn pump(&mut self) -> LocalResult<bool> {
+        let mut moved = false;
+        let mut ctx = Ctx {
+            pool: &mut self.pool,
+            land: self.land_tx.as_ref().filter(|_| !self.stopped),
+        };
+        for f in self.flights.iter_mut() {
+            f.progress(self.plane, self.job.watch, &mut ctx)?;
+        }
+        while let Some(f) = self.flights.front_mut() {
+            if !f.progress(self.plane, self.job.watch, &mut ctx)? {
+                break;
+            }
+            let mut f = self.flights.pop_front().unwrap();
+            moved = true;
+            if let (Some(s), Some(tx)) = (f.send.take(), &self.free_tx) {
+                let _ = tx.send(s);
+            }
+            if f.ring.is_some() {
+                // its blocks went to the writer one by one
+                continue;
+            }
+            let slots = self.p.rounds[f.round]
+                .iter()
+                .map(|s| {
+                    let (_, h) = plan::decode_block(&f.hdr[s.owner * BLOCK_LEN..]);
+                    (s.chunk, h, f.displs[s.owner] as usize, s.owner)
+                })
+                .collect();
+            match (&self.land_tx, self.stopped) {
+                (Some(tx), false) => {
+                    let _ = tx.send(Landed { buf: f.buf, slots });
+                }
+                _ => ctx.pool.put(f.buf),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// [`Self::pump`], then back off when nothing completed.
+    fn pump_or_wait(&mut self) -> LocalResult<()> {
+        let moved = self.pump()?;
+        self.bo.after(moved);
+        Ok(())
+    }
+
+    /// Report the bytes verified and written so far, when they changed.
+    fn report_progress(&mut self) {
+        let done = self.w.done.load(Ordering::Relaxed);
+        if done != self.reported {
+            self.reported = done;
+            (self.job.progress)(done);
+        }
+    }
+
+    /// Every round of the plan in turn: a buffer, this leader's chunk, the header exchange, the
+    /// data started. Stops after a round whose headers name a failure on some leader.
+    fn run(&mut self, stats: &mut Stats) -> LocalResult<()> {
+        let p = self.p;
+        for (r, round) in p.rounds.iter().enumerate() {
+            let mut buf = self.round_buffer(stats)?;
+            let OwnChunk { hdr, send, mut own } = self.own_chunk(round, &mut buf, stats)?;
+            if self.w.failed.load(Ordering::Relaxed) && self.err.is_none() {
+                self.err = self.w.err.lock().unwrap().take();
+            }
+            let mut f = self.exchange_headers(r, buf, send, &hdr)?;
+            let failed = self.read_headers(&mut f, round);
+            if !failed.is_empty() {
+                if self.err.is_none() {
+                    self.err = Some((
+                        ExitStatus::Collective,
+                        format!("stopped: failed on {}", failed.join(", ")),
+                    ));
+                }
+                self.stopped = true;
+                if let Some(b) = own.take() {
+                    self.pool.put(b);
+                }
+                self.pool.put(std::mem::take(&mut f.buf));
+                break;
+            }
+            self.start_data(&mut f, r, round, own.take())?;
+            self.flights.push_back(f);
+            self.pump()?;
+            self.report_progress();
+        }
+        Ok(())
+    }
+
+    /// A round buffer (the ring: a place among the rounds in flight); while every one of them is
+    /// with the writer, the MPI thread waits for verify + write (while some are in flight, for the
+    /// network).
+    fn round_buffer(&mut self, stats: &mut Stats) -> LocalResult<Vec<u8>> {
+        loop {
+            if self.p.ring && self.flights.len() < self.p.recv_bufs {
+                return Ok(Vec::new());
+            }
+            let tw = Instant::now();
+            let behind = self.flights.is_empty();
+            if !self.p.ring {
+                if let Some(b) = self.pool.get() {
+                    return Ok(b);
+                }
+            }
+            self.pump_or_wait()?;
+            if behind {
+                stats.wait_dest += tw.elapsed();
+            }
+        }
+    }
+
+    /// This leader's chunk of `round`, from the reader: placed into the round buffer `buf`
+    /// (bcast), or kept as the send buffer (allgather) or as this leader's block (ring). A failure
+    /// of the reader is recorded.
+    fn own_chunk(
+        &mut self,
+        round: &[Slot],
+        buf: &mut [u8],
+        stats: &mut Stats,
+    ) -> LocalResult<OwnChunk> {
+        let mut hdr = SlotHeader::default();
+        let mut send = None;
+        let mut own = None;
+        let Some(p) = position(round, self.p.me) else {
+            return Ok(OwnChunk { hdr, send, own });
+        };
+        let tr = Instant::now();
+        let got = loop {
+            match self.ready_rx.as_ref().map(|r| r.try_recv()) {
+                Some(Ok(x)) => break Some(x),
+                Some(Err(TryRecvError::Empty)) => self.pump_or_wait()?,
+                _ => break None,
+            }
+        };
+        stats.wait_src += tr.elapsed();
+        match got {
+            Some((sbuf, Ok(h))) => {
+                if self.algo == Algorithm::Allgather {
+                    // MPI_Iallgatherv copies it into place
+                    send = Some(sbuf);
+                } else if self.p.ring {
+                    // the reader's buffer becomes the round's block; the reader gets one of the
+                    // pool's in exchange (no copy; memory stays bounded)
+                    let back = if h.sent == 0 {
+                        sbuf // all zeros: nothing to send
+                    } else {
+                        let spare = loop {
+                            if let Some(b) = self.pool.get() {
+                                break b;
+                            }
+                            self.pump_or_wait()?;
+                        };
+                        own = Some(sbuf);
+                        spare
+                    };
+                    if let Some(tx) = &self.free_tx {
+                        let _ = tx.send(back);
+                    }
+                } else {
+                    let d = p * self.p.chunk;
+                    buf[d..d + h.sent as usize].copy_from_slice(&sbuf[..h.sent as usize]);
+                    if let Some(tx) = &self.free_tx {
+                        let _ = tx.send(sbuf);
+                    }
+                }
+                stats.bytes_sent += h.sent as u64;
+                hdr = h;
+            }
+            Some((_, Err(e))) => {
+                if self.err.is_none() {
+                    self.err = Some(e);
+                }
+            }
+            None => {
+                if self.err.is_none() {
+                    self.err = Some((ExitStatus::Internal, "the reader thread stopped".into()));
+                }
+            }
+        }
+        Ok(OwnChunk { hdr, send, own })
+    }
+
+    /// The header exchange of round `r`: this leader's status (whether it failed) and the header
+    /// `hdr` of its chunk to every member, polled (moving the earlier rounds) until complete.
+    /// Returns the round's flight, holding `buf` and `send`.
+    fn exchange_headers(
+        &mut self,
+        r: usize,
+        buf: Vec<u8>,
+        send: Option<Vec<u8>>,
+        hdr: &SlotHeader,
+    ) -> LocalResult<Flight> {
+        let n = self.p.n;
+        let block = plan::encode_block(u64::from(self.err.is_some()), hdr);
+        let mut f = Flight {
+            round: r,
+            buf,
+            send,
+            hdr: vec![0u8; BLOCK_LEN * n],
+            counts: vec![0; n],
+            displs: vec![0; n],
+            reqs: Reqs::new(),
+            ring: None,
+        };
+        // SAFETY: `block` lives until the loop below completed the request; `f.hdr` holds
+        // BLOCK_LEN bytes per member and belongs to the flight `f`, not moved or dropped
+        // before then.
+        let posted = unsafe {
+            self.plane
+                .iallgather(block.as_ptr(), BLOCK_LEN, f.hdr.as_mut_ptr())
+        };
+        f.reqs.add(posted)?;
+        {
+            let _p = self.job.watch.phase("distribution");
+            while !f.reqs.poll(self.plane, self.job.watch)? {
+                self.pump_or_wait()?;
+            }
+        }
+        Ok(f)
+    }
+
+    /// The exchanged headers of `round` read into `f`: each member's length and place in the round
+    /// buffer. Returns the hosts whose status says they failed.
+    fn read_headers(&self, f: &mut Flight, round: &[Slot]) -> Vec<String> {
+        let mut failed = Vec::new();
+        for k in 0..self.p.n {
+            let (status, h) = plan::decode_block(&f.hdr[k * BLOCK_LEN..]);
+            if status != 0 {
+                failed.push(self.job.hosts.get(k).cloned().unwrap_or_default());
+            }
+            f.counts[k] = h.sent as i32;
+            f.displs[k] = (position(round, k).unwrap_or(0) * self.p.chunk) as i32;
+        }
+        failed
+    }
+
+    /// Start moving the data of round `r` (`f`, its headers read) by the algorithm; the ring
+    /// sends this leader's block `own`.
+    fn start_data(
+        &mut self,
+        f: &mut Flight,
+        r: usize,
+        round: &[Slot],
+        own: Option<Vec<u8>>,
+    ) -> LocalResult<()> {
+        match self.algo {
+            Algorithm::Allgather => allgather::start(f, self.plane)?,
+            Algorithm::Bcast => bcast::start(f, self.plane)?,
+            Algorithm::TwoTree => unreachable!("the two trees have their own loop"),
+            Algorithm::Ring => {
+                let mut blocks = vec![None; self.p.n];
+                for s in round {
+                    let (_, h) = plan::decode_block(&f.hdr[s.owner * BLOCK_LEN..]);
+                    blocks[s.owner] = Some((s.chunk, h));
+                }
+                let mut ctx = Ctx {
+                    pool: &mut self.pool,
+                    land: self.land_tx.as_ref(),
+                };
+                f.ring = Some(Ring::start(
+                    (r % 30000) as i32,
+                    self.plane,
+                    blocks,
+                    own,
+                    &mut ctx,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Complete every round in flight, reporting progress.
+    fn drain(&mut self) -> LocalResult<()> {
+        let _p = self.job.watch.phase("distribution");
+        while !self.flights.is_empty() {
+            if !self.pump()? {
+                self.bo.snooze();
+            }
+            self.report_progress();
+        }
+        Ok(())
+    }
 }
