@@ -153,7 +153,6 @@ FN_LINES_FAIL = True
 # fails, and one listed here that is no longer long fails until it is taken off the list.
 FN_LINES_KNOWN = {
     ("crates/swpool-build/src/bundle/mod.rs", "bundle"),
-    ("crates/swpool-node/src/state/acquire.rs", "acquire"),
 }
 FN_NAME = re.compile(r"\bfn\s+(\w+)")
 

@@ -86,6 +86,26 @@ pub fn acquire(
     dir: &StateDir,
     req: &AcquireRequest,
 ) -> Result<Acquired, StateError> {
+    let (image, mp) = inspect(dir, req)?;
+    let _lock = dir.lock()?;
+    let mut a = Acquisition {
+        sys,
+        dir,
+        req,
+        me: sys.euid(),
+        mp,
+        image,
+        notes: Vec::new(),
+    };
+    if let Some(reused) = a.settle_record()? {
+        return Ok(reused);
+    }
+    a.mount()
+}
+
+/// The image to mount (read-write as the options say, served through the chunk server when
+/// `req.serve` asks, read by the configured FUSE reader) and the canonical mount point.
+fn inspect(dir: &StateDir, req: &AcquireRequest) -> Result<(ImageInfo, PathBuf), StateError> {
     let mut image = ImageInfo::inspect(&req.image)?;
     image.writable = req.options.writable();
     let mp = mount::canonical_mountpoint(&req.mountpoint)?;
@@ -97,11 +117,34 @@ pub fn acquire(
             source: p.source.clone(),
         });
     }
-    let image = image.with_reader(req.reader);
-    let _lock = dir.lock()?;
-    let mut notes = Vec::new();
-    let me = sys.euid();
-    if let Some(mut rec) = dir.read(&mp)? {
+    Ok((image.with_reader(req.reader), mp))
+}
+
+/// One [`acquire`] under the store's lock: what it mounts where, for whom, and the notes it
+/// gathers on the way.
+struct Acquisition<'a> {
+    sys: &'a dyn Sys,
+    dir: &'a StateDir,
+    req: &'a AcquireRequest,
+    /// The caller's effective uid.
+    me: u32,
+    /// The canonical mount point.
+    mp: PathBuf,
+    image: ImageInfo,
+    notes: Vec<String>,
+}
+
+impl Acquisition<'_> {
+    /// Deal with a record already at the mount point: one more reference to the same pool this
+    /// user has mounted there (the result, reused), an error when the mount point is taken, or
+    /// the leftover of an interrupted or vanished mount undone (with a note) so that a new mount
+    /// can follow (`None`).
+    fn settle_record(&mut self) -> Result<Option<Acquired>, StateError> {
+        let (sys, dir, req) = (self.sys, self.dir, self.req);
+        let mp = self.mp.clone();
+        let Some(mut rec) = dir.read(&mp)? else {
+            return Ok(None);
+        };
         let mounts = sys.mounts().map_err(MountError::MountTable)?;
         // its mount, found by ID elsewhere: a user renamed a directory above it; the record stays
         // (it is how `umount` and `cleanup` find that mount), so this mount point waits
@@ -120,7 +163,7 @@ pub fn acquire(
         match rec.mount_state(sys, &mounts, &mp) {
             MountState::Mounted if rec.pending => {
                 // its writer held the lock and is gone: a mount whose record was never completed
-                notes.push(format!(
+                self.notes.push(format!(
                     "an interrupted mount of {} at {} (pid {} died while mounting) was undone",
                     rec.label(),
                     mp.display(),
@@ -130,13 +173,13 @@ pub fn acquire(
                 dir.remove(&mp)?;
             }
             MountState::Mounted => {
-                if rec.uid != me {
+                if rec.uid != self.me {
                     return Err(StateError::Conflict {
                         mount_point: mp,
                         reason: format!("is mounted by uid {}, not by you", rec.uid),
                     });
                 }
-                if !rec.same_image(&image) {
+                if !rec.same_image(&self.image) {
                     return Err(StateError::Conflict {
                         mount_point: mp.clone(),
                         reason: format!(
@@ -162,15 +205,15 @@ pub fn acquire(
                     });
                     dir.write(&rec)?;
                 }
-                return Ok(Acquired {
+                return Ok(Some(Acquired {
                     record: rec,
                     reused: true,
                     mount_seconds: 0.0,
-                    notes,
-                });
+                    notes: std::mem::take(&mut self.notes),
+                }));
             }
             MountState::Stale if rec.pending => {
-                notes.push(format!(
+                self.notes.push(format!(
                     "a stale, interrupted mount of {} at {} was cleaned",
                     rec.label(),
                     mp.display()
@@ -190,7 +233,7 @@ pub fn acquire(
                 });
             }
             MountState::Absent => {
-                notes.push(format!(
+                self.notes.push(format!(
                     "a record said {} was mounted at {} but it was not (unmounted by hand?); record replaced",
                     rec.label(),
                     mp.display()
@@ -198,91 +241,107 @@ pub fn acquire(
                 dir.remove(&mp)?;
             }
         }
+        Ok(None)
     }
-    let log = dir.log_path(&mp);
-    // from the helper's start until the record is written: an interrupt waits for this to finish
-    let _critical = mount::critical_section();
-    // write-ahead: the record exists (pending) before the helper starts, so that even a SIGKILL
-    // between mount and record leaves something `cleanup` and the Slurm epilog can find
-    let mut rec = Record {
-        schema: SCHEMA,
-        mount_point: mp.clone(),
-        image: image.path.clone(),
-        format: image.format,
-        backend: image.backend,
-        pool: image.pool.clone(),
-        helper_pid: 0,
-        uid: me,
-        user: user_name(me),
-        node: dir.node().to_string(),
-        created: now(),
-        refs: vec![Ref {
-            job_id: req.job_id.clone(),
-            since: now(),
-            pid: std::process::id(),
-            shell: req.shell,
-        }],
-        pending: true,
-        source: req.source.clone(),
-        mount_id: None,
-        serving: None,
-        lease: req.lease.clone(),
-    };
-    dir.write(&rec)?;
-    if let Some(s) = &image.serve {
-        if let Err(e) = mount::serve::prepare_dir(sys, &s.dir) {
-            let _ = dir.remove(&mp);
-            return Err(MountError::Staging {
-                reason: format!("the chunk server's directory {}: {e}", s.dir.display()),
+
+    /// Mount the image afresh: the record written first (pending), then the chunk server's
+    /// directory and the helper, then the record completed. On any failure the record, the log
+    /// and the chunk server's directory go, and a mount made is undone.
+    fn mount(self) -> Result<Acquired, StateError> {
+        let Acquisition {
+            sys,
+            dir,
+            req,
+            me,
+            mp,
+            image,
+            notes,
+        } = self;
+        let log = dir.log_path(&mp);
+        // from the helper's start until the record is written: an interrupt waits for this to finish
+        let _critical = mount::critical_section();
+        // write-ahead: the record exists (pending) before the helper starts, so that even a SIGKILL
+        // between mount and record leaves something `cleanup` and the Slurm epilog can find
+        let mut rec = Record {
+            schema: SCHEMA,
+            mount_point: mp.clone(),
+            image: image.path.clone(),
+            format: image.format,
+            backend: image.backend,
+            pool: image.pool.clone(),
+            helper_pid: 0,
+            uid: me,
+            user: user_name(me),
+            node: dir.node().to_string(),
+            created: now(),
+            refs: vec![Ref {
+                job_id: req.job_id.clone(),
+                since: now(),
+                pid: std::process::id(),
+                shell: req.shell,
+            }],
+            pending: true,
+            source: req.source.clone(),
+            mount_id: None,
+            serving: None,
+            lease: req.lease.clone(),
+        };
+        dir.write(&rec)?;
+        if let Some(s) = &image.serve {
+            if let Err(e) = mount::serve::prepare_dir(sys, &s.dir) {
+                let _ = dir.remove(&mp);
+                return Err(MountError::Staging {
+                    reason: format!("the chunk server's directory {}: {e}", s.dir.display()),
+                }
+                .into());
             }
-            .into());
         }
-    }
-    let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = std::fs::remove_file(&log);
-            if let Some(s) = &image.serve {
+        let m = match mount::mount(sys, &image, &mp, &log, req.timeout) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(&log);
+                if let Some(s) = &image.serve {
+                    mount::serve::release_dir(sys, &s.dir, 0);
+                }
+                let _ = dir.remove(&mp);
+                return Err(e.into());
+            }
+        };
+        rec.pending = false;
+        // the helper that mounted it (sw-pool's tree server may have handed an image to squashfuse_ll)
+        rec.backend = m.backend;
+        rec.helper_pid = m.helper_pid;
+        rec.mount_id = m.mount_id;
+        rec.serving = Some(match &image.serve {
+            // one hop: the tree server is the chunk server and serves at the mount point itself;
+            // its directory for a served file is not used
+            Some(s) if m.backend == mount::Backend::SwPoolTree => {
                 mount::serve::release_dir(sys, &s.dir, 0);
+                Serving::ChunkServer {
+                    pid: m.helper_pid,
+                    dir: None,
+                }
             }
-            let _ = dir.remove(&mp);
-            return Err(e.into());
-        }
-    };
-    rec.pending = false;
-    // the helper that mounted it (sw-pool's tree server may have handed an image to squashfuse_ll)
-    rec.backend = m.backend;
-    rec.helper_pid = m.helper_pid;
-    rec.mount_id = m.mount_id;
-    rec.serving = Some(match &image.serve {
-        // one hop: the tree server is the chunk server and serves at the mount point itself;
-        // its directory for a served file is not used
-        Some(s) if m.backend == mount::Backend::SwPoolTree => {
-            mount::serve::release_dir(sys, &s.dir, 0);
-            Serving::ChunkServer {
+            Some(s) => Serving::ChunkServer {
                 pid: m.helper_pid,
-                dir: None,
-            }
+                dir: Some(s.dir.clone()),
+            },
+            None => Serving::Fuse {
+                helper: m.backend,
+                pid: m.helper_pid,
+            },
+        });
+        if let Err(e) = dir.write(&rec) {
+            // no record, no mount: undo it
+            let _ = mount::unmount(sys, &mp, true);
+            let _ = dir.remove(&mp);
+            return Err(e);
         }
-        Some(s) => Serving::ChunkServer {
-            pid: m.helper_pid,
-            dir: Some(s.dir.clone()),
-        },
-        None => Serving::Fuse {
-            helper: m.backend,
-            pid: m.helper_pid,
-        },
-    });
-    if let Err(e) = dir.write(&rec) {
-        // no record, no mount: undo it
-        let _ = mount::unmount(sys, &mp, true);
-        let _ = dir.remove(&mp);
-        return Err(e);
+        Ok(Acquired {
+            record: rec,
+            reused: false,
+            mount_seconds: m.elapsed.as_secs_f64(),
+            notes,
+        })
     }
-    Ok(Acquired {
-        record: rec,
-        reused: false,
-        mount_seconds: m.elapsed.as_secs_f64(),
-        notes,
-    })
 }
