@@ -9,10 +9,10 @@
 //! sw-pool starts it; it is not meant to be run by hand.
 //!
 //! The job's start (the view's [`Epoch`]: no file changed since is served, on any node) is
-//! `$SW_POOL_VIEW_EPOCH` if set (seconds since 1970, e.g. set by a launcher once for all nodes),
-//! else, in a Slurm step on more than one node, the step's start as Slurm recorded it (`scontrol
-//! show step`, one request per node, bounded to 10 s), else none: on one node the view is that
-//! node's snapshot.
+//! `--epoch` if given (seconds since 1970; `sw-pool run --cache` passes `$SW_POOL_VIEW_EPOCH`,
+//! set by a launcher once for all nodes), else with `--step` (which `sw-pool run --cache` gives in
+//! a Slurm step on more than one node) the step's start as Slurm recorded it (`scontrol show
+//! step`, one request per node, bounded to 10 s), else none: the view is this node's snapshot.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
