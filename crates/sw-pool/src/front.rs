@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            e.print();
+            environment::print(&e);
             ExitCode::from(e.status.code() as u8)
         }
     }

@@ -1,7 +1,8 @@
 //! sw-pool's node layer: what one node does for its users without MPI or OpenSSL: the
 //! configuration and the environment it reads ([`config`]), users, the per-user state of mounts
 //! ([`state`]), mounting and unmounting ([`mount`]), the node-local cache ([`cache`]), the leases
-//! of user images ([`lease`]), and the environment changes a pool's modules make ([`env`]).
+//! of user images ([`lease`]), the environment changes a pool's modules make ([`env`]), and what
+//! `sw-pool run`/`shell` make an isolated environment of ([`isolated`]).
 //!
 //! swpool-core re-exports these modules under the same paths; the front (`sw-pool run/shell`) and
 //! the use cases that need no MPI build on this crate alone.
@@ -9,6 +10,7 @@
 pub mod cache;
 pub mod config;
 pub mod env;
+pub mod isolated;
 pub mod lease;
 pub mod locate;
 pub mod mount;

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use swpool_node::config::{EnvVar, Environment, HostVar};
+use crate::config::{EnvVar, Environment, HostVar};
 
 /// The view server's snapshot arguments: `--epoch` from `SW_POOL_VIEW_EPOCH`, else `--step
 /// JOB.STEP` in a job step of more than one node (its start is the snapshot on every node), else

@@ -5,29 +5,31 @@
 //! Outside a job step the front runs `cache fetch` on this node. In a step the step's first task
 //! runs it once for all the step's nodes (`srun --overlap`, one task per node, collective: the pool
 //! is read once from shared storage) and every task reads its node's outcome from the mark each
-//! node's fetch leaves ([`swpool_node::cache::step_mark`]).
+//! node's fetch leaves ([`crate::cache::step_mark`]).
 
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use swpool_node::cache::Placement;
-use swpool_node::config::{Config, Environment, HostVar};
-use swpool_node::ExitStatus;
+use crate::cache::Placement;
+use crate::config::{Config, Environment, HostVar};
+use crate::ExitStatus;
 
 use super::{full_program, Failed};
 
 /// How much `cache fetch` says: the front's own `-q` / `-v`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Voice {
     Quiet,
+    #[default]
     Normal,
     Verbose,
 }
 
 impl Voice {
-    pub fn of(g: &crate::cli::GlobalArgs) -> Voice {
-        match (g.quiet, g.verbose) {
+    /// The front's `-q` and `-v` count.
+    pub fn of(quiet: bool, verbose: u8) -> Voice {
+        match (quiet, verbose) {
             (true, _) => Voice::Quiet,
             (false, 0) => Voice::Normal,
             _ => Voice::Verbose,
@@ -59,12 +61,12 @@ pub fn pools(
     let mut out = Vec::new();
     let uid = rustix::process::getuid().as_raw();
     let mount_root =
-        swpool_node::mount::paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid, env);
+        crate::mount::paths::default_mount_dir(cfg.mount_dir.value.as_deref(), uid, env);
     for spec in specs {
         let pl = placement(spec, cfg, env, voice)?;
         let label = format!("{}/{}", pl.name, pl.version);
         let ext = pl.format.is_ext();
-        if !ext && pl.format != swpool_node::image::ImageFormat::Squashfs {
+        if !ext && pl.format != crate::image::ImageFormat::Squashfs {
             return Err(Failed::new(
                 ExitStatus::BadInput,
                 format!(
@@ -75,20 +77,19 @@ pub fn pools(
                 ),
             ));
         }
-        let at =
-            swpool_node::mount::paths::create_mountpoint(&mount_root, &pl.name, &pl.version, uid)
-                .map_err(|e| Failed::new(ExitStatus::BadInput, format!("--pool {spec}: {e}")))?;
+        let at = crate::mount::paths::create_mountpoint(&mount_root, &pl.name, &pl.version, uid)
+            .map_err(|e| Failed::new(ExitStatus::BadInput, format!("--pool {spec}: {e}")))?;
         // as changed by the pools before this one
-        let now = swpool_node::env::Snapshot::from_env(&Environment::capture());
-        let pm = swpool_node::env::PoolMount {
+        let now = crate::env::Snapshot::from_env(&Environment::capture());
+        let pm = crate::env::PoolMount {
             mount_point: at.clone(),
             pool: Some((pl.name.clone(), pl.version.clone())),
         };
-        for c in swpool_node::env::load_changes(&now, &pm) {
+        for c in crate::env::load_changes(&now, &pm) {
             // the front is single-threaded (nothing reads the environment concurrently)
             match c {
-                swpool_node::env::Change::Set(k, v) => std::env::set_var(k, v),
-                swpool_node::env::Change::Unset(k) => std::env::remove_var(k),
+                crate::env::Change::Set(k, v) => std::env::set_var(k, v),
+                crate::env::Change::Unset(k) => std::env::remove_var(k),
             }
         }
         out.push(swpool_env::EnvPool {
@@ -179,16 +180,16 @@ fn step_placement(
         env.get(HostVar::SlurmStepId).unwrap_or_default()
     );
     let uid = rustix::process::getuid().as_raw();
-    let base = swpool_node::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
-    let cache = swpool_node::cache::dir(&base, uid, true)
+    let base = crate::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+    let cache = crate::cache::dir(&base, uid, true)
         .map_err(|e| Failed::new(ExitStatus::BadInput, format!("--pool {spec}: {e}")))?;
-    let mark = swpool_node::cache::step_mark(&cache, &step, spec).ok_or_else(|| {
+    let mark = crate::cache::step_mark(&cache, &step, spec).ok_or_else(|| {
         fail(format!(
             "--pool {spec}: job step {step:?} is not a Slurm step id"
         ))
     })?;
     if env.get(HostVar::SlurmProcid).as_deref() == Some("0")
-        && swpool_node::cache::read_step_mark(&mark).is_none()
+        && crate::cache::read_step_mark(&mark).is_none()
     {
         let nodes: u64 = env
             .get(HostVar::SlurmStepNumNodes)
@@ -200,20 +201,14 @@ fn step_placement(
             let nodelist = env.get(HostVar::SlurmStepNodelist).ok_or_else(|| {
                 fail(format!("--pool {spec}: SLURM_STEP_NODELIST is not set: cannot place the pool on the step's nodes; run `sw-pool cache fetch {spec}` in the batch script first"))
             })?;
-            let mut c = swpool_node::slurm::overlap_step(
-                env,
-                &full_program()?,
-                args,
-                nodes,
-                Some(&nodelist),
-                "",
-            )
-            .command(env.path_var())
-            .map_err(|e| {
-                fail(format!(
-                    "--pool {spec}: cannot place it on the step's nodes: {e}"
-                ))
-            })?;
+            let mut c =
+                crate::slurm::overlap_step(env, &full_program()?, args, nodes, Some(&nodelist), "")
+                    .command(env.path_var())
+                    .map_err(|e| {
+                        fail(format!(
+                            "--pool {spec}: cannot place it on the step's nodes: {e}"
+                        ))
+                    })?;
             for k in env.step_task_names() {
                 c.env_remove(k);
             }
@@ -227,7 +222,7 @@ fn step_placement(
                 "--pool {spec}: cannot run sw-pool cache fetch: {e}"
             ))
         })?;
-        if !st.success() && swpool_node::cache::read_step_mark(&mark).is_none() {
+        if !st.success() && crate::cache::read_step_mark(&mark).is_none() {
             return Err(fail(format!(
                 "--pool {spec}: placing the pool on the step's {nodes} node(s) failed (exit {}); run `sw-pool cache fetch {spec}` in the job to see why",
                 swpool_env::exit_code(st)
@@ -241,7 +236,7 @@ fn step_placement(
 fn wait_for(spec: &str, mark: &Path, limit: Duration) -> Result<Placement, Failed> {
     let deadline = Instant::now() + limit;
     loop {
-        match swpool_node::cache::read_step_mark(mark) {
+        match crate::cache::read_step_mark(mark) {
             Some(Ok(b)) => {
                 return serde_json::from_slice(&b).map_err(|e| {
                     Failed::new(
@@ -262,7 +257,7 @@ fn wait_for(spec: &str, mark: &Path, limit: Duration) -> Result<Placement, Faile
                     format!(
                         "--pool {spec}: it reached no copy on {} within {} s (the step's first \
                          task places it): run `sw-pool cache fetch {spec}` in the job first",
-                        swpool_node::users::hostname(),
+                        crate::users::hostname(),
                         limit.as_secs()
                     ),
                 ))
@@ -298,7 +293,7 @@ mod tests {
         let p = from_report("gcc/12", r).unwrap();
         assert_eq!((p.name.as_str(), p.version.as_str()), ("gcc", "12"));
         assert_eq!(p.image, PathBuf::from("/c/gcc-12-ab.pool"));
-        assert_eq!(p.format, swpool_node::image::ImageFormat::Squashfs);
+        assert_eq!(p.format, crate::image::ImageFormat::Squashfs);
         let e = from_report("gcc/12", br#"{"pool":{}}"#).unwrap_err();
         assert!(e.message.contains("--pool gcc/12"), "{e}");
         assert!(from_report("x/1", b"not json").is_err());
@@ -308,28 +303,28 @@ mod tests {
     fn a_mark_is_read_or_times_out_naming_the_node_and_what_to_do() {
         let d = tempfile::tempdir().unwrap();
         let cache = d.path().join("sw-pool-1/cache"); // the marks go beside it
-        let mark = swpool_node::cache::step_mark(&cache, "7.0", "gcc/12").unwrap();
+        let mark = crate::cache::step_mark(&cache, "7.0", "gcc/12").unwrap();
         let e = wait_for("gcc/12", &mark, Duration::from_millis(1)).unwrap_err();
         assert!(e.message.contains("cache fetch gcc/12"), "{e}");
-        swpool_node::cache::write_step_mark(&mark, Err("node2: no room")).unwrap();
+        crate::cache::write_step_mark(&mark, Err("node2: no room")).unwrap();
         let e = wait_for("gcc/12", &mark, Duration::from_secs(1)).unwrap_err();
         assert!(e.message.contains("node2: no room"), "{e}");
-        let other = swpool_node::cache::step_mark(&cache, "7.0", "gcc/13").unwrap();
+        let other = crate::cache::step_mark(&cache, "7.0", "gcc/13").unwrap();
         let pl = Placement {
             name: "gcc".into(),
             version: "13".into(),
             digest: "blake3:cd".into(),
             src: "/s/g.pool".into(),
             image: "/c/g.pool".into(),
-            format: swpool_node::image::ImageFormat::Ext4,
+            format: crate::image::ImageFormat::Ext4,
             trust: "unsigned".into(),
         };
         let b = serde_json::to_vec(&pl).unwrap();
-        swpool_node::cache::write_step_mark(&other, Ok(&b)).unwrap();
+        crate::cache::write_step_mark(&other, Ok(&b)).unwrap();
         assert_eq!(
             wait_for("gcc/13", &other, Duration::from_secs(1)).unwrap(),
             pl
         );
-        assert!(swpool_node::cache::step_mark(&cache, "../x", "a").is_none());
+        assert!(crate::cache::step_mark(&cache, "../x", "a").is_none());
     }
 }
