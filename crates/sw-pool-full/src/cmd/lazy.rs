@@ -2,10 +2,8 @@
 //! task of the background step the launcher starts): see `swpool_core::ondemand`.
 //!
 //! The launcher authorizes the pool itself first (a clear error before anything starts), then
-//! starts `srun --overlap` of `lazy-serve` on every node of the job, detached, its output going to
-//! a log in the user's state directory (so that `eval "$(sw-pool load --lazy …)"` does not wait for
-//! it), and waits for task 0's line saying every node mounted (or why not). The step lives as long
-//! as the job; `unload` (the mounts go) or the end of the job ends it.
+//! starts the servers and waits for them (`swpool_core::ondemand::launch`: a background step of the
+//! job, detached, so that `eval "$(sw-pool load --lazy …)"` does not wait for it), and prints.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -16,15 +14,13 @@ use swpool_core::config::{Environment, HostVar};
 use swpool_core::env::{self, PoolMount, Snapshot};
 use swpool_core::load::NodeContext;
 use swpool_core::mount::RealSys;
+use swpool_core::ondemand::launch::{self, Servers};
 use swpool_core::ondemand::serve::LazyRequest;
 use swpool_core::Job;
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
 use crate::cli::{GlobalArgs, LazyServeArgs, LoadArgs};
 use crate::eline;
-
-const READY: &str = "sw-pool-lazy: ready ";
-const FAILED: &str = "sw-pool-lazy: failed ";
 
 /// One node's server (see the module's documentation).
 pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(), Error> {
@@ -48,9 +44,8 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
         let nodes = job.nodes();
         swpool_core::ondemand::serve::serve(&job, &node, &req, &stop, &|rec| {
             if rank0 {
-                let line = serde_json::json!({"mountpoint": rec.mount_point, "nodes": nodes});
                 let mut o = std::io::stdout().lock();
-                let _ = writeln!(o, "{READY}{line}");
+                let _ = writeln!(o, "{}", launch::ready_line(&rec.mount_point, nodes as u64));
                 let _ = o.flush();
             }
         })
@@ -68,7 +63,7 @@ pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(),
         Err(e) => {
             if rank0 {
                 let mut o = std::io::stdout().lock();
-                let _ = writeln!(o, "{FAILED}{}", e.to_string().replace('\n', " "));
+                let _ = writeln!(o, "{}", launch::failed_line(&e));
                 let _ = o.flush();
             }
             super::finish_collective(job, Err(e))
@@ -145,19 +140,25 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
         in_job,
         nodes,
     };
-    let start = || servers.start(env);
     let t0 = Instant::now();
-    let ready = wait_ready(g, a, &servers, &start, m)?;
+    let quiet = g.quiet;
+    let ready = servers.start_and_wait(
+        env,
+        &format!("{}/{}", m.name, m.version),
+        Duration::from_secs_f64(a.timeout.max(0.1)),
+        &|w| {
+            if !quiet {
+                eline!("sw-pool: warning: {w}");
+            }
+        },
+    )?;
     let log = &servers.log;
-    let mp = ready["mountpoint"]
-        .as_str()
-        .map(PathBuf::from)
-        .unwrap_or_default();
+    let mp = ready.mount_point;
     if a.json {
         crate::output::json(&serde_json::json!({
             "pool": {"name": m.name, "version": m.version, "digest": m.digest, "src": src,
                      "trust": verdict.to_string()},
-            "mountpoint": mp, "nodes": ready["nodes"], "lazy": true, "log": log,
+            "mountpoint": mp, "nodes": ready.nodes, "lazy": true, "log": log,
             "seconds": t0.elapsed().as_secs_f64(),
         }));
         return Ok(());
@@ -167,7 +168,7 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
             "sw-pool: {}/{} served on demand on {} node(s) at {} after {:.3} s ({}; log {})",
             m.name,
             m.version,
-            ready["nodes"],
+            ready.nodes,
             mp.display(),
             t0.elapsed().as_secs_f64(),
             if in_job {
@@ -188,137 +189,6 @@ pub fn launch(g: &GlobalArgs, a: &LoadArgs, env: &Environment) -> Result<(), Err
     let code = env::render(shell, &changes).map_err(|e| Error::other(ExitStatus::BadInput, e))?;
     crate::output::shell_code(&code);
     Ok(())
-}
-
-/// The node servers `load --lazy` starts: the program and its arguments, the log their output goes
-/// to, and where (a background step of the job on `nodes` nodes, or this node's server, detached).
-struct Servers {
-    exe: PathBuf,
-    args: Vec<std::ffi::OsString>,
-    log: PathBuf,
-    in_job: bool,
-    nodes: u64,
-}
-
-impl Servers {
-    /// (Re)start the servers, their output in a fresh log.
-    fn start(&self, env: &Environment) -> Result<std::process::Child, Error> {
-        let out = std::fs::File::create(&self.log).map_err(|e| {
-            Error::other(ExitStatus::System, format!("{}: {e}", self.log.display()))
-        })?;
-        let err = out
-            .try_clone()
-            .map_err(|e| Error::other(ExitStatus::System, e.to_string()))?;
-        let (mut c, cmdline) = if self.in_job {
-            let cmd = swpool_core::slurm::overlap_step(
-                env,
-                &self.exe,
-                self.args.clone(),
-                self.nodes,
-                None,
-                "",
-            );
-            (cmd.command(env.path_var())?, cmd.cmdline())
-        } else {
-            let line = format!(
-                "{} {}",
-                self.exe.display(),
-                self.args.join(" ".as_ref()).to_string_lossy()
-            );
-            let mut c = std::process::Command::new(&self.exe);
-            c.args(&self.args).stdin(std::process::Stdio::null());
-            (c, line)
-        };
-        {
-            use std::os::unix::process::CommandExt;
-            c.stdout(out).stderr(err).process_group(0);
-        }
-        tracing::debug!("starting the servers: {cmdline}");
-        c.spawn().map_err(|e| {
-            Error::other(
-                ExitStatus::Tool,
-                format!("cannot start the servers ({cmdline}): {e}"),
-            )
-        })
-    }
-}
-
-/// Wait until every node mounted (the servers' ready line, its JSON), they failed (their failed
-/// line, or their end: once more if Open MPI could not connect two nodes), or the time is up.
-fn wait_ready(
-    g: &GlobalArgs,
-    a: &LoadArgs,
-    servers: &Servers,
-    start: &dyn Fn() -> Result<std::process::Child, Error>,
-    m: &swpool_core::pool::Manifest,
-) -> Result<serde_json::Value, Error> {
-    let mut child = start()?;
-    let mut retried = false;
-    let t0 = Instant::now();
-    // the servers start MPI, authorize on every node and mount: allow for the job's size
-    let limit = Duration::from_secs_f64(a.timeout.max(0.1)) + Duration::from_secs(60);
-    let tail = |s: &str| {
-        s.lines()
-            .rev()
-            .take(8)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n  ")
-    };
-    loop {
-        let text = std::fs::read_to_string(&servers.log).unwrap_or_default();
-        if let Some(l) = text.lines().find_map(|l| l.strip_prefix(READY)) {
-            return Ok(serde_json::from_str::<serde_json::Value>(l).unwrap_or_default());
-        }
-        if let Some(l) = text.lines().find_map(|l| l.strip_prefix(FAILED)) {
-            let _ = child.wait();
-            return Err(Error::other(ExitStatus::System, l.to_string()));
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            // Open MPI's TCP wire-up between two nodes can fail under load ("failed to TCP connect
-            // to a peer", EINPROGRESS; seen on the testbed's busy 2 cores): nothing was mounted
-            // for good (a node that had mounted released it), so the servers start once more
-            if !retried && text.contains("Open MPI failed to TCP connect to a peer") {
-                retried = true;
-                if !g.quiet {
-                    eline!(
-                        "sw-pool: warning: the on-demand servers could not start MPI (Open MPI \
-                         failed to connect two nodes over TCP); starting them once more"
-                    );
-                }
-                child = start()?;
-                continue;
-            }
-            return Err(Error::other(
-                ExitStatus::System,
-                format!(
-                    "the on-demand servers ended ({st}) before every node mounted {}/{}:\n  {}\n(log: {})",
-                    m.name,
-                    m.version,
-                    tail(&text),
-                    servers.log.display()
-                ),
-            ));
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill(); // srun (it ends the step's tasks) or the server: our child
-            let _ = child.wait();
-            return Err(Error::other(
-                ExitStatus::System,
-                format!(
-                    "the on-demand servers did not mount {}/{} on every node within {} s:\n  {}\n(log: {})",
-                    m.name,
-                    m.version,
-                    limit.as_secs(),
-                    tail(&text),
-                    servers.log.display()
-                ),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// `load --lazy` started by an MPI launcher: this rank is its node's server (see [`launch`]).

@@ -2,5 +2,6 @@
 //! storage chunk by chunk; see [`exchange`].
 
 pub mod exchange;
+pub mod launch;
 pub mod prefetch;
 pub mod serve;
