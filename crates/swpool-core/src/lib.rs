@@ -13,6 +13,7 @@
 pub mod all_nodes;
 pub mod error;
 pub mod inspect;
+pub mod layer;
 pub mod load;
 pub mod ondemand;
 pub mod trust;

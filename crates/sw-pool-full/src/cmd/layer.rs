@@ -1,20 +1,16 @@
-//! `sw-pool layer list|create|rm|du|sync`: a user's writable layers.
+//! `sw-pool layer list|create|rm|du|sync|export`: a user's writable layers (`layer sync`:
+//! `swpool_core::layer::sync`).
 
 use swpool_core::config::Environment;
 use swpool_core::size::Bytes;
-use swpool_core::{Error, ExitStatus};
+use swpool_core::Error;
 use swpool_env::{EnvError, LayerSummary};
 
 use crate::cli::{GlobalArgs, LayerArgs, LayerCommand};
 use crate::output::Printer;
 
 fn err(e: EnvError) -> Error {
-    let status = match &e {
-        EnvError::Io { .. } | EnvError::Start { .. } => ExitStatus::System,
-        EnvError::Unsupported(_) => ExitStatus::Tool,
-        _ => ExitStatus::BadInput,
-    };
-    Error::other(status, e)
+    swpool_core::layer::env_error(e)
 }
 
 fn json(s: &LayerSummary) -> serde_json::Value {
@@ -143,7 +139,7 @@ pub fn run(g: &GlobalArgs, a: LayerArgs, env: &Environment) -> Result<(), Error>
     Ok(())
 }
 
-/// `layer sync NAME`: collective (spread over the allocation from a batch script).
+/// `layer sync NAME`: collective (spread over the allocation from a batch script); node 0 prints.
 fn sync(
     g: &GlobalArgs,
     store: &swpool_env::LayerStore,
@@ -154,53 +150,11 @@ fn sync(
     env: &Environment,
 ) -> Result<(), Error> {
     use swpool_core::collective::Collective;
-    use swpool_core::config::{EnvVar, HostVar};
     super::spread_over_allocation(env)?;
     let job = swpool_core::Job::init(env)?;
-    let uid = rustix::process::getuid().as_raw();
-    // the layer is read by node 0 only; there it must be yours, and no environment may be
-    // writing it meanwhile
-    let writer_lock =
-        (job.world_rank() == 0).then(|| store.get(name).and_then(|l| store.lock(&l)).map_err(err));
-    let checked: Result<(), (ExitStatus, String)> = match &writer_lock {
-        Some(Err(e)) => Err((e.exit_status(), e.to_string())),
-        _ => Ok(()),
-    };
-    let layer = store.paths(name);
-    let base =
-        swpool_core::cache::base_dir(cache_dir.as_deref(), cfg.cache_dir.value.as_deref(), env);
-    let node_layers = swpool_core::cache::dir(&base, uid, true)
-        .map(|c| swpool_core::cache::layers_dir(&c))
-        .map_err(|e| (e.exit_status(), e.to_string()));
-    if node_layers.is_ok() && env.get(HostVar::SlurmJobId).is_some() {
-        // the job's marks and uppers go under `base`: the epilog's cleanup looks there too
-        swpool_core::state::StateDir::remember_job_base(env, &base);
-    }
-    let r = job
-        .agree(checked.and(node_layers.clone().map(|_| ())))
-        .map_err(Error::from)
-        .and_then(|()| {
-            let req = swpool_core::transfer::layer::LayerSync {
-                name: name.to_string(),
-                layer_dir: layer.dir.clone(),
-                upper: layer.upper.clone(),
-                node_layers: node_layers.clone().expect("agreed"),
-                job: env.get(HostVar::SlurmJobId),
-                chunk_size: cfg.chunk_size.value,
-            };
-            swpool_core::transfer::layer::sync_layer(&job, &req).map_err(Error::from)
-        });
-    let rep = match r {
+    let rep = match swpool_core::layer::sync(&job, store, cfg, name, cache_dir.as_deref(), env) {
         Ok(rep) => rep,
-        Err(e) => {
-            // the tasks of the step waiting for this node's copy (`run --layer`) stop waiting
-            if let (Some(step), Ok(nl)) = (env.get(EnvVar::SyncFor), &node_layers) {
-                if let Ok(c) = swpool_env::sync::NodeCopies::open(nl, name, &layer.dir) {
-                    let _ = c.mark_failed(&step, &e.to_string());
-                }
-            }
-            return super::finish_collective(job, Err(e));
-        }
+        Err(e) => return super::finish_collective(job, Err(e)),
     };
     if job.world_rank() == 0 {
         let p = Printer::new(g, j);
