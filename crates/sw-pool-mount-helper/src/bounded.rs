@@ -133,74 +133,16 @@ fn become_on_this_thread(w: &As) -> std::io::Result<()> {
     Ok(())
 }
 
-/// How a bounded tool run ended.
-#[derive(Debug)]
-pub enum ToolEnd {
-    Done(std::process::Output),
-    /// Killed when its time was up.
-    Killed(Duration),
-}
+// the bounded tool runner is swpool-sys's, the one every sw-pool program runs tools with
+pub use swpool_sys::exec::ToolEnd;
 
-/// Run `cmd` (stdout and stderr captured), killed with SIGKILL — by the PID of the child this
-/// process started, then reaped — when it has not ended within `limit`.
+/// Run `cmd` (stdout and stderr captured, at most 1 MiB of each kept), killed with SIGKILL — by
+/// the PID of the child this process started, then reaped — when it has not ended within `limit`
+/// ([`swpool_sys::exec::wait_bounded`]).
 pub fn run_tool(mut cmd: std::process::Command, limit: Duration) -> std::io::Result<ToolEnd> {
-    use std::io::Read;
     use std::process::Stdio;
-    let start = std::time::Instant::now();
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let pipe = |r: Option<Box<dyn Read + Send>>| {
-        r.map(|mut r| {
-            std::thread::spawn(move || {
-                let mut b = Vec::new();
-                // at most 1 MiB kept: the rest is read and dropped so the tool never blocks
-                let mut chunk = [0u8; 8192];
-                while let Ok(n) = r.read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    if b.len() < 1 << 20 {
-                        b.extend_from_slice(&chunk[..n]);
-                    }
-                }
-                b
-            })
-        })
-    };
-    let out_t = pipe(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err_t = pipe(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let mut pause = Duration::from_millis(2);
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if start.elapsed() >= limit {
-            let _ = child.kill(); // SIGKILL to our own child's PID
-            let _ = child.wait();
-            // the pipes' readers end when the tool (and anything holding its pipes) is gone;
-            // they are not waited for
-            return Ok(ToolEnd::Killed(limit));
-        }
-        std::thread::sleep(pause.min(limit.saturating_sub(start.elapsed())));
-        pause = (pause * 2).min(Duration::from_millis(50));
-    };
-    let join = |t: Option<std::thread::JoinHandle<Vec<u8>>>| {
-        t.and_then(|t| t.join().ok()).unwrap_or_default()
-    };
-    Ok(ToolEnd::Done(std::process::Output {
-        status,
-        stdout: join(out_t),
-        stderr: join(err_t),
-    }))
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    swpool_sys::exec::wait_bounded(child, limit, 1 << 20)
 }
 
 #[cfg(test)]

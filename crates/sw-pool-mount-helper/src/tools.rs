@@ -25,3 +25,11 @@ pub fn command(name: &str) -> Result<Command> {
     c.stdin(std::process::Stdio::null());
     Ok(c)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_helpers_path_is_the_system_directories_every_root_caller_searches() {
+        assert_eq!(super::SAFE_PATH, swpool_sys::exec::SYSTEM_DIRS.join(":"));
+    }
+}

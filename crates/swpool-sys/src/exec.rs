@@ -441,17 +441,18 @@ impl ToolCommand {
                 cmdline: cmdline.clone(),
                 source,
             }),
-            Some(t) => wait_with_timeout(child, t).map_err(|e| match e {
-                WaitError::Io(source) => ExecError::Spawn {
-                    cmdline: cmdline.clone(),
-                    source,
-                },
-                WaitError::Timeout => ExecError::Timeout {
+            Some(t) => match wait_bounded(child, t, usize::MAX) {
+                Ok(ToolEnd::Done(out)) => Ok(out),
+                Ok(ToolEnd::Killed(_)) => Err(ExecError::Timeout {
                     tool: self.tool,
                     cmdline: cmdline.clone(),
                     timeout: t,
-                },
-            }),
+                }),
+                Err(source) => Err(ExecError::Spawn {
+                    cmdline: cmdline.clone(),
+                    source,
+                }),
+            },
         };
         track(pid, false); // reaped (or killed and reaped): never signal this pid again
         let out = waited?;
@@ -470,50 +471,77 @@ impl ToolCommand {
     }
 }
 
-enum WaitError {
-    Io(std::io::Error),
-    Timeout,
+/// How a bounded tool run ended.
+#[derive(Debug)]
+pub enum ToolEnd {
+    Done(std::process::Output),
+    /// Killed when its time was up.
+    Killed(Duration),
 }
 
-fn wait_with_timeout(
+/// Wait for `child` (its stdout and stderr piped by the caller) for at most `limit`, each pipe
+/// drained on a thread of its own (a chatty tool never blocks on a full pipe) keeping at most
+/// `keep` bytes of it; when its time is up it is killed with SIGKILL — by the PID of the child this
+/// process started — and reaped, and the pipes' readers are not waited for (they end when the
+/// tool, and anything it left holding its pipes, is gone). Root's helper runs every tool on a
+/// user's file this way: it never waits on a user.
+pub fn wait_bounded(
     mut child: std::process::Child,
-    t: Duration,
-) -> Result<std::process::Output, WaitError> {
+    limit: Duration,
+    keep: usize,
+) -> std::io::Result<ToolEnd> {
     use std::io::Read;
-    // drain pipes on threads so a chatty tool cannot block on a full pipe
-    let mut so = child.stdout.take();
-    let mut se = child.stderr.take();
-    let h1 = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        if let Some(s) = so.as_mut() {
-            let _ = s.read_to_end(&mut b);
-        }
-        b
-    });
-    let h2 = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        if let Some(s) = se.as_mut() {
-            let _ = s.read_to_end(&mut b);
-        }
-        b
-    });
     let start = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(WaitError::Io)? {
-            Some(st) => break st,
-            None if start.elapsed() >= t => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(WaitError::Timeout);
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        r.map(|mut r| {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                // at most `keep` kept: the rest is read and dropped so the tool never blocks
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = r.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    let room = keep.saturating_sub(b.len()).min(n);
+                    b.extend_from_slice(&chunk[..room]);
+                }
+                b
+            })
+        })
     };
-    Ok(std::process::Output {
+    let out_t = pipe(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err_t = pipe(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let mut pause = Duration::from_millis(2);
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if start.elapsed() >= limit {
+            let _ = child.kill(); // SIGKILL to our own child's PID
+            let _ = child.wait();
+            return Ok(ToolEnd::Killed(limit));
+        }
+        std::thread::sleep(pause.min(limit.saturating_sub(start.elapsed())));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    };
+    let join = |t: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        t.and_then(|t| t.join().ok()).unwrap_or_default()
+    };
+    Ok(ToolEnd::Done(std::process::Output {
         status,
-        stdout: h1.join().unwrap_or_default(),
-        stderr: h2.join().unwrap_or_default(),
-    })
+        stdout: join(out_t),
+        stderr: join(err_t),
+    }))
 }
 
 /// Make a path absolute without resolving symlinks (relative to the current directory).
@@ -548,6 +576,36 @@ pub fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_wait_keeps_at_most_what_it_is_told_and_kills_at_its_limit() {
+        use std::process::Stdio;
+        let spawn = |script: &str| {
+            Command::new("/bin/sh")
+                .args(["-c", script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        // a chatty tool is drained to its end, only `keep` bytes kept
+        let c = spawn("head -c 300000 /dev/zero; echo err >&2; exit 4");
+        match wait_bounded(c, Duration::from_secs(10), 1000).unwrap() {
+            ToolEnd::Done(o) => {
+                assert_eq!(o.status.code(), Some(4));
+                assert_eq!((o.stdout.len(), o.stderr.as_slice()), (1000, &b"err\n"[..]));
+            }
+            ToolEnd::Killed(_) => panic!("killed"),
+        }
+        // past its time: killed by its PID, and the wait does not outlast the limit by much
+        let t = std::time::Instant::now();
+        let c = spawn("echo started; exec sleep 30");
+        match wait_bounded(c, Duration::from_millis(300), usize::MAX).unwrap() {
+            ToolEnd::Killed(d) => assert_eq!(d, Duration::from_millis(300)),
+            ToolEnd::Done(o) => panic!("not killed: {o:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
 
     #[test]
     fn quoting() {
