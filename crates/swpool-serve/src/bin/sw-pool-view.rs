@@ -316,46 +316,39 @@ fn job_epoch(args: &Args, node: &str) -> Result<Option<Epoch>, String> {
 /// When Slurm started job step `id` (`JOB.STEP`), in seconds since 1970: `scontrol -o show step`
 /// with `SLURM_TIME_FORMAT=%s`, given `limit` to answer (then killed).
 fn step_start(id: &str, limit: Duration) -> Result<i64, String> {
-    let mut child = std::process::Command::new("scontrol")
+    use std::process::Stdio;
+    use swpool_sys::exec::{wait_bounded, ToolEnd};
+    let child = std::process::Command::new("scontrol")
         .args(["-o", "show", "step", id])
         .env("SLURM_TIME_FORMAT", "%s")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("scontrol: {e}"))?;
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                // our own child, by its handle
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "scontrol show step {id}: no answer within {} s",
-                    limit.as_secs()
-                ));
-            }
-            Err(e) => return Err(format!("scontrol: {e}")),
+    // the one bounded runner: pipes drained while it runs, killed by its PID at the limit
+    let out = match wait_bounded(child, limit, 64 << 10) {
+        Ok(ToolEnd::Done(out)) => out,
+        Ok(ToolEnd::Killed(_)) => {
+            return Err(format!(
+                "scontrol show step {id}: no answer within {} s",
+                limit.as_secs()
+            ))
         }
+        Err(e) => return Err(format!("scontrol: {e}")),
     };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "scontrol show step {id}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    if !status.success() {
-        return Err(format!("scontrol show step {id}: {status}: {}", err.trim()));
-    }
-    parse_start_time(&out).ok_or_else(|| {
+    parse_start_time(&text).ok_or_else(|| {
         format!(
             "scontrol show step {id} gave no StartTime in seconds: {:?}",
-            out.chars().take(200).collect::<String>()
+            text.chars().take(200).collect::<String>()
         )
     })
 }
