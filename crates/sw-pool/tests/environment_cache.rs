@@ -49,6 +49,98 @@ fn views_running(needle: &str) -> Vec<String> {
     out
 }
 
+/// A node-local cache base of the test user's (`$SW_POOL_CACHE`), in the fixture.
+fn cache_base(f: &Fixture) -> std::path::PathBuf {
+    let c = f.dir.path().join("cache");
+    if !c.exists() {
+        std::fs::create_dir(&c).unwrap();
+        std::os::unix::fs::chown(&c, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    c
+}
+
+#[test]
+fn a_next_run_reads_from_storage_only_what_changed() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = f.dir.path().join("project/env");
+    tree(&t);
+    std::os::unix::fs::chown(f.dir.path().join("project"), Some(NOBODY), Some(NOBODY)).unwrap();
+    let ts = t.display().to_string();
+    let base = cache_base(&f);
+    let run = |script: &str| {
+        let mut c = f.cmd(&["run", "--cache", &ts, "--", "sh", "-c", script]);
+        c.env("SW_POOL_CACHE", &base);
+        let o = c.output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let read =
+        format!("cat {ts}/lib/pkg/core.py; cat {ts}/share/changed.txt; {ts}/bin/ls {ts}/lib/pkg");
+    let (code, out, err) = run(&read);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        out, "VALUE = 'from the view'\nold\n__init__.py\ncore.py\n",
+        "{err}"
+    );
+    // the files it read are kept in the user's private warm start, one directory per tree
+    let views = base.join("sw-pool-65534/views");
+    let dirs: Vec<_> = std::fs::read_dir(&views).unwrap().flatten().collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let warm = dirs[0].path();
+    let mode = std::fs::metadata(&warm).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{}", warm.display());
+    assert_eq!(
+        std::fs::read_dir(&warm).unwrap().count(),
+        3,
+        "core.py, changed.txt, ls"
+    );
+    // between the jobs: one file changed (size and mtime); another rewritten behind the view's
+    // back with its size and mtime kept, which only a copy kept on the node can still show as
+    // it was (the rule the warm start shares with make and rsync: same size, same mtime to the
+    // nanosecond, same file)
+    std::fs::write(t.join("share/changed.txt"), "new, longer\n").unwrap();
+    let core = t.join("lib/pkg/core.py");
+    let mtime = std::fs::metadata(&core).unwrap().modified().unwrap();
+    std::fs::write(&core, "VALUE = 'from storage!'\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&core)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    // the next job: what did not change comes from the node's warm start, what changed is read
+    // again from storage
+    let (code, out, err) = run(&read);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        out, "VALUE = 'from the view'\nnew, longer\n__init__.py\ncore.py\n",
+        "{err}"
+    );
+    // a damaged entry is never served: the file is read from storage again
+    for e in std::fs::read_dir(&warm).unwrap().flatten() {
+        let mut b = std::fs::read(e.path()).unwrap();
+        if b.ends_with(b"VALUE = 'from the view'\n") {
+            let n = b.len();
+            b[n - 3] ^= 1;
+            std::fs::write(e.path(), b).unwrap();
+        }
+    }
+    let (code, out, err) = run(&format!("cat {ts}/lib/pkg/core.py"));
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "VALUE = 'from storage!'\n"),
+        "{err}"
+    );
+    assert!(views_running(&ts).is_empty(), "{:?}", views_running(&ts));
+}
+
 #[test]
 fn a_tree_is_read_once_as_a_snapshot_and_still_served_when_storage_goes() {
     if !ready() {
@@ -89,6 +181,7 @@ cat $T/lib/pkg/core.py 2>&1 | grep -q "not connected" && echo "server killed: cl
 "#
     );
     let mut c = f.cmd(&["run", "--cache", &ts, "--", "sh", "-c", &script]);
+    c.env("SW_POOL_CACHE", cache_base(&f));
     let mut child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -94,6 +94,19 @@ pub fn layers_dir(cache: &Path) -> PathBuf {
     crate::atomic::parent_dir(cache).join("layers")
 }
 
+/// The user's warm starts of `run --cache` views (`sw-pool-view --warm`), beside the cache
+/// directory `cache` ([`dir`]): `<base>/sw-pool-<uid>/views/<key>`, one directory per viewed tree
+/// ([`view_key`]).
+pub fn views_dir(cache: &Path) -> PathBuf {
+    crate::atomic::parent_dir(cache).join("views")
+}
+
+/// The name of a viewed tree's warm start in [`views_dir`]: its canonical path, hashed.
+pub fn view_key(tree: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    blake3::hash(tree.as_os_str().as_bytes()).to_hex()[..32].to_string()
+}
+
 /// Where the nodes of a job step leave the outcome of placing the pool `spec` for the step's
 /// tasks (`run --pool` in a step: task 0 places it on every node with `cache fetch --for-step`,
 /// each task reads its node's outcome): `<base>/sw-pool-<uid>/steps/<JOB.STEP>/<key>`, `key` a

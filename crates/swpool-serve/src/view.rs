@@ -44,6 +44,9 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
+mod warm;
+pub use warm::{open_dir as open_warm_dir, Warm};
+
 /// The snapshot never changes while it is served.
 const TTL: Duration = Duration::from_secs(24 * 3600);
 /// Entries of one view at most (a conda environment has ~50k, a Spack tree a few 100k).
@@ -255,6 +258,15 @@ pub trait FileBytes: Send + Sync {
     fn fetch(&self, node: &Node) -> Result<Vec<u8>, String>;
     /// Where the bytes come from, for messages.
     fn describe(&self) -> String;
+}
+
+impl<T: FileBytes + ?Sized> FileBytes for Arc<T> {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        (**self).fetch(node)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
 }
 
 /// The tree on storage itself, through the directory descriptor opened before the view was

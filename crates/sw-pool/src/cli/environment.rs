@@ -44,7 +44,8 @@ pub struct EnvironmentArgs {
     pub pool: Vec<String>,
     /// A directory on shared storage (a conda/venv/Spack prefix, a plugin tree) shown read-once
     /// over itself in this environment: listed once when it starts, every file read from storage
-    /// once and then served from node-local memory; a snapshot, read-only; repeatable
+    /// once and then served from node-local memory; a snapshot, read-only; the files read are kept
+    /// in your node-local cache, so the next job re-reads only what changed; repeatable
     #[arg(long, value_name = "DIR")]
     pub cache: Vec<PathBuf>,
 }

@@ -131,8 +131,10 @@ pub fn prepare(
     let shadows = binds::shadows(&o.shadow, &cfg, env, warn)?;
     let bases = binds::bases(&o.base, &cfg, env)?;
     let mut pools = pools::pools(&o.pool, &cfg, env, o.voice)?;
+    let warm = (!o.cache.is_empty()).then(|| warm_dir(&cfg, env)).flatten();
     pools.extend(
-        views::views(&o.cache, &self_exe, env).map_err(|e| Failed::new(ExitStatus::BadInput, e))?,
+        views::views(&o.cache, &self_exe, warm.as_deref(), env)
+            .map_err(|e| Failed::new(ExitStatus::BadInput, e))?,
     );
     // only an environment with a layer, of a job step or of an MPI launcher's ranks is shared
     let shared = o.layer.is_some() || step_key.is_some();
@@ -234,6 +236,26 @@ pub fn root_path(user: Option<&std::ffi::OsStr>) -> OsString {
         }
     }
     std::env::join_paths(dirs).unwrap_or_else(|_| user.unwrap_or_default().to_os_string())
+}
+
+/// The user's node-local directory of views' warm starts ([`crate::cache::views_dir`]), made
+/// private if missing; `None` (said in a log line: the views then start cold) when it cannot be.
+fn warm_dir(cfg: &Config, env: &Environment) -> Option<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = crate::cache::base_dir(None, cfg.cache_dir.value.as_deref(), env);
+    let uid = rustix::process::getuid().as_raw();
+    let r = crate::cache::dir(&base, uid, true)
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            let d = crate::cache::views_dir(&c);
+            match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+                Ok(()) => Ok(d),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(d),
+                Err(e) => Err(format!("{}: {e}", d.display())),
+            }
+        });
+    r.map_err(|e| tracing::warn!("--cache: no warm start on this node: {e}"))
+        .ok()
 }
 
 /// The full program beside this one (`layer sync`, `cache fetch`: MPI and the trust code), or

@@ -27,10 +27,13 @@ pub fn snapshot_args(env: &Environment) -> Vec<String> {
 }
 
 /// The views of `dirs`, as pools of the environment: each an existing directory, named by its
-/// canonical path (the view is mounted there), served by `sw-pool-view` beside `self_exe`.
+/// canonical path (the view is mounted there), served by `sw-pool-view` beside `self_exe`; with
+/// `warm` (the user's [`crate::cache::views_dir`]) each keeps the files it reads there for the
+/// next job on the node.
 pub fn views(
     dirs: &[PathBuf],
     self_exe: &Path,
+    warm: Option<&Path>,
     env: &Environment,
 ) -> Result<Vec<swpool_env::EnvPool>, String> {
     if dirs.is_empty() {
@@ -63,6 +66,15 @@ pub fn views(
                 at.display()
             ));
         }
+        let view_args = snapshot_args(env)
+            .into_iter()
+            .chain(warm.into_iter().flat_map(|w| {
+                [
+                    "--warm".to_string(),
+                    w.join(crate::cache::view_key(&at)).display().to_string(),
+                ]
+            }))
+            .collect();
         out.push(swpool_env::EnvPool {
             label: at.display().to_string(),
             image: at.clone(),
@@ -70,7 +82,7 @@ pub fn views(
             ext: false,
             digest: None,
             view: Some(server.clone()),
-            view_args: snapshot_args(env),
+            view_args,
         });
     }
     Ok(out)
@@ -87,24 +99,37 @@ mod tests {
         std::fs::create_dir(t.path().join("a")).unwrap();
         std::fs::create_dir(t.path().join("a/b")).unwrap();
         // no server beside sw-pool: said so
-        let e = views(&[t.path().join("a")], &exe, &Environment::default()).unwrap_err();
+        let e = views(&[t.path().join("a")], &exe, None, &Environment::default()).unwrap_err();
         assert!(e.contains("sw-pool-view"), "{e}");
         std::fs::write(t.path().join("sw-pool-view"), b"").unwrap();
-        let v = views(&[t.path().join("a/../a/b")], &exe, &Environment::default()).unwrap();
+        let v = views(
+            &[t.path().join("a/../a/b")],
+            &exe,
+            None,
+            &Environment::default(),
+        )
+        .unwrap();
         let want = std::fs::canonicalize(t.path().join("a/b")).unwrap();
         assert_eq!((v[0].at.clone(), v[0].image.clone()), (want.clone(), want));
         assert_eq!(v[0].view, Some(t.path().join("sw-pool-view")));
         let e = views(
             &[t.path().join("a"), t.path().join("a/b")],
             &exe,
+            None,
             &Environment::default(),
         )
         .unwrap_err();
         assert!(e.contains("inside"), "{e}");
-        let e = views(&[t.path().join("nope")], &exe, &Environment::default()).unwrap_err();
+        let e = views(
+            &[t.path().join("nope")],
+            &exe,
+            None,
+            &Environment::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("--cache") && e.contains("nope"), "{e}");
-        assert!(views(&[PathBuf::from("/")], &exe, &Environment::default()).is_err());
-        assert!(views(&[], &exe, &Environment::default())
+        assert!(views(&[PathBuf::from("/")], &exe, None, &Environment::default()).is_err());
+        assert!(views(&[], &exe, None, &Environment::default())
             .unwrap()
             .is_empty());
     }

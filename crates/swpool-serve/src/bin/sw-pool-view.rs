@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rustix::fs::{Mode, OFlags};
-use swpool_serve::view::{Epoch, Snapshot, Storage, View, ViewFs};
+use swpool_serve::view::{Epoch, Snapshot, Storage, View, ViewFs, Warm};
 
 /// Mount a read-once, read-only view of a directory over it.
 #[derive(Parser, Debug)]
@@ -43,6 +43,14 @@ struct Args {
     /// When the view ends, write the paths of the files it read, one a line, to FILE
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// The warm start: a node-local directory of yours keeping the files views of this tree
+    /// read (made if missing, mode 0700); the next view on this node re-reads from storage only
+    /// the files whose size or mtime changed (`sw-pool run --cache` gives one in your cache)
+    #[arg(long, value_name = "DIR")]
+    warm: Option<PathBuf>,
+    /// At most this many bytes in --warm's directory (least recently used go first)
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 30)]
+    warm_max: u64,
     /// Requests served at once (default: the node's CPUs, 2 to 16)
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
@@ -128,6 +136,17 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         "snapshot of {}",
         dir.display()
     );
+    let storage = Arc::new(Storage::new(root, dir));
+    let warm = args.warm.as_ref().and_then(|w| {
+        match swpool_serve::view::open_warm_dir(w, args.warm_max) {
+            Ok(fd) => Some(Arc::new(Warm::new(Box::new(storage.clone()), fd))),
+            Err(e) => {
+                // a cache it cannot use slows this job's start, it does not stop it
+                tracing::warn!("{} on {node}: no warm start: {e}", dir.display());
+                None
+            }
+        }
+    });
     // the parent waits on this pipe for the child's word: mounted, or why not
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills two descriptors, owned below and nowhere else.
@@ -142,7 +161,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
         0 => {
             drop(rd);
-            Ok(child(args, root, store, snap, epoch, wr, &node))
+            Ok(child(args, (storage, warm), store, snap, epoch, wr, &node))
         }
         _ => {
             drop(wr);
@@ -162,7 +181,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 
 fn child(
     args: &Args,
-    root: OwnedFd,
+    (storage, warm): (Arc<Storage>, Option<Arc<Warm>>),
     store: Option<OwnedFd>,
     snap: Snapshot,
     epoch: Option<Epoch>,
@@ -190,7 +209,16 @@ fn child(
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     let what = format!("view of {} on {node}", dir.display());
     let view = Arc::new(
-        View::new(snap, Box::new(Storage::new(root, dir)), store, &what).with_epoch(epoch),
+        View::new(
+            snap,
+            match &warm {
+                Some(w) => Box::new(w.clone()),
+                None => Box::new(storage.clone()),
+            },
+            store,
+            &what,
+        )
+        .with_epoch(epoch),
     );
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -256,6 +284,9 @@ fn child(
         fetched = s.fetched.load(Ordering::Relaxed),
         bytes = s.fetched_bytes.load(Ordering::Relaxed),
         failed = s.failed.load(Ordering::Relaxed),
+        storage_opens = storage.opens.load(Ordering::Relaxed),
+        storage_bytes = storage.bytes.load(Ordering::Relaxed),
+        warm_hits = warm.as_ref().map_or(0, |w| w.hits.load(Ordering::Relaxed)),
         "{what}: ended"
     );
     if let Some(t) = &args.trace {

@@ -1,0 +1,253 @@
+//! The warm start of a view: the files a job read, kept in the user's node-local cache between
+//! jobs, so that the next job on the same node reads from shared storage only what changed.
+//!
+//! [`Warm`] is a [`FileBytes`] in front of another (the tree on storage): a file is looked up in
+//! its directory under a key made of the file's path below the view, its size and its mtime (as
+//! the snapshot listed them); an entry that is there, names that file with that size and mtime and
+//! whose bytes hash (BLAKE3) to the hash it was written with is served without touching storage.
+//! Anything else (no entry, another version, a torn or corrupted entry) is fetched from storage
+//! as before and written for the next job (a temporary name, renamed when complete).
+//!
+//! Not in the key: the inode number (recorded, not compared): FUSE file systems such as sshfs
+//! (without `use_ino`) number a file anew when the kernel forgot it, so an unchanged file would
+//! never be found again. A file rewritten with the same size and mtime (to the nanosecond) is
+//! taken for the old one, as `make` and `rsync` take it.
+//!
+//! Bounded: [`open_dir`] removes the least recently used entries (their mtime, set again at
+//! each hit) until the directory holds at most its limit.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, Mode, OFlags, Timestamps};
+
+use super::{FileBytes, Node};
+
+const MAGIC: &[u8; 16] = b"sw-pool-warm 1\n\0";
+/// Magic, path length, size, mtime seconds and nanoseconds, inode, content hash.
+const HEAD: usize = 16 + 4 + 8 + 8 + 4 + 8 + 32;
+/// A path below a view is at most this long (`PATH_MAX`).
+const MAX_PATH: usize = 4096;
+
+/// See the module's documentation.
+pub struct Warm {
+    inner: Box<dyn FileBytes>,
+    dir: OwnedFd,
+    /// Files served from the warm cache (storage untouched).
+    pub hits: AtomicU64,
+    /// Files fetched from `inner` (and written for the next job).
+    pub misses: AtomicU64,
+}
+
+/// The name of a file's entry: its key, hashed.
+fn entry_name(node: &Node) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(node.path.as_os_str().as_bytes());
+    h.update(&[0]);
+    h.update(&node.size.to_le_bytes());
+    h.update(&node.mtime.0.to_le_bytes());
+    h.update(&node.mtime.1.to_le_bytes());
+    h.finalize().to_hex()[..40].to_string()
+}
+
+fn head(node: &Node, hash: &blake3::Hash) -> Vec<u8> {
+    let path = node.path.as_os_str().as_bytes();
+    let mut v = Vec::with_capacity(HEAD + path.len());
+    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(&(path.len() as u32).to_le_bytes());
+    v.extend_from_slice(&node.size.to_le_bytes());
+    v.extend_from_slice(&node.mtime.0.to_le_bytes());
+    v.extend_from_slice(&node.mtime.1.to_le_bytes());
+    v.extend_from_slice(&node.ino.to_le_bytes());
+    v.extend_from_slice(hash.as_bytes());
+    v.extend_from_slice(path);
+    v
+}
+
+/// The bytes of `node` in an entry, if the entry is of that file, that version, whole and
+/// unaltered. The entry is parsed with every length bounded (it is on a disk another process of
+/// the user's could have written).
+fn parse_entry(node: &Node, e: &[u8]) -> Option<Vec<u8>> {
+    let (h, rest) = (e.get(..HEAD)?, e.get(HEAD..)?);
+    if &h[..16] != MAGIC {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap());
+    let path_len = u32_at(16) as usize;
+    let size = u64_at(20);
+    let mtime = (u64_at(28) as i64, u32_at(36));
+    let hash: [u8; 32] = h[48..80].try_into().ok()?;
+    if path_len > MAX_PATH || size != node.size || mtime != node.mtime {
+        return None;
+    }
+    let (path, bytes) = (rest.get(..path_len)?, rest.get(path_len..)?);
+    if path != node.path.as_os_str().as_bytes() || bytes.len() as u64 != size {
+        return None;
+    }
+    (blake3::hash(bytes) == blake3::Hash::from(hash)).then(|| bytes.to_vec())
+}
+
+/// The warm cache's directory `dir` (the user's own node-local directory, made if missing, mode
+/// 0700), opened, its entries beyond `limit` bytes removed, least recently used first.
+pub fn open_dir(dir: &Path, limit: u64) -> Result<OwnedFd, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    }
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o077 != 0 {
+        return Err(format!(
+            "{}: not a private directory of yours (owner {}, mode {:o}); nothing of it is used",
+            dir.display(),
+            st.st_uid,
+            st.st_mode & 0o7777
+        ));
+    }
+    trim(&fd, limit);
+    Ok(fd)
+}
+
+/// Remove entries of `dir`, least recently used first, until they hold at most `limit` bytes (and
+/// every temporary file a writer left behind).
+fn trim(dir: &OwnedFd, limit: u64) {
+    let Ok(mut rd) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    let mut entries: Vec<(i64, u64, std::ffi::CString)> = Vec::new();
+    let mut total = 0u64;
+    while let Some(Ok(e)) = rd.read() {
+        let name = e.file_name().to_owned();
+        if matches!(name.as_bytes(), b"." | b"..") {
+            continue;
+        }
+        let Ok(st) = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if name.as_bytes().starts_with(b".") {
+            // a writer's temporary file: a view that ended while writing it
+            let _ = rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty());
+            continue;
+        }
+        total += st.st_size as u64;
+        entries.push((st.st_mtime as i64, st.st_size as u64, name));
+    }
+    entries.sort();
+    for (_, size, name) in entries {
+        if total <= limit {
+            break;
+        }
+        if rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty()).is_ok() {
+            total -= size;
+        }
+    }
+}
+
+impl Warm {
+    /// The warm cache in the directory [`open_dir`] opened, in front of `inner`.
+    pub fn new(inner: Box<dyn FileBytes>, dir: OwnedFd) -> Warm {
+        Warm {
+            inner,
+            dir,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn lookup(&self, node: &Node, name: &str) -> Option<Vec<u8>> {
+        let fd = rustix::fs::openat(
+            &self.dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        // a regular file of the size an entry of this file has: nothing larger is read
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || st.st_size as u64 != (HEAD + node.path.as_os_str().len()) as u64 + node.size
+        {
+            return None;
+        }
+        let mut e = Vec::with_capacity(st.st_size as usize);
+        File::from(fd).read_to_end(&mut e).ok()?;
+        let bytes = parse_entry(node, &e);
+        if bytes.is_none() {
+            // another version or a damaged entry: never served; the fetch writes it anew
+            let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
+        }
+        bytes
+    }
+
+    fn keep(&self, node: &Node, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let tmp = format!(".{name}.{}", std::process::id());
+        let fd = rustix::fs::openat(
+            &self.dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let r = (|| {
+            let mut f = File::from(fd);
+            f.write_all(&head(node, &blake3::hash(bytes)))?;
+            f.write_all(bytes)?;
+            rustix::fs::renameat(&self.dir, tmp.as_str(), &self.dir, name)?;
+            Ok(())
+        })();
+        if r.is_err() {
+            let _ = rustix::fs::unlinkat(&self.dir, tmp.as_str(), AtFlags::empty());
+        }
+        r
+    }
+}
+
+impl FileBytes for Warm {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        let name = entry_name(node);
+        if let Some(v) = self.lookup(node, &name) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            // used now: the last to go when the cache is trimmed
+            let now = Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_NOW,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_NOW,
+                },
+            };
+            let _ = rustix::fs::utimensat(&self.dir, name.as_str(), &now, AtFlags::empty());
+            return Ok(v);
+        }
+        let v = self.inner.fetch(node)?;
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.keep(node, &name, &v) {
+            tracing::warn!(
+                "{}: not kept for the next job ({}): {e}",
+                node.path.display(),
+                self.describe()
+            );
+        }
+        Ok(v)
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests;
