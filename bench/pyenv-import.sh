@@ -9,6 +9,10 @@
 #                 storage, verified, mounted) and the pool's python; the load is inside the time
 #   (c) in-place  the same pool file `sw-pool mount --in-place` on every node from shared storage
 #                 (no copy, each chunk verified on first read: Apptainer/Tykky style)
+#   (v) view      the venv as it lies, no build step: every rank under `sw-pool run --cache VENV`
+#                 (one environment per node, its ranks join it; each node's view lists the venv
+#                 once and reads each file once), the node's cache emptied first (cold)
+#   (w) warm      (v) again right after it, the node's cache kept: the views' warm start
 # Per run: time from launch to the slowest rank's end of import, bytes the storage server sent, and
 # the requests it served (its own log, testbed/storage-ops), as bench/storm.sh counts them.
 #
@@ -46,7 +50,7 @@ testbed/up -n 8 --sftp-log
 . testbed/env.sh
 E=$TB/export/pyenv S=$TB/shared/pyenv W=$TB/scratch/pyenv
 mkdir -p "$E/pools/sci" "$W/bin"
-cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$W/bin/"; SW=$W/bin/sw-pool
+cp "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$SW-view" "$W/bin/"; SW=$W/bin/sw-pool
 
 server_pids() { ip netns pids "$TB_STOR"; }
 server_ops() { testbed/storage-ops --by-op | awk '{t += $2} $1 == "read" {r = $2} END {print t + 0, r + 0}'; }
@@ -101,12 +105,15 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
   local way=$1 n=$2 p=$3 py pp="" t0 out rc=0 b0 o0 o1 bytes load_s="null"
   local np=$((n * p)) h1 hp
   h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
-  testbed/exec all sh -c "rm -rf $TB/local/sw-pool-0 $MNT; mkdir -p $MNT" >/dev/null 2>&1 || true
+  local keep=$TB/local/sw-pool-0
+  [[ $way == w ]] && keep=""   # the warm start: the views' copies stay on the nodes
+  testbed/exec all sh -c "rm -rf $keep $MNT; mkdir -p $MNT" >/dev/null 2>&1 || true
   drop
   b0=$(testbed/storage-bytes); o0=$(server_ops)
   t0=$(now)
   case $way in
     a) py=$PY; pp=$S/${SITE#"$E"/} ;;
+    v|w) py=$PY; pp=$S/${SITE#"$E"/} ;;
     b) py=$MNT/install/sci/1/bin/python
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/sci/1.sqfs" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
@@ -114,7 +121,9 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
        testbed/mpirun -np "$n" -H "$h1" "$SW" mount -q --in-place "$S/pools/sci/1.sqfs" "$MNT" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
   esac
-  out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" -x PYTHONPATH="$pp" "$py" -c "$DRIVER" 2>&1) || rc=$?
+  local wrap=()
+  [[ $way == v || $way == w ]] && wrap=("$SW" run --cache "$S/sci-env" --)
+  out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" -x PYTHONPATH="$pp" "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
   local t_end; t_end=$(now)
   bytes=$(( $(testbed/storage-bytes) - b0 )); o1=$(server_ops)
   case $way in
