@@ -49,6 +49,15 @@ fn views_running(needle: &str) -> Vec<String> {
     out
 }
 
+/// The test user's tree on "storage": `<fixture>/project/env` ([`tree`]).
+fn project(f: &Fixture) -> std::path::PathBuf {
+    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = f.dir.path().join("project/env");
+    tree(&t);
+    std::os::unix::fs::chown(f.dir.path().join("project"), Some(NOBODY), Some(NOBODY)).unwrap();
+    t
+}
+
 /// A node-local cache base of the test user's (`$SW_POOL_CACHE`), in the fixture.
 fn cache_base(f: &Fixture) -> std::path::PathBuf {
     let c = f.dir.path().join("cache");
@@ -65,10 +74,7 @@ fn a_next_run_reads_from_storage_only_what_changed() {
         return;
     }
     let f = Fixture::new();
-    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let t = f.dir.path().join("project/env");
-    tree(&t);
-    std::os::unix::fs::chown(f.dir.path().join("project"), Some(NOBODY), Some(NOBODY)).unwrap();
+    let t = project(&f);
     let ts = t.display().to_string();
     let base = cache_base(&f);
     let run = |script: &str| {
@@ -147,10 +153,7 @@ fn a_tree_is_read_once_as_a_snapshot_and_still_served_when_storage_goes() {
         return;
     }
     let f = Fixture::new();
-    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let t = f.dir.path().join("project/env");
-    tree(&t);
-    std::os::unix::fs::chown(f.dir.path().join("project"), Some(NOBODY), Some(NOBODY)).unwrap();
+    let t = project(&f);
     let sync = f.dir.path().join("sync");
     std::fs::create_dir(&sync).unwrap();
     std::os::unix::fs::chown(&sync, Some(NOBODY), Some(NOBODY)).unwrap();
