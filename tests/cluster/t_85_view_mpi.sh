@@ -211,6 +211,8 @@ built=1
   echo v1 > data/version.txt
   mkdir data/race
   for f in $(seq -w 0 39); do echo "f$f v0" > "data/race/f$f"; done
+  # a venv's interpreter link: absolute (some sftp servers refuse to read such a link: EPERM)
+  ln -s /usr/bin/python3 bin/abs-python3
 ) || built=0
 chmod -R a+rX "$T"
 if [[ $built == 1 ]]; then
@@ -237,6 +239,14 @@ run_job() {
 wait_mark() { wait_for 1200 test -e "$W/out/$1/$2"; }
 job_rc() { wait_mark "$1" rc && cat "$W/out/$1/rc"; }
 show() { sed 's/^/    /' "$W/out/$1/log" "$W/out/$1/err" | tail -n 30; }
+
+# --- 0. an absolute symlink in the tree: listed, its target as storage gives it (or refused as
+# storage refuses it), never the whole view lost
+out=$(swenv timeout 120 srun -N1 --chdir="$W" "$SW" run --cache "$TREE" -- sh -c \
+  "readlink $TREE/bin/abs-python3 || echo refused; cat $TREE/data/seen.txt" 2>"$W/abs-link.err") && rc=0 || rc=$?
+assert_eq "abs-link: a tree with an absolute symlink is viewed (exit status)" 0 "$rc"
+assert_match "abs-link: its target as storage gives it, or refused; the rest served" \
+  "^(/usr/bin/python3|refused)"$'\n'"seen-1$" "$out"
 
 # --- 1. unmodified on 4 nodes, then the tree unreadable on storage mid-job
 basic() {  # basic NAME PROG SRUN...

@@ -44,7 +44,9 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
+mod epoch;
 mod warm;
+pub use epoch::Epoch;
 pub use warm::{open_dir as open_warm_dir, Warm};
 
 /// The snapshot never changes while it is served.
@@ -81,7 +83,8 @@ pub struct Node {
     pub target: Vec<u8>,
     /// A directory's entries, sorted by name: (name, index into [`Snapshot::nodes`]).
     pub children: Vec<(Vec<u8>, u32)>,
-    /// A directory the walk could not read (its lookups fail with `EACCES`, as they would).
+    /// A directory the walk could not read (its lookups fail with `EACCES`, as they would), or a
+    /// symlink whose target it could not read (its readlink fails with `EPERM`).
     pub unreadable: bool,
     /// The index of the parent directory (the root's own for the root).
     pub parent: u32,
@@ -173,16 +176,30 @@ impl Snapshot {
                     return Err(format!("{}: {e}", what.join(base.join(os)).display()));
                 }
             };
+            // a symlink whose target storage will not give (sshfs refuses absolute ones as
+            // EPERM on some servers) is listed, its readlink failing as storage's did: one
+            // entry does not cost the whole view
+            let mut unreadable = false;
             let target = if kind_of(st.st_mode) == Kind::Symlink {
                 self.requests += 1;
-                rustix::fs::readlinkat(&dir, os, Vec::new())
-                    .map_err(|e| format!("{}: {e}", what.join(base.join(os)).display()))?
-                    .into_bytes()
+                match rustix::fs::readlinkat(&dir, os, Vec::new()) {
+                    Ok(t) => t.into_bytes(),
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => {
+                        tracing::warn!(
+                            "{}: its target cannot be read ({e}): listed, not followed",
+                            what.join(base.join(os)).display()
+                        );
+                        unreadable = true;
+                        Vec::new()
+                    }
+                }
             } else {
                 Vec::new()
             };
             let child = self.nodes.len() as u32;
             self.nodes.push(node_of(base.join(os), &st, target, idx));
+            self.nodes[child as usize].unreadable = unreadable;
             if kind_of(st.st_mode) == Kind::Dir {
                 subdirs.push((name.clone(), child));
             }
@@ -342,42 +359,6 @@ impl FileBytes for Storage {
 
     fn describe(&self) -> String {
         self.what.display().to_string()
-    }
-}
-
-/// The start of the job a view serves, the same on all its nodes: a file whose mtime (as the
-/// snapshot listed it) is at or after `at` changed after the job began and is not served.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Epoch {
-    /// Seconds and nanoseconds since 1970 (a Slurm step's start is whole seconds).
-    pub at: (i64, u32),
-    /// Where it came from, for messages ("job step 12.0's start").
-    pub source: String,
-}
-
-impl Epoch {
-    /// `SECS[.FRACTION]` since 1970, as `date +%s.%N` prints it.
-    pub fn parse(s: &str, source: &str) -> Result<Epoch, String> {
-        let bad =
-            || format!("{source}={s:?}: give seconds since 1970, as `date +%s.%N` prints them");
-        let (secs, frac) = s.trim().split_once('.').unwrap_or((s.trim(), ""));
-        if secs.is_empty()
-            || !secs.bytes().all(|b| b.is_ascii_digit())
-            || frac.len() > 9
-            || !frac.bytes().all(|b| b.is_ascii_digit())
-        {
-            return Err(bad());
-        }
-        let secs: i64 = secs.parse().map_err(|_| bad())?;
-        let nanos: u32 = if frac.is_empty() {
-            0
-        } else {
-            format!("{frac:0<9}").parse().map_err(|_| bad())?
-        };
-        Ok(Epoch {
-            at: (secs, nanos),
-            source: source.to_string(),
-        })
     }
 }
 
@@ -655,6 +636,7 @@ impl Filesystem for ViewFs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.0.node(ino.0) {
+            Some(n) if n.kind == Kind::Symlink && n.unreadable => reply.error(Errno::EPERM),
             Some(n) if n.kind == Kind::Symlink => reply.data(&n.target),
             Some(_) => reply.error(Errno::EINVAL),
             None => reply.error(Errno::ENOENT),
