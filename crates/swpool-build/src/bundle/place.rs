@@ -16,6 +16,7 @@ pub(super) struct Planned {
     pub(super) symlink: Option<PathBuf>,
 }
 
+#[derive(Default)]
 pub(super) struct Plan {
     pub(super) files: Vec<Planned>,
     /// canonical source → index in files

@@ -59,3 +59,70 @@ fn excludes() {
     assert!(traced_exclusion(&e, &lib.join("libm.so.6"), &lib.join("libm.so.6"), false).is_none());
     assert!(traced_exclusion(&e, &lib.join("data.txt"), &lib.join("data.txt"), false).is_none());
 }
+
+fn options(out: PathBuf) -> BundleOptions {
+    BundleOptions {
+        inputs: vec![],
+        name: None,
+        version: None,
+        out,
+        force: false,
+        python: None,
+        trace: None,
+        trace_prefixes: vec![],
+        exclude: vec![],
+        include: vec![],
+        no_default_excludes: false,
+        link: LinkMode::Needed,
+        ld_library_path: None,
+        pythonpath: None,
+        path_var: None,
+    }
+}
+
+fn image() -> ImageOptions {
+    ImageOptions {
+        chunk_size: 1 << 20,
+        squashfs_level: None,
+        source_date_epoch: None,
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_before_anything_is_written() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("b.sqfs");
+    let refused = |o: BundleOptions| match bundle(&o, &image()) {
+        Err(e) => {
+            // nothing beside OUT: no trace directory, no tree
+            let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().flatten().collect();
+            assert!(left.is_empty(), "{e}: left {left:?}");
+            e
+        }
+        Ok(_) => panic!("bundled"),
+    };
+    // `--trace --` with no command after it
+    let e = refused(BundleOptions {
+        trace: Some(vec![]),
+        trace_prefixes: vec![t.path().into()],
+        ..options(out.clone())
+    });
+    assert!(matches!(e, BundleError::Usage(_)), "{e}");
+    assert!(e.to_string().contains("--trace needs a command"), "{e}");
+    // nothing to bundle
+    let e = refused(options(out.clone()));
+    assert_eq!(e.exit_status(), ExitStatus::Usage, "{e}");
+    // --python without a traced command
+    let e = refused(BundleOptions {
+        inputs: vec!["/bin/true".into()],
+        python: Some(None),
+        ..options(out.clone())
+    });
+    assert!(e.to_string().contains("add --trace"), "{e}");
+    // an input that is not there: named
+    let e = refused(BundleOptions {
+        inputs: vec![t.path().join("nope")],
+        ..options(out.clone())
+    });
+    assert!(e.to_string().contains("nope"), "{e}");
+}
