@@ -126,3 +126,33 @@ fn bad_requests_are_refused_before_anything_is_written() {
     });
     assert!(e.to_string().contains("nope"), "{e}");
 }
+
+#[test]
+fn python_is_probed_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("probes");
+    let python = d.path().join("python3");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\necho probe >> '{}'\n\
+             echo '{{\"executable\": \"/nonexistent/python3\", \"version\": \"3.99\", \"path\": [], \"stdlib\": []}}'\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = BundleOptions {
+        python: Some(Some(python)),
+        trace: Some(vec!["/nonexistent/command".into()]),
+        ..options(d.path().join("out"))
+    };
+    // the traced command does not exist: the bundle fails after the probe, leaving nothing
+    let e = bundle(&o, &image()).unwrap_err();
+    assert!(matches!(e, BundleError::Trace(_)), "{e}");
+    let probes = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(probes.lines().count(), 1, "probes: {probes:?}");
+    // the interpreter and its log only
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+}
