@@ -43,11 +43,16 @@ impl BlockCache {
         }
     }
 
-    fn shard(&self, pos: u64) -> std::sync::MutexGuard<'_, Shard> {
+    fn shard_index(pos: u64) -> usize {
         // positions of neighbouring blocks differ in their low bits
         let h = (pos ^ (pos >> 17) ^ (pos >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let i = (h >> 59) as usize % SHARDS;
-        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+        (h >> 59) as usize % SHARDS
+    }
+
+    fn shard(&self, pos: u64) -> std::sync::MutexGuard<'_, Shard> {
+        self.shards[Self::shard_index(pos)]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn get(&self, pos: u64) -> Option<Arc<Vec<u8>>> {
@@ -75,7 +80,11 @@ impl BlockCache {
     pub(crate) fn put_meta(&self, pos: u64, data: Arc<Vec<u8>>, next: u64) {
         let mut s = self.shard(pos);
         let len = data.len().max(64);
-        if s.map.insert(pos, (data, next)).is_some() {
+        if let Some((old, _)) = s.map.insert(pos, (data, next)) {
+            // put again (two threads missed it at once; in a crafted image, two files may name the
+            // same position with different sizes): count the block kept, not the one replaced,
+            // or eviction subtracts more than was added
+            s.bytes = s.bytes - old.len().max(64) + len;
             return;
         }
         s.order.push_back(pos);
@@ -109,5 +118,43 @@ impl BlockCache {
             .iter()
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).bytes)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(n: usize) -> Arc<Vec<u8>> {
+        Arc::new(vec![7u8; n])
+    }
+
+    #[test]
+    fn a_block_put_again_with_another_size_is_counted_once() {
+        let c = BlockCache::new(16 * 10_000);
+        c.put(4096, block(100));
+        c.put(4096, block(9000));
+        assert_eq!(c.bytes(), 9000);
+        c.put(4096, block(100));
+        assert_eq!(c.bytes(), 100);
+        assert_eq!(c.get(4096).map(|b| b.len()), Some(100));
+    }
+
+    #[test]
+    fn eviction_after_a_replaced_block_keeps_the_count() {
+        // one shard's worth is 1,000 bytes: the block replaced by a larger one is evicted by the
+        // next put, which subtracted the larger size from the smaller count before
+        let c = BlockCache::new(16 * 1_000);
+        let pos = 1 << 20;
+        c.put(pos, block(64));
+        c.put(pos, block(900));
+        // another position in the same shard
+        let other = (1u64..)
+            .map(|i| pos + i * 4096)
+            .find(|&p| BlockCache::shard_index(p) == BlockCache::shard_index(pos))
+            .unwrap();
+        c.put(other, block(800));
+        assert!(!c.contains(pos));
+        assert_eq!(c.bytes(), 800);
     }
 }
