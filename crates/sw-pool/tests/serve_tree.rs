@@ -299,7 +299,7 @@ fn a_stat_walk_and_reopened_files_cost_the_server_few_requests() {
 /// answer ENOSYS, which it takes as "never ask again"): those first opens and every later one
 /// succeed and read right, and what the kernel checks still fails as it should: a write open is
 /// EROFS, a file opened as a directory or walked through ENOTDIR, a directory opened for writing
-/// or read as a file EISDIR.
+/// or read as a file EISDIR; an ioctl is ENOTTY.
 #[test]
 fn opens_the_kernel_makes_alone_read_right_and_keep_its_checks() {
     let t = T::new();
@@ -352,7 +352,15 @@ fn opens_the_kernel_makes_alone_read_right_and_keep_its_checks() {
         Some(21),
         "a directory read as a file: EISDIR"
     );
+    // an ioctl (Python's isatty check of every file it opens) is ENOTTY, and logs nothing
+    for _ in 0..3 {
+        assert!(!std::io::IsTerminal::is_terminal(
+            &fs::File::open(&f).unwrap()
+        ));
+    }
     stop(c, &mp);
+    let log = fs::read_to_string(t.p("log")).unwrap();
+    assert!(!log.contains("ioctl"), "{log}");
 }
 
 #[test]
