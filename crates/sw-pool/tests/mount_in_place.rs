@@ -2,8 +2,9 @@
 //! one hop (the server reads the tree from chunks verified against the manifest and serves it at
 //! the mount point; no served file, no helper), recorded, listed and unmounted like any mount; a
 //! chunk corrupted on storage mid-run is EIO with a log line naming the pool, chunk, offset and
-//! node, and no byte of it is served; a killed server fails reads at once, is stale in `list`, and
-//! `umount --force` or `cleanup --stale` remove it.
+//! node, and no byte of it is served; after the server was killed what the kernel had cached may
+//! still be read (the verified bytes) and every other read and listing fails at once; the mount
+//! is stale in `list`, and `umount --force` or `cleanup --stale` remove it.
 
 mod common;
 use common::mount_fixture::*;
@@ -40,6 +41,41 @@ fn ok(t: &T, args: &[&str]) -> Out {
 fn mount_in_place(t: &T, pool: &str, mp: &str) -> serde_json::Value {
     let o = ok(t, &["mount", "--in-place", "--json", pool, mp]);
     serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", o.stdout))
+}
+
+/// A read of `p`, whose pages the kernel held when its server died: `want` or an error, in 2 s.
+fn cached_is_verified_or_fails_at_once(p: &Path, want: &[u8]) {
+    let start = std::time::Instant::now();
+    match fs::read(p) {
+        Ok(v) => assert!(v == want, "{}: other bytes than the pool's", p.display()),
+        Err(e) => assert!(
+            matches!(e.raw_os_error(), Some(5) | Some(103) | Some(107)),
+            "{}: {e}",
+            p.display()
+        ),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// A listing of `dir` (never listed before) after its server died: an error within 2 s.
+fn listing_fails_at_once(dir: &Path) {
+    let start = std::time::Instant::now();
+    let r: std::io::Result<Vec<_>> = fs::read_dir(dir).and_then(|d| d.collect());
+    let e = r.expect_err("a listing of a killed server's mount succeeded");
+    assert!(
+        matches!(e.raw_os_error(), Some(5) | Some(103) | Some(107)),
+        "{}: {e}",
+        dir.display()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 fn kill9(pid: u64) {
@@ -145,7 +181,7 @@ fn in_place_is_one_hop_from_verified_chunks_and_a_corrupted_chunk_is_eio_never_i
 }
 
 #[test]
-fn a_killed_one_hop_server_fails_reads_at_once_is_stale_and_is_removed() {
+fn a_killed_one_hop_server_fails_uncached_reads_at_once_is_stale_and_is_removed() {
     let t = T::new();
     let pool = big_pool(&t);
     let mp = t.mkdir("mnt");
@@ -154,10 +190,19 @@ fn a_killed_one_hop_server_fails_reads_at_once_is_stale_and_is_removed() {
         let v = mount_in_place(&t, &pool, &mp);
         assert_eq!(v["record"]["backend"], "sw_pool_tree", "{v}");
         let pid = v["record"]["helper_pid"].as_u64().unwrap();
-        assert!(fs::read(Path::new(&mp).join("big.dat")).is_ok());
+        let big = Path::new(&mp).join("big.dat");
+        assert!(fs::read(&big).unwrap() == noise(11, BIG));
+        // an entry the kernel holds (the listing brought it), its pages never read
+        let hello = Path::new(&mp).join("install/hello/1.0/bin/hello");
+        assert!(fs::read_dir(hello.parent().unwrap()).unwrap().count() == 1);
         kill9(pid);
-        read_fails_at_once(&Path::new(&mp).join("big.dat"));
-        read_fails_at_once(&Path::new(&mp).join("install/hello/1.0/bin/hello"));
+        // what the kernel cached of the verified pool may still be read: its bytes or an error,
+        // at once; everything else fails at once
+        cached_is_verified_or_fails_at_once(&big, &noise(11, BIG));
+        read_fails_at_once(&hello);
+        read_fails_at_once(&Path::new(&mp).join("source/cfact/cfact.c"));
+        // a directory the kernel knows (looked up on the way to `bin`), never listed
+        listing_fails_at_once(&Path::new(&mp).join("install/hello/1.0"));
         let lj = t.list_json();
         assert_eq!(lj["mounts"][0]["status"], "stale", "{lj}");
         let l = ok(&t, &["list"]).stdout;

@@ -252,7 +252,8 @@ fn syscr(pid: u32) -> u64 {
 }
 
 /// The server built for the kernel: a listing brings its entries' attributes along (a stat walk
-/// of 700 entries is not 700 lookups), and closing a file costs no request (no flush).
+/// of 700 entries is not 700 lookups), and reading a cached file again costs no request (the
+/// kernel opens it without asking and sends no flush and no release).
 #[test]
 fn a_stat_walk_and_reopened_files_cost_the_server_few_requests() {
     let t = T::new();
@@ -285,12 +286,81 @@ fn a_stat_walk_and_reopened_files_cost_the_server_few_requests() {
         assert!(!fs::read(f).unwrap().is_empty());
     }
     let again = syscr(pid) - before;
-    // open and release each (their pages are kept): no flush, no read, no getattr
+    // their pages are kept: no open, release, flush, read or getattr (a few reads of the
+    // server's own are not requests)
     assert!(
-        again <= 2 * files.len() as u64 + 20,
+        again <= 20,
         "reading 200 cached files again took {again} requests"
     );
     stop(c, &mp);
+}
+
+/// The kernel opens files and directories without asking (the first open and the first opendir
+/// answer ENOSYS, which it takes as "never ask again"): those first opens and every later one
+/// succeed and read right, and what the kernel checks still fails as it should: a write open is
+/// EROFS, a file opened as a directory or walked through ENOTDIR, a directory opened for writing
+/// or read as a file EISDIR; an ioctl is ENOTTY.
+#[test]
+fn opens_the_kernel_makes_alone_read_right_and_keep_its_checks() {
+    let t = T::new();
+    let src = tree(&t);
+    let (pool, digest) = build(&t, &src);
+    let mp = mountpoint(&t, "mp");
+    let c = serve(&pool, &digest, &mp, &["--cached"], &t.p("log"));
+    for i in [7, 8, 7] {
+        let f = mp.join(format!("wide/entry-{i:04}"));
+        assert_eq!(fs::read(&f).unwrap(), format!("{i}\n").as_bytes());
+    }
+    for _ in 0..2 {
+        assert_eq!(fs::read_dir(mp.join("wide")).unwrap().count(), 700);
+    }
+    assert!(fs::read(mp.join("big.dat")).unwrap() == noise(7, BIG));
+    let errno = |r: std::io::Result<fs::File>| r.map(drop).unwrap_err().raw_os_error();
+    let f = mp.join("wide/entry-0007");
+    let opts = |w: bool| {
+        let mut o = fs::OpenOptions::new();
+        o.read(!w).write(w);
+        o
+    };
+    assert_eq!(errno(opts(true).open(&f)), Some(30), "write open: EROFS");
+    assert_eq!(
+        errno(opts(false).write(true).open(&f)),
+        Some(30),
+        "O_RDWR: EROFS"
+    );
+    let dir_flag = rustix::fs::OFlags::DIRECTORY.bits() as i32;
+    assert_eq!(
+        errno(std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts(false), dir_flag).open(&f)),
+        Some(20),
+        "a file opened as a directory: ENOTDIR"
+    );
+    assert_eq!(
+        errno(fs::File::open(f.join("x"))),
+        Some(20),
+        "through a file: ENOTDIR"
+    );
+    assert_eq!(
+        errno(opts(true).open(mp.join("wide"))),
+        Some(21),
+        "a directory for writing: EISDIR"
+    );
+    // a directory opened as a file opens (as on any file system) and does not read
+    let mut d = fs::File::open(mp.join("wide")).unwrap();
+    let e = std::io::Read::read(&mut d, &mut [0u8; 16]).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(21),
+        "a directory read as a file: EISDIR"
+    );
+    // an ioctl (Python's isatty check of every file it opens) is ENOTTY, and logs nothing
+    for _ in 0..3 {
+        assert!(!std::io::IsTerminal::is_terminal(
+            &fs::File::open(&f).unwrap()
+        ));
+    }
+    stop(c, &mp);
+    let log = fs::read_to_string(t.p("log")).unwrap();
+    assert!(!log.contains("ioctl"), "{log}");
 }
 
 #[test]
