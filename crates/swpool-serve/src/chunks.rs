@@ -268,6 +268,10 @@ impl Chunks {
         &self.digest
     }
 
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
+    }
+
     pub fn image_size(&self) -> u64 {
         self.image_size
     }

@@ -85,7 +85,8 @@ impl UnixSource {
         }
     }
 
-    fn connect(&self) -> io::Result<UnixStream> {
+    /// A new connection, greeted (the server serves the same digest).
+    pub fn connect(&self) -> io::Result<UnixStream> {
         let mut s = UnixStream::connect(&self.path)?;
         s.set_read_timeout(Some(self.stall))?;
         s.set_write_timeout(Some(self.stall))?;
@@ -98,13 +99,15 @@ impl UnixSource {
         Ok(s)
     }
 
-    fn ask(&self, s: &mut UnixStream, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let mut req = [0u8; 12];
-        req[..8].copy_from_slice(&offset.to_le_bytes());
-        req[8..].copy_from_slice(&(buf.len() as u32).to_le_bytes());
-        s.write_all(&req)?;
-        receive(s, buf)
-    }
+}
+
+/// Ask a greeted connection ([`UnixSource::connect`]) for `buf.len()` bytes at `offset`.
+pub fn ask(s: &mut UnixStream, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let mut req = [0u8; 12];
+    req[..8].copy_from_slice(&offset.to_le_bytes());
+    req[8..].copy_from_slice(&(buf.len() as u32).to_le_bytes());
+    s.write_all(&req)?;
+    receive(s, buf)
 }
 
 impl ChunkSource for UnixSource {
@@ -120,7 +123,7 @@ impl ChunkSource for UnixSource {
             Some(s) => s,
             None => self.connect()?,
         };
-        let r = self.ask(&mut s, offset, buf);
+        let r = ask(&mut s, offset, buf);
         if r.is_ok() {
             self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
         } else if let Err(e) = &r {
@@ -144,9 +147,28 @@ impl ChunkSource for UnixSource {
     }
 }
 
+/// What a socket serves: bytes at offsets of one image, named by a digest its clients must name.
+pub trait Served: Send + Sync {
+    /// What a client must name when it connects.
+    fn digest(&self) -> &str;
+    /// `len` bytes at `offset`, or why not (a message for the client).
+    fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, String>;
+    /// A client connected (`true`) or its connection ended (`false`).
+    fn connection(&self, _open: bool) {}
+}
+
+impl Served for Chunks {
+    fn digest(&self) -> &str {
+        Chunks::digest(self)
+    }
+    fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        Chunks::read(self, offset, len).map_err(|e| e.to_string())
+    }
+}
+
 /// Serve `chunks` on `listener` to processes of this user until the listener fails; one thread per
 /// connection.
-pub fn serve(listener: UnixListener, chunks: Arc<Chunks>) {
+pub fn serve<S: Served + ?Sized + 'static>(listener: UnixListener, chunks: Arc<S>) {
     let me = rustix::process::geteuid();
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -156,12 +178,14 @@ pub fn serve(listener: UnixListener, chunks: Arc<Chunks>) {
         }
         let c = chunks.clone();
         std::thread::spawn(move || {
-            let _ = answer(conn, &c);
+            c.connection(true);
+            let _ = answer(conn, &*c);
+            c.connection(false);
         });
     }
 }
 
-fn answer(mut s: UnixStream, chunks: &Chunks) -> io::Result<()> {
+fn answer<S: Served + ?Sized>(mut s: UnixStream, chunks: &S) -> io::Result<()> {
     // the client's digest first: only a client of the same pool is answered
     let mut hello = [0u8; 10];
     s.read_exact(&mut hello)?;
@@ -192,10 +216,7 @@ fn answer(mut s: UnixStream, chunks: &Chunks) -> io::Result<()> {
         let r = if len > MAX_ANSWER {
             Err(format!("request of {len} bytes refused"))
         } else {
-            chunks
-                .read(offset, len)
-                .map_err(|e| e.to_string())
-                .and_then(|v| {
+            chunks.read(offset, len).and_then(|v| {
                     if v.len() == len as usize {
                         Ok(v)
                     } else {

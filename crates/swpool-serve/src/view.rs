@@ -45,6 +45,7 @@ use fuser::{
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 mod epoch;
+pub mod job;
 mod warm;
 pub use epoch::Epoch;
 pub use warm::{open_dir as open_warm_dir, Warm};
@@ -327,8 +328,22 @@ fn same(node: &Node, st: &rustix::fs::Stat) -> Result<(), String> {
     Ok(())
 }
 
-impl FileBytes for Storage {
-    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+impl Storage {
+    /// `len` bytes of file `node` at `offset`, checked as [`FileBytes::fetch`] checks a whole
+    /// file: the file the snapshot saw before and after the read, all of the bytes there.
+    pub fn read_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        let f = self.open_checked(node)?;
+        let mut v = vec![0u8; len as usize];
+        f.read_exact_at(&mut v, offset)
+            .map_err(|e| format!("reading {len} bytes at {offset} on storage: {e}"))?;
+        self.bytes.fetch_add(v.len() as u64, Ordering::Relaxed);
+        let after = rustix::fs::fstat(&f).map_err(|e| format!("fstat: {e}"))?;
+        same(node, &after)?;
+        Ok(v)
+    }
+
+    /// File `node` opened below the root, the file the snapshot saw.
+    fn open_checked(&self, node: &Node) -> Result<File, String> {
         self.opens.fetch_add(1, Ordering::Relaxed);
         let fd = rustix::fs::openat2(
             &self.root,
@@ -340,7 +355,13 @@ impl FileBytes for Storage {
         .map_err(|e| format!("opening it on storage: {e}"))?;
         let before = rustix::fs::fstat(&fd).map_err(|e| format!("fstat: {e}"))?;
         same(node, &before)?;
-        let mut f = File::from(fd);
+        Ok(File::from(fd))
+    }
+}
+
+impl FileBytes for Storage {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        let mut f = self.open_checked(node)?;
         let mut v = Vec::with_capacity(node.size as usize);
         f.read_to_end(&mut v)
             .map_err(|e| format!("reading it on storage: {e}"))?;

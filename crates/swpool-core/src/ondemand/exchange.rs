@@ -61,6 +61,22 @@ pub fn owner(index: u64, nodes: usize) -> usize {
     (index % nodes as u64) as usize
 }
 
+impl Ask {
+    /// An ask for `len` bytes of chunk `index`, and where its answer comes: the owner's frame
+    /// (its head, then the bytes), or why not.
+    pub fn new(index: u64, len: usize) -> (Ask, Receiver<Result<Vec<u8>, String>>) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        (
+            Ask {
+                index,
+                len,
+                reply: tx,
+            },
+            rx,
+        )
+    }
+}
+
 impl ChunkSource for PeerSource {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let index = offset / self.chunk_size;
@@ -132,16 +148,28 @@ pub struct Gate<'a> {
     pub all: &'a mut dyn FnMut(Vec<u8>),
 }
 
+/// What answers the peers' asks on this node: the bytes of chunk `index` (`len` of them),
+/// appended to `out`.
+pub trait Local: Send + Sync {
+    fn answer_into(&self, index: u64, len: u32, out: &mut Vec<u8>) -> Result<(), String>;
+}
+
+/// An on-demand load's engine answers with its verified chunks.
+impl Local for Chunks {
+    fn answer_into(&self, index: u64, len: u32, out: &mut Vec<u8>) -> Result<(), String> {
+        self.read_into(index * self.chunk_size(), len, out)
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// The answer to a peer's ask as it is sent: its head, then chunk `index` (`len` bytes) read
 /// right after it from `local`, or an error's words when the ask is not `ok` to answer or the
 /// read failed (never longer than the asker's buffer, the chunk it asked for).
-fn answer(local: &Chunks, index: u64, len: u64, chunk_size: u64, ok: bool) -> Vec<u8> {
+fn answer(local: &dyn Local, index: u64, len: u64, ok: bool) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEAD + len as usize);
     v.resize(HEAD, 0);
     let r = if ok {
-        local
-            .read_into(index * chunk_size, len as u32, &mut v)
-            .map_err(|e| e.to_string())
+        local.answer_into(index, len as u32, &mut v)
     } else {
         Err(format!(
             "chunk {index} ({len} bytes) is not one of this node's to answer"
@@ -244,14 +272,15 @@ fn stop_all(
 
 /// Drive the exchange until `stop`: answer the peers' asks from `local` (this node's engine:
 /// its own chunks come from storage once, then from its store) and send this node's asks to their
-/// owners. Call it on the thread that may call MPI. `chunks` and `chunk_size` bound what peers ask.
+/// owners. Call it on the thread that may call MPI. `chunks` and `max_len` (bytes of one answer)
+/// bound what peers ask.
 pub fn run(
     plane: &dyn DataPlane,
-    local: Arc<Chunks>,
+    local: Arc<dyn Local>,
     asks: Receiver<Ask>,
     stop: &AtomicBool,
     chunks: u64,
-    chunk_size: u64,
+    max_len: u64,
     mut gate: Option<Gate<'_>>,
 ) -> Result<ExchangeStats, PlaneError> {
     let (me, n) = (plane.rank(), plane.size());
@@ -342,11 +371,11 @@ pub fn run(
             if slot >= SLOTS {
                 continue; // cannot be answered: no tag for it (the asker times out)
             }
-            let ok = index < chunks && len <= chunk_size && owner(index, n) == me;
+            let ok = index < chunks && len <= max_len && owner(index, n) == me;
             let tx = ans_tx.clone();
             let local = local.clone();
             std::thread::spawn(move || {
-                let _ = tx.send((p, slot, answer(&local, index, len, chunk_size, ok)));
+                let _ = tx.send((p, slot, answer(&*local, index, len, ok)));
             });
         }
         // answers to this node's asks

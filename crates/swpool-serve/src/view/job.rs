@@ -1,0 +1,436 @@
+//! The job-wide view: one listing and one read of each file from shared storage per job, whatever
+//! the number of nodes (`sw-pool run --cache DIR` in a Slurm step of several nodes).
+//!
+//! The job's view servers (`sw-pool-full view-serve`, one MPI task per node, started by the step's
+//! task 0) agree on one **virtual image** of the tree: node 0 walks the tree once ([`Snapshot`])
+//! and broadcasts its encoding ([`encode`]); every node lays it out the same way ([`Layout`]):
+//! the encoding first, then each regular file at an offset aligned to the chunk size, so that a
+//! chunk holds bytes of one file only. Chunk `i` is read from storage by node `i mod nodes` only
+//! ([`Owned`]: once, checked against the snapshot's size and mtime before and after the read,
+//! hashed with BLAKE3); a node that needs it asks its owner over MPI and checks the hash that
+//! comes with it. Each node's `sw-pool-view` takes the snapshot and the files' bytes from its
+//! node's server through a Unix socket ([`JobBytes`], a [`FileBytes`]) and serves them as a
+//! per-node view does.
+//!
+//! One version per job: the nodes list one snapshot, and a file is only ever served as node 0's
+//! walk saw it (a chunk read after the file changed is refused by its owner, on every node alike,
+//! and a chunk read once is kept by its owner and answered the same way to every node).
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::{FileBytes, Kind, Node, Snapshot, Storage};
+use crate::socket::UnixSource;
+use crate::ChunkSource;
+
+/// The chunk of the virtual image: what one ask moves between nodes.
+pub const CHUNK: u64 = 1 << 20;
+/// Bytes of the BLAKE3 hash that comes before a chunk's bytes in an owner's answer.
+pub const HASH: usize = 32;
+const MAGIC: &[u8; 8] = b"swpview1";
+/// The longest name and symlink target an encoding may carry.
+const MAX_NAME: usize = 4096;
+
+/// What a client of a job's view server names when it connects.
+pub fn digest(tree: &Path) -> String {
+    format!("sw-pool-view {}", tree.display())
+}
+
+fn put_bytes(v: &mut Vec<u8>, b: &[u8]) {
+    v.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    v.extend_from_slice(b);
+}
+
+/// The snapshot as bytes: every node in order (parent index, name, kind, flags, permission bits,
+/// size, mtime, inode, links, owner, group, symlink target). The children lists and paths are
+/// rebuilt from the parents and names by [`decode`].
+pub fn encode(s: &Snapshot) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64 + s.nodes.len() * 80);
+    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(&(s.nodes.len() as u32).to_le_bytes());
+    v.extend_from_slice(&s.requests.to_le_bytes());
+    for n in &s.nodes {
+        v.extend_from_slice(&n.parent.to_le_bytes());
+        put_bytes(
+            &mut v,
+            n.path.file_name().map(|f| f.as_bytes()).unwrap_or(b""),
+        );
+        v.push(match n.kind {
+            Kind::Dir => 0,
+            Kind::File => 1,
+            Kind::Symlink => 2,
+            Kind::Other => 3,
+        });
+        v.push(u8::from(n.unreadable));
+        v.extend_from_slice(&n.perm.to_le_bytes());
+        v.extend_from_slice(&n.size.to_le_bytes());
+        v.extend_from_slice(&n.mtime.0.to_le_bytes());
+        v.extend_from_slice(&n.mtime.1.to_le_bytes());
+        v.extend_from_slice(&n.ino.to_le_bytes());
+        v.extend_from_slice(&n.nlink.to_le_bytes());
+        v.extend_from_slice(&n.uid.to_le_bytes());
+        v.extend_from_slice(&n.gid.to_le_bytes());
+        put_bytes(&mut v, &n.target);
+    }
+    v
+}
+
+/// A bounded reader of an encoding.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("the snapshot's encoding ends early".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        if n > MAX_NAME {
+            return Err(format!("a name or link target of {n} bytes in the snapshot"));
+        }
+        self.take(n)
+    }
+}
+
+/// The snapshot [`encode`] made, checked: every parent an earlier directory, every name a single
+/// path component, unique in its directory, at most [`super::MAX_ENTRIES`] nodes.
+pub fn decode(b: &[u8]) -> Result<Snapshot, String> {
+    let mut c = Cursor(b);
+    if c.take(8)? != MAGIC {
+        return Err("not a sw-pool view snapshot".into());
+    }
+    let count = c.u32()? as usize;
+    if count == 0 || count > super::MAX_ENTRIES {
+        return Err(format!("a snapshot of {count} entries"));
+    }
+    let requests = c.u64()?;
+    let mut nodes: Vec<Node> = Vec::with_capacity(count.min(b.len() / 40 + 1));
+    for i in 0..count {
+        let parent = c.u32()?;
+        let name = c.bytes()?.to_vec();
+        let kind = match c.u8()? {
+            0 => Kind::Dir,
+            1 => Kind::File,
+            2 => Kind::Symlink,
+            3 => Kind::Other,
+            k => return Err(format!("entry {i}: kind {k}")),
+        };
+        let unreadable = c.u8()? != 0;
+        let perm = c.u16()? & 0o7777;
+        let size = c.u64()?;
+        let mtime = (c.u64()? as i64, c.u32()?);
+        if mtime.1 >= 1_000_000_000 {
+            return Err(format!("entry {i}: mtime nanoseconds {}", mtime.1));
+        }
+        let (ino, nlink, uid, gid) = (c.u64()?, c.u32()?, c.u32()?, c.u32()?);
+        let target = c.bytes()?.to_vec();
+        let path = if i == 0 {
+            if parent != 0 || !name.is_empty() || kind != Kind::Dir {
+                return Err("the snapshot's first entry is not its root directory".into());
+            }
+            PathBuf::new()
+        } else {
+            let p = nodes
+                .get(parent as usize)
+                .filter(|p| p.kind == Kind::Dir)
+                .ok_or_else(|| format!("entry {i}: parent {parent} is no earlier directory"))?;
+            if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+                return Err(format!("entry {i}: the name {:?}", String::from_utf8_lossy(&name)));
+            }
+            p.path.join(std::ffi::OsStr::from_bytes(&name))
+        };
+        nodes.push(Node {
+            path,
+            kind,
+            perm,
+            size,
+            mtime,
+            ino,
+            nlink,
+            uid,
+            gid,
+            target,
+            children: Vec::new(),
+            unreadable,
+            parent,
+        });
+        if i > 0 {
+            nodes[parent as usize].children.push((name, i as u32));
+        }
+    }
+    if !c.0.is_empty() {
+        return Err(format!("{} bytes after the snapshot", c.0.len()));
+    }
+    for n in &mut nodes {
+        n.children.sort_by(|a, b| a.0.cmp(&b.0));
+        if n.children.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(format!("{}: a name listed twice", n.path.display()));
+        }
+    }
+    Ok(Snapshot { nodes, requests })
+}
+
+/// The virtual image of a job's view (see the module's documentation).
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Bytes before the first file: the encoding's length (u64), the encoding, then zeros.
+    pub head: u64,
+    pub chunk: u64,
+    /// The image's size (the end of its last file).
+    pub size: u64,
+    /// (start, node index) of every regular file of at least one byte, by start.
+    files: Vec<(u64, u32)>,
+    /// A file's start by node index.
+    starts: HashMap<u32, u64>,
+}
+
+/// The next multiple of `a` at or after `x`.
+fn align(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+impl Layout {
+    /// The layout of `snap` whose encoding is `encoded` bytes long.
+    pub fn new(snap: &Snapshot, encoded: u64, chunk: u64) -> Layout {
+        let head = align(8 + encoded, chunk);
+        let mut at = head;
+        let mut files = Vec::new();
+        let mut starts = HashMap::new();
+        for (i, n) in snap.nodes.iter().enumerate() {
+            if n.kind == Kind::File && n.size > 0 {
+                files.push((at, i as u32));
+                starts.insert(i as u32, at);
+                at = align(at.saturating_add(n.size), chunk);
+            }
+        }
+        Layout {
+            head,
+            chunk,
+            size: at,
+            files,
+            starts,
+        }
+    }
+
+    /// Chunks of the image.
+    pub fn chunks(&self) -> u64 {
+        self.size.div_ceil(self.chunk)
+    }
+
+    /// Where file `idx`'s bytes start.
+    pub fn start(&self, idx: u32) -> Option<u64> {
+        self.starts.get(&idx).copied()
+    }
+
+    /// Chunk `i` of a file: (the file's node index, the chunk's offset in the file, its bytes).
+    pub fn piece(&self, snap: &Snapshot, i: u64) -> Option<(u32, u64, u32)> {
+        let at = i.checked_mul(self.chunk)?;
+        if at < self.head || at >= self.size {
+            return None;
+        }
+        let k = self.files.partition_point(|(s, _)| *s <= at).checked_sub(1)?;
+        let (start, idx) = self.files[k];
+        let size = snap.nodes[idx as usize].size;
+        let off = at - start;
+        (off < size).then(|| (idx, off, (size - off).min(self.chunk) as u32))
+    }
+}
+
+/// The chunks of a job's view this node owns, read from storage once each and kept (up to a
+/// bound; past it they are read again when asked, checked against the snapshot as the first time).
+pub struct Owned {
+    pub storage: Storage,
+    pub snap: Arc<Snapshot>,
+    pub layout: Layout,
+    kept: Mutex<HashMap<u64, Arc<OnceLock<Result<Arc<Vec<u8>>, String>>>>>,
+    kept_bytes: AtomicU64,
+    max_kept: u64,
+    said_full: AtomicBool,
+}
+
+impl Owned {
+    pub fn new(storage: Storage, snap: Arc<Snapshot>, layout: Layout, max_kept: u64) -> Owned {
+        Owned {
+            storage,
+            snap,
+            layout,
+            kept: Mutex::new(HashMap::new()),
+            kept_bytes: AtomicU64::new(0),
+            max_kept,
+            said_full: AtomicBool::new(false),
+        }
+    }
+
+    /// Chunk `i`'s bytes, read from storage at the first ask (one read however many ask at once).
+    pub fn chunk(&self, i: u64) -> Result<Arc<Vec<u8>>, String> {
+        let (idx, off, len) = self
+            .layout
+            .piece(&self.snap, i)
+            .ok_or_else(|| format!("chunk {i} holds no file's bytes"))?;
+        let node = &self.snap.nodes[idx as usize];
+        let cell = {
+            let mut k = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            k.entry(i).or_default().clone()
+        };
+        let mut fresh = false;
+        let r = cell
+            .get_or_init(|| {
+                fresh = true;
+                self.storage
+                    .read_piece(node, off, len)
+                    .map(Arc::new)
+                    .map_err(|e| format!("{}: {e}", node.path.display()))
+            })
+            .clone();
+        // (a refusal stays: a file changed on storage stays refused on every node)
+        if let (true, Ok(v)) = (fresh, &r) {
+            let n = v.len() as u64;
+            if self.kept_bytes.fetch_add(n, Ordering::Relaxed) + n > self.max_kept {
+                // not kept: the next ask reads it again
+                self.kept_bytes.fetch_sub(n, Ordering::Relaxed);
+                self.kept
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&i);
+                if !self.said_full.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "{}: more than {} bytes of this node's chunks read: the next are not \
+                         kept (read from storage again when asked again)",
+                        self.storage.describe(),
+                        self.max_kept
+                    );
+                }
+            }
+        }
+        r
+    }
+}
+
+/// The files' bytes from this node's server of the job's view (see the module's documentation).
+pub struct JobBytes {
+    src: UnixSource,
+    layout: Layout,
+    index: HashMap<PathBuf, u32>,
+    /// Held for the view's life: the server knows the view is there until it closes.
+    _presence: UnixStream,
+    what: String,
+    /// Bytes asked of the node's server.
+    pub bytes: AtomicU64,
+}
+
+impl JobBytes {
+    /// Connect to the node's server at `sock` (waiting up to `wait` for it: the servers start as a
+    /// step of their own) serving `tree`, and take the snapshot from it.
+    pub fn connect(
+        sock: &Path,
+        tree: &Path,
+        wait: Duration,
+        stall: Duration,
+    ) -> Result<(JobBytes, Snapshot), String> {
+        let src = UnixSource::new(sock, stall, &digest(tree));
+        let t0 = Instant::now();
+        let mut presence = loop {
+            match src.connect() {
+                Ok(s) => break s,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                    ) && t0.elapsed() < wait =>
+                {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "the job's view server for {} ({}): {e}",
+                        tree.display(),
+                        sock.display()
+                    ))
+                }
+            }
+        };
+        let ask = |s: &mut UnixStream, offset: u64, len: usize| -> Result<Vec<u8>, String> {
+            let mut b = vec![0u8; len];
+            crate::socket::ask(s, offset, &mut b)
+                .map_err(|e| format!("the snapshot from {}: {e}", sock.display()))?;
+            Ok(b)
+        };
+        let len = u64::from_le_bytes(ask(&mut presence, 0, 8)?.try_into().expect("8"));
+        if len > 1 << 32 {
+            return Err(format!("{}: a snapshot of {len} bytes", sock.display()));
+        }
+        let mut enc = Vec::with_capacity(len as usize);
+        while (enc.len() as u64) < len {
+            let n = (len - enc.len() as u64).min(CHUNK) as usize;
+            enc.extend(ask(&mut presence, 8 + enc.len() as u64, n)?);
+        }
+        let snap = decode(&enc).map_err(|e| format!("{}: {e}", sock.display()))?;
+        let layout = Layout::new(&snap, len, CHUNK);
+        let index = snap
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.kind == Kind::File)
+            .map(|(i, n)| (n.path.clone(), i as u32))
+            .collect();
+        Ok((
+            JobBytes {
+                src,
+                layout,
+                index,
+                _presence: presence,
+                what: format!("the job's view server ({})", sock.display()),
+                bytes: AtomicU64::new(0),
+            },
+            snap,
+        ))
+    }
+}
+
+impl FileBytes for JobBytes {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        let mut v = vec![0u8; node.size as usize];
+        if node.size == 0 {
+            return Ok(v);
+        }
+        let idx = self
+            .index
+            .get(&node.path)
+            .ok_or("not a file of the job's snapshot")?;
+        let start = self.layout.start(*idx).ok_or("no bytes in the job's view")?;
+        for (k, part) in v.chunks_mut(self.layout.chunk as usize).enumerate() {
+            self.src
+                .read_at(start + k as u64 * self.layout.chunk, part)
+                .map_err(|e| e.to_string())?;
+        }
+        self.bytes.fetch_add(node.size, Ordering::Relaxed);
+        Ok(v)
+    }
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+use super::*;
+use std::os::fd::AsFd;
+
+fn tree() -> (tempfile::TempDir, Snapshot) {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    std::fs::create_dir_all(r.join("lib/python/pkg")).unwrap();
+    std::fs::write(r.join("lib/python/pkg/__init__.py"), b"x = 1\n").unwrap();
+    std::fs::write(r.join("lib/big.so"), vec![7u8; 3 * 4096 + 5]).unwrap();
+    std::fs::write(r.join("empty"), b"").unwrap();
+    std::os::unix::fs::symlink("lib/big.so", r.join("link")).unwrap();
+    let root = std::fs::File::open(r).unwrap();
+    let s = Snapshot::walk(root.as_fd(), r).unwrap();
+    (t, s)
+}
+
+fn index_of(s: &Snapshot, p: &str) -> u32 {
+    s.nodes.iter().position(|n| n.path == Path::new(p)).unwrap() as u32
+}
+
+#[test]
+fn a_snapshot_crosses_as_bytes_unchanged() {
+    let (_t, s) = tree();
+    let d = decode(&encode(&s)).unwrap();
+    assert_eq!(d, s);
+}
+
+#[test]
+fn a_bad_encoding_is_refused_never_a_panic() {
+    let (_t, s) = tree();
+    let e = encode(&s);
+    // every cut fails; every byte changed decodes or fails cleanly
+    for n in 0..e.len() {
+        assert!(decode(&e[..n]).is_err(), "cut at {n}");
+    }
+    for i in 0..e.len() {
+        let mut b = e.clone();
+        b[i] ^= 0xff;
+        let _ = decode(&b);
+    }
+    // too many entries, a name with a slash, a name twice: refused by name
+    let mut big = e[..8].to_vec();
+    big.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(decode(&big).unwrap_err().contains("entries"));
+    let mut bad = s.clone();
+    let i = index_of(&s, "empty") as usize;
+    bad.nodes[i].path = PathBuf::from("a/b");
+    // (encode takes the last component: make it one with a slash by hand)
+    let enc = encode(&bad);
+    assert!(decode(&enc).is_ok());
+    let name = b"empty";
+    let pos = e.windows(5).position(|w| w == name).unwrap();
+    let mut slash = e.clone();
+    slash[pos + 2] = b'/';
+    assert!(decode(&slash).unwrap_err().contains("name"), "{:?}", decode(&slash));
+    let mut twice = s.clone();
+    let j = index_of(&s, "link") as usize;
+    twice.nodes[j].path = PathBuf::from("empty");
+    assert!(decode(&encode(&twice)).unwrap_err().contains("twice"));
+}
+
+#[test]
+fn each_chunk_of_the_image_holds_one_files_bytes() {
+    let (_t, s) = tree();
+    let l = Layout::new(&s, 100, 4096);
+    assert_eq!(l.head, 4096);
+    let big = index_of(&s, "lib/big.so");
+    let init = index_of(&s, "lib/python/pkg/__init__.py");
+    let sb = l.start(big).unwrap();
+    assert_eq!(sb % 4096, 0);
+    assert_eq!(l.piece(&s, sb / 4096), Some((big, 0, 4096)));
+    assert_eq!(l.piece(&s, sb / 4096 + 3), Some((big, 3 * 4096, 5)));
+    let si = l.start(init).unwrap();
+    assert_eq!(l.piece(&s, si / 4096), Some((init, 0, 6)));
+    // an empty file has no chunk; the head and past the end hold no file
+    assert_eq!(l.start(index_of(&s, "empty")), None);
+    assert_eq!(l.piece(&s, 0), None);
+    assert_eq!(l.piece(&s, l.chunks()), None);
+    assert_eq!(l.piece(&s, u64::MAX), None);
+    assert_eq!(l.chunks(), 1 + 4 + 1);
+}
+
+#[test]
+fn an_owner_reads_a_chunk_once_and_refuses_a_changed_file() {
+    let (t, s) = tree();
+    let root: std::os::fd::OwnedFd = std::fs::File::open(t.path()).unwrap().into();
+    let l = Layout::new(&s, 100, 4096);
+    let first = l.start(index_of(&s, "lib/big.so")).unwrap() / 4096;
+    let o = Owned::new(Storage::new(root, t.path()), Arc::new(s), l, 1 << 30);
+    assert_eq!(*o.chunk(first).unwrap(), vec![7u8; 4096]);
+    assert_eq!(*o.chunk(first).unwrap(), vec![7u8; 4096]);
+    assert_eq!(o.storage.opens.load(Ordering::SeqCst), 1);
+    // changed on storage: the chunks not yet read are refused, the one read is kept
+    std::fs::write(t.path().join("lib/big.so"), vec![8u8; 10]).unwrap();
+    let e = o.chunk(first + 1).unwrap_err();
+    assert!(e.contains("lib/big.so") && e.contains("changed"), "{e}");
+    assert_eq!(*o.chunk(first).unwrap(), vec![7u8; 4096]);
+    assert!(o.chunk(0).unwrap_err().contains("no file"));
+}
+
+#[test]
+fn past_its_bound_an_owner_reads_again_rather_than_keep() {
+    let (t, s) = tree();
+    let root: std::os::fd::OwnedFd = std::fs::File::open(t.path()).unwrap().into();
+    let l = Layout::new(&s, 100, 4096);
+    let first = l.start(index_of(&s, "lib/big.so")).unwrap() / 4096;
+    let o = Owned::new(Storage::new(root, t.path()), Arc::new(s), l, 4096);
+    o.chunk(first).unwrap();
+    o.chunk(first + 1).unwrap();
+    o.chunk(first + 1).unwrap();
+    o.chunk(first).unwrap();
+    assert_eq!(o.storage.opens.load(Ordering::SeqCst), 3);
+}
