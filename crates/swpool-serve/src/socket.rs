@@ -98,7 +98,6 @@ impl UnixSource {
         receive(&mut s, &mut [])?;
         Ok(s)
     }
-
 }
 
 /// Ask a greeted connection ([`UnixSource::connect`]) for `buf.len()` bytes at `offset`.
@@ -217,12 +216,12 @@ fn answer<S: Served + ?Sized>(mut s: UnixStream, chunks: &S) -> io::Result<()> {
             Err(format!("request of {len} bytes refused"))
         } else {
             chunks.read(offset, len).and_then(|v| {
-                    if v.len() == len as usize {
-                        Ok(v)
-                    } else {
-                        Err(format!("{} bytes at {offset}: past the end", len))
-                    }
-                })
+                if v.len() == len as usize {
+                    Ok(v)
+                } else {
+                    Err(format!("{} bytes at {offset}: past the end", len))
+                }
+            })
         };
         send(&mut s, r.as_deref().map_err(String::as_str))?;
     }

@@ -19,8 +19,43 @@ use swpool_core::ondemand::serve::LazyRequest;
 use swpool_core::Job;
 use swpool_core::{collective::Collective, Error, ExitStatus};
 
-use crate::cli::{GlobalArgs, LazyServeArgs, LoadArgs};
+use crate::cli::{GlobalArgs, LazyServeArgs, LoadArgs, ViewServeArgs};
 use crate::eline;
+
+/// One node's server of a job-wide view (`swpool_core::ondemand::view_serve`), a task of the
+/// background step task 0 of `run --cache` starts.
+pub fn view_serve(_g: &GlobalArgs, a: ViewServeArgs, env: &Environment) -> Result<(), Error> {
+    use swpool_core::ondemand::view_serve::{self, ViewRequest};
+    let job = Job::init(env)?;
+    let req = ViewRequest {
+        tree: a.tree.clone(),
+        socket: a.socket.clone(),
+        stall: Duration::from_secs(a.stall.max(1)),
+        wait: Duration::from_secs(a.wait.max(1)),
+        max_kept: a.max_kept,
+    };
+    let stop = AtomicBool::new(false);
+    let r = view_serve::serve(&job, &req, &stop, &|| {
+        tracing::debug!("{}: serving {}", job.hostname(), a.socket.display())
+    });
+    match r {
+        Ok(s) => {
+            tracing::info!(
+                storage_bytes = s.storage_bytes,
+                storage_opens = s.storage_opens,
+                served = s.served,
+                from_peers = s.from_peers,
+                asked = s.exchange.asked,
+                answered = s.exchange.answered,
+                "{}: view server of {} ends",
+                job.hostname(),
+                a.tree.display()
+            );
+            Ok(())
+        }
+        Err(e) => super::finish_collective(job, Err(e)),
+    }
+}
 
 /// One node's server (see the module's documentation).
 pub fn serve(_g: &GlobalArgs, a: LazyServeArgs, env: &Environment) -> Result<(), Error> {

@@ -68,6 +68,7 @@ pub fn run(cli: Cli, env: &Environment) -> Result<(), Error> {
         Command::ShellInit(a) => shell_init::init(a),
         Command::ShellExec(a) => shell_init::exec(a),
         Command::LazyServe(a) => lazy::serve(g, a, env),
+        Command::ViewServe(a) => lazy::view_serve(g, a, env),
     }
 }
 

@@ -71,6 +71,24 @@ pub struct LoadArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ViewServeArgs {
+    /// This node's socket (the same path on every node), for the node's sw-pool-view
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Seconds a chunk may take from the node that owns it before the read fails (EIO)
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub stall: u64,
+    /// Seconds the node's view may take to come (then the node's server is done)
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub wait: u64,
+    /// Bytes of the node's own chunks kept in memory at most (the next are read again when asked)
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 30)]
+    pub max_kept: u64,
+    /// The tree (absolute)
+    pub tree: PathBuf,
+}
+
+#[derive(Debug, Args)]
 pub struct LazyServeArgs {
     /// The manifest digest `load --lazy` authorized
     #[arg(long, value_name = "DIGEST")]

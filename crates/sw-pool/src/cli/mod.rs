@@ -144,6 +144,9 @@ pub enum Command {
     /// (started by `load --lazy`) one node's on-demand server: a task of the job's background step
     #[command(hide = true)]
     LazyServe(LazyServeArgs),
+    /// (started by `run --cache` in a step of several nodes) one node's server of a job-wide view
+    #[command(hide = true)]
+    ViewServe(ViewServeArgs),
 }
 
 #[derive(Debug, Args)]

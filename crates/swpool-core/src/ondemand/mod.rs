@@ -5,3 +5,4 @@ pub mod exchange;
 pub mod launch;
 pub mod prefetch;
 pub mod serve;
+pub mod view_serve;

@@ -132,9 +132,20 @@ pub fn prepare(
     let bases = binds::bases(&o.base, &cfg, env)?;
     let mut pools = pools::pools(&o.pool, &cfg, env, o.voice)?;
     let warm = (!o.cache.is_empty()).then(|| warm_dir(&cfg, env)).flatten();
+    // a job-wide view's socket lies in the user's state directory
+    let view_state = (!o.cache.is_empty())
+        .then(|| crate::state::StateDir::open_default(env).ok())
+        .flatten()
+        .map(|d| d.path().to_path_buf());
     pools.extend(
-        views::views(&o.cache, &self_exe, warm.as_deref(), env)
-            .map_err(|e| Failed::new(ExitStatus::BadInput, e))?,
+        views::views(
+            &o.cache,
+            &self_exe,
+            warm.as_deref(),
+            view_state.as_deref(),
+            env,
+        )
+        .map_err(|e| Failed::new(ExitStatus::BadInput, e))?,
     );
     // only an environment with a layer, of a job step or of an MPI launcher's ranks is shared
     let shared = o.layer.is_some() || step_key.is_some();

@@ -26,14 +26,104 @@ pub fn snapshot_args(env: &Environment) -> Vec<String> {
     }
 }
 
+/// A job-wide view's node server: its socket (node-local, the same path on every node) and the
+/// log of the servers' step (task 0's node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    /// `JOB.STEP`.
+    pub step: String,
+}
+
+/// The job-wide view of `at` in a Slurm step of more than one node (no `SW_POOL_VIEW_EPOCH`
+/// given): one listing and one read of each file per job, by the job's view servers (a step of
+/// `sw-pool-full view-serve`, started by task 0); `None` elsewhere (each node's view walks and
+/// reads the tree itself). The socket lies in the user's state directory `state`.
+pub fn job_view(env: &Environment, state: &Path, at: &Path) -> Option<JobView> {
+    let args = snapshot_args(env);
+    if args.first().map(String::as_str) != Some("--step") {
+        return None;
+    }
+    let step = args[1].clone();
+    let key = crate::cache::view_key(at);
+    let base = state.join(format!("view-{step}-{}", &key[..key.len().min(12)]));
+    let with = |ext: &str| {
+        let mut p = base.clone().into_os_string();
+        p.push(ext);
+        PathBuf::from(p)
+    };
+    Some(JobView {
+        socket: with(".sock"),
+        log: with(".log"),
+        step,
+    })
+}
+
+/// Task 0 of the step: start the job's view servers of `at` on the step's nodes (`srun --overlap`
+/// of `full view-serve`, one task per node), in the background: every task's view waits for its
+/// node's server. Their output goes to `jv.log`.
+pub fn start_servers(
+    env: &Environment,
+    full: &Path,
+    at: &Path,
+    jv: &JobView,
+) -> Result<(), String> {
+    let nodes: u64 = env
+        .get(HostVar::SlurmStepNumNodes)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let nodelist = env.get(HostVar::SlurmStepNodelist).ok_or_else(|| {
+        format!(
+            "--cache {}: SLURM_STEP_NODELIST is not set: cannot start the job's view servers",
+            at.display()
+        )
+    })?;
+    let args = [
+        "-q".into(),
+        "view-serve".into(),
+        "--socket".into(),
+        jv.socket.clone().into_os_string(),
+        at.as_os_str().to_owned(),
+    ];
+    let mut cmd = crate::slurm::overlap_step(env, full, args, nodes, Some(&nodelist), "")
+        .command(env.path_var())
+        .map_err(|e| format!("--cache {}: {e}", at.display()))?;
+    for k in env.step_task_names() {
+        cmd.env_remove(k);
+    }
+    let out = std::fs::File::create(&jv.log)
+        .map_err(|e| format!("--cache {}: {}: {e}", at.display(), jv.log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+    }
+    tracing::debug!(
+        "starting the job's view servers of {}: {cmd:?}",
+        at.display()
+    );
+    cmd.spawn().map(drop).map_err(|e| {
+        format!(
+            "--cache {}: cannot start the job's view servers (srun): {e}",
+            at.display()
+        )
+    })
+}
+
 /// The views of `dirs`, as pools of the environment: each an existing directory, named by its
 /// canonical path (the view is mounted there), served by `sw-pool-view` beside `self_exe`; with
 /// `warm` (the user's [`crate::cache::views_dir`]) each keeps the files it reads there for the
-/// next job on the node.
+/// next job on the node. In a step of several nodes (`state`: the user's state directory), the
+/// views are job-wide ([`job_view`]): task 0 starts the servers.
 pub fn views(
     dirs: &[PathBuf],
     self_exe: &Path,
     warm: Option<&Path>,
+    state: Option<&Path>,
     env: &Environment,
 ) -> Result<Vec<swpool_env::EnvPool>, String> {
     if dirs.is_empty() {
@@ -66,7 +156,25 @@ pub fn views(
                 at.display()
             ));
         }
-        let view_args = snapshot_args(env)
+        let job = state.and_then(|st| job_view(env, st, &at));
+        if let Some(jv) = &job {
+            if jv.socket.as_os_str().len() > 107 {
+                return Err(format!(
+                    "--cache {}: the socket path {} is too long (at most 107 bytes): set \
+                     SW_POOL_STATE_DIR to a shorter private directory",
+                    at.display(),
+                    jv.socket.display()
+                ));
+            }
+            if env.get(HostVar::SlurmProcid).as_deref() == Some("0") {
+                start_servers(env, &self_exe.with_file_name("sw-pool-full"), &at, jv)?;
+            }
+        }
+        let first: Vec<String> = match &job {
+            Some(jv) => vec!["--job".into(), jv.socket.display().to_string()],
+            None => snapshot_args(env),
+        };
+        let view_args = first
             .into_iter()
             .chain(warm.into_iter().flat_map(|w| {
                 [
@@ -99,12 +207,20 @@ mod tests {
         std::fs::create_dir(t.path().join("a")).unwrap();
         std::fs::create_dir(t.path().join("a/b")).unwrap();
         // no server beside sw-pool: said so
-        let e = views(&[t.path().join("a")], &exe, None, &Environment::default()).unwrap_err();
+        let e = views(
+            &[t.path().join("a")],
+            &exe,
+            None,
+            None,
+            &Environment::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("sw-pool-view"), "{e}");
         std::fs::write(t.path().join("sw-pool-view"), b"").unwrap();
         let v = views(
             &[t.path().join("a/../a/b")],
             &exe,
+            None,
             None,
             &Environment::default(),
         )
@@ -116,6 +232,7 @@ mod tests {
             &[t.path().join("a"), t.path().join("a/b")],
             &exe,
             None,
+            None,
             &Environment::default(),
         )
         .unwrap_err();
@@ -124,12 +241,20 @@ mod tests {
             &[t.path().join("nope")],
             &exe,
             None,
+            None,
             &Environment::default(),
         )
         .unwrap_err();
         assert!(e.contains("--cache") && e.contains("nope"), "{e}");
-        assert!(views(&[PathBuf::from("/")], &exe, None, &Environment::default()).is_err());
-        assert!(views(&[], &exe, None, &Environment::default())
+        assert!(views(
+            &[PathBuf::from("/")],
+            &exe,
+            None,
+            None,
+            &Environment::default()
+        )
+        .is_err());
+        assert!(views(&[], &exe, None, None, &Environment::default())
             .unwrap()
             .is_empty());
     }

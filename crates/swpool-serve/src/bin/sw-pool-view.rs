@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rustix::fs::{Mode, OFlags};
-use swpool_serve::view::{Epoch, Snapshot, Storage, View, ViewFs, Warm};
+use swpool_serve::view::job::JobBytes;
+use swpool_serve::view::{Epoch, FileBytes, Snapshot, Storage, View, ViewFs, Warm};
 
 /// Mount a read-once, read-only view of a directory over it.
 #[derive(Parser, Debug)]
@@ -62,6 +63,14 @@ struct Args {
     /// (asked of `scontrol show step`; `sw-pool run --cache` gives it in a step of several nodes)
     #[arg(long, value_name = "JOB.STEP")]
     step: Option<String>,
+    /// The job-wide view: take the listing and the files' bytes from this node's server of the
+    /// job's view at SOCKET (`sw-pool-full view-serve`, which `sw-pool run --cache` starts in a
+    /// step of several nodes) instead of walking and reading the tree here
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["epoch", "step"])]
+    job: Option<PathBuf>,
+    /// With --job: seconds to wait for the node's server to be there
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    job_wait: u64,
     /// Log the snapshot's and the view's figures (to standard error)
     #[arg(long)]
     debug: bool,
@@ -123,23 +132,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             e.source
         );
     }
-    let t0 = Instant::now();
-    let snap = Snapshot::walk(root.as_fd(), dir)
-        .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
-    let (files, bytes) = snap.files();
-    tracing::debug!(
-        entries = snap.nodes.len(),
-        files,
-        bytes,
-        requests = snap.requests,
-        secs = t0.elapsed().as_secs_f64(),
-        "snapshot of {}",
-        dir.display()
-    );
-    let storage = Arc::new(Storage::new(root, dir));
+    let (source, snap) = source(args, root, dir, &node)?;
     let warm = args.warm.as_ref().and_then(|w| {
         match swpool_serve::view::open_warm_dir(w, args.warm_max) {
-            Ok(fd) => Some(Arc::new(Warm::new(Box::new(storage.clone()), fd))),
+            Ok(fd) => Some(Arc::new(Warm::new(Box::new(source.bytes()), fd))),
             Err(e) => {
                 // a cache it cannot use slows this job's start, it does not stop it
                 tracing::warn!("{} on {node}: no warm start: {e}", dir.display());
@@ -161,7 +157,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
         0 => {
             drop(rd);
-            Ok(child(args, (storage, warm), store, snap, epoch, wr, &node))
+            Ok(child(args, (source, warm), store, snap, epoch, wr, &node))
         }
         _ => {
             drop(wr);
@@ -181,7 +177,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 
 fn child(
     args: &Args,
-    (storage, warm): (Arc<Storage>, Option<Arc<Warm>>),
+    (source, warm): (Source, Option<Arc<Warm>>),
     store: Option<OwnedFd>,
     snap: Snapshot,
     epoch: Option<Epoch>,
@@ -213,7 +209,7 @@ fn child(
             snap,
             match &warm {
                 Some(w) => Box::new(w.clone()),
-                None => Box::new(storage.clone()),
+                None => Box::new(source.bytes()),
             },
             store,
             &what,
@@ -284,8 +280,8 @@ fn child(
         fetched = s.fetched.load(Ordering::Relaxed),
         bytes = s.fetched_bytes.load(Ordering::Relaxed),
         failed = s.failed.load(Ordering::Relaxed),
-        storage_opens = storage.opens.load(Ordering::Relaxed),
-        storage_bytes = storage.bytes.load(Ordering::Relaxed),
+        storage_opens = source.figures().0,
+        storage_bytes = source.figures().1,
         warm_hits = warm.as_ref().map_or(0, |w| w.hits.load(Ordering::Relaxed)),
         "{what}: ended"
     );
@@ -303,6 +299,89 @@ fn child(
         }
     }
     code
+}
+
+/// Where the view's listing and bytes come from.
+enum Source {
+    /// The tree itself, walked and read on this node.
+    Storage(Arc<Storage>),
+    /// The node's server of the job-wide view.
+    Job(Arc<JobBytes>),
+}
+
+impl Source {
+    fn bytes(&self) -> Arc<dyn FileBytes> {
+        match self {
+            Source::Storage(s) => s.clone(),
+            Source::Job(j) => j.clone(),
+        }
+    }
+    /// Storage opens and bytes this node made (the job's server: bytes it was given).
+    fn figures(&self) -> (u64, u64) {
+        match self {
+            Source::Storage(s) => (
+                s.opens.load(Ordering::Relaxed),
+                s.bytes.load(Ordering::Relaxed),
+            ),
+            Source::Job(j) => (0, j.bytes.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// The listing, and where the bytes come from: the node's server of the job's view (`--job`), or
+/// the tree walked here.
+fn source(
+    args: &Args,
+    root: OwnedFd,
+    dir: &std::path::Path,
+    node: &str,
+) -> Result<(Source, Snapshot), String> {
+    let t0 = Instant::now();
+    if let Some(sock) = &args.job {
+        drop(root);
+        let (j, snap) = wait_for_server(sock, dir, Duration::from_secs(args.job_wait))
+            .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
+        tracing::debug!(
+            entries = snap.nodes.len(),
+            secs = t0.elapsed().as_secs_f64(),
+            "the job's listing of {}",
+            dir.display()
+        );
+        return Ok((Source::Job(Arc::new(j)), snap));
+    }
+    let snap = Snapshot::walk(root.as_fd(), dir)
+        .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
+    let (files, bytes) = snap.files();
+    tracing::debug!(
+        entries = snap.nodes.len(),
+        files,
+        bytes,
+        requests = snap.requests,
+        secs = t0.elapsed().as_secs_f64(),
+        "snapshot of {}",
+        dir.display()
+    );
+    Ok((Source::Storage(Arc::new(Storage::new(root, dir))), snap))
+}
+
+/// Connect to the node's server of the job's view, waiting up to `wait` for it to be there, or
+/// for its word of failure beside the socket.
+fn wait_for_server(
+    sock: &std::path::Path,
+    dir: &std::path::Path,
+    wait: Duration,
+) -> Result<(JobBytes, Snapshot), String> {
+    let failed = swpool_serve::view::job::failed_path(sock);
+    let t0 = Instant::now();
+    loop {
+        if let Ok(why) = std::fs::read_to_string(&failed) {
+            return Err(format!("the job's view server of {}: {why}", dir.display()));
+        }
+        if sock.exists() || t0.elapsed() >= wait {
+            return JobBytes::connect(sock, dir, Duration::from_secs(5), Duration::from_secs(120));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The job's start, the same on every node of the job (see the module's documentation): `--epoch`,

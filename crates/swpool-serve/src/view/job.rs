@@ -41,6 +41,13 @@ pub fn digest(tree: &Path) -> String {
     format!("sw-pool-view {}", tree.display())
 }
 
+/// Where a node's server that failed says why, beside its socket.
+pub fn failed_path(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_owned();
+    s.push(".failed");
+    PathBuf::from(s)
+}
+
 fn put_bytes(v: &mut Vec<u8>, b: &[u8]) {
     v.extend_from_slice(&(b.len() as u32).to_le_bytes());
     v.extend_from_slice(b);
@@ -107,7 +114,9 @@ impl<'a> Cursor<'a> {
     fn bytes(&mut self) -> Result<&'a [u8], String> {
         let n = self.u32()? as usize;
         if n > MAX_NAME {
-            return Err(format!("a name or link target of {n} bytes in the snapshot"));
+            return Err(format!(
+                "a name or link target of {n} bytes in the snapshot"
+            ));
         }
         self.take(n)
     }
@@ -156,7 +165,10 @@ pub fn decode(b: &[u8]) -> Result<Snapshot, String> {
                 .filter(|p| p.kind == Kind::Dir)
                 .ok_or_else(|| format!("entry {i}: parent {parent} is no earlier directory"))?;
             if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
-                return Err(format!("entry {i}: the name {:?}", String::from_utf8_lossy(&name)));
+                return Err(format!(
+                    "entry {i}: the name {:?}",
+                    String::from_utf8_lossy(&name)
+                ));
             }
             p.path.join(std::ffi::OsStr::from_bytes(&name))
         };
@@ -249,7 +261,10 @@ impl Layout {
         if at < self.head || at >= self.size {
             return None;
         }
-        let k = self.files.partition_point(|(s, _)| *s <= at).checked_sub(1)?;
+        let k = self
+            .files
+            .partition_point(|(s, _)| *s <= at)
+            .checked_sub(1)?;
         let (start, idx) = self.files[k];
         let size = snap.nodes[idx as usize].size;
         let off = at - start;
@@ -418,7 +433,10 @@ impl FileBytes for JobBytes {
             .index
             .get(&node.path)
             .ok_or("not a file of the job's snapshot")?;
-        let start = self.layout.start(*idx).ok_or("no bytes in the job's view")?;
+        let start = self
+            .layout
+            .start(*idx)
+            .ok_or("no bytes in the job's view")?;
         for (k, part) in v.chunks_mut(self.layout.chunk as usize).enumerate() {
             self.src
                 .read_at(start + k as u64 * self.layout.chunk, part)

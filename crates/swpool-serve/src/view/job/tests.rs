@@ -52,7 +52,11 @@ fn a_bad_encoding_is_refused_never_a_panic() {
     let pos = e.windows(5).position(|w| w == name).unwrap();
     let mut slash = e.clone();
     slash[pos + 2] = b'/';
-    assert!(decode(&slash).unwrap_err().contains("name"), "{:?}", decode(&slash));
+    assert!(
+        decode(&slash).unwrap_err().contains("name"),
+        "{:?}",
+        decode(&slash)
+    );
     let mut twice = s.clone();
     let j = index_of(&s, "link") as usize;
     twice.nodes[j].path = PathBuf::from("empty");

@@ -1,0 +1,366 @@
+//! One node's server of a job-wide view (`sw-pool-full view-serve`, one task per node of the
+//! background step that task 0 of `sw-pool run --cache DIR` starts in a step of several nodes):
+//! node 0 walks the tree once and every node gets the listing; each chunk of the view's virtual
+//! image is read from storage by its owner only and reaches the other nodes through the exchange
+//! ([`super::exchange`]), with the BLAKE3 its owner computed, checked by the node that asked. The
+//! node's `sw-pool-view` (in the job's environment) takes the listing and the bytes through a
+//! Unix socket in the user's state directory (`swpool_serve::view::job`).
+//!
+//! It ends once every node's view has come and gone (each node says so through the exchange's
+//! gate, so that no node stops answering while another still reads), or when no view came within
+//! `wait`, or on `stop`. A server that fails writes why beside its socket (`SOCKET.failed`), where
+//! the node's view looks while it waits.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+use swpool_serve::frame::HEAD;
+use swpool_serve::socket::Served;
+use swpool_serve::view::job::{self, failed_path, Layout, Owned, CHUNK, HASH};
+use swpool_serve::view::{Snapshot, Storage};
+
+use super::exchange::{self, Ask, ExchangeStats, Local};
+use crate::collective::Collective;
+use crate::error::Error;
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct ViewRequest {
+    /// The tree (absolute, canonical: the path the views are mounted over).
+    pub tree: PathBuf,
+    /// This node's socket (node-local; the same path on every node).
+    pub socket: PathBuf,
+    /// How long a chunk may take from its owner before the read fails (EIO).
+    pub stall: Duration,
+    /// How long the node's view may take to come.
+    pub wait: Duration,
+    /// Bytes of owned chunks kept in memory at most (past it they are read again when asked).
+    pub max_kept: u64,
+}
+
+/// The node's server as its view sees it.
+struct NodeServer {
+    digest: String,
+    /// The listing's bytes as the virtual image begins: its length (u64), then the encoding.
+    head: Vec<u8>,
+    owned: Arc<Owned>,
+    me: usize,
+    nodes: usize,
+    asks: Mutex<Sender<Ask>>,
+    stall: Duration,
+    hosts: Vec<String>,
+    open: AtomicUsize,
+    came: AtomicBool,
+    /// Bytes this node's view took, and of them from the other nodes.
+    served: AtomicU64,
+    from_peers: AtomicU64,
+}
+
+impl NodeServer {
+    fn from_peer(&self, i: u64, len: u32) -> Result<Vec<u8>, String> {
+        let owner = exchange::owner(i, self.nodes);
+        let host = self.hosts.get(owner).cloned().unwrap_or_default();
+        let (ask, rx) = Ask::new(i, HASH + len as usize);
+        self.asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(ask)
+            .map_err(|_| "the node's exchange with its peers has ended".to_string())?;
+        let v = match rx.recv_timeout(self.stall) {
+            Ok(Ok(v)) => v,
+            Ok(Err(m)) => return Err(format!("{host} (its owner): {m}")),
+            Err(_) => {
+                return Err(format!(
+                    "{host}, its owner, did not answer within {} s (its server may have ended)",
+                    self.stall.as_secs()
+                ))
+            }
+        };
+        if v.len() != HEAD + HASH + len as usize {
+            return Err(format!(
+                "{host} answered {} bytes for chunk {i} ({} asked)",
+                v.len().saturating_sub(HEAD),
+                HASH + len as usize
+            ));
+        }
+        let (hash, bytes) = v[HEAD..].split_at(HASH);
+        if blake3::hash(bytes).as_bytes() != hash {
+            return Err(format!(
+                "chunk {i} from {host} does not match the BLAKE3 its owner sent with it: not served"
+            ));
+        }
+        self.from_peers.fetch_add(u64::from(len), Ordering::Relaxed);
+        Ok(bytes.to_vec())
+    }
+}
+
+impl Served for NodeServer {
+    fn digest(&self) -> &str {
+        &self.digest
+    }
+    fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        let layout = &self.owned.layout;
+        if offset < layout.head {
+            let s = offset as usize;
+            return self
+                .head
+                .get(s..s.saturating_add(len as usize))
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| format!("{len} bytes at {offset}: past the listing"));
+        }
+        let i = offset / layout.chunk;
+        match layout.piece(&self.owned.snap, i) {
+            Some((_, _, plen)) if offset % layout.chunk == 0 && plen == len => {}
+            _ => return Err(format!("{len} bytes at {offset}: not a chunk of the view")),
+        }
+        let r = if exchange::owner(i, self.nodes) == self.me {
+            self.owned.chunk(i).map(|v| v.to_vec())
+        } else {
+            self.from_peer(i, len)
+        };
+        if r.is_ok() {
+            self.served.fetch_add(u64::from(len), Ordering::Relaxed);
+        }
+        r
+    }
+    fn connection(&self, open: bool) {
+        if open {
+            self.came.store(true, Ordering::Relaxed);
+            self.open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The owner's answer to a peer: the chunk's BLAKE3, then its bytes.
+struct Answers(Arc<Owned>);
+
+impl Local for Answers {
+    fn answer_into(&self, index: u64, len: u32, out: &mut Vec<u8>) -> Result<(), String> {
+        let v = self.0.chunk(index)?;
+        if len as usize != HASH + v.len() {
+            return Err(format!(
+                "chunk {index} is {} bytes, not {}",
+                v.len(),
+                len as usize - HASH.min(len as usize)
+            ));
+        }
+        out.extend_from_slice(blake3::hash(&v).as_bytes());
+        out.extend_from_slice(&v);
+        Ok(())
+    }
+}
+
+/// Step 1: the tree opened on every node (the owners read below it), walked on node 0.
+fn open_tree(
+    job: &dyn Collective,
+    req: &ViewRequest,
+) -> Result<(std::os::fd::OwnedFd, Option<Snapshot>), Error> {
+    let host = job.hostname();
+    let root = rustix::fs::open(
+        &req.tree,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        Error::other(
+            crate::ExitStatus::BadInput,
+            format!("{} on {host}: {e}", req.tree.display()),
+        )
+    })?;
+    let snap = if job.node_index() == 0 {
+        let t0 = Instant::now();
+        let s = Snapshot::walk(std::os::fd::AsFd::as_fd(&root), &req.tree)
+            .map_err(|e| Error::other(crate::ExitStatus::BadInput, format!("{e} (on {host})")))?;
+        let (files, bytes) = s.files();
+        tracing::info!(
+            "{}: listed once for the job on {host}: {} entries, {files} files, {bytes} bytes, {} \
+             requests, {:.1} s",
+            req.tree.display(),
+            s.nodes.len(),
+            s.requests,
+            t0.elapsed().as_secs_f64()
+        );
+        Some(s)
+    } else {
+        None
+    };
+    Ok((root, snap))
+}
+
+/// Step 2: this node's socket, fresh.
+fn bind(job: &dyn Collective, sock: &Path) -> Result<std::os::unix::net::UnixListener, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(sock);
+    let _ = std::fs::remove_file(failed_path(sock));
+    let l = std::os::unix::net::UnixListener::bind(sock).map_err(|e| {
+        Error::other(
+            crate::ExitStatus::System,
+            format!("{} on {}: {e}", sock.display(), job.hostname()),
+        )
+    })?;
+    let _ = std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600));
+    crate::atomic::register_file(sock);
+    Ok(l)
+}
+
+/// What a server did, for its last log line.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ViewStats {
+    pub exchange: ExchangeStats,
+    /// Bytes this node read from storage (its own chunks), and requests (opens) for them.
+    pub storage_bytes: u64,
+    pub storage_opens: u64,
+    /// Bytes this node's view took, and of them from other nodes.
+    pub served: u64,
+    pub from_peers: u64,
+}
+
+/// Serve (see the module's documentation). `ready` is called once this node's socket is there.
+pub fn serve(
+    job: &dyn Collective,
+    req: &ViewRequest,
+    stop: &AtomicBool,
+    ready: &dyn Fn(),
+) -> Result<ViewStats, Error> {
+    let r = serve_inner(job, req, stop, ready);
+    if let Err(e) = &r {
+        let _ = std::fs::write(failed_path(&req.socket), e.to_string());
+    }
+    r
+}
+
+fn serve_inner(
+    job: &dyn Collective,
+    req: &ViewRequest,
+    stop: &AtomicBool,
+    ready: &dyn Fn(),
+) -> Result<ViewStats, Error> {
+    let opened = open_tree(job, req);
+    // node 0's listing to every node (an empty message: node 0 failed, as the agreement says)
+    let mine: Option<Vec<u8>> = (job.node_index() == 0).then(|| {
+        opened
+            .as_ref()
+            .ok()
+            .and_then(|(_, s)| s.as_ref())
+            .map(job::encode)
+            .unwrap_or_default()
+    });
+    let enc = job.leaders_bcast(0, mine.as_deref())?;
+    job.agree(crate::error::step_part(Some(&opened)))?;
+    let (root, _) = opened.expect("agreed");
+    let snap = job::decode(&enc).map_err(|e| {
+        Error::other(
+            crate::ExitStatus::Collective,
+            format!("the listing from {}: {e}", job.leader_host(0)),
+        )
+    })?;
+    let listener = bind(job, &req.socket);
+    job.agree(crate::error::step_part(Some(&listener)))?;
+    let listener = listener.expect("agreed");
+    let layout = Layout::new(&snap, enc.len() as u64, CHUNK);
+    let chunks = layout.chunks();
+    let snap = Arc::new(snap);
+    let owned = Arc::new(Owned::new(
+        Storage::new(root, &req.tree),
+        snap,
+        layout,
+        req.max_kept,
+    ));
+    let mut head = (enc.len() as u64).to_le_bytes().to_vec();
+    head.extend_from_slice(&enc);
+    drop(enc);
+    let hosts: Vec<String> = (0..job.nodes()).map(|i| job.leader_host(i)).collect();
+    let (tx, rx) = mpsc::channel();
+    let server = Arc::new(NodeServer {
+        digest: job::digest(&req.tree),
+        head,
+        owned: owned.clone(),
+        me: job.node_index(),
+        nodes: job.nodes(),
+        asks: Mutex::new(tx),
+        stall: req.stall,
+        hosts,
+        open: AtomicUsize::new(0),
+        came: AtomicBool::new(false),
+        served: AtomicU64::new(0),
+        from_peers: AtomicU64::new(0),
+    });
+    swpool_serve::keep_chunk_buffers(CHUNK);
+    {
+        let s = server.clone();
+        std::thread::spawn(move || swpool_serve::socket::serve(listener, s));
+    }
+    ready();
+    let done = AtomicBool::new(false);
+    let plane = job.leaders_plane(true);
+    let t0 = Instant::now();
+    let stats = std::thread::scope(|s| {
+        let (gate_tx, gate_rx) = mpsc::channel::<Vec<u8>>();
+        let server = &server;
+        let done_ref = &done;
+        // this node's part of the gate: its view came and went, or never came
+        s.spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let gone =
+                server.came.load(Ordering::Relaxed) && server.open.load(Ordering::Relaxed) == 0;
+            let late = !server.came.load(Ordering::Relaxed) && t0.elapsed() > req.wait;
+            if late {
+                tracing::warn!(
+                    "{}: no view of {} came within {} s",
+                    server.hosts.get(server.me).cloned().unwrap_or_default(),
+                    req.tree.display(),
+                    req.wait.as_secs()
+                );
+            }
+            if gone || late || stop.load(Ordering::Relaxed) || done_ref.load(Ordering::Relaxed) {
+                let _ = gate_tx.send(vec![u8::from(late)]);
+                return;
+            }
+        });
+        let mut on_all = |_all: Vec<u8>| done_ref.store(true, Ordering::Relaxed);
+        let r = match &plane {
+            Some(p) => exchange::run(
+                p.as_ref(),
+                Arc::new(Answers(owned.clone())),
+                rx,
+                done_ref,
+                chunks,
+                HASH as u64 + CHUNK,
+                Some(exchange::Gate {
+                    mine: gate_rx,
+                    all: &mut on_all,
+                }),
+            ),
+            None => {
+                let _ = gate_rx.recv();
+                Ok(ExchangeStats::default())
+            }
+        };
+        done_ref.store(true, Ordering::Relaxed);
+        r
+    });
+    let _ = std::fs::remove_file(&req.socket);
+    crate::atomic::unregister_file(&req.socket);
+    let exchange = stats.map_err(|e| {
+        Error::other(
+            crate::ExitStatus::System,
+            format!(
+                "{}: the exchange with the other nodes failed: {e}",
+                job.hostname()
+            ),
+        )
+    })?;
+    Ok(ViewStats {
+        exchange,
+        storage_bytes: owned.storage.bytes.load(Ordering::Relaxed),
+        storage_opens: owned.storage.opens.load(Ordering::Relaxed),
+        served: server.served.load(Ordering::Relaxed),
+        from_peers: server.from_peers.load(Ordering::Relaxed),
+    })
+}
