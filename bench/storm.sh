@@ -11,6 +11,10 @@
 #   (v) view     the unprepared tree, no build step: every rank under `sw-pool run --cache
 #                $S/site --cache $S/pypi` (one environment per node: the ranks of a node join it),
 #                each node's view lists the trees once and reads each file once (STORM_WAYS="a b v")
+#   (j) job view the same under Slurm (`srun --mpi=pmix`, one step of N x P tasks): the job-wide
+#                view: one node lists each tree, each file is read from storage by one node and
+#                passed to the others over MPI (`view-serve`, started by the step's task 0)
+#   (s) shared   (a) launched by srun as (j) is, to compare the two with the same launcher
 # For every run: the time from launch to the end of the imports and calls on the slowest rank, the
 # bytes the storage server sent (testbed/storage-bytes), and the storage server's work counted on
 # the server: the requests it served (open, lstat, readdir, read, close ...) from its own log
@@ -175,7 +179,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   b0=$(testbed/storage-bytes); s0=$(server_sys); o0=$(server_ops)
   t0=$(now)
   case $way in
-    a|v) pp=$S/site:$S/pypi ;;
+    a|v|j|s) pp=$S/site:$S/pypi ;;
     b) pp=$MNT/install/storm/1/python
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/storm/1.sqfs" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
@@ -184,9 +188,16 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
        load_s=$(sub "$t0" "$(now)") ;;
   esac
   local wrap=()
-  [[ $way == v ]] && wrap=("$SW" run --cache "$S/site" --cache "$S/pypi" --)
-  out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
-        "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
+  [[ $way == v || $way == j ]] && wrap=("$SW" run --cache "$S/site" --cache "$S/pypi" --)
+  if [[ $way == j || $way == s ]]; then
+    out=$(SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix -N "$n" \
+          --ntasks-per-node="$p" -w "node[1-$n]" \
+          --export=ALL,PYTHONPATH="$pp",STORM_T0="$t0",STORM_EXTRA="$EXTRA" \
+          "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
+  else
+    out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
+          "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
+  fi
   local t_end; t_end=$(now)
   bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 )); o1=$(server_ops)
   if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi

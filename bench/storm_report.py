@@ -14,8 +14,10 @@ out = sys.argv[1]
 runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl")) if l.strip()]
 params = json.load(open(os.path.join(out, "params.json")))
 names = {"a": "(a) shared storage", "b": "(b) bundled pool, sw-pool load", "c": "(c) pool mounted from shared storage",
-         "v": "(v) unprepared tree, sw-pool run --cache (view per node)"}
-ways = [w for w in "abcv" if any(r["way"] == w for r in runs)]
+         "v": "(v) unprepared tree, sw-pool run --cache (view per node)",
+         "s": "(s) shared storage, launched by srun",
+         "j": "(j) unprepared tree, sw-pool run --cache under srun (job-wide view)"}
+ways = [w for w in "abcvsj" if any(r["way"] == w for r in runs)]
 
 
 def key(r):
@@ -96,6 +98,19 @@ if big and big in v:
     goals.append(f"- (v) at {big[0]} x {big[1]}: {v[big]['slowest_s']} s -> (a) / (v) = "
                  f"{a[big]['slowest_s'] / v[big]['slowest_s']:.2f} (goal >= 5), (v) / (b) = "
                  f"{v[big]['slowest_s'] / b[big]['slowest_s']:.2f} (goal <= 1.2)")
+j = {(r["nodes"], r["ppn"]): r for r in get("j")}
+sh = {(r["nodes"], r["ppn"]): r for r in get("s")}
+if big and big in j:
+    goals.append(f"- (j) at {big[0]} x {big[1]}: {j[big]['slowest_s']} s -> (a) / (j) = "
+                 f"{a[big]['slowest_s'] / j[big]['slowest_s']:.2f}"
+                 + (f", (s) / (j) = {sh[big]['slowest_s'] / j[big]['slowest_s']:.2f}" if big in sh else "")
+                 + f" (goal >= 5), (j) / (b) = {j[big]['slowest_s'] / b[big]['slowest_s']:.2f} (goal <= 1.2)")
+if j:
+    one = j.get((1, 1)) or min(j.values(), key=lambda r: r["nodes"] * r["ppn"])
+    goals.append(f"- (j) storage bytes max / min = {ratio([r['bytes'] for r in j.values()]):.2f} "
+                 f"(goal: not x N; each file read once per job: {min(r['bytes'] for r in j.values()):,} .. "
+                 f"{max(r['bytes'] for r in j.values()):,} bytes; one node on its own ({one['nodes']} x {one['ppn']}) "
+                 f"{one['bytes']:,}); requests max / min = {ratio([r['server_requests'] for r in j.values()]):.2f} (goal <= 1.2)")
 lines += ["## Goals", ""] + goals + [""]
 for label, f in figs:
     lines += [f"![{label}]({f})", ""]

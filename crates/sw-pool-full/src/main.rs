@@ -62,6 +62,9 @@ fn install_signal_cleanup() {
             // an on-demand server's mount goes with it
             swpool_core::ondemand::serve::release_held();
             swpool_core::atomic::remove_all_registered();
+            if let Some(l) = swpool_core::ondemand::view_serve::figures_line() {
+                eprintln!("{l}");
+            }
             let host = swpool_core::users::hostname();
             eprintln!(
                 "sw-pool: interrupted by signal {sig} on {host} (pid {}); temporary files removed",

@@ -221,6 +221,16 @@ pub struct ViewStats {
     pub from_peers: u64,
 }
 
+/// The figures of the view server running in this process, for [`figures_line`].
+type Figures = Box<dyn Fn() -> String + Send>;
+static FIGURES: Mutex<Option<Figures>> = Mutex::new(None);
+
+/// The last log line of this process's view server, if one runs: for the signal handler (Slurm
+/// ends the servers' step with SIGTERM when the job step that started it ends).
+pub fn figures_line() -> Option<String> {
+    FIGURES.lock().ok().and_then(|f| f.as_ref().map(|f| f()))
+}
+
 /// Serve (see the module's documentation). `ready` is called once this node's socket is there.
 pub fn serve(
     job: &dyn Collective,
@@ -296,6 +306,20 @@ fn serve_inner(
         let s = server.clone();
         std::thread::spawn(move || swpool_serve::socket::serve(listener, s));
     }
+    {
+        let (s, host, tree) = (server.clone(), job.hostname().to_string(), req.tree.clone());
+        let f: Figures = Box::new(move || {
+            format!(
+                "sw-pool: {host}: view server of {} ends: storage_opens={} storage_bytes={} served={} from_peers={}",
+                tree.display(),
+                s.owned.storage.opens.load(Ordering::Relaxed),
+                s.owned.storage.bytes.load(Ordering::Relaxed),
+                s.served.load(Ordering::Relaxed),
+                s.from_peers.load(Ordering::Relaxed)
+            )
+        });
+        *FIGURES.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+    }
     ready();
     let done = AtomicBool::new(false);
     let plane = job.leaders_plane(true);
@@ -347,6 +371,7 @@ fn serve_inner(
     });
     let _ = std::fs::remove_file(&req.socket);
     crate::atomic::unregister_file(&req.socket);
+    FIGURES.lock().unwrap_or_else(|e| e.into_inner()).take();
     let exchange = stats.map_err(|e| {
         Error::other(
             crate::ExitStatus::System,

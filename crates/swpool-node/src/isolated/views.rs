@@ -79,8 +79,10 @@ pub fn start_servers(
             at.display()
         )
     })?;
+    // their listing's and their end's figures (info) in the log
     let args = [
-        "-q".into(),
+        "--log".into(),
+        "info".into(),
         "view-serve".into(),
         "--socket".into(),
         jv.socket.clone().into_os_string(),
@@ -171,7 +173,13 @@ pub fn views(
             }
         }
         let first: Vec<String> = match &job {
-            Some(jv) => vec!["--job".into(), jv.socket.display().to_string()],
+            // (the step too: a node whose server does not come lists and reads the tree itself)
+            Some(jv) => vec![
+                "--job".into(),
+                jv.socket.display().to_string(),
+                "--step".into(),
+                jv.step.clone(),
+            ],
             None => snapshot_args(env),
         };
         let view_args = first
@@ -257,6 +265,30 @@ mod tests {
         assert!(views(&[], &exe, None, None, &Environment::default())
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn a_step_of_several_nodes_has_a_job_wide_view_named_by_step_and_tree() {
+        let st = Path::new("/tmp/sw-pool-1000");
+        let e = Environment::default();
+        assert_eq!(job_view(&e, st, Path::new("/p/env")), None);
+        let step = e
+            .clone()
+            .with(HostVar::SlurmJobId, "12")
+            .with(HostVar::SlurmStepId, "3")
+            .with(HostVar::SlurmStepNumNodes, "4");
+        let jv = job_view(&step, st, Path::new("/p/env")).unwrap();
+        assert_eq!(jv.step, "12.3");
+        assert!(jv.socket.starts_with(st), "{jv:?}");
+        let name = jv.socket.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("view-12.3-") && name.ends_with(".sock"), "{name}");
+        assert_eq!(jv.log.with_extension("sock"), jv.socket);
+        // another tree, another socket; one node, or an epoch given: none
+        assert_ne!(job_view(&step, st, Path::new("/p/other")).unwrap().socket, jv.socket);
+        let one = step.clone().with(HostVar::SlurmStepNumNodes, "1");
+        assert_eq!(job_view(&one, st, Path::new("/p/env")), None);
+        let given = step.with(EnvVar::ViewEpoch, "1700000000.5");
+        assert_eq!(job_view(&given, st, Path::new("/p/env")), None);
     }
 
     #[test]

@@ -66,10 +66,12 @@ struct Args {
     /// The job-wide view: take the listing and the files' bytes from this node's server of the
     /// job's view at SOCKET (`sw-pool-full view-serve`, which `sw-pool run --cache` starts in a
     /// step of several nodes) instead of walking and reading the tree here
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["epoch", "step"])]
+    /// (with --step: when the server does not come within --job-wait, this node lists and reads
+    /// the tree itself, the step's start its snapshot, as without --job)
+    #[arg(long, value_name = "SOCKET", conflicts_with = "epoch")]
     job: Option<PathBuf>,
     /// With --job: seconds to wait for the node's server to be there
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = 90)]
     job_wait: u64,
     /// Log the snapshot's and the view's figures (to standard error)
     #[arg(long)]
@@ -123,16 +125,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             })
         })
         .transpose()?;
-    let epoch = job_epoch(args, &node)?;
-    if let Some(e) = &epoch {
-        tracing::debug!(
-            secs = e.at.0,
-            nanos = e.at.1,
-            "the job's start: {}",
-            e.source
-        );
-    }
-    let (source, snap) = source(args, root, dir, &node)?;
+    let (source, snap, epoch) = source(args, root, dir, &node)?;
     let warm = args.warm.as_ref().and_then(|w| {
         match swpool_serve::view::open_warm_dir(w, args.warm_max) {
             Ok(fd) => Some(Arc::new(Warm::new(Box::new(source.bytes()), fd))),
@@ -328,26 +321,43 @@ impl Source {
     }
 }
 
-/// The listing, and where the bytes come from: the node's server of the job's view (`--job`), or
-/// the tree walked here.
+/// The listing, where the bytes come from and the job's start (files changed since are not
+/// served): the node's server of the job's view (`--job`; no start needed: one listing for the
+/// job), or the tree walked here.
 fn source(
     args: &Args,
     root: OwnedFd,
     dir: &std::path::Path,
     node: &str,
-) -> Result<(Source, Snapshot), String> {
+) -> Result<(Source, Snapshot, Option<Epoch>), String> {
     let t0 = Instant::now();
     if let Some(sock) = &args.job {
-        drop(root);
-        let (j, snap) = wait_for_server(sock, dir, Duration::from_secs(args.job_wait))
-            .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
+        match wait_for_server(sock, dir, Duration::from_secs(args.job_wait)) {
+            Ok((j, snap)) => {
+                tracing::debug!(
+                    entries = snap.nodes.len(),
+                    secs = t0.elapsed().as_secs_f64(),
+                    "the job's listing of {}",
+                    dir.display()
+                );
+                return Ok((Source::Job(Arc::new(j)), snap, None));
+            }
+            Err(e) if args.step.is_some() => tracing::warn!(
+                "{e} (on {node}): this node lists and reads {} itself (slower; files changed \
+                 since the step's start are not served)",
+                dir.display()
+            ),
+            Err(e) => return Err(format!("{e} (on {node}); nothing was mounted")),
+        }
+    }
+    let epoch = job_epoch(args, node)?;
+    if let Some(e) = &epoch {
         tracing::debug!(
-            entries = snap.nodes.len(),
-            secs = t0.elapsed().as_secs_f64(),
-            "the job's listing of {}",
-            dir.display()
+            secs = e.at.0,
+            nanos = e.at.1,
+            "the job's start: {}",
+            e.source
         );
-        return Ok((Source::Job(Arc::new(j)), snap));
     }
     let snap = Snapshot::walk(root.as_fd(), dir)
         .map_err(|e| format!("{e} (on {node}); nothing was mounted"))?;
@@ -361,7 +371,11 @@ fn source(
         "snapshot of {}",
         dir.display()
     );
-    Ok((Source::Storage(Arc::new(Storage::new(root, dir))), snap))
+    Ok((
+        Source::Storage(Arc::new(Storage::new(root, dir))),
+        snap,
+        epoch,
+    ))
 }
 
 /// Connect to the node's server of the job's view, waiting up to `wait` for it to be there, or
