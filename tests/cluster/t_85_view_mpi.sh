@@ -301,7 +301,7 @@ basic() {  # basic NAME PROG SRUN...
   assert_eq "$name: the job's 4 view servers ended, one listing made" "4 1" "$ends $(grep -c 'listed once for the job' <<< "$logs" || true)"
   assert_le "$name: the files the ranks read were read from storage once for the 4 nodes (storage opens, all servers)" "$opens" 6
   echo "    $name: job-wide view: $opens storage opens for 4 nodes; $(grep -o 'listed once for the job.*' <<< "$logs" | head -1 || true)"
-  [[ $ends == 4 ]] || { echo "    the servers' log:"; sed 's/^/      /' <<< "$logs" | tail -20; "$TESTBED/exec" node1 sh -c "ls -la /tmp/sw-pool-$uid/" || true; }
+  [[ $ends == 4 ]] || { echo "    the servers' log:"; tail -20 <<< "$logs"; "$TESTBED/exec" node1 sh -c "ls -la /tmp/sw-pool-$uid/" || true; }
   [[ $rc == 0 && $(grep -c '^after' <<< "$out") == 4 ]] || show "$name"
 }
 basic ompi prog-ompi "$W/bin/srun-mpi"

@@ -61,7 +61,7 @@ struct NodeServer {
 }
 
 impl NodeServer {
-    fn from_peer(&self, i: u64, len: u32) -> Result<Vec<u8>, String> {
+    fn ask_peer(&self, i: u64, len: u32) -> Result<Vec<u8>, String> {
         let owner = exchange::owner(i, self.nodes);
         let host = self.hosts.get(owner).cloned().unwrap_or_default();
         let (ask, rx) = Ask::new(i, HASH + len as usize);
@@ -114,13 +114,13 @@ impl Served for NodeServer {
         }
         let i = offset / layout.chunk;
         match layout.piece(&self.owned.snap, i) {
-            Some((_, _, plen)) if offset % layout.chunk == 0 && plen == len => {}
+            Some((_, _, plen)) if offset.is_multiple_of(layout.chunk) && plen == len => {}
             _ => return Err(format!("{len} bytes at {offset}: not a chunk of the view")),
         }
         let r = if exchange::owner(i, self.nodes) == self.me {
             self.owned.chunk(i).map(|v| v.to_vec())
         } else {
-            self.from_peer(i, len)
+            self.ask_peer(i, len)
         };
         if r.is_ok() {
             self.served.fetch_add(u64::from(len), Ordering::Relaxed);

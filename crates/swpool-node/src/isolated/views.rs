@@ -280,11 +280,22 @@ mod tests {
         let jv = job_view(&step, st, Path::new("/p/env")).unwrap();
         assert_eq!(jv.step, "12.3");
         assert!(jv.socket.starts_with(st), "{jv:?}");
-        let name = jv.socket.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(name.starts_with("view-12.3-") && name.ends_with(".sock"), "{name}");
+        let name = jv
+            .socket
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("view-12.3-") && name.ends_with(".sock"),
+            "{name}"
+        );
         assert_eq!(jv.log.with_extension("sock"), jv.socket);
         // another tree, another socket; one node, or an epoch given: none
-        assert_ne!(job_view(&step, st, Path::new("/p/other")).unwrap().socket, jv.socket);
+        assert_ne!(
+            job_view(&step, st, Path::new("/p/other")).unwrap().socket,
+            jv.socket
+        );
         let one = step.clone().with(HostVar::SlurmStepNumNodes, "1");
         assert_eq!(job_view(&one, st, Path::new("/p/env")), None);
         let given = step.with(EnvVar::ViewEpoch, "1700000000.5");

@@ -272,13 +272,16 @@ impl Layout {
     }
 }
 
+/// A chunk read once (or refused once), shared by the asks that wait for it.
+type Cell = Arc<OnceLock<Result<Arc<Vec<u8>>, String>>>;
+
 /// The chunks of a job's view this node owns, read from storage once each and kept (up to a
 /// bound; past it they are read again when asked, checked against the snapshot as the first time).
 pub struct Owned {
     pub storage: Storage,
     pub snap: Arc<Snapshot>,
     pub layout: Layout,
-    kept: Mutex<HashMap<u64, Arc<OnceLock<Result<Arc<Vec<u8>>, String>>>>>,
+    kept: Mutex<HashMap<u64, Cell>>,
     kept_bytes: AtomicU64,
     max_kept: u64,
     said_full: AtomicBool,
