@@ -191,7 +191,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   [[ $way == v || $way == j ]] && wrap=("$SW" run --cache "$S/site" --cache "$S/pypi" --)
   if [[ $way == j || $way == s ]]; then
     out=$(SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix --overcommit -N "$n" \
-          --ntasks-per-node="$p" -w "node[1-$n]" \
+          -n "$np" -w "node[1-$n]" \
           --export=ALL,PYTHONPATH="$pp",STORM_T0="$t0",STORM_EXTRA="$EXTRA" \
           "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
   else
@@ -207,7 +207,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   esac
   local ranks slow imp
   # grep -o: mpirun may put two ranks' lines on one
-  ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l)
+  ranks=$( (grep -o '"since_t0_s": [0-9.]*' <<< "$out" || true) | wc -l)
   # (no rank reported: empty, and the run is still recorded)
   slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
   imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
