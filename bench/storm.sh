@@ -199,6 +199,11 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
           "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
   fi
   local t_end; t_end=$(now)
+  if [[ $way == j ]]; then
+    # the job-wide view's servers: their log (listing, figures) and the ranks' own lines
+    { testbed/exec node1 sh -c 'cat /run/sw-pool/view-*.log 2>/dev/null; rm -f /run/sw-pool/view-*.log' || true
+      grep -v '"since_t0_s"' <<< "$out" || true; } > "$OUT/j-${n}x$p.log"
+  fi
   bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 )); o1=$(server_ops)
   if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi
   case $way in

@@ -42,10 +42,11 @@ use fuser::{
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 mod epoch;
 pub mod job;
+mod walk;
 mod warm;
 pub use epoch::Epoch;
 pub use warm::{open_dir as open_warm_dir, Warm};
@@ -111,119 +112,9 @@ fn kind_of(mode: u32) -> Kind {
 
 impl Snapshot {
     /// Walk the tree below `root` (a directory opened before anything is mounted over it), by
-    /// descriptor: each directory opened relative to its parent with `O_NOFOLLOW`. `what` names
-    /// the tree in errors.
+    /// descriptor (see [`walk`]). `what` names the tree in errors.
     pub fn walk(root: BorrowedFd<'_>, what: &Path) -> Result<Snapshot, String> {
-        let st = rustix::fs::fstat(root).map_err(|e| format!("{}: {e}", what.display()))?;
-        let mut s = Snapshot {
-            nodes: vec![node_of(PathBuf::new(), &st, Vec::new(), 0)],
-            requests: 1,
-        };
-        if s.nodes[0].kind != Kind::Dir {
-            return Err(format!("{}: not a directory", what.display()));
-        }
-        let dup = rustix::io::fcntl_dupfd_cloexec(root, 0)
-            .map_err(|e| format!("{}: {e}", what.display()))?;
-        s.walk_dir(dup, 0, what)?;
-        Ok(s)
-    }
-
-    fn walk_dir(&mut self, dir: OwnedFd, idx: u32, what: &Path) -> Result<(), String> {
-        self.requests += 1;
-        let mut d = match rustix::fs::Dir::read_from(&dir) {
-            Ok(d) => d,
-            Err(rustix::io::Errno::ACCESS) => {
-                self.nodes[idx as usize].unreadable = true;
-                return Ok(());
-            }
-            Err(e) => {
-                return Err(format!(
-                    "{}: reading the directory: {e}",
-                    what.join(&self.nodes[idx as usize].path).display()
-                ))
-            }
-        };
-        let mut names = Vec::new();
-        while let Some(e) = d.read() {
-            let e = e.map_err(|e| {
-                format!(
-                    "{}: reading the directory: {e}",
-                    what.join(&self.nodes[idx as usize].path).display()
-                )
-            })?;
-            let n = e.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(n.to_vec());
-            }
-        }
-        names.sort();
-        let base = self.nodes[idx as usize].path.clone();
-        let mut children = Vec::with_capacity(names.len());
-        let mut subdirs = Vec::new();
-        for name in names {
-            if self.nodes.len() >= MAX_ENTRIES {
-                return Err(format!(
-                    "{}: more than {MAX_ENTRIES} entries: too large for a view; bundle it into a pool (`sw-pool bundle`)",
-                    what.display()
-                ));
-            }
-            let os = OsStr::from_bytes(&name);
-            self.requests += 1;
-            let st = match rustix::fs::statat(&dir, os, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                // removed while walked: not in the snapshot
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => {
-                    return Err(format!("{}: {e}", what.join(base.join(os)).display()));
-                }
-            };
-            // a symlink whose target storage will not give (sshfs refuses absolute ones as
-            // EPERM on some servers) is listed, its readlink failing as storage's did: one
-            // entry does not cost the whole view
-            let mut unreadable = false;
-            let target = if kind_of(st.st_mode) == Kind::Symlink {
-                self.requests += 1;
-                match rustix::fs::readlinkat(&dir, os, Vec::new()) {
-                    Ok(t) => t.into_bytes(),
-                    Err(rustix::io::Errno::NOENT) => continue,
-                    Err(e) => {
-                        tracing::warn!(
-                            "{}: its target cannot be read ({e}): listed, not followed",
-                            what.join(base.join(os)).display()
-                        );
-                        unreadable = true;
-                        Vec::new()
-                    }
-                }
-            } else {
-                Vec::new()
-            };
-            let child = self.nodes.len() as u32;
-            self.nodes.push(node_of(base.join(os), &st, target, idx));
-            self.nodes[child as usize].unreadable = unreadable;
-            if kind_of(st.st_mode) == Kind::Dir {
-                subdirs.push((name.clone(), child));
-            }
-            children.push((name, child));
-        }
-        self.nodes[idx as usize].children = children;
-        for (name, child) in subdirs {
-            let os = OsStr::from_bytes(&name);
-            self.requests += 1;
-            match rustix::fs::openat(
-                &dir,
-                os,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
-                Ok(fd) => self.walk_dir(fd, child, what)?,
-                Err(rustix::io::Errno::ACCESS) => self.nodes[child as usize].unreadable = true,
-                Err(e) => {
-                    return Err(format!("{}: {e}", what.join(base.join(os)).display()));
-                }
-            }
-        }
-        Ok(())
+        walk::walk(root, what, walk::THREADS)
     }
 
     /// The entry `name` of the directory `dir`: `Ok(None)` when it has none (a negative entry),
