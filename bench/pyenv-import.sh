@@ -13,6 +13,9 @@
 #                 (one environment per node, its ranks join it; each node's view lists the venv
 #                 once and reads each file once), the node's cache emptied first (cold)
 #   (w) warm      (v) again right after it, the node's cache kept: the views' warm start
+#   (j) job view  (v) under Slurm (`srun --mpi=pmix`, one step): the job-wide view, one listing and
+#                 each file read from storage by one node, passed to the others over MPI (cold)
+#   (s) shared    (a) launched by srun as (j) is
 # Per run: time from launch to the slowest rank's end of import, bytes the storage server sent, and
 # the requests it served (its own log, testbed/storage-ops), as bench/storm.sh counts them.
 #
@@ -107,13 +110,15 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
   h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
   local keep=$TB/local/sw-pool-0
   [[ $way == w ]] && keep=""   # the warm start: the views' copies stay on the nodes
+  # (j: the job-wide view's servers' log in root's state directory, removed)
+  [[ $way == j ]] && keep+=" /run/sw-pool/view-*.log"
   testbed/exec all sh -c "rm -rf $keep $MNT; mkdir -p $MNT" >/dev/null 2>&1 || true
   drop
   b0=$(testbed/storage-bytes); o0=$(server_ops)
   t0=$(now)
   case $way in
     a) py=$PY; pp=$S/${SITE#"$E"/} ;;
-    v|w) py=$PY; pp=$S/${SITE#"$E"/} ;;
+    v|w|s|j) py=$PY; pp=$S/${SITE#"$E"/} ;;
     b) py=$MNT/install/sci/1/bin/python
        testbed/mpirun -np "$n" -H "$h1" "$SW" load -q -m "$MNT" "$S/pools/sci/1.sqfs" >/dev/null || rc=$?
        load_s=$(sub "$t0" "$(now)") ;;
@@ -122,8 +127,16 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
        load_s=$(sub "$t0" "$(now)") ;;
   esac
   local wrap=()
-  [[ $way == v || $way == w ]] && wrap=("$SW" run --cache "$S/sci-env" --)
-  out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" -x PYTHONPATH="$pp" "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
+  [[ $way == v || $way == w || $way == j ]] && wrap=("$SW" run --cache "$S/sci-env" --)
+  if [[ $way == s || $way == j ]]; then
+    # under Slurm: (j) the job-wide view (one listing, each file read by one node), (s) the same
+    # launcher straight from storage
+    out=$(SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix --overcommit \
+          -N "$n" -n "$np" -w "node[1-$n]" --export=ALL,T0="$t0",PYTHONPATH="$pp" \
+          "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
+  else
+    out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" -x PYTHONPATH="$pp" "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
+  fi
   local t_end; t_end=$(now)
   bytes=$(( $(testbed/storage-bytes) - b0 )); o1=$(server_ops)
   case $way in

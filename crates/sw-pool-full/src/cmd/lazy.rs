@@ -33,6 +33,8 @@ pub fn view_serve(_g: &GlobalArgs, a: ViewServeArgs, env: &Environment) -> Resul
         stall: Duration::from_secs(a.stall.max(1)),
         wait: Duration::from_secs(a.wait.max(1)),
         max_kept: a.max_kept,
+        small: a.small,
+        small_total: a.small_total,
     };
     let stop = AtomicBool::new(false);
     let r = view_serve::serve(&job, &req, &stop, &|| {

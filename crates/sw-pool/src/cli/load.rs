@@ -84,6 +84,13 @@ pub struct ViewServeArgs {
     /// Bytes of the node's own chunks kept in memory at most (the next are read again when asked)
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 30)]
     pub max_kept: u64,
+    /// Files of at most this many bytes are read at the start, each by one node, and sent to
+    /// every node (0: none)
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 10)]
+    pub small: u64,
+    /// At most this many bytes of such files
+    #[arg(long, value_name = "BYTES", default_value_t = 512 << 20)]
+    pub small_total: u64,
     /// The tree (absolute)
     pub tree: PathBuf,
 }

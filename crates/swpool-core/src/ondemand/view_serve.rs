@@ -40,6 +40,10 @@ pub struct ViewRequest {
     pub wait: Duration,
     /// Bytes of owned chunks kept in memory at most (past it they are read again when asked).
     pub max_kept: u64,
+    /// Files of at most this many bytes are read by their owners at the start and sent to every
+    /// node at once (`job::small_chunks`), at most `small_total` bytes of them.
+    pub small: u64,
+    pub small_total: u64,
 }
 
 /// The node's server as its view sees it.
@@ -58,6 +62,8 @@ struct NodeServer {
     /// Bytes this node's view took, and of them from the other nodes.
     served: AtomicU64,
     from_peers: AtomicU64,
+    /// The small files' chunks every node holds (`job::small_chunks`).
+    small: std::collections::HashMap<u64, Arc<Vec<u8>>>,
 }
 
 impl NodeServer {
@@ -117,7 +123,9 @@ impl Served for NodeServer {
             Some((_, _, plen)) if offset.is_multiple_of(layout.chunk) && plen == len => {}
             _ => return Err(format!("{len} bytes at {offset}: not a chunk of the view")),
         }
-        let r = if exchange::owner(i, self.nodes) == self.me {
+        let r = if let Some(b) = self.small.get(&i) {
+            Ok(b.to_vec())
+        } else if exchange::owner(i, self.nodes) == self.me {
             self.owned.chunk(i).map(|v| v.to_vec())
         } else {
             self.ask_peer(i, len)
@@ -209,6 +217,64 @@ fn bind(job: &dyn Collective, sock: &Path) -> Result<std::os::unix::net::UnixLis
     Ok(l)
 }
 
+/// Step 3: the small files, read by their owners (8 at once) and sent to every node; a file
+/// that cannot be read is left to its first ask (which says why).
+fn share_small(
+    job: &dyn Collective,
+    req: &ViewRequest,
+    owned: &Arc<Owned>,
+) -> Result<std::collections::HashMap<u64, Arc<Vec<u8>>>, Error> {
+    let (me, n) = (job.node_index(), job.nodes());
+    let all = job::small_chunks(&owned.snap, &owned.layout, req.small, req.small_total);
+    let mine: Vec<u64> = all
+        .iter()
+        .copied()
+        .filter(|i| exchange::owner(*i, n) == me)
+        .collect();
+    let t0 = Instant::now();
+    let next = AtomicUsize::new(0);
+    let read: Mutex<Vec<(u64, Arc<Vec<u8>>)>> = Mutex::new(Vec::with_capacity(mine.len()));
+    std::thread::scope(|s| {
+        for _ in 0..8.min(mine.len()) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&i) = mine.get(k) else { return };
+                if let Ok(b) = owned.chunk(i) {
+                    read.lock().unwrap_or_else(|e| e.into_inner()).push((i, b));
+                }
+            });
+        }
+    });
+    let mut read = read.into_inner().unwrap_or_else(|e| e.into_inner());
+    read.sort_by_key(|(i, _)| *i);
+    let parts = job.leaders_all_gather(&job::pack(&read))?;
+    let mut small = std::collections::HashMap::with_capacity(all.len());
+    for (node, part) in parts.iter().enumerate() {
+        let got = job::unpack(part, &owned.snap, &owned.layout, &|i| {
+            exchange::owner(i, n) == node
+        })
+        .map_err(|e| {
+            Error::other(
+                crate::ExitStatus::Collective,
+                format!(
+                    "{}: the small files from {}: {e}",
+                    job.hostname(),
+                    job.leader_host(node)
+                ),
+            )
+        })?;
+        small.extend(got);
+    }
+    tracing::info!(
+        "{}: {} small files shared ({} read here, {:.1} s)",
+        job.hostname(),
+        small.len(),
+        read.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(small)
+}
+
 /// What a server did, for its last log line.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ViewStats {
@@ -282,6 +348,7 @@ fn serve_inner(
         layout,
         req.max_kept,
     ));
+    let small = share_small(job, req, &owned)?;
     let mut head = (enc.len() as u64).to_le_bytes().to_vec();
     head.extend_from_slice(&enc);
     drop(enc);
@@ -300,6 +367,7 @@ fn serve_inner(
         came: AtomicBool::new(false),
         served: AtomicU64::new(0),
         from_peers: AtomicU64::new(0),
+        small,
     });
     swpool_serve::keep_chunk_buffers(CHUNK);
     {

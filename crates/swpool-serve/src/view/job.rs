@@ -345,6 +345,67 @@ impl Owned {
     }
 }
 
+/// The chunks of the small files (at most `small` bytes each, `total` bytes in all, in the
+/// listing's order): the same on every node, read by their owners as soon as the listing is made
+/// and sent to every node at once ([`pack`], [`unpack`]), so that a job that opens many small
+/// files (Python's modules) waits for no storage request and no peer at each open.
+pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) -> Vec<u64> {
+    let mut sum = 0u64;
+    let mut out = Vec::new();
+    for (i, n) in snap.nodes.iter().enumerate() {
+        if n.kind != Kind::File || n.size == 0 || n.size > small.min(layout.chunk) {
+            continue;
+        }
+        if sum + n.size > total {
+            break;
+        }
+        if let Some(start) = layout.start(i as u32) {
+            sum += n.size;
+            out.push(start / layout.chunk);
+        }
+    }
+    out
+}
+
+/// One node's chunks for every node: for each, its index (u64), length (u32), BLAKE3, bytes.
+pub fn pack(chunks: &[(u64, Arc<Vec<u8>>)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(chunks.iter().map(|(_, b)| 44 + b.len()).sum());
+    for (i, b) in chunks {
+        v.extend_from_slice(&i.to_le_bytes());
+        v.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        v.extend_from_slice(blake3::hash(b).as_bytes());
+        v.extend_from_slice(b);
+    }
+    v
+}
+
+/// What [`pack`] made on another node, checked: each chunk one `may` allows (that node's to
+/// send), of the length the layout gives it, matching the hash it came with.
+pub fn unpack(
+    b: &[u8],
+    snap: &Snapshot,
+    layout: &Layout,
+    may: &dyn Fn(u64) -> bool,
+) -> Result<Vec<(u64, Arc<Vec<u8>>)>, String> {
+    let mut c = Cursor(b);
+    let mut out = Vec::new();
+    while !c.0.is_empty() {
+        let i = c.u64()?;
+        let len = c.u32()?;
+        let hash = c.take(HASH)?;
+        match layout.piece(snap, i) {
+            Some((_, _, plen)) if plen == len && may(i) => {}
+            _ => return Err(format!("chunk {i} ({len} bytes) is not one it may send")),
+        }
+        let bytes = c.take(len as usize)?;
+        if blake3::hash(bytes).as_bytes() != hash {
+            return Err(format!("chunk {i} does not match the BLAKE3 it came with"));
+        }
+        out.push((i, Arc::new(bytes.to_vec())));
+    }
+    Ok(out)
+}
+
 /// The files' bytes from this node's server of the job's view (see the module's documentation).
 pub struct JobBytes {
     src: UnixSource,
