@@ -88,9 +88,18 @@ pub fn start_servers(
         jv.socket.clone().into_os_string(),
         at.as_os_str().to_owned(),
     ];
-    let mut cmd = crate::slurm::overlap_step(env, full, args, nodes, Some(&nodelist), "")
-        .command(env.path_var())
-        .map_err(|e| format!("--cache {}: {e}", at.display()))?;
+    // (Open MPI's ranks yield while they wait in a collective: the servers share the nodes' cores
+    // with the job)
+    let mut cmd = crate::slurm::overlap_step(
+        env,
+        full,
+        args,
+        nodes,
+        Some(&nodelist),
+        ",OMPI_MCA_mpi_yield_when_idle=1",
+    )
+    .command(env.path_var())
+    .map_err(|e| format!("--cache {}: {e}", at.display()))?;
     for k in env.step_task_names() {
         cmd.env_remove(k);
     }
