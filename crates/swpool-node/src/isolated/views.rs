@@ -60,6 +60,30 @@ pub fn job_view(env: &Environment, state: &Path, at: &Path) -> Option<JobView> {
     })
 }
 
+/// Remove the job-wide views' logs and failure notes in the state directory `dir` older than
+/// `age` (each step leaves its servers' log for the user to read; a week is kept).
+pub fn prune_logs(dir: &Path, age: std::time::Duration) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let ours =
+            name.starts_with("view-") && (name.ends_with(".log") || name.ends_with(".failed"));
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|a| a > age);
+        if ours && old {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Task 0 of the step: start the job's view servers of `at` on the step's nodes (`srun --overlap`
 /// of `full view-serve`, one task per node), in the background: every task's view waits for its
 /// node's server. Their output goes to `jv.log`.
@@ -102,6 +126,9 @@ pub fn start_servers(
     .map_err(|e| format!("--cache {}: {e}", at.display()))?;
     for k in env.step_task_names() {
         cmd.env_remove(k);
+    }
+    if let Some(d) = jv.log.parent() {
+        prune_logs(d, std::time::Duration::from_secs(7 * 24 * 3600));
     }
     let out = std::fs::File::create(&jv.log)
         .map_err(|e| format!("--cache {}: {}: {e}", at.display(), jv.log.display()))?;
@@ -309,6 +336,28 @@ mod tests {
         assert_eq!(job_view(&one, st, Path::new("/p/env")), None);
         let given = step.with(EnvVar::ViewEpoch, "1700000000.5");
         assert_eq!(job_view(&given, st, Path::new("/p/env")), None);
+    }
+
+    #[test]
+    fn old_view_logs_go_and_nothing_else() {
+        let t = tempfile::tempdir().unwrap();
+        for n in [
+            "view-1.0-abc.log",
+            "view-1.0-abc.sock.failed",
+            "view-2.0-abc.log",
+            "mine.log",
+        ] {
+            std::fs::write(t.path().join(n), b"x").unwrap();
+        }
+        prune_logs(t.path(), std::time::Duration::from_secs(3600));
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 4);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        prune_logs(t.path(), std::time::Duration::from_millis(10));
+        let left: Vec<_> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["mine.log"]);
     }
 
     #[test]
