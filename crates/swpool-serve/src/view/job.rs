@@ -349,11 +349,19 @@ impl Owned {
 /// listing's order): the same on every node, read by their owners as soon as the listing is made
 /// and sent to every node at once ([`pack`], [`unpack`]), so that a job that opens many small
 /// files (Python's modules) waits for no storage request and no peer at each open.
+///
+/// Not among them: a Python source whose compiled module lies beside it
+/// (`__pycache__/NAME.*.pyc`): Python reads the compiled one and only `stat`s the source (a
+/// venv of numpy and scipy holds 3,000 such sources; reading them made the start cost as much as
+/// the imports straight from storage).
 pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) -> Vec<u64> {
     let mut sum = 0u64;
     let mut out = Vec::new();
     for (i, n) in snap.nodes.iter().enumerate() {
         if n.kind != Kind::File || n.size == 0 || n.size > small.min(layout.chunk) {
+            continue;
+        }
+        if compiled_beside(snap, n) {
             continue;
         }
         if sum + n.size > total {
@@ -365,6 +373,30 @@ pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) ->
         }
     }
     out
+}
+
+/// Whether `n` is `NAME.py` with a `__pycache__/NAME.*.pyc` in its directory.
+fn compiled_beside(snap: &Snapshot, n: &Node) -> bool {
+    let Some(stem) = n
+        .path
+        .file_name()
+        .and_then(|f| f.as_bytes().strip_suffix(b".py"))
+    else {
+        return false;
+    };
+    let Ok(Some(cache)) = snap.lookup(n.parent, b"__pycache__") else {
+        return false;
+    };
+    let c = &snap.nodes[cache as usize];
+    let mut prefix = stem.to_vec();
+    prefix.push(b'.');
+    let from = c
+        .children
+        .partition_point(|(name, _)| name.as_slice() < prefix.as_slice());
+    c.children[from..]
+        .iter()
+        .take_while(|(name, _)| name.starts_with(&prefix))
+        .any(|(name, _)| name.ends_with(b".pyc"))
 }
 
 /// One node's chunks for every node: for each, its index (u64), length (u32), BLAKE3, bytes.

@@ -148,3 +148,40 @@ fn small_files_are_chosen_alike_and_cross_checked() {
         );
     }
 }
+
+#[test]
+fn a_python_source_with_its_compiled_module_beside_it_is_not_read_at_the_start() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    std::fs::create_dir_all(r.join("pkg/__pycache__")).unwrap();
+    for f in [
+        "pkg/a.py",
+        "pkg/b.py",
+        "pkg/ab.py",
+        "pkg/__pycache__/a.cpython-311.pyc",
+        "pkg/__pycache__/abc.cpython-311.pyc",
+    ] {
+        std::fs::write(r.join(f), b"x").unwrap();
+    }
+    let root = std::fs::File::open(r).unwrap();
+    let s = Snapshot::walk(root.as_fd(), r).unwrap();
+    let l = Layout::new(&s, 100, 4096);
+    let chosen: Vec<PathBuf> = small_chunks(&s, &l, 4096, 1 << 20)
+        .into_iter()
+        .map(|c| s.nodes[l.piece(&s, c).unwrap().0 as usize].path.clone())
+        .collect();
+    // a.py has a.cpython-311.pyc; b.py and ab.py none (abc.* is not ab.*)
+    let mut want: Vec<PathBuf> = [
+        "pkg/__pycache__/a.cpython-311.pyc",
+        "pkg/__pycache__/abc.cpython-311.pyc",
+        "pkg/ab.py",
+        "pkg/b.py",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    let mut got = chosen.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
