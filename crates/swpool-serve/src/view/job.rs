@@ -351,9 +351,9 @@ impl Owned {
 /// files (Python's modules) waits for no storage request and no peer at each open.
 ///
 /// Not among them: a Python source whose compiled module lies beside it
-/// (`__pycache__/NAME.*.pyc`): Python reads the compiled one and only `stat`s the source (a
-/// venv of numpy and scipy holds 3,000 such sources; reading them made the start cost as much as
-/// the imports straight from storage).
+/// (`__pycache__/NAME.*.pyc`): Python reads the compiled one and only `stat`s the source
+/// (reading every small file of a venv of numpy and scipy made the start cost as much as the
+/// imports straight from storage: bench/results/pyenv-job-20261129-0445).
 pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) -> Vec<u64> {
     let mut sum = 0u64;
     let mut out = Vec::new();
