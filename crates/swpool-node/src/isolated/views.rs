@@ -36,16 +36,24 @@ pub struct JobView {
     pub step: String,
 }
 
-/// The job-wide view of `at` in a Slurm step of more than one node (no `SW_POOL_VIEW_EPOCH`
+/// The job-wide view of `at` in a Slurm step, of one node or many (no `SW_POOL_VIEW_EPOCH`
 /// given): one listing and one read of each file per job, by the job's view servers (a step of
-/// `sw-pool-full view-serve`, started by task 0); `None` elsewhere (each node's view walks and
-/// reads the tree itself). The socket lies in the user's state directory `state`.
+/// `sw-pool-full view-serve`, started by task 0), the same on 1 node as on 1,000; `None`
+/// elsewhere (outside a step, or with a launcher's epoch: each node's view walks and reads the
+/// tree itself). The socket lies in the user's state directory `state`.
 pub fn job_view(env: &Environment, state: &Path, at: &Path) -> Option<JobView> {
-    let args = snapshot_args(env);
-    if args.first().map(String::as_str) != Some("--step") {
+    if env.get_nonempty(EnvVar::ViewEpoch).is_some() {
         return None;
     }
-    let step = args[1].clone();
+    let num = |v: HostVar| {
+        env.get_nonempty(v)
+            .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let step = format!(
+        "{}.{}",
+        num(HostVar::SlurmJobId)?,
+        num(HostVar::SlurmStepId)?
+    );
     let key = crate::cache::view_key(at);
     let base = state.join(format!("view-{step}-{}", &key[..key.len().min(12)]));
     let with = |ext: &str| {
@@ -304,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn a_step_of_several_nodes_has_a_job_wide_view_named_by_step_and_tree() {
+    fn a_slurm_step_has_a_job_wide_view_named_by_step_and_tree() {
         let st = Path::new("/tmp/sw-pool-1000");
         let e = Environment::default();
         assert_eq!(job_view(&e, st, Path::new("/p/env")), None);
@@ -327,13 +335,15 @@ mod tests {
             "{name}"
         );
         assert_eq!(jv.log.with_extension("sock"), jv.socket);
-        // another tree, another socket; one node, or an epoch given: none
+        // another tree, another socket; one node too; an epoch given or no step id: none
         assert_ne!(
             job_view(&step, st, Path::new("/p/other")).unwrap().socket,
             jv.socket
         );
         let one = step.clone().with(HostVar::SlurmStepNumNodes, "1");
-        assert_eq!(job_view(&one, st, Path::new("/p/env")), None);
+        assert_eq!(job_view(&one, st, Path::new("/p/env")), Some(jv.clone()));
+        let batch = e.clone().with(HostVar::SlurmJobId, "12");
+        assert_eq!(job_view(&batch, st, Path::new("/p/env")), None);
         let given = step.with(EnvVar::ViewEpoch, "1700000000.5");
         assert_eq!(job_view(&given, st, Path::new("/p/env")), None);
     }
