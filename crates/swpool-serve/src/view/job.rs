@@ -399,8 +399,11 @@ fn compiled_beside(snap: &Snapshot, n: &Node) -> bool {
         .any(|(name, _)| name.ends_with(b".pyc"))
 }
 
+/// A chunk by its index, as the nodes share it.
+pub type Shared = (u64, Arc<Vec<u8>>);
+
 /// One node's chunks for every node: for each, its index (u64), length (u32), BLAKE3, bytes.
-pub fn pack(chunks: &[(u64, Arc<Vec<u8>>)]) -> Vec<u8> {
+pub fn pack(chunks: &[Shared]) -> Vec<u8> {
     let mut v = Vec::with_capacity(chunks.iter().map(|(_, b)| 44 + b.len()).sum());
     for (i, b) in chunks {
         v.extend_from_slice(&i.to_le_bytes());
@@ -418,7 +421,7 @@ pub fn unpack(
     snap: &Snapshot,
     layout: &Layout,
     may: &dyn Fn(u64) -> bool,
-) -> Result<Vec<(u64, Arc<Vec<u8>>)>, String> {
+) -> Result<Vec<Shared>, String> {
     let mut c = Cursor(b);
     let mut out = Vec::new();
     while !c.0.is_empty() {
