@@ -43,15 +43,10 @@ pub fn view_serve(_g: &GlobalArgs, a: ViewServeArgs, env: &Environment) -> Resul
     match r {
         Ok(s) => {
             tracing::info!(
-                storage_bytes = s.storage_bytes,
-                storage_opens = s.storage_opens,
-                served = s.served,
-                from_peers = s.from_peers,
                 asked = s.exchange.asked,
                 answered = s.exchange.answered,
-                "{}: view server of {} ends",
-                job.hostname(),
-                a.tree.display()
+                "{}",
+                s.line(job.hostname(), &a.tree)
             );
             Ok(())
         }

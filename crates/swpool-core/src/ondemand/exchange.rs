@@ -77,6 +77,47 @@ impl Ask {
     }
 }
 
+/// Why an ask of [`ask_owner`] got no chunk.
+#[derive(Debug)]
+pub struct NoAnswer {
+    /// The owner did not answer in time.
+    pub late: bool,
+    pub message: String,
+}
+
+/// Ask chunk `index`'s owner (`host`) through this node's exchange (`asks`) for `len` bytes and
+/// wait up to `stall`: the owner's frame (its head, then exactly `len` bytes), or why not.
+pub fn ask_owner(
+    asks: &Sender<Ask>,
+    index: u64,
+    len: usize,
+    stall: Duration,
+    host: &str,
+) -> Result<Vec<u8>, NoAnswer> {
+    let no = |late, message| NoAnswer { late, message };
+    let (ask, rx) = Ask::new(index, len);
+    asks.send(ask)
+        .map_err(|_| no(false, "the node's exchange with its peers has ended".into()))?;
+    match rx.recv_timeout(stall) {
+        Ok(Ok(v)) if v.len() == HEAD + len => Ok(v),
+        Ok(Ok(v)) => Err(no(
+            false,
+            format!(
+                "{host} answered {} bytes for chunk {index} ({len} asked)",
+                v.len().saturating_sub(HEAD)
+            ),
+        )),
+        Ok(Err(m)) => Err(no(false, format!("{host} (its owner): {m}"))),
+        Err(_) => Err(no(
+            true,
+            format!(
+                "{host}, its owner, did not answer within {} s (its server may have ended)",
+                stall.as_secs()
+            ),
+        )),
+    }
+}
+
 impl ChunkSource for PeerSource {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let index = offset / self.chunk_size;
@@ -85,33 +126,16 @@ impl ChunkSource for PeerSource {
             return self.storage.read_at(offset, buf);
         }
         let host = self.hosts.get(owner).cloned().unwrap_or_default();
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.asks
-            .send(Ask {
-                index,
-                len: buf.len(),
-                reply: tx,
-            })
-            .map_err(|_| std::io::Error::other("the node's exchange with its peers has ended"))?;
-        match rx.recv_timeout(self.stall) {
-            Ok(Ok(v)) if v.len() == HEAD + buf.len() => {
-                buf.copy_from_slice(&v[HEAD..]);
-                Ok(())
-            }
-            Ok(Ok(v)) => Err(std::io::Error::other(format!(
-                "{host} answered {} bytes for chunk {index} ({} asked)",
-                v.len().saturating_sub(HEAD),
-                buf.len()
-            ))),
-            Ok(Err(m)) => Err(std::io::Error::other(format!("{host} (its owner): {m}"))),
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "{host}, its owner, did not answer within {} s (its server may have ended)",
-                    self.stall.as_secs()
-                ),
-            )),
-        }
+        let v = ask_owner(&self.asks, index, buf.len(), self.stall, &host).map_err(|e| {
+            let kind = if e.late {
+                std::io::ErrorKind::TimedOut
+            } else {
+                std::io::ErrorKind::Other
+            };
+            std::io::Error::new(kind, e.message)
+        })?;
+        buf.copy_from_slice(&v[HEAD..]);
+        Ok(())
     }
     fn describe(&self) -> String {
         format!(

@@ -54,7 +54,7 @@ struct NodeServer {
     owned: Arc<Owned>,
     me: usize,
     nodes: usize,
-    asks: Mutex<Sender<Ask>>,
+    asks: Sender<Ask>,
     stall: Duration,
     hosts: Vec<String>,
     open: AtomicUsize,
@@ -67,32 +67,22 @@ struct NodeServer {
 }
 
 impl NodeServer {
+    /// What this node's server did so far.
+    fn stats(&self, exchange: ExchangeStats) -> ViewStats {
+        ViewStats {
+            exchange,
+            storage_bytes: self.owned.storage.bytes.load(Ordering::Relaxed),
+            storage_opens: self.owned.storage.opens.load(Ordering::Relaxed),
+            served: self.served.load(Ordering::Relaxed),
+            from_peers: self.from_peers.load(Ordering::Relaxed),
+        }
+    }
+
     fn ask_peer(&self, i: u64, len: u32) -> Result<Vec<u8>, String> {
         let owner = exchange::owner(i, self.nodes);
         let host = self.hosts.get(owner).cloned().unwrap_or_default();
-        let (ask, rx) = Ask::new(i, HASH + len as usize);
-        self.asks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(ask)
-            .map_err(|_| "the node's exchange with its peers has ended".to_string())?;
-        let v = match rx.recv_timeout(self.stall) {
-            Ok(Ok(v)) => v,
-            Ok(Err(m)) => return Err(format!("{host} (its owner): {m}")),
-            Err(_) => {
-                return Err(format!(
-                    "{host}, its owner, did not answer within {} s (its server may have ended)",
-                    self.stall.as_secs()
-                ))
-            }
-        };
-        if v.len() != HEAD + HASH + len as usize {
-            return Err(format!(
-                "{host} answered {} bytes for chunk {i} ({} asked)",
-                v.len().saturating_sub(HEAD),
-                HASH + len as usize
-            ));
-        }
+        let v = exchange::ask_owner(&self.asks, i, HASH + len as usize, self.stall, &host)
+            .map_err(|e| e.message)?;
         let (hash, bytes) = v[HEAD..].split_at(HASH);
         if blake3::hash(bytes).as_bytes() != hash {
             return Err(format!(
@@ -155,7 +145,7 @@ impl Local for Answers {
             return Err(format!(
                 "chunk {index} is {} bytes, not {}",
                 v.len(),
-                len as usize - HASH.min(len as usize)
+                (len as usize).saturating_sub(HASH)
             ));
         }
         out.extend_from_slice(blake3::hash(&v).as_bytes());
@@ -315,6 +305,20 @@ pub struct ViewStats {
     pub from_peers: u64,
 }
 
+impl ViewStats {
+    /// The server's last log line (its storage figures: the exchange's are the caller's to add).
+    pub fn line(&self, host: &str, tree: &Path) -> String {
+        format!(
+            "{host}: view server of {} ends: storage_opens={} storage_bytes={} served={} from_peers={}",
+            tree.display(),
+            self.storage_opens,
+            self.storage_bytes,
+            self.served,
+            self.from_peers
+        )
+    }
+}
+
 /// The figures of the view server running in this process, for [`figures_line`].
 type Figures = Box<dyn Fn() -> String + Send>;
 static FIGURES: Mutex<Option<Figures>> = Mutex::new(None);
@@ -390,7 +394,7 @@ fn serve_inner(
         owned: owned.clone(),
         me: job.node_index(),
         nodes: job.nodes(),
-        asks: Mutex::new(tx),
+        asks: tx,
         stall: req.stall,
         hosts,
         open: AtomicUsize::new(0),
@@ -408,12 +412,8 @@ fn serve_inner(
         let (s, host, tree) = (server.clone(), job.hostname().to_string(), req.tree.clone());
         let f: Figures = Box::new(move || {
             format!(
-                "sw-pool: {host}: view server of {} ends: storage_opens={} storage_bytes={} served={} from_peers={}",
-                tree.display(),
-                s.owned.storage.opens.load(Ordering::Relaxed),
-                s.owned.storage.bytes.load(Ordering::Relaxed),
-                s.served.load(Ordering::Relaxed),
-                s.from_peers.load(Ordering::Relaxed)
+                "sw-pool: {}",
+                s.stats(ExchangeStats::default()).line(&host, &tree)
             )
         });
         *FIGURES.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
@@ -478,11 +478,5 @@ fn serve_inner(
             ),
         )
     })?;
-    Ok(ViewStats {
-        exchange,
-        storage_bytes: owned.storage.bytes.load(Ordering::Relaxed),
-        storage_opens: owned.storage.opens.load(Ordering::Relaxed),
-        served: server.served.load(Ordering::Relaxed),
-        from_peers: server.from_peers.load(Ordering::Relaxed),
-    })
+    Ok(server.stats(exchange))
 }

@@ -94,20 +94,15 @@ fn step_sync(
             .get(HostVar::SlurmStepNodelist)
             .ok_or_else(|| fail("SLURM_STEP_NODELIST is not set: cannot sync the layer to the step's nodes; run `sw-pool layer sync` first".into()))?;
         let prog = full_program().map_err(|e| fail(e.message))?;
-        let mut cmd = crate::slurm::overlap_step(
+        let mut cmd = super::nested_step(
             env,
             &prog,
             ["-q", "layer", "sync", name].map(OsString::from),
             u64::from(nodes),
-            Some(&nodelist),
+            &nodelist,
             &format!(",SW_POOL_SYNC_FOR={step}"),
         )
-        .command(env.path_var())
         .map_err(|e| fail(format!("cannot sync layer {name} to the step's nodes: {e}")))?;
-        // the new step's own MPI and task variables, not this task's
-        for k in env.step_task_names() {
-            cmd.env_remove(k);
-        }
         tracing::debug!("syncing layer {name} to the step's nodes: {cmd:?}");
         let st = cmd.status().map_err(|e| {
             fail(format!(

@@ -271,6 +271,25 @@ fn warm_dir(cfg: &Config, env: &Environment) -> Option<PathBuf> {
 
 /// The full program beside this one (`layer sync`, `cache fetch`: MPI and the trust code), or
 /// this one where it is not there.
+/// `srun --overlap` of `exe ARGS` on the step's `nodelist` (`slurm::overlap_step`, `export` its
+/// extra variables) as a command to run, without this task's own step variables: the new step
+/// sets its own.
+fn nested_step(
+    env: &Environment,
+    exe: &std::path::Path,
+    args: impl IntoIterator<Item = OsString>,
+    nodes: u64,
+    nodelist: &str,
+    export: &str,
+) -> Result<std::process::Command, crate::exec::ExecError> {
+    let mut cmd = crate::slurm::overlap_step(env, exe, args, nodes, Some(nodelist), export)
+        .command(env.path_var())?;
+    for k in env.step_task_names() {
+        cmd.env_remove(k);
+    }
+    Ok(cmd)
+}
+
 fn full_program() -> Result<PathBuf, Failed> {
     let exe = std::env::current_exe().map_err(|e| {
         Failed::new(

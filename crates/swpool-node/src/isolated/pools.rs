@@ -201,18 +201,11 @@ fn step_placement(
             let nodelist = env.get(HostVar::SlurmStepNodelist).ok_or_else(|| {
                 fail(format!("--pool {spec}: SLURM_STEP_NODELIST is not set: cannot place the pool on the step's nodes; run `sw-pool cache fetch {spec}` in the batch script first"))
             })?;
-            let mut c =
-                crate::slurm::overlap_step(env, &full_program()?, args, nodes, Some(&nodelist), "")
-                    .command(env.path_var())
-                    .map_err(|e| {
-                        fail(format!(
-                            "--pool {spec}: cannot place it on the step's nodes: {e}"
-                        ))
-                    })?;
-            for k in env.step_task_names() {
-                c.env_remove(k);
-            }
-            c
+            super::nested_step(env, &full_program()?, args, nodes, &nodelist, "").map_err(|e| {
+                fail(format!(
+                    "--pool {spec}: cannot place it on the step's nodes: {e}"
+                ))
+            })?
         } else {
             local_fetch(&args, env)?
         };

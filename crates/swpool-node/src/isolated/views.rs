@@ -13,17 +13,28 @@ pub fn snapshot_args(env: &Environment) -> Vec<String> {
     if let Some(e) = env.get_nonempty(EnvVar::ViewEpoch) {
         return vec!["--epoch".into(), e];
     }
-    let num = |v: HostVar| {
-        env.get_nonempty(v)
-            .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
-    };
-    let (Some(job), Some(step)) = (num(HostVar::SlurmJobId), num(HostVar::SlurmStepId)) else {
+    let Some(step) = slurm_step(env) else {
         return Vec::new();
     };
-    match num(HostVar::SlurmStepNumNodes).and_then(|n| n.parse::<u64>().ok()) {
+    match digits(env, HostVar::SlurmStepNumNodes).and_then(|n| n.parse::<u64>().ok()) {
         Some(n) if n <= 1 => Vec::new(),
-        _ => vec!["--step".into(), format!("{job}.{step}")],
+        _ => vec!["--step".into(), step],
     }
+}
+
+/// `v`'s value if it is a number.
+fn digits(env: &Environment, v: HostVar) -> Option<String> {
+    env.get_nonempty(v)
+        .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// This Slurm step's `JOB.STEP`, if both are numbers.
+fn slurm_step(env: &Environment) -> Option<String> {
+    Some(format!(
+        "{}.{}",
+        digits(env, HostVar::SlurmJobId)?,
+        digits(env, HostVar::SlurmStepId)?
+    ))
 }
 
 /// A job-wide view's node server: its socket (node-local, the same path on every node) and the
@@ -45,15 +56,7 @@ pub fn job_view(env: &Environment, state: &Path, at: &Path) -> Option<JobView> {
     if env.get_nonempty(EnvVar::ViewEpoch).is_some() {
         return None;
     }
-    let num = |v: HostVar| {
-        env.get_nonempty(v)
-            .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
-    };
-    let step = format!(
-        "{}.{}",
-        num(HostVar::SlurmJobId)?,
-        num(HostVar::SlurmStepId)?
-    );
+    let step = slurm_step(env)?;
     let key = crate::cache::view_key(at);
     let base = state.join(format!("view-{step}-{}", &key[..key.len().min(12)]));
     let with = |ext: &str| {
@@ -122,19 +125,15 @@ pub fn start_servers(
     ];
     // (Open MPI's ranks yield while they wait in a collective: the servers share the nodes' cores
     // with the job)
-    let mut cmd = crate::slurm::overlap_step(
+    let mut cmd = super::nested_step(
         env,
         full,
         args,
         nodes,
-        Some(&nodelist),
+        &nodelist,
         ",OMPI_MCA_mpi_yield_when_idle=1",
     )
-    .command(env.path_var())
     .map_err(|e| format!("--cache {}: {e}", at.display()))?;
-    for k in env.step_task_names() {
-        cmd.env_remove(k);
-    }
     if let Some(d) = jv.log.parent() {
         prune_logs(d, std::time::Duration::from_secs(7 * 24 * 3600));
     }

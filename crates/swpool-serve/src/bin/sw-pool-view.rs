@@ -332,7 +332,8 @@ fn source(
 ) -> Result<(Source, Snapshot, Option<Epoch>), String> {
     let t0 = Instant::now();
     if let Some(sock) = &args.job {
-        match wait_for_server(sock, dir, Duration::from_secs(args.job_wait)) {
+        let wait = Duration::from_secs(args.job_wait);
+        match JobBytes::connect(sock, dir, wait, Duration::from_secs(120)) {
             Ok((j, snap)) => {
                 tracing::debug!(
                     entries = snap.nodes.len(),
@@ -376,26 +377,6 @@ fn source(
         snap,
         epoch,
     ))
-}
-
-/// Connect to the node's server of the job's view, waiting up to `wait` for it to be there, or
-/// for its word of failure beside the socket.
-fn wait_for_server(
-    sock: &std::path::Path,
-    dir: &std::path::Path,
-    wait: Duration,
-) -> Result<(JobBytes, Snapshot), String> {
-    let failed = swpool_serve::view::job::failed_path(sock);
-    let t0 = Instant::now();
-    loop {
-        if let Ok(why) = std::fs::read_to_string(&failed) {
-            return Err(format!("the job's view server of {}: {why}", dir.display()));
-        }
-        if sock.exists() || t0.elapsed() >= wait {
-            return JobBytes::connect(sock, dir, Duration::from_secs(5), Duration::from_secs(120));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The job's start, the same on every node of the job (see the module's documentation): `--epoch`,

@@ -455,7 +455,8 @@ pub struct JobBytes {
 
 impl JobBytes {
     /// Connect to the node's server at `sock` (waiting up to `wait` for it: the servers start as a
-    /// step of their own) serving `tree`, and take the snapshot from it.
+    /// step of their own, or for its word of failure beside the socket, [`failed_path`]) serving
+    /// `tree`, and take the snapshot from it.
     pub fn connect(
         sock: &Path,
         tree: &Path,
@@ -464,7 +465,14 @@ impl JobBytes {
     ) -> Result<(JobBytes, Snapshot), String> {
         let src = UnixSource::new(sock, stall, &digest(tree));
         let t0 = Instant::now();
+        let failed = failed_path(sock);
         let mut presence = loop {
+            if let Ok(why) = std::fs::read_to_string(&failed) {
+                return Err(format!(
+                    "the job's view server of {}: {why}",
+                    tree.display()
+                ));
+            }
             match src.connect() {
                 Ok(s) => break s,
                 Err(e)

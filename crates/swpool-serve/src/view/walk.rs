@@ -34,13 +34,13 @@ struct Entry {
 /// A directory read: `None` when it may not be read (`EACCES`: its lookups fail as they would).
 type Read = Result<Option<Vec<Entry>>, String>;
 
-fn read_dir(root: BorrowedFd<'_>, rel: &Path, what: &Path) -> (Read, u64) {
-    let mut requests = 1;
+fn read_dir(root: BorrowedFd<'_>, rel: &Path, what: &Path, requests: &mut u64) -> Read {
+    let at = |e: rustix::io::Errno| format!("{}: {e}", what.join(rel).display());
+    let reading =
+        |e: rustix::io::Errno| format!("{}: reading the directory: {e}", what.join(rel).display());
+    *requests += 1;
     let dir: OwnedFd = if rel.as_os_str().is_empty() {
-        match rustix::io::fcntl_dupfd_cloexec(root, 0) {
-            Ok(d) => d,
-            Err(e) => return (Err(format!("{}: {e}", what.display())), requests),
-        }
+        rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(at)?
     } else {
         match rustix::fs::openat2(
             root,
@@ -50,66 +50,41 @@ fn read_dir(root: BorrowedFd<'_>, rel: &Path, what: &Path) -> (Read, u64) {
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         ) {
             Ok(d) => d,
-            Err(rustix::io::Errno::ACCESS) => return (Ok(None), requests),
-            Err(e) => return (Err(format!("{}: {e}", what.join(rel).display())), requests),
+            Err(rustix::io::Errno::ACCESS) => return Ok(None),
+            Err(e) => return Err(at(e)),
         }
     };
-    requests += 1;
+    *requests += 1;
     let mut d = match rustix::fs::Dir::read_from(&dir) {
         Ok(d) => d,
-        Err(rustix::io::Errno::ACCESS) => return (Ok(None), requests),
-        Err(e) => {
-            return (
-                Err(format!(
-                    "{}: reading the directory: {e}",
-                    what.join(rel).display()
-                )),
-                requests,
-            )
-        }
+        Err(rustix::io::Errno::ACCESS) => return Ok(None),
+        Err(e) => return Err(reading(e)),
     };
     let mut names = Vec::new();
     while let Some(e) = d.read() {
-        match e {
-            Ok(e) => {
-                let n = e.file_name().to_bytes();
-                if n != b"." && n != b".." {
-                    names.push(n.to_vec());
-                }
-            }
-            Err(e) => {
-                return (
-                    Err(format!(
-                        "{}: reading the directory: {e}",
-                        what.join(rel).display()
-                    )),
-                    requests,
-                )
-            }
+        let e = e.map_err(reading)?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(n.to_vec());
         }
     }
     names.sort();
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         let os = OsStr::from_bytes(&name);
-        requests += 1;
+        *requests += 1;
         let st = match rustix::fs::statat(&dir, os, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             // removed while walked: not in the snapshot
             Err(rustix::io::Errno::NOENT) => continue,
-            Err(e) => {
-                return (
-                    Err(format!("{}: {e}", what.join(rel.join(os)).display())),
-                    requests,
-                )
-            }
+            Err(e) => return Err(format!("{}: {e}", what.join(rel.join(os)).display())),
         };
         // a symlink whose target storage will not give (sshfs refuses absolute ones as EPERM on
         // some servers) is listed, its readlink failing as storage's did: one entry does not cost
         // the whole view
         let mut unreadable = false;
         let target = if kind_of(st.st_mode) == Kind::Symlink {
-            requests += 1;
+            *requests += 1;
             match rustix::fs::readlinkat(&dir, os, Vec::new()) {
                 Ok(t) => t.into_bytes(),
                 Err(rustix::io::Errno::NOENT) => continue,
@@ -132,7 +107,7 @@ fn read_dir(root: BorrowedFd<'_>, rel: &Path, what: &Path) -> (Read, u64) {
             unreadable,
         });
     }
-    (Ok(Some(out)), requests)
+    Ok(Some(out))
 }
 
 /// The walk (see the module's documentation), `threads` directories at once.
@@ -155,8 +130,9 @@ pub fn walk(root: BorrowedFd<'_>, what: &Path, threads: usize) -> Result<Snapsho
                 sc.spawn(|| loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&idx) = level.get(k) else { return };
-                    let r = read_dir(root, &s.nodes[idx as usize].path, what);
-                    *reads[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    let mut n = 0;
+                    let r = read_dir(root, &s.nodes[idx as usize].path, what, &mut n);
+                    *reads[k].lock().unwrap_or_else(|e| e.into_inner()) = Some((r, n));
                 });
             }
         });
