@@ -165,6 +165,14 @@ fn node_of(path: PathBuf, st: &rustix::fs::Stat, target: Vec<u8>, parent: u32) -
 /// file's reads with `EIO`.
 pub trait FileBytes: Send + Sync {
     fn fetch(&self, node: &Node) -> Result<Vec<u8>, String>;
+    /// `len` bytes of file `node` at `offset` (a piece of a file larger than the view's piece,
+    /// [`PIECE`]), checked as [`FileBytes::fetch`] checks a whole file: the file the snapshot saw,
+    /// all of the bytes there. By default the whole file, cut.
+    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        let v = self.fetch(node)?;
+        let s = (offset as usize).min(v.len());
+        Ok(v[s..(s + len as usize).min(v.len())].to_vec())
+    }
     /// Where the bytes come from, for messages.
     fn describe(&self) -> String;
 }
@@ -172,6 +180,9 @@ pub trait FileBytes: Send + Sync {
 impl<T: FileBytes + ?Sized> FileBytes for Arc<T> {
     fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
         (**self).fetch(node)
+    }
+    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        (**self).fetch_piece(node, offset, len)
     }
     fn describe(&self) -> String {
         (**self).describe()
@@ -269,10 +280,20 @@ impl FileBytes for Storage {
         Ok(v)
     }
 
+    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        self.read_piece(node, offset, len)
+    }
+
     fn describe(&self) -> String {
         self.what.display().to_string()
     }
 }
+
+/// Files larger than this are read piece by piece, each piece at the first read that needs it,
+/// so that a large library of which a program touches a few pages costs storage those pages'
+/// pieces only; smaller files are read whole at their first open. The job-wide view's chunk
+/// ([`job::CHUNK`]), so that a piece is one ask of the node's server.
+pub const PIECE: u64 = 1 << 20;
 
 /// A file's bytes as the view keeps them.
 enum Held {
@@ -280,6 +301,15 @@ enum Held {
     /// An unnamed file (`O_TMPFILE`) in the node-local directory: nothing is left when the
     /// view ends, however it ends.
     Disk(File),
+    /// A file larger than [`PIECE`]: each piece fetched at its first read.
+    Pieces(Pieces),
+}
+
+/// The pieces of a large file: in memory, or written at their offsets into one unnamed file of
+/// the node-local directory.
+struct Pieces {
+    cells: Vec<OnceLock<Result<Option<Vec<u8>>, ()>>>,
+    disk: Option<File>,
 }
 
 /// What the view did, for its log line and tests.
@@ -367,6 +397,23 @@ impl View {
                 ));
                 return Err(());
             }
+            if node.size > PIECE {
+                self.note_fetched(idx);
+                let disk = match &self.store {
+                    None => None,
+                    Some(dir) => match keep_on_disk(dir.as_fd(), &[]) {
+                        Ok(f) => Some(f),
+                        Err(e) => {
+                            fail(format!("keeping it in the node-local directory: {e}"));
+                            return Err(());
+                        }
+                    },
+                };
+                let n = node.size.div_ceil(PIECE) as usize;
+                let cells = (0..n).map(|_| OnceLock::new()).collect();
+                // no content hash of a file read piece by piece
+                return Ok((Held::Pieces(Pieces { cells, disk }), blake3::Hash::from([0; 32])));
+            }
             let v = match self.bytes.fetch(node) {
                 Ok(v) => v,
                 Err(why) => {
@@ -375,14 +422,10 @@ impl View {
                 }
             };
             let h = blake3::hash(&v);
-            self.stats.fetched.fetch_add(1, Ordering::Relaxed);
+            self.note_fetched(idx);
             self.stats
                 .fetched_bytes
                 .fetch_add(v.len() as u64, Ordering::Relaxed);
-            self.trace
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(idx);
             let held = match &self.store {
                 None => Held::Memory(v),
                 Some(dir) => match keep_on_disk(dir.as_fd(), &v) {
@@ -398,8 +441,93 @@ impl View {
         r.as_ref().map_err(|()| Errno::EIO)
     }
 
-    /// Open file `ino`: its bytes are fetched now, so that a file is read from storage whole
-    /// and once, at its first open.
+    /// File `idx` opened for the first time: counted and traced.
+    fn note_fetched(&self, idx: u32) {
+        self.stats.fetched.fetch_add(1, Ordering::Relaxed);
+        self.trace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(idx);
+    }
+
+    /// Piece `k` of the large file `idx`, fetched at the first call (one fetch however many ask
+    /// at once); `Some` when it is kept in memory, `None` when it was written into `p.disk`.
+    fn piece<'a>(&self, idx: u32, p: &'a Pieces, k: usize) -> Result<Option<&'a [u8]>, Errno> {
+        let node = &self.snap.nodes[idx as usize];
+        let cell = p.cells.get(k).ok_or(Errno::EIO)?;
+        let r = cell.get_or_init(|| {
+            let off = k as u64 * PIECE;
+            let len = (node.size - off).min(PIECE) as u32;
+            let fail = |why: String| {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    "{}: {}: bytes {off}..{}: {why} (from {})",
+                    self.what,
+                    node.path.display(),
+                    off + u64::from(len),
+                    self.bytes.describe()
+                );
+            };
+            let v = match self.bytes.fetch_piece(node, off, len) {
+                Ok(v) if v.len() == len as usize => v,
+                Ok(v) => {
+                    fail(format!("{} bytes came, {len} expected", v.len()));
+                    return Err(());
+                }
+                Err(why) => {
+                    fail(why);
+                    return Err(());
+                }
+            };
+            self.stats
+                .fetched_bytes
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+            match &p.disk {
+                None => Ok(Some(v)),
+                Some(f) => match f.write_all_at(&v, off) {
+                    Ok(()) => Ok(None),
+                    Err(e) => {
+                        fail(format!("keeping it in the node-local directory: {e}"));
+                        Err(())
+                    }
+                },
+            }
+        });
+        match r {
+            Ok(Some(v)) => Ok(Some(v.as_slice())),
+            Ok(None) => Ok(None),
+            Err(()) => Err(Errno::EIO),
+        }
+    }
+
+    /// Up to `size` bytes at `offset` of the large file `idx`, from its pieces.
+    fn read_pieces(&self, idx: u32, p: &Pieces, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let fsize = self.snap.nodes[idx as usize].size;
+        let end = offset.saturating_add(u64::from(size)).min(fsize);
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        let mut at = offset;
+        while at < end {
+            let k = (at / PIECE) as usize;
+            let (ps, pe) = (k as u64 * PIECE, ((k as u64 + 1) * PIECE).min(end));
+            match self.piece(idx, p, k)? {
+                Some(v) => out.extend_from_slice(&v[(at - ps) as usize..(pe - ps) as usize]),
+                None => {
+                    let f = p.disk.as_ref().ok_or(Errno::EIO)?;
+                    let from = out.len();
+                    out.resize(from + (pe - at) as usize, 0);
+                    f.read_exact_at(&mut out[from..], at).map_err(|e| {
+                        tracing::error!("{}: the node-local copy: {e}", self.what);
+                        Errno::EIO
+                    })?;
+                }
+            }
+            at = pe;
+        }
+        Ok(out)
+    }
+
+    /// Open file `ino`: a file of at most [`PIECE`] bytes is fetched now, so that it is read
+    /// from storage whole and once, at its first open; a larger one piece by piece as it is read.
     pub fn open(&self, ino: u64) -> Result<(), Errno> {
         let n = self.node(ino).ok_or(Errno::ENOENT)?;
         match n.kind {
@@ -414,6 +542,7 @@ impl View {
         self.node(ino).ok_or(Errno::ENOENT)?;
         let (h, _) = self.held((ino - 1) as u32)?;
         match h {
+            Held::Pieces(p) => self.read_pieces((ino - 1) as u32, p, offset, size),
             Held::Memory(v) => {
                 let s = (offset as usize).min(v.len());
                 let e = (s + size as usize).min(v.len());
@@ -439,10 +568,13 @@ impl View {
         }
     }
 
-    /// The content hash of file `ino` if it was fetched.
+    /// The content hash of file `ino` if it was fetched whole (not a file read piece by piece).
     pub fn hash(&self, ino: u64) -> Option<blake3::Hash> {
         let i = ino.checked_sub(1)? as usize;
-        self.held.get(i)?.get()?.as_ref().ok().map(|(_, h)| *h)
+        match self.held.get(i)?.get()?.as_ref().ok()? {
+            (Held::Pieces(_), _) => None,
+            (_, h) => Some(*h),
+        }
     }
 
     /// The paths of the files fetched so far, in the order they were first opened.

@@ -42,12 +42,14 @@ pub fn view_serve(_g: &GlobalArgs, a: ViewServeArgs, env: &Environment) -> Resul
     });
     match r {
         Ok(s) => {
-            tracing::info!(
-                asked = s.exchange.asked,
-                answered = s.exchange.answered,
-                "{}",
-                s.line(job.hostname(), &a.tree)
-            );
+            if view_serve::claim_end_line() {
+                tracing::info!(
+                    asked = s.exchange.asked,
+                    answered = s.exchange.answered,
+                    "{}",
+                    s.line(job.hostname(), &a.tree)
+                );
+            }
             Ok(())
         }
         Err(e) => super::finish_collective(job, Err(e)),

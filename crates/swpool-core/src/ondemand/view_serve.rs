@@ -1,6 +1,7 @@
 //! One node's server of a job-wide view (`sw-pool-full view-serve`, one task per node of the
 //! background step that task 0 of `sw-pool run --cache DIR` starts in a step of several nodes):
-//! node 0 walks the tree once and every node gets the listing; each chunk of the view's virtual
+//! the nodes list the tree together, once (each a share of every level's directories,
+//! [`job::walk_shared`]), and every node has the same listing; each chunk of the view's virtual
 //! image is read from storage by its owner only and reaches the other nodes through the exchange
 //! ([`super::exchange`]), with the BLAKE3 its owner computed, checked by the node that asked. The
 //! node's `sw-pool-view` (in the job's environment) takes the listing and the bytes through a
@@ -180,13 +181,10 @@ fn quiet_barrier(
     Ok(())
 }
 
-/// Step 1: the tree opened on every node (the owners read below it), walked on node 0.
-fn open_tree(
-    job: &dyn Collective,
-    req: &ViewRequest,
-) -> Result<(std::os::fd::OwnedFd, Option<Snapshot>), Error> {
-    let host = job.hostname();
-    let root = rustix::fs::open(
+/// Step 1: the tree opened on every node (each lists a share of its directories and the owners
+/// read below it).
+fn open_tree(job: &dyn Collective, req: &ViewRequest) -> Result<std::os::fd::OwnedFd, Error> {
+    rustix::fs::open(
         &req.tree,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
@@ -194,30 +192,49 @@ fn open_tree(
     .map_err(|e| {
         Error::other(
             crate::ExitStatus::BadInput,
-            format!("{} on {host}: {e}", req.tree.display()),
+            format!("{} on {}: {e}", req.tree.display(), job.hostname()),
         )
-    })?;
-    let snap = if job.node_index() == 0 {
-        let t0 = Instant::now();
-        let s = Snapshot::walk(std::os::fd::AsFd::as_fd(&root), &req.tree)
-            .map_err(|e| Error::other(crate::ExitStatus::BadInput, format!("{e} (on {host})")))?;
+    })
+}
+
+/// Step 2: the listing, made by all nodes together ([`job::walk_shared`]: directory k of each
+/// level read by node k mod N, the reads all-gathered level by level), the same on every node.
+fn list_tree(
+    job: &dyn Collective,
+    req: &ViewRequest,
+    root: &std::os::fd::OwnedFd,
+    plane: Option<&(dyn crate::plane::DataPlane + '_)>,
+) -> Result<Snapshot, Error> {
+    let host = job.hostname();
+    let t0 = Instant::now();
+    let mut gather = |mine: Vec<u8>| -> Result<Vec<Vec<u8>>, String> {
+        quiet_barrier(plane, host).map_err(|e| e.to_string())?;
+        job.leaders_all_gather(&mine).map_err(|e| e.to_string())
+    };
+    let s = job::walk_shared(
+        std::os::fd::AsFd::as_fd(root),
+        &req.tree,
+        job.node_index(),
+        job.nodes(),
+        &mut gather,
+    )
+    .map_err(|e| Error::other(crate::ExitStatus::BadInput, format!("{e} (on {host})")))?;
+    if job.node_index() == 0 {
         let (files, bytes) = s.files();
         tracing::info!(
-            "{}: listed once for the job on {host}: {} entries, {files} files, {bytes} bytes, {} \
+            "{}: listed once for the job by {} nodes: {} entries, {files} files, {bytes} bytes, {} \
              requests, {:.1} s",
             req.tree.display(),
+            job.nodes(),
             s.nodes.len(),
             s.requests,
             t0.elapsed().as_secs_f64()
         );
-        Some(s)
-    } else {
-        None
-    };
-    Ok((root, snap))
+    }
+    Ok(s)
 }
 
-/// Step 2: this node's socket, fresh.
+/// Step 3: this node's socket, fresh.
 fn bind(job: &dyn Collective, sock: &Path) -> Result<std::os::unix::net::UnixListener, Error> {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::remove_file(sock);
@@ -233,7 +250,7 @@ fn bind(job: &dyn Collective, sock: &Path) -> Result<std::os::unix::net::UnixLis
     Ok(l)
 }
 
-/// Step 3: the small files, read by their owners (8 at once) and sent to every node; a file
+/// Step 4: the small files, read by their owners (8 at once) and sent to every node; a file
 /// that cannot be read is left to its first ask (which says why).
 fn share_small(
     job: &dyn Collective,
@@ -323,10 +340,22 @@ impl ViewStats {
 type Figures = Box<dyn Fn() -> String + Send>;
 static FIGURES: Mutex<Option<Figures>> = Mutex::new(None);
 
-/// The last log line of this process's view server, if one runs: for the signal handler (Slurm
-/// ends the servers' step with SIGTERM when the job step that started it ends).
+/// Whether the server's last line was written (by [`figures_line`] or [`claim_end_line`]).
+static END_SAID: AtomicBool = AtomicBool::new(false);
+
+/// The last log line of this process's view server, if one runs and its last line was not
+/// written yet: for the signal handler (Slurm ends the servers' step with SIGTERM when the job
+/// step that started it ends, which may be while the server ends on its own).
 pub fn figures_line() -> Option<String> {
-    FIGURES.lock().ok().and_then(|f| f.as_ref().map(|f| f()))
+    let f = FIGURES.lock().ok()?;
+    let line = f.as_ref().map(|f| f())?;
+    (!END_SAID.swap(true, Ordering::SeqCst)).then_some(line)
+}
+
+/// Whether the caller is the one to write the server's last line (once per server, whether it
+/// ended on its own or by a signal).
+pub fn claim_end_line() -> bool {
+    !END_SAID.swap(true, Ordering::SeqCst)
 }
 
 /// Serve (see the module's documentation). `ready` is called once this node's socket is there.
@@ -351,25 +380,12 @@ fn serve_inner(
 ) -> Result<ViewStats, Error> {
     let plane = job.leaders_plane(true);
     let opened = open_tree(job, req);
-    quiet_barrier(plane.as_deref(), job.hostname())?;
-    // node 0's listing to every node (an empty message: node 0 failed, as the agreement says)
-    let mine: Option<Vec<u8>> = (job.node_index() == 0).then(|| {
-        opened
-            .as_ref()
-            .ok()
-            .and_then(|(_, s)| s.as_ref())
-            .map(job::encode)
-            .unwrap_or_default()
-    });
-    let enc = job.leaders_bcast(0, mine.as_deref())?;
     job.agree(crate::error::step_part(Some(&opened)))?;
-    let (root, _) = opened.expect("agreed");
-    let snap = job::decode(&enc).map_err(|e| {
-        Error::other(
-            crate::ExitStatus::Collective,
-            format!("the listing from {}: {e}", job.leader_host(0)),
-        )
-    })?;
+    let root = opened.expect("agreed");
+    let listed = list_tree(job, req, &root, plane.as_deref());
+    job.agree(crate::error::step_part(Some(&listed)))?;
+    let snap = listed.expect("agreed");
+    let enc = job::encode(&snap);
     let listener = bind(job, &req.socket);
     job.agree(crate::error::step_part(Some(&listener)))?;
     let listener = listener.expect("agreed");

@@ -2,8 +2,10 @@
 //! the number of nodes (`sw-pool run --cache DIR` in a Slurm step of several nodes).
 //!
 //! The job's view servers (`sw-pool-full view-serve`, one MPI task per node, started by the step's
-//! task 0) agree on one **virtual image** of the tree: node 0 walks the tree once ([`Snapshot`])
-//! and broadcasts its encoding ([`encode`]); every node lays it out the same way ([`Layout`]):
+//! task 0) agree on one **virtual image** of the tree: they walk the tree once, together
+//! ([`walk_shared`]: each node reads a share of each level's directories and every node gets every
+//! share), so every node holds the same [`Snapshot`] and its [`encode`]ing; every node lays it out
+//! the same way ([`Layout`]):
 //! the encoding first, then each regular file at an offset aligned to the chunk size, so that a
 //! chunk holds bytes of one file only. Chunk `i` is read from storage by node `i mod nodes` only
 //! ([`Owned`]: once, checked against the snapshot's size and mtime before and after the read,
@@ -12,7 +14,7 @@
 //! node's server through a Unix socket ([`JobBytes`], a [`FileBytes`]) and serves them as a
 //! per-node view does.
 //!
-//! One version per job: the nodes list one snapshot, and a file is only ever served as node 0's
+//! One version per job: the nodes list one snapshot, and a file is only ever served as that
 //! walk saw it (a chunk read after the file changed is refused by its owner, on every node alike,
 //! and a chunk read once is kept by its owner and answered the same way to every node).
 
@@ -24,12 +26,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::walk::Read;
 use super::{FileBytes, Kind, Node, Snapshot, Storage};
 use crate::socket::UnixSource;
 use crate::ChunkSource;
 
 /// The chunk of the virtual image: what one ask moves between nodes.
-pub const CHUNK: u64 = 1 << 20;
+pub const CHUNK: u64 = super::PIECE;
 /// Bytes of the BLAKE3 hash that comes before a chunk's bytes in an owner's answer.
 pub const HASH: usize = 32;
 const MAGIC: &[u8; 8] = b"swpview1";
@@ -63,28 +66,77 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
     v.extend_from_slice(&s.requests.to_le_bytes());
     for n in &s.nodes {
         v.extend_from_slice(&n.parent.to_le_bytes());
-        put_bytes(
+        put_node(
             &mut v,
             n.path.file_name().map(|f| f.as_bytes()).unwrap_or(b""),
+            n,
         );
-        v.push(match n.kind {
-            Kind::Dir => 0,
-            Kind::File => 1,
-            Kind::Symlink => 2,
-            Kind::Other => 3,
-        });
-        v.push(u8::from(n.unreadable));
-        v.extend_from_slice(&n.perm.to_le_bytes());
-        v.extend_from_slice(&n.size.to_le_bytes());
-        v.extend_from_slice(&n.mtime.0.to_le_bytes());
-        v.extend_from_slice(&n.mtime.1.to_le_bytes());
-        v.extend_from_slice(&n.ino.to_le_bytes());
-        v.extend_from_slice(&n.nlink.to_le_bytes());
-        v.extend_from_slice(&n.uid.to_le_bytes());
-        v.extend_from_slice(&n.gid.to_le_bytes());
-        put_bytes(&mut v, &n.target);
     }
     v
+}
+
+/// An entry's name and what `lstat` said of it (all but its parent and path).
+fn put_node(v: &mut Vec<u8>, name: &[u8], n: &Node) {
+    put_bytes(v, name);
+    v.push(match n.kind {
+        Kind::Dir => 0,
+        Kind::File => 1,
+        Kind::Symlink => 2,
+        Kind::Other => 3,
+    });
+    v.push(u8::from(n.unreadable));
+    v.extend_from_slice(&n.perm.to_le_bytes());
+    v.extend_from_slice(&n.size.to_le_bytes());
+    v.extend_from_slice(&n.mtime.0.to_le_bytes());
+    v.extend_from_slice(&n.mtime.1.to_le_bytes());
+    v.extend_from_slice(&n.ino.to_le_bytes());
+    v.extend_from_slice(&n.nlink.to_le_bytes());
+    v.extend_from_slice(&n.uid.to_le_bytes());
+    v.extend_from_slice(&n.gid.to_le_bytes());
+    put_bytes(v, &n.target);
+}
+
+/// What [`put_node`] wrote, checked (entry `i` in messages): its name and the entry, with no
+/// path, parent or children yet.
+fn get_node(c: &mut Cursor<'_>, i: usize) -> Result<(Vec<u8>, Node), String> {
+    let name = c.bytes()?.to_vec();
+    let kind = match c.u8()? {
+        0 => Kind::Dir,
+        1 => Kind::File,
+        2 => Kind::Symlink,
+        3 => Kind::Other,
+        k => return Err(format!("entry {i}: kind {k}")),
+    };
+    let unreadable = c.u8()? != 0;
+    let perm = c.u16()? & 0o7777;
+    let size = c.u64()?;
+    let mtime = (c.u64()? as i64, c.u32()?);
+    if mtime.1 >= 1_000_000_000 {
+        return Err(format!("entry {i}: mtime nanoseconds {}", mtime.1));
+    }
+    let (ino, nlink, uid, gid) = (c.u64()?, c.u32()?, c.u32()?, c.u32()?);
+    let target = c.bytes()?.to_vec();
+    let node = Node {
+        path: PathBuf::new(),
+        kind,
+        perm,
+        size,
+        mtime,
+        ino,
+        nlink,
+        uid,
+        gid,
+        target,
+        children: Vec::new(),
+        unreadable,
+        parent: 0,
+    };
+    Ok((name, node))
+}
+
+/// Whether `name` is one path component.
+fn one_component(name: &[u8]) -> bool {
+    !(name.is_empty() || name == b"." || name == b".." || name.contains(&b'/'))
 }
 
 /// A bounded reader of an encoding.
@@ -137,56 +189,26 @@ pub fn decode(b: &[u8]) -> Result<Snapshot, String> {
     let mut nodes: Vec<Node> = Vec::with_capacity(count.min(b.len() / 40 + 1));
     for i in 0..count {
         let parent = c.u32()?;
-        let name = c.bytes()?.to_vec();
-        let kind = match c.u8()? {
-            0 => Kind::Dir,
-            1 => Kind::File,
-            2 => Kind::Symlink,
-            3 => Kind::Other,
-            k => return Err(format!("entry {i}: kind {k}")),
-        };
-        let unreadable = c.u8()? != 0;
-        let perm = c.u16()? & 0o7777;
-        let size = c.u64()?;
-        let mtime = (c.u64()? as i64, c.u32()?);
-        if mtime.1 >= 1_000_000_000 {
-            return Err(format!("entry {i}: mtime nanoseconds {}", mtime.1));
-        }
-        let (ino, nlink, uid, gid) = (c.u64()?, c.u32()?, c.u32()?, c.u32()?);
-        let target = c.bytes()?.to_vec();
-        let path = if i == 0 {
-            if parent != 0 || !name.is_empty() || kind != Kind::Dir {
+        let (name, mut node) = get_node(&mut c, i)?;
+        node.parent = parent;
+        if i == 0 {
+            if parent != 0 || !name.is_empty() || node.kind != Kind::Dir {
                 return Err("the snapshot's first entry is not its root directory".into());
             }
-            PathBuf::new()
         } else {
             let p = nodes
                 .get(parent as usize)
                 .filter(|p| p.kind == Kind::Dir)
                 .ok_or_else(|| format!("entry {i}: parent {parent} is no earlier directory"))?;
-            if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+            if !one_component(&name) {
                 return Err(format!(
                     "entry {i}: the name {:?}",
                     String::from_utf8_lossy(&name)
                 ));
             }
-            p.path.join(std::ffi::OsStr::from_bytes(&name))
-        };
-        nodes.push(Node {
-            path,
-            kind,
-            perm,
-            size,
-            mtime,
-            ino,
-            nlink,
-            uid,
-            gid,
-            target,
-            children: Vec::new(),
-            unreadable,
-            parent,
-        });
+            node.path = p.path.join(std::ffi::OsStr::from_bytes(&name));
+        }
+        nodes.push(node);
         if i > 0 {
             nodes[parent as usize].children.push((name, i as u32));
         }
@@ -201,6 +223,121 @@ pub fn decode(b: &[u8]) -> Result<Snapshot, String> {
         }
     }
     Ok(Snapshot { nodes, requests })
+}
+
+/// One node's reads of a level of the shared walk ([`walk_shared`]): for each directory it read,
+/// its index in the level (u32), the requests it cost (u64) and its read: 0 and its entries
+/// (count u32, then each as in [`encode`] without the parent), 1 (it may not be read) or 2 and
+/// why not.
+pub fn pack_level(reads: &[Option<(Read, u64)>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (k, r) in reads.iter().enumerate() {
+        let Some((r, n)) = r else { continue };
+        v.extend_from_slice(&(k as u32).to_le_bytes());
+        v.extend_from_slice(&n.to_le_bytes());
+        match r {
+            Ok(Some(entries)) => {
+                v.push(0);
+                v.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+                for e in entries {
+                    put_node(
+                        &mut v,
+                        e.path.file_name().map(|f| f.as_bytes()).unwrap_or(b""),
+                        e,
+                    );
+                }
+            }
+            Ok(None) => v.push(1),
+            Err(why) => {
+                v.push(2);
+                let why = &why.as_bytes()[..why.len().min(MAX_NAME)];
+                put_bytes(&mut v, why);
+            }
+        }
+    }
+    v
+}
+
+/// What [`pack_level`] made on another node, checked into `out` (one place per directory of the
+/// level `dirs`): each directory one `may` allows (that node's to read), once, its names single
+/// path components.
+pub fn unpack_level(
+    b: &[u8],
+    dirs: &[PathBuf],
+    may: &dyn Fn(usize) -> bool,
+    out: &mut [Option<(Read, u64)>],
+) -> Result<(), String> {
+    let mut c = Cursor(b);
+    while !c.0.is_empty() {
+        let k = c.u32()? as usize;
+        let n = c.u64()?;
+        if k >= dirs.len() || k >= out.len() || !may(k) || out[k].is_some() {
+            return Err(format!("directory {k} of the level is not one it may send"));
+        }
+        let r = match c.u8()? {
+            0 => {
+                let count = c.u32()? as usize;
+                // an entry takes 50 bytes at least: no count larger than the bytes allow
+                if count > c.0.len() / 50 || count > super::MAX_ENTRIES {
+                    return Err(format!("{}: {count} entries", dirs[k].display()));
+                }
+                let mut entries = Vec::with_capacity(count);
+                for i in 0..count {
+                    let (name, mut node) = get_node(&mut c, i)?;
+                    if !one_component(&name) {
+                        return Err(format!(
+                            "{}: the name {:?}",
+                            dirs[k].display(),
+                            String::from_utf8_lossy(&name)
+                        ));
+                    }
+                    node.path = dirs[k].join(std::ffi::OsStr::from_bytes(&name));
+                    entries.push(node);
+                }
+                Ok(Some(entries))
+            }
+            1 => Ok(None),
+            2 => Err(String::from_utf8_lossy(c.bytes()?).into_owned()),
+            x => return Err(format!("{}: read status {x}", dirs[k].display())),
+        };
+        out[k] = Some((r, n));
+    }
+    Ok(())
+}
+
+/// The listing of the tree below `root`, made by the job's `nodes` nodes together, this one being
+/// node `me`: the walk goes level by level (as [`Snapshot::walk`]); directory `k` of a level is
+/// read by node `k mod nodes` only, and `gather` sends this node's reads ([`pack_level`]) to every
+/// node and gives every node's, in node order. Every node assembles the same snapshot; a
+/// directory one node could not read fails the walk on every node alike. Spread over the nodes'
+/// own storage clients, the metadata round trips go in parallel.
+pub fn walk_shared(
+    root: std::os::fd::BorrowedFd<'_>,
+    what: &Path,
+    me: usize,
+    nodes: usize,
+    gather: &mut dyn FnMut(Vec<u8>) -> Result<Vec<Vec<u8>>, String>,
+) -> Result<Snapshot, String> {
+    let nodes = nodes.max(1);
+    super::walk::walk_levels(root, what, &mut |dirs| {
+        let mine =
+            super::walk::read_level(root, what, dirs, &|k| k % nodes == me, super::walk::THREADS);
+        let parts = gather(pack_level(&mine))?;
+        if parts.len() != nodes {
+            return Err(format!("{} nodes' reads for {nodes} nodes", parts.len()));
+        }
+        let mut all: Vec<Option<(Read, u64)>> = (0..dirs.len()).map(|_| None).collect();
+        for (node, part) in parts.iter().enumerate() {
+            unpack_level(part, dirs, &|k| k % nodes == node, &mut all)
+                .map_err(|e| format!("the listing from node {node}: {e}"))?;
+        }
+        all.into_iter()
+            .enumerate()
+            .map(|(k, r)| {
+                r.ok_or_else(|| format!("{}: no node listed it", dirs[k].display()))
+            })
+            .collect()
+    })
 }
 
 /// The virtual image of a job's view (see the module's documentation).
@@ -550,6 +687,25 @@ impl FileBytes for JobBytes {
                 .map_err(|e| e.to_string())?;
         }
         self.bytes.fetch_add(node.size, Ordering::Relaxed);
+        Ok(v)
+    }
+    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        let mut v = vec![0u8; len as usize];
+        if offset.checked_add(u64::from(len)).is_none_or(|e| e > node.size) {
+            return Err(format!("bytes {offset}+{len} are past the file's end"));
+        }
+        let start = self
+            .index
+            .get(&node.path)
+            .and_then(|idx| self.layout.start(*idx))
+            .ok_or("not a file of the job's snapshot")?;
+        // a piece is one chunk of the image, or less (the view's pieces are the chunks)
+        for (k, part) in v.chunks_mut(self.layout.chunk as usize).enumerate() {
+            self.src
+                .read_at(start + offset + k as u64 * self.layout.chunk, part)
+                .map_err(|e| e.to_string())?;
+        }
+        self.bytes.fetch_add(u64::from(len), Ordering::Relaxed);
         Ok(v)
     }
     fn describe(&self) -> String {

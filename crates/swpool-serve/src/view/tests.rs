@@ -275,3 +275,60 @@ fn the_jobs_start_is_seconds_since_1970_and_nothing_else() {
         );
     }
 }
+
+#[test]
+fn a_large_file_is_read_from_storage_piece_by_piece_and_only_the_pieces_read() {
+    for keep in ["memory", "disk"] {
+        let t = tree();
+        // 3.5 pieces, each byte its offset's low bits and piece number
+        let big: Vec<u8> = (0..(PIECE * 7 / 2))
+            .map(|i| (i as u8) ^ ((i / PIECE) as u8 * 17))
+            .collect();
+        fs::write(t.path().join("lib/libbig.so"), &big).unwrap();
+        let store = tempfile::tempdir().unwrap();
+        let fd = open_dir(t.path());
+        let s = Snapshot::walk(fd.as_fd(), t.path()).unwrap();
+        let storage = Arc::new(Storage::new(fd, t.path()));
+        let v = Arc::new(View::new(
+            s,
+            Box::new(storage.clone()),
+            (keep == "disk").then(|| open_dir(store.path())),
+            "test",
+        ));
+        let ino = path_of(&v.snap, "lib/libbig.so").unwrap() as u64 + 1;
+        // opening reads nothing
+        v.open(ino).unwrap();
+        assert_eq!(storage.bytes.load(Ordering::SeqCst), 0, "{keep}");
+        // 16 readers of a span across the second and third pieces: those two read, once each
+        let at = PIECE * 2 - 100;
+        let hs: Vec<_> = (0..16)
+            .map(|_| {
+                let v = v.clone();
+                std::thread::spawn(move || v.read(ino, at, 300).unwrap())
+            })
+            .collect();
+        for h in hs {
+            assert_eq!(h.join().unwrap(), big[at as usize..at as usize + 300], "{keep}");
+        }
+        assert_eq!(storage.bytes.load(Ordering::SeqCst), 2 * PIECE, "{keep}");
+        assert_eq!(storage.opens.load(Ordering::SeqCst), 2, "{keep}");
+        // the short last piece, read past the end
+        let end = big.len() as u64;
+        assert_eq!(v.read(ino, end - 10, 100).unwrap(), big[big.len() - 10..]);
+        assert_eq!(
+            storage.bytes.load(Ordering::SeqCst),
+            2 * PIECE + PIECE / 2,
+            "{keep}"
+        );
+        assert!(v.read(ino, end, 100).unwrap().is_empty());
+        assert_eq!(v.hash(ino), None);
+        // the file changes on storage: the pieces read are served as read, the others refused
+        fs::write(t.path().join("lib/libbig.so"), vec![0u8; 10]).unwrap();
+        assert_eq!(v.read(ino, PIECE, 4).unwrap(), big[PIECE as usize..][..4]);
+        assert_eq!(v.read(ino, 0, 4), Err(Errno::EIO));
+        assert_eq!(v.read(ino, 0, 4), Err(Errno::EIO));
+        assert_eq!(v.stats.failed.load(Ordering::SeqCst), 1, "{keep}");
+        assert_eq!(v.trace(), vec![PathBuf::from("lib/libbig.so")]);
+        assert_eq!(fs::read_dir(store.path()).unwrap().count(), 0);
+    }
+}

@@ -17,22 +17,17 @@ use std::sync::Mutex;
 
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
-use super::{kind_of, node_of, Kind, Snapshot, MAX_ENTRIES};
+use super::{kind_of, node_of, Kind, Node, Snapshot, MAX_ENTRIES};
 
 /// Directories read at once.
 pub const THREADS: usize = 8;
 
-/// One entry of a directory as read: its name, `lstat`, symlink target (and whether it could be
-/// read).
-struct Entry {
-    name: Vec<u8>,
-    st: rustix::fs::Stat,
-    target: Vec<u8>,
-    unreadable: bool,
-}
+/// A directory read: its entries (each with its path, `parent` not yet set), sorted by name;
+/// `None` when it may not be read (`EACCES`: its lookups fail as they would).
+pub type Read = Result<Option<Vec<Node>>, String>;
 
-/// A directory read: `None` when it may not be read (`EACCES`: its lookups fail as they would).
-type Read = Result<Option<Vec<Entry>>, String>;
+/// What reads a level of directories: each one's read and the requests it cost, in order.
+pub type LevelReads<'a> = dyn FnMut(&[PathBuf]) -> Result<Vec<(Read, u64)>, String> + 'a;
 
 fn read_dir(root: BorrowedFd<'_>, rel: &Path, what: &Path, requests: &mut u64) -> Read {
     let at = |e: rustix::io::Errno| format!("{}: {e}", what.join(rel).display());
@@ -100,18 +95,59 @@ fn read_dir(root: BorrowedFd<'_>, rel: &Path, what: &Path, requests: &mut u64) -
         } else {
             Vec::new()
         };
-        out.push(Entry {
-            name,
-            st,
-            target,
-            unreadable,
-        });
+        let mut n = node_of(rel.join(os), &st, target, 0);
+        n.unreadable = unreadable;
+        out.push(n);
     }
     Ok(Some(out))
 }
 
 /// The walk (see the module's documentation), `threads` directories at once.
 pub fn walk(root: BorrowedFd<'_>, what: &Path, threads: usize) -> Result<Snapshot, String> {
+    walk_levels(root, what, &mut |dirs| {
+        Ok(read_level(root, what, dirs, &|_| true, threads)
+            .into_iter()
+            .map(|r| r.expect("every directory read"))
+            .collect())
+    })
+}
+
+/// The directories `dirs` (paths below `root`) that `pick` picks (by their index), `threads` at
+/// once: each one's read and the requests it cost storage; `None` for the others.
+pub fn read_level(
+    root: BorrowedFd<'_>,
+    what: &Path,
+    dirs: &[PathBuf],
+    pick: &(dyn Fn(usize) -> bool + Sync),
+    threads: usize,
+) -> Vec<Option<(Read, u64)>> {
+    let mine: Vec<usize> = (0..dirs.len()).filter(|k| pick(*k)).collect();
+    let reads: Vec<Mutex<Option<(Read, u64)>>> = dirs.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..threads.clamp(1, mine.len().max(1)) {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&k) = mine.get(i) else { return };
+                let mut n = 0;
+                let r = read_dir(root, &dirs[k], what, &mut n);
+                *reads[k].lock().unwrap_or_else(|e| e.into_inner()) = Some((r, n));
+            });
+        }
+    });
+    reads
+        .into_iter()
+        .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
+}
+
+/// The snapshot, level by level (breadth first): `level` reads the directories of a level (paths
+/// below `root`) and gives each one's read and the requests it cost, in their order.
+pub fn walk_levels(
+    root: BorrowedFd<'_>,
+    what: &Path,
+    level_reads: &mut LevelReads<'_>,
+) -> Result<Snapshot, String> {
     let st = rustix::fs::fstat(root).map_err(|e| format!("{}: {e}", what.display()))?;
     let mut s = Snapshot {
         nodes: vec![node_of(PathBuf::new(), &st, Vec::new(), 0)],
@@ -122,34 +158,28 @@ pub fn walk(root: BorrowedFd<'_>, what: &Path, threads: usize) -> Result<Snapsho
     }
     let mut level: Vec<u32> = vec![0];
     while !level.is_empty() {
-        let reads: Vec<Mutex<Option<(Read, u64)>>> =
-            level.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|sc| {
-            for _ in 0..threads.clamp(1, level.len()) {
-                sc.spawn(|| loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&idx) = level.get(k) else { return };
-                    let mut n = 0;
-                    let r = read_dir(root, &s.nodes[idx as usize].path, what, &mut n);
-                    *reads[k].lock().unwrap_or_else(|e| e.into_inner()) = Some((r, n));
-                });
-            }
-        });
+        let paths: Vec<PathBuf> = level
+            .iter()
+            .map(|&i| s.nodes[i as usize].path.clone())
+            .collect();
+        let reads = level_reads(&paths)?;
+        if reads.len() != level.len() {
+            return Err(format!(
+                "{}: {} directories read of a level of {}",
+                what.display(),
+                reads.len(),
+                level.len()
+            ));
+        }
         let mut below = Vec::new();
-        for (&idx, r) in level.iter().zip(reads) {
-            let (r, n) = r
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .expect("every directory of the level read");
+        for (&idx, (r, n)) in level.iter().zip(reads) {
             s.requests += n;
             let Some(entries) = r? else {
                 s.nodes[idx as usize].unreadable = true;
                 continue;
             };
-            let base = s.nodes[idx as usize].path.clone();
             let mut children = Vec::with_capacity(entries.len());
-            for e in entries {
+            for mut e in entries {
                 if s.nodes.len() >= MAX_ENTRIES {
                     return Err(format!(
                         "{}: more than {MAX_ENTRIES} entries: too large for a view; bundle it into a pool (`sw-pool bundle`)",
@@ -157,13 +187,34 @@ pub fn walk(root: BorrowedFd<'_>, what: &Path, threads: usize) -> Result<Snapsho
                     ));
                 }
                 let child = s.nodes.len() as u32;
-                let os = OsStr::from_bytes(&e.name);
-                s.nodes.push(node_of(base.join(os), &e.st, e.target, idx));
-                s.nodes[child as usize].unreadable = e.unreadable;
-                if kind_of(e.st.st_mode) == Kind::Dir {
-                    below.push(child);
+                let name = e.path.file_name().map(|n| n.as_bytes().to_vec());
+                let parent_path = &s.nodes[idx as usize].path;
+                match name {
+                    Some(name) if e.path.parent() == Some(parent_path.as_path()) => {
+                        if e.kind == Kind::Dir {
+                            below.push(child);
+                        }
+                        e.parent = idx;
+                        e.children = Vec::new();
+                        children.push((name, child));
+                        s.nodes.push(e);
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{}: an entry {} listed in {}",
+                            what.display(),
+                            e.path.display(),
+                            parent_path.display()
+                        ))
+                    }
                 }
-                children.push((e.name, child));
+            }
+            if children.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err(format!(
+                    "{}: the entries of {} are not sorted or listed twice",
+                    what.display(),
+                    s.nodes[idx as usize].path.display()
+                ));
             }
             s.nodes[idx as usize].children = children;
         }

@@ -27,9 +27,9 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timestamps};
 
 use super::{FileBytes, Node};
 
-const MAGIC: &[u8; 16] = b"sw-pool-warm 1\n\0";
-/// Magic, path length, size, mtime seconds and nanoseconds, inode, content hash.
-const HEAD: usize = 16 + 4 + 8 + 8 + 4 + 8 + 32;
+const MAGIC: &[u8; 16] = b"sw-pool-warm 2\n\0";
+/// Magic, path length, size, mtime seconds and nanoseconds, inode, content hash, offset.
+const HEAD: usize = 16 + 4 + 8 + 8 + 4 + 8 + 32 + 8;
 /// A path below a view is at most this long (`PATH_MAX`).
 const MAX_PATH: usize = 4096;
 
@@ -43,18 +43,19 @@ pub struct Warm {
     pub misses: AtomicU64,
 }
 
-/// The name of a file's entry: its key, hashed.
-fn entry_name(node: &Node) -> String {
+/// The name of the entry of a file's bytes at `offset` (a whole file: 0): its key, hashed.
+fn entry_name(node: &Node, offset: u64) -> String {
     let mut h = blake3::Hasher::new();
     h.update(node.path.as_os_str().as_bytes());
     h.update(&[0]);
     h.update(&node.size.to_le_bytes());
     h.update(&node.mtime.0.to_le_bytes());
     h.update(&node.mtime.1.to_le_bytes());
+    h.update(&offset.to_le_bytes());
     h.finalize().to_hex()[..40].to_string()
 }
 
-fn head(node: &Node, hash: &blake3::Hash) -> Vec<u8> {
+fn head(node: &Node, hash: &blake3::Hash, offset: u64) -> Vec<u8> {
     let path = node.path.as_os_str().as_bytes();
     let mut v = Vec::with_capacity(HEAD + path.len());
     v.extend_from_slice(MAGIC);
@@ -64,14 +65,15 @@ fn head(node: &Node, hash: &blake3::Hash) -> Vec<u8> {
     v.extend_from_slice(&node.mtime.1.to_le_bytes());
     v.extend_from_slice(&node.ino.to_le_bytes());
     v.extend_from_slice(hash.as_bytes());
+    v.extend_from_slice(&offset.to_le_bytes());
     v.extend_from_slice(path);
     v
 }
 
-/// The bytes of `node` in an entry, if the entry is of that file, that version, whole and
-/// unaltered. The entry is parsed with every length bounded (it is on a disk another process of
-/// the user's could have written).
-fn parse_entry(node: &Node, e: &[u8]) -> Option<Vec<u8>> {
+/// The `len` bytes of `node` at `offset` in an entry, if the entry is of that file, that version,
+/// those bytes, whole and unaltered. The entry is parsed with every length bounded (it is on a
+/// disk another process of the user's could have written).
+fn parse_entry(node: &Node, e: &[u8], offset: u64, len: u64) -> Option<Vec<u8>> {
     let (h, rest) = (e.get(..HEAD)?, e.get(HEAD..)?);
     if &h[..16] != MAGIC {
         return None;
@@ -82,11 +84,11 @@ fn parse_entry(node: &Node, e: &[u8]) -> Option<Vec<u8>> {
     let size = u64_at(20);
     let mtime = (u64_at(28) as i64, u32_at(36));
     let hash: [u8; 32] = h[48..80].try_into().ok()?;
-    if path_len > MAX_PATH || size != node.size || mtime != node.mtime {
+    if path_len > MAX_PATH || size != node.size || mtime != node.mtime || u64_at(80) != offset {
         return None;
     }
     let (path, bytes) = (rest.get(..path_len)?, rest.get(path_len..)?);
-    if path != node.path.as_os_str().as_bytes() || bytes.len() as u64 != size {
+    if path != node.path.as_os_str().as_bytes() || bytes.len() as u64 != len {
         return None;
     }
     (blake3::hash(bytes) == blake3::Hash::from(hash)).then(|| bytes.to_vec())
@@ -166,7 +168,7 @@ impl Warm {
         }
     }
 
-    fn lookup(&self, node: &Node, name: &str) -> Option<Vec<u8>> {
+    fn lookup(&self, node: &Node, name: &str, offset: u64, len: u64) -> Option<Vec<u8>> {
         let fd = rustix::fs::openat(
             &self.dir,
             name,
@@ -177,13 +179,13 @@ impl Warm {
         let st = rustix::fs::fstat(&fd).ok()?;
         // a regular file of the size an entry of this file has: nothing larger is read
         if st.st_mode & libc::S_IFMT != libc::S_IFREG
-            || st.st_size as u64 != (HEAD + node.path.as_os_str().len()) as u64 + node.size
+            || st.st_size as u64 != (HEAD + node.path.as_os_str().len()) as u64 + len
         {
             return None;
         }
         let mut e = Vec::with_capacity(st.st_size as usize);
         File::from(fd).read_to_end(&mut e).ok()?;
-        let bytes = parse_entry(node, &e);
+        let bytes = parse_entry(node, &e, offset, len);
         if bytes.is_none() {
             // another version or a damaged entry: never served; the fetch writes it anew
             let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
@@ -191,7 +193,7 @@ impl Warm {
         bytes
     }
 
-    fn keep(&self, node: &Node, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    fn keep(&self, node: &Node, name: &str, bytes: &[u8], offset: u64) -> std::io::Result<()> {
         let tmp = format!(".{name}.{}", std::process::id());
         let fd = rustix::fs::openat(
             &self.dir,
@@ -201,7 +203,7 @@ impl Warm {
         )?;
         let r = (|| {
             let mut f = File::from(fd);
-            f.write_all(&head(node, &blake3::hash(bytes)))?;
+            f.write_all(&head(node, &blake3::hash(bytes), offset))?;
             f.write_all(bytes)?;
             rustix::fs::renameat(&self.dir, tmp.as_str(), &self.dir, name)?;
             Ok(())
@@ -213,10 +215,17 @@ impl Warm {
     }
 }
 
-impl FileBytes for Warm {
-    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
-        let name = entry_name(node);
-        if let Some(v) = self.lookup(node, &name) {
+impl Warm {
+    /// The `len` bytes of `node` at `offset` from the cache, else from `inner` (`get`) and kept.
+    fn bytes(
+        &self,
+        node: &Node,
+        offset: u64,
+        len: u64,
+        get: impl FnOnce() -> Result<Vec<u8>, String>,
+    ) -> Result<Vec<u8>, String> {
+        let name = entry_name(node, offset);
+        if let Some(v) = self.lookup(node, &name, offset, len) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             // used now: the last to go when the cache is trimmed
             let now = Timestamps {
@@ -232,9 +241,9 @@ impl FileBytes for Warm {
             let _ = rustix::fs::utimensat(&self.dir, name.as_str(), &now, AtFlags::empty());
             return Ok(v);
         }
-        let v = self.inner.fetch(node)?;
+        let v = get()?;
         self.misses.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.keep(node, &name, &v) {
+        if let Err(e) = self.keep(node, &name, &v, offset) {
             tracing::warn!(
                 "{}: not kept for the next job ({}): {e}",
                 node.path.display(),
@@ -242,6 +251,18 @@ impl FileBytes for Warm {
             );
         }
         Ok(v)
+    }
+}
+
+impl FileBytes for Warm {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        self.bytes(node, 0, node.size, || self.inner.fetch(node))
+    }
+
+    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        self.bytes(node, offset, u64::from(len), || {
+            self.inner.fetch_piece(node, offset, len)
+        })
     }
 
     fn describe(&self) -> String {

@@ -185,3 +185,140 @@ fn a_python_source_with_its_compiled_module_beside_it_is_not_read_at_the_start()
     want.sort();
     assert_eq!(got, want);
 }
+
+/// `nodes` nodes walking `root` together, each in its own thread, their gather a shared table
+/// and a barrier: every node's snapshot.
+fn walk_on(root: &Path, nodes: usize) -> Vec<Result<Snapshot, String>> {
+    let table = Mutex::new(vec![Vec::new(); nodes]);
+    let barrier = std::sync::Barrier::new(nodes);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..nodes)
+            .map(|me| {
+                let (table, barrier) = (&table, &barrier);
+                s.spawn(move || {
+                    let fd = std::fs::File::open(root).unwrap();
+                    walk_shared(fd.as_fd(), root, me, nodes, &mut |mine| {
+                        table.lock().unwrap()[me] = mine;
+                        barrier.wait();
+                        let all = table.lock().unwrap().clone();
+                        barrier.wait();
+                        Ok(all)
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn nodes_that_list_a_tree_together_make_the_one_snapshot_one_node_makes() {
+    let t = tempfile::tempdir().unwrap();
+    for d in 0..9 {
+        let dir = t.path().join(format!("d{d}/sub/deeper"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..d {
+            std::fs::write(dir.join(format!("f{f}")), vec![b'x'; f]).unwrap();
+        }
+        std::os::unix::fs::symlink("sub", t.path().join(format!("d{d}/link"))).unwrap();
+    }
+    let one = Snapshot::walk(std::fs::File::open(t.path()).unwrap().as_fd(), t.path()).unwrap();
+    for nodes in [1, 2, 3, 8] {
+        for s in walk_on(t.path(), nodes) {
+            assert_eq!(s.as_ref(), Ok(&one), "{nodes} nodes");
+        }
+    }
+}
+
+#[test]
+fn a_level_from_another_node_is_checked_never_trusted() {
+    let (t, _) = tree();
+    let fd = std::fs::File::open(t.path()).unwrap();
+    let dirs = vec![PathBuf::new(), PathBuf::from("lib")];
+    let reads = crate::view::walk::read_level(fd.as_fd(), t.path(), &dirs, &|_| true, 2);
+    let packed = pack_level(&reads);
+    let mut out: Vec<Option<(Read, u64)>> = vec![None, None];
+    unpack_level(&packed, &dirs, &|_| true, &mut out).unwrap();
+    let names = |r: &Option<(Read, u64)>| -> Vec<PathBuf> {
+        match r {
+            Some((Ok(Some(e)), _)) => e.iter().map(|n| n.path.clone()).collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(names(&out[1]), names(&reads[1]));
+    // every cut fails or stops cleanly; every changed byte decodes or fails, never a panic
+    for n in 0..packed.len() {
+        let mut o: Vec<Option<(Read, u64)>> = vec![None, None];
+        let _ = unpack_level(&packed[..n], &dirs, &|_| true, &mut o);
+    }
+    for i in 0..packed.len() {
+        let mut b = packed.clone();
+        b[i] ^= 0xff;
+        let mut o: Vec<Option<(Read, u64)>> = vec![None, None];
+        let _ = unpack_level(&b, &dirs, &|_| true, &mut o);
+    }
+    // a directory not that node's to read, or sent twice
+    let mut o: Vec<Option<(Read, u64)>> = vec![None, None];
+    assert!(unpack_level(&packed, &dirs, &|k| k == 0, &mut o)
+        .unwrap_err()
+        .contains("may send"));
+    let mut twice = packed.clone();
+    twice.extend_from_slice(&packed);
+    let mut o: Vec<Option<(Read, u64)>> = vec![None, None];
+    assert!(unpack_level(&twice, &dirs, &|_| true, &mut o).is_err());
+    // a name with a slash
+    let pos = packed
+        .windows(10)
+        .position(|w| w == b"\x06\0\0\0big.so")
+        .unwrap();
+    let mut slash = packed.clone();
+    slash[pos + 5] = b'/';
+    let mut o: Vec<Option<(Read, u64)>> = vec![None, None];
+    assert!(unpack_level(&slash, &dirs, &|_| true, &mut o)
+        .unwrap_err()
+        .contains("name"));
+}
+
+#[test]
+fn a_directory_one_node_cannot_read_fails_the_walk_on_every_node() {
+    let t = tempfile::tempdir().unwrap();
+    for d in 0..4 {
+        std::fs::create_dir_all(t.path().join(format!("d{d}/sub"))).unwrap();
+    }
+    // node 1's storage fails on d1 (the second directory of the second level; node 1 reads d1
+    // and d3 of it)
+    let root = t.path();
+    let table = Mutex::new(vec![Vec::new(); 2]);
+    let barrier = std::sync::Barrier::new(2);
+    let results: Vec<Result<Snapshot, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|me| {
+                let (table, barrier) = (&table, &barrier);
+                s.spawn(move || {
+                    let fd = std::fs::File::open(root).unwrap();
+                    let mut round = 0;
+                    walk_shared(fd.as_fd(), root, me, 2, &mut |mut mine| {
+                        round += 1;
+                        if me == 1 && round == 2 {
+                            mine = pack_level(&[
+                                None,
+                                Some((Err("d1: Input/output error".into()), 2)),
+                                None,
+                                Some((Ok(Some(Vec::new())), 2)),
+                            ]);
+                        }
+                        table.lock().unwrap()[me] = mine;
+                        barrier.wait();
+                        let all = table.lock().unwrap().clone();
+                        barrier.wait();
+                        Ok(all)
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        assert_eq!(r.unwrap_err(), "d1: Input/output error");
+    }
+}

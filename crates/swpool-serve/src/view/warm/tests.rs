@@ -92,7 +92,7 @@ fn a_damaged_entry_is_never_served_and_is_written_anew() {
     let asked = Arc::new(AtomicU64::new(0));
     let f = file("a/b.py", 4, 7);
     warm(&dir, b"good", &asked, u64::MAX).fetch(&f).unwrap();
-    let entry = dir.join(entry_name(&f));
+    let entry = dir.join(entry_name(&f, 0));
     // one byte of the content flipped: its hash does not match
     let mut e = std::fs::read(&entry).unwrap();
     *e.last_mut().unwrap() ^= 1;
@@ -143,7 +143,7 @@ fn the_cache_keeps_to_its_limit_least_recently_used_first() {
         };
         rustix::fs::utimensat(
             rustix::fs::CWD,
-            dir.join(entry_name(f)),
+            dir.join(entry_name(f, 0)),
             &old,
             AtFlags::empty(),
         )
@@ -156,7 +156,7 @@ fn the_cache_keeps_to_its_limit_least_recently_used_first() {
     let _ = warm(&dir, &data, &asked, 3 * entry_len);
     let left: Vec<bool> = files
         .iter()
-        .map(|f| dir.join(entry_name(f)).exists())
+        .map(|f| dir.join(entry_name(f, 0)).exists())
         .collect();
     assert_eq!(left, [false, false, true, true, true]);
     assert!(!dir.join(".leftover.1").exists());
@@ -171,4 +171,57 @@ fn a_cache_directory_not_private_to_the_user_is_refused() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let e = open_dir(&dir, u64::MAX).expect_err("refused");
     assert!(e.contains("not a private directory"), "{e}");
+}
+
+/// A fake storage whose file is `bytes`, counting the pieces it is asked.
+struct Pieces {
+    bytes: Vec<u8>,
+    asked: Arc<AtomicU64>,
+}
+
+impl FileBytes for Pieces {
+    fn fetch(&self, _node: &Node) -> Result<Vec<u8>, String> {
+        panic!("a large file is asked piece by piece");
+    }
+    fn fetch_piece(&self, _node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        Ok(self.bytes[offset as usize..][..len as usize].to_vec())
+    }
+    fn describe(&self) -> String {
+        "fake storage".into()
+    }
+}
+
+#[test]
+fn the_pieces_of_a_large_file_a_job_read_are_kept_each_under_its_own_key() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("views");
+    let asked = Arc::new(AtomicU64::new(0));
+    let bytes: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    let big = file("lib/libbig.so", 1000, 100);
+    let w = |asked: &Arc<AtomicU64>| {
+        Warm::new(
+            Box::new(Pieces {
+                bytes: bytes.clone(),
+                asked: asked.clone(),
+            }),
+            open_dir(&dir, u64::MAX).unwrap(),
+        )
+    };
+    let first = w(&asked);
+    assert_eq!(first.fetch_piece(&big, 0, 400).unwrap(), bytes[..400]);
+    assert_eq!(first.fetch_piece(&big, 400, 400).unwrap(), bytes[400..800]);
+    assert_eq!(asked.load(Ordering::Relaxed), 2);
+    // the next job: both pieces from the cache, a third one from storage
+    let next = w(&asked);
+    assert_eq!(next.fetch_piece(&big, 400, 400).unwrap(), bytes[400..800]);
+    assert_eq!(next.fetch_piece(&big, 0, 400).unwrap(), bytes[..400]);
+    assert_eq!(asked.load(Ordering::Relaxed), 2);
+    assert_eq!(next.fetch_piece(&big, 800, 200).unwrap(), bytes[800..]);
+    assert_eq!((next.hits.load(Ordering::Relaxed), asked.load(Ordering::Relaxed)), (2, 3));
+    // an entry renamed to another piece's name is not served as that piece
+    let (a, b) = (entry_name(&big, 0), entry_name(&big, 400));
+    std::fs::rename(dir.join(&a), dir.join(&b)).unwrap();
+    assert_eq!(next.fetch_piece(&big, 400, 400).unwrap(), bytes[400..800]);
+    assert_eq!(asked.load(Ordering::Relaxed), 4);
 }
