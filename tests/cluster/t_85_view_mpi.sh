@@ -4,9 +4,10 @@
 # by the nodes through the coherent sshfs mount): an MPI program (bin/), the shared library it is
 # linked with (lib/, RUNPATH $ORIGIN/../lib), plugins it `dlopen`s (plugins/) and data files, built
 # by this test with mpicc against Open MPI and against MPICH; nothing in it was packed or changed.
-# - job-wide (a step of several nodes: `view-serve` servers started by task 0): the tree listed by
-#   one node, its small files read at the start each by one node and shared, each file read from
-#   storage at most once for the job (the servers' own figures);
+# - job-wide (a step of several nodes: `view-serve` servers started by task 0): the tree listed
+#   once by the nodes together, its small files read at the start each by one node and shared, each
+#   file read from storage at most once for the job (the servers' own figures); what the job read
+#   on a node listed by `sw-pool cache trace --view TREE`;
 # - unmodified on 4 nodes, Open MPI (`srun --mpi=pmix`) and MPICH (`srun --mpi=pmi2`): every rank
 #   runs the program from the tree, calls the library and the plugin, reads a data file; then the
 #   tree is made unreadable on the storage server (chmod 000) while the job waits at a barrier, and
@@ -312,6 +313,13 @@ basic() {  # basic NAME PROG SRUN...
   assert_le "$name: every file read from storage at most once for the 4 nodes (storage opens, all servers)" "$opens" 50
   echo "    $name: job-wide view: $opens storage opens for 4 nodes; $(grep -o 'listed once for the job.*' <<< "$logs" | head -1 || true)"
   [[ $ends == 4 ]] || { echo "    the servers' log:"; tail -20 <<< "$logs"; "$TESTBED/exec" node1 sh -c "ls -la /tmp/sw-pool-$uid/" || true; }
+  # what the job read, to make a pool of later: the node's warm cache of the tree, listed (the
+  # program, its plugin and data file read; the file never read and the plugin never loaded not)
+  local tr
+  tr=$(swenv timeout 60 srun -N1 -w node2 "$SW" cache trace --view "$TREE" 2>&1 || true)
+  assert_eq "$name: cache trace --view on node2 lists the program, plugin and data file the job read there, not the ones it never read" \
+    "3 0" "$(grep -cxF -e "$TREE/bin/$prog" -e "$TREE/plugins/plugin.so" -e "$TREE/data/seen.txt" <<< "$tr" || true) $(grep -cE 'never.txt|other.so' <<< "$tr" || true)"
+  [[ $(grep -c "^$TREE/" <<< "$tr" || true) -ge 3 ]] || echo "    cache trace --view: $tr"
   [[ $rc == 0 && $(grep -c '^after' <<< "$out") == 4 ]] || show "$name"
 }
 basic ompi prog-ompi "$W/bin/srun-mpi"

@@ -49,7 +49,7 @@ pub mod job;
 mod walk;
 mod warm;
 pub use epoch::Epoch;
-pub use warm::{open_dir as open_warm_dir, Warm};
+pub use warm::{list as warm_list, open_dir as open_warm_dir, Kept, Warm};
 
 /// The snapshot never changes while it is served.
 const TTL: Duration = Duration::from_secs(24 * 3600);
@@ -195,20 +195,50 @@ impl<T: FileBytes + ?Sized> FileBytes for Arc<T> {
 pub struct Storage {
     root: OwnedFd,
     what: PathBuf,
-    /// Files opened on storage (one request each, plus the reads and two `fstat`s).
+    /// Directories opened below the root, by path: a file is opened relative to its directory,
+    /// so that opening it costs storage one lookup, not one per component of its path (on a
+    /// coherent network file system each is a request to the server).
+    dirs: Mutex<std::collections::HashMap<PathBuf, Arc<OwnedFd>>>,
+    /// Files opened on storage (one request each, plus the reads and an `fstat`).
     pub opens: AtomicU64,
     /// Bytes read from storage.
     pub bytes: AtomicU64,
 }
+
+/// Directories a [`Storage`] keeps open at most (past it, it starts again).
+const MAX_DIRS: usize = 256;
 
 impl Storage {
     pub fn new(root: OwnedFd, what: &Path) -> Storage {
         Storage {
             root,
             what: what.to_path_buf(),
+            dirs: Mutex::new(std::collections::HashMap::new()),
             opens: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }
+    }
+
+    /// The directory `rel` below the root, opened with no symlink followed and nothing outside
+    /// the root reachable (kept open for the next file of it).
+    fn dir(&self, rel: &Path) -> Result<Arc<OwnedFd>, rustix::io::Errno> {
+        if let Some(d) = self.dirs.lock().unwrap_or_else(|e| e.into_inner()).get(rel) {
+            return Ok(d.clone());
+        }
+        let fd = rustix::fs::openat2(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        let fd = Arc::new(fd);
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if dirs.len() >= MAX_DIRS {
+            dirs.clear();
+        }
+        dirs.insert(rel.to_path_buf(), fd.clone());
+        Ok(fd)
     }
 }
 
@@ -236,27 +266,39 @@ impl Storage {
     pub fn read_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
         let f = self.open_checked(node)?;
         let mut v = vec![0u8; len as usize];
-        f.read_exact_at(&mut v, offset)
-            .map_err(|e| format!("reading {len} bytes at {offset} on storage: {e}"))?;
-        self.bytes.fetch_add(v.len() as u64, Ordering::Relaxed);
+        let read = f.read_exact_at(&mut v, offset);
         let after = rustix::fs::fstat(&f).map_err(|e| format!("fstat: {e}"))?;
+        // a file cut short since says so, rather than that a read came short
         same(node, &after)?;
+        read.map_err(|e| format!("reading {len} bytes at {offset} on storage: {e}"))?;
+        self.bytes.fetch_add(v.len() as u64, Ordering::Relaxed);
         Ok(v)
     }
 
-    /// File `node` opened below the root, the file the snapshot saw.
+    /// File `node` opened below the root (relative to its directory, [`Storage::dir`]; the file
+    /// itself no symlink). Whether it is the file the snapshot saw is checked after the read
+    /// (its size and mtime then: a file changed before or while it was read shows a new mtime).
     fn open_checked(&self, node: &Node) -> Result<File, String> {
         self.opens.fetch_add(1, Ordering::Relaxed);
+        let (parent, name) = match (node.path.parent(), node.path.file_name()) {
+            (Some(p), Some(n)) => (p, n),
+            _ => return Err("not a file below the tree".into()),
+        };
+        let dir = match parent.as_os_str().is_empty() {
+            true => None,
+            false => Some(
+                self.dir(parent)
+                    .map_err(|e| format!("opening it on storage: {e}"))?,
+            ),
+        };
         let fd = rustix::fs::openat2(
-            &self.root,
-            &node.path,
+            dir.as_deref().unwrap_or(&self.root),
+            name,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )
         .map_err(|e| format!("opening it on storage: {e}"))?;
-        let before = rustix::fs::fstat(&fd).map_err(|e| format!("fstat: {e}"))?;
-        same(node, &before)?;
         Ok(File::from(fd))
     }
 }

@@ -40,8 +40,15 @@ pub fn run(g: &GlobalArgs, a: CacheArgs, env: &Environment) -> Result<(), Error>
         };
         return super::fetch::run(g, f, env);
     }
-    if let CacheCommand::Trace { output, pool } = &a.command {
-        return trace(g, &cfg, &base, uid, output.as_deref(), pool);
+    if let CacheCommand::Trace { output, view, pool } = &a.command {
+        return match (view, pool) {
+            (Some(v), _) => view_trace(g, &base, uid, output.as_deref(), v),
+            (None, Some(p)) => trace(g, &cfg, &base, uid, output.as_deref(), p),
+            (None, None) => Err(Error::other(
+                swpool_core::ExitStatus::Usage,
+                "cache trace: give a POOL or --view DIR".to_string(),
+            )),
+        };
     }
     let Some(dir) = cache::existing_dir(&base, uid)? else {
         // nothing was ever cached here: nothing to list or prune (not an error)
@@ -155,6 +162,59 @@ fn trace(
                 m.name,
                 m.version,
                 o.display(),
+                o.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `cache trace --view DIR`: the files of DIR that `run --cache DIR` jobs read on this node.
+fn view_trace(
+    g: &GlobalArgs,
+    base: &std::path::Path,
+    uid: u32,
+    output: Option<&std::path::Path>,
+    view: &std::path::Path,
+) -> Result<(), Error> {
+    let tree = std::fs::canonicalize(view).map_err(|e| {
+        Error::other(
+            swpool_core::ExitStatus::BadInput,
+            format!("--view {}: {e}; give the directory jobs ran with --cache", view.display()),
+        )
+    })?;
+    let dir = cache::dir(base, uid, false)?;
+    let warm = swpool_core::cache::views_dir(&dir).join(swpool_core::cache::view_key(&tree));
+    let files = swpool_serve::view::warm_list(&warm)
+        .map_err(|e| Error::other(swpool_core::ExitStatus::System, e))?;
+    let mut text = String::new();
+    for f in &files {
+        text.push_str(&tree.join(&f.path).to_string_lossy());
+        text.push('\n');
+    }
+    let p = Printer::new(g, false);
+    if files.is_empty() {
+        p.warn(format!(
+            "no job with --cache {} read files on this node (or its warm cache was emptied: {})",
+            tree.display(),
+            warm.display()
+        ));
+    }
+    match output {
+        None => crate::output::out(text.as_bytes()),
+        Some(o) => {
+            swpool_core::atomic::write_file(o, text.as_bytes(), false).map_err(|e| {
+                Error::other(
+                    swpool_core::ExitStatus::System,
+                    format!("cannot write {}: {e}", o.display()),
+                )
+            })?;
+            let bytes: u64 = files.iter().map(|f| f.size).sum();
+            p.result(format!(
+                "{} files of {} ({}) that jobs read on this node written to {}",
+                files.len(),
+                tree.display(),
+                Bytes(bytes),
                 o.display()
             ));
         }

@@ -723,13 +723,20 @@ pub enum CacheCommand {
         pool: PathBuf,
     },
     /// Write the prefetch list of the chunks of POOL that on-demand runs fetched on this node
-    /// (for `load --lazy --prefetch FILE`; as POOL.prefetch beside the pool, `--prefetch auto`)
+    /// (for `load --lazy --prefetch FILE`; as POOL.prefetch beside the pool, `--prefetch auto`);
+    /// with --view DIR, the files of DIR that `run --cache DIR` jobs read on this node
     Trace {
         /// Write the list to FILE (replaced whole) instead of standard output
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// List the files of the tree DIR that `run --cache DIR` jobs read on this node, one
+        /// absolute path per line (from the node's warm cache of DIR, so as far as it still
+        /// holds them): the inputs of a pool (`sw-pool bundle`, `build`)
+        #[arg(long, value_name = "DIR", conflicts_with = "pool")]
+        view: Option<PathBuf>,
         /// The pool file, or NAME/VERSION of a pool on $SW_POOL_PATH
-        pool: PathBuf,
+        #[arg(required_unless_present = "view")]
+        pool: Option<PathBuf>,
     },
 }
 

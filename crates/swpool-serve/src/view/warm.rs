@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -155,6 +156,70 @@ fn trim(dir: &OwnedFd, limit: u64) {
             total -= size;
         }
     }
+}
+
+/// A file of a tree that views read on this node, as its warm cache records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// The file's path below the tree.
+    pub path: std::path::PathBuf,
+    /// Its size when it was read.
+    pub size: u64,
+    /// Bytes of it the cache holds (a large file's pieces that were read).
+    pub held: u64,
+    /// The last time a job used it (seconds since 1970).
+    pub used: i64,
+}
+
+/// The files of the warm cache in `dir` (a tree's: see [`open_dir`]), one each, by path: what
+/// jobs on this node read of the tree, as far as the cache still holds it. Only an entry's head
+/// is read, bounded; an entry that is no entry is skipped.
+pub fn list(dir: &Path) -> Result<Vec<Kept>, String> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
+    let mut by_path: std::collections::BTreeMap<Vec<u8>, Kept> = Default::default();
+    for e in rd.flatten() {
+        if e.file_name().as_bytes().starts_with(b".") {
+            continue;
+        }
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(e.path())
+        else {
+            continue;
+        };
+        let Ok(st) = f.metadata() else { continue };
+        if !st.is_file() {
+            continue;
+        }
+        let mut h = Vec::with_capacity(HEAD + MAX_PATH);
+        if f.take((HEAD + MAX_PATH) as u64).read_to_end(&mut h).is_err() || h.len() < HEAD {
+            continue;
+        }
+        if &h[..16] != MAGIC {
+            continue;
+        }
+        let path_len = u32::from_le_bytes(h[16..20].try_into().expect("4")) as usize;
+        let size = u64::from_le_bytes(h[20..28].try_into().expect("8"));
+        let Some(path) = h.get(HEAD..HEAD + path_len).filter(|_| path_len <= MAX_PATH) else {
+            continue;
+        };
+        let held = (st.len()).saturating_sub((HEAD + path_len) as u64);
+        let used = std::os::unix::fs::MetadataExt::mtime(&st);
+        let k = by_path.entry(path.to_vec()).or_insert_with(|| Kept {
+            path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+            size,
+            held: 0,
+            used,
+        });
+        k.held += held;
+        k.used = k.used.max(used);
+    }
+    Ok(by_path.into_values().collect())
 }
 
 impl Warm {

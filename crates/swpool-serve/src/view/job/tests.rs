@@ -322,3 +322,24 @@ fn a_directory_one_node_cannot_read_fails_the_walk_on_every_node() {
         assert_eq!(r.unwrap_err(), "d1: Input/output error");
     }
 }
+
+#[test]
+fn test_suites_stubs_sources_and_documents_are_not_read_at_the_start() {
+    for (p, skip) in [
+        ("numpy/_core/tests/test_api.py", true),
+        ("numpy/_core/tests/__pycache__/test_api.cpython-311.pyc", true),
+        ("pkg/test/data.bin", true),
+        ("numpy/__init__.pyi", true),
+        ("include/numpy/ndarraytypes.h", true),
+        ("lib/libfoo.a", true),
+        ("README.md", true),
+        ("numpy/__init__.py", false),
+        ("numpy/testing/__init__.py", false),
+        ("numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so", false),
+        ("lib/libt85.so.1", false),
+        ("bin/tests", false),
+        ("data/version", false),
+    ] {
+        assert_eq!(not_run(Path::new(p)), skip, "{p}");
+    }
+}

@@ -225,3 +225,40 @@ fn the_pieces_of_a_large_file_a_job_read_are_kept_each_under_its_own_key() {
     assert_eq!(next.fetch_piece(&big, 400, 400).unwrap(), bytes[400..800]);
     assert_eq!(asked.load(Ordering::Relaxed), 4);
 }
+
+#[test]
+fn the_files_jobs_read_are_listed_from_the_cache_one_each() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("views");
+    let asked = Arc::new(AtomicU64::new(0));
+    let w = warm(&dir, b"abcdef", &asked, u64::MAX);
+    w.fetch(&file("lib/libx.so.1", 6, 100)).unwrap();
+    w.fetch(&file("bin/tool", 6, 100)).unwrap();
+    // a large file's two pieces: one file
+    let p = Warm::new(
+        Box::new(Pieces {
+            bytes: vec![1; 1000],
+            asked: asked.clone(),
+        }),
+        open_dir(&dir, u64::MAX).unwrap(),
+    );
+    let big = file("lib/libbig.so", 1000, 100);
+    p.fetch_piece(&big, 0, 400).unwrap();
+    p.fetch_piece(&big, 800, 200).unwrap();
+    // no entry: skipped
+    std::fs::write(dir.join("junk"), b"not an entry").unwrap();
+    let l = list(&dir).unwrap();
+    let got: Vec<(&str, u64, u64)> = l
+        .iter()
+        .map(|k| (k.path.to_str().unwrap(), k.size, k.held))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("bin/tool", 6, 6),
+            ("lib/libbig.so", 1000, 600),
+            ("lib/libx.so.1", 6, 6)
+        ]
+    );
+    assert!(list(&t.path().join("none")).unwrap().is_empty());
+}
