@@ -421,15 +421,7 @@ impl View {
             return Err(Errno::EISDIR);
         }
         let r = self.held[idx as usize].get_or_init(|| {
-            let fail = |why: String| {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    "{}: {}: {why} (from {})",
-                    self.what,
-                    node.path.display(),
-                    self.bytes.describe()
-                );
-            };
+            let fail = |why: String| self.failed(node, "", why);
             if let Some(e) = self.epoch.as_ref().filter(|e| node.mtime >= e.at) {
                 fail(format!(
                     "changed on storage at or after the job's start (mtime {}.{:09}, {} {}.{:09}): \
@@ -483,6 +475,17 @@ impl View {
         r.as_ref().map_err(|()| Errno::EIO)
     }
 
+    /// File `node` (its bytes `part`, or "" for all of them) not served: counted, and said why.
+    fn failed(&self, node: &Node, part: &str, why: String) {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            "{}: {}:{part} {why} (from {})",
+            self.what,
+            node.path.display(),
+            self.bytes.describe()
+        );
+    }
+
     /// File `idx` opened for the first time: counted and traced.
     fn note_fetched(&self, idx: u32) {
         self.stats.fetched.fetch_add(1, Ordering::Relaxed);
@@ -501,14 +504,7 @@ impl View {
             let off = k as u64 * PIECE;
             let len = (node.size - off).min(PIECE) as u32;
             let fail = |why: String| {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    "{}: {}: bytes {off}..{}: {why} (from {})",
-                    self.what,
-                    node.path.display(),
-                    off + u64::from(len),
-                    self.bytes.describe()
-                );
+                self.failed(node, &format!(" bytes {off}..{}:", off + u64::from(len)), why)
             };
             let v = match self.bytes.fetch_piece(node, off, len) {
                 Ok(v) if v.len() == len as usize => v,

@@ -145,7 +145,26 @@ fn trace(
     let dir = cache::dir(base, uid, false)?;
     let list = prefetch::trace(&dir, &m)?;
     let text = list.render();
-    let p = Printer::new(g, false);
+    emit(&Printer::new(g, false), output, &text, |o| {
+        format!(
+            "{} of {} chunks of {}/{} written to {} (load --lazy --prefetch {})",
+            list.chunks.len(),
+            list.total,
+            m.name,
+            m.version,
+            o.display(),
+            o.display()
+        )
+    })
+}
+
+/// `text` to standard output, or to `output` (replaced whole) and then `said(output)` said.
+fn emit(
+    p: &Printer,
+    output: Option<&std::path::Path>,
+    text: &str,
+    said: impl FnOnce(&std::path::Path) -> String,
+) -> Result<(), Error> {
     match output {
         None => crate::output::out(text.as_bytes()),
         Some(o) => {
@@ -155,15 +174,7 @@ fn trace(
                     format!("cannot write {}: {e}", o.display()),
                 )
             })?;
-            p.result(format!(
-                "{} of {} chunks of {}/{} written to {} (load --lazy --prefetch {})",
-                list.chunks.len(),
-                list.total,
-                m.name,
-                m.version,
-                o.display(),
-                o.display()
-            ));
+            p.result(said(o));
         }
     }
     Ok(())
@@ -200,26 +211,16 @@ fn view_trace(
             warm.display()
         ));
     }
-    match output {
-        None => crate::output::out(text.as_bytes()),
-        Some(o) => {
-            swpool_core::atomic::write_file(o, text.as_bytes(), false).map_err(|e| {
-                Error::other(
-                    swpool_core::ExitStatus::System,
-                    format!("cannot write {}: {e}", o.display()),
-                )
-            })?;
-            let bytes: u64 = files.iter().map(|f| f.size).sum();
-            p.result(format!(
-                "{} files of {} ({}) that jobs read on this node written to {}",
-                files.len(),
-                tree.display(),
-                Bytes(bytes),
-                o.display()
-            ));
-        }
-    }
-    Ok(())
+    let bytes: u64 = files.iter().map(|f| f.size).sum();
+    emit(&p, output, &text, |o| {
+        format!(
+            "{} files of {} ({}) that jobs read on this node written to {}",
+            files.len(),
+            tree.display(),
+            Bytes(bytes),
+            o.display()
+        )
+    })
 }
 
 fn line(e: &Entry) -> String {

@@ -187,8 +187,13 @@ fn a_python_source_with_its_compiled_module_beside_it_is_not_read_at_the_start()
 }
 
 /// `nodes` nodes walking `root` together, each in its own thread, their gather a shared table
-/// and a barrier: every node's snapshot.
-fn walk_on(root: &Path, nodes: usize) -> Vec<Result<Snapshot, String>> {
+/// and a barrier (what node `me` sends at level `round`, 1 first: `tamper(me, round, its reads)`):
+/// every node's snapshot.
+fn walk_on(
+    root: &Path,
+    nodes: usize,
+    tamper: &(dyn Fn(usize, usize, Vec<u8>) -> Vec<u8> + Sync),
+) -> Vec<Result<Snapshot, String>> {
     let table = Mutex::new(vec![Vec::new(); nodes]);
     let barrier = std::sync::Barrier::new(nodes);
     std::thread::scope(|s| {
@@ -197,8 +202,10 @@ fn walk_on(root: &Path, nodes: usize) -> Vec<Result<Snapshot, String>> {
                 let (table, barrier) = (&table, &barrier);
                 s.spawn(move || {
                     let fd = std::fs::File::open(root).unwrap();
+                    let mut round = 0;
                     walk_shared(fd.as_fd(), root, me, nodes, &mut |mine| {
-                        table.lock().unwrap()[me] = mine;
+                        round += 1;
+                        table.lock().unwrap()[me] = tamper(me, round, mine);
                         barrier.wait();
                         let all = table.lock().unwrap().clone();
                         barrier.wait();
@@ -224,7 +231,7 @@ fn nodes_that_list_a_tree_together_make_the_one_snapshot_one_node_makes() {
     }
     let one = Snapshot::walk(std::fs::File::open(t.path()).unwrap().as_fd(), t.path()).unwrap();
     for nodes in [1, 2, 3, 8] {
-        for s in walk_on(t.path(), nodes) {
+        for s in walk_on(t.path(), nodes, &|_, _, mine| mine) {
             assert_eq!(s.as_ref(), Ok(&one), "{nodes} nodes");
         }
     }
@@ -287,36 +294,14 @@ fn a_directory_one_node_cannot_read_fails_the_walk_on_every_node() {
     }
     // node 1's storage fails on d1 (the second directory of the second level; node 1 reads d1
     // and d3 of it)
-    let root = t.path();
-    let table = Mutex::new(vec![Vec::new(); 2]);
-    let barrier = std::sync::Barrier::new(2);
-    let results: Vec<Result<Snapshot, String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|me| {
-                let (table, barrier) = (&table, &barrier);
-                s.spawn(move || {
-                    let fd = std::fs::File::open(root).unwrap();
-                    let mut round = 0;
-                    walk_shared(fd.as_fd(), root, me, 2, &mut |mut mine| {
-                        round += 1;
-                        if me == 1 && round == 2 {
-                            mine = pack_level(&[
-                                None,
-                                Some((Err("d1: Input/output error".into()), 2)),
-                                None,
-                                Some((Ok(Some(Vec::new())), 2)),
-                            ]);
-                        }
-                        table.lock().unwrap()[me] = mine;
-                        barrier.wait();
-                        let all = table.lock().unwrap().clone();
-                        barrier.wait();
-                        Ok(all)
-                    })
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let results = walk_on(t.path(), 2, &|me, round, mine| match (me, round) {
+        (1, 2) => pack_level(&[
+            None,
+            Some((Err("d1: Input/output error".into()), 2)),
+            None,
+            Some((Ok(Some(Vec::new())), 2)),
+        ]),
+        _ => mine,
     });
     for r in results {
         assert_eq!(r.unwrap_err(), "d1: Input/output error");
