@@ -199,6 +199,9 @@ pub struct Storage {
     /// so that opening it costs storage one lookup, not one per component of its path (on a
     /// coherent network file system each is a request to the server).
     dirs: Mutex<std::collections::HashMap<PathBuf, Arc<OwnedFd>>>,
+    /// Large files opened for their pieces, by path, kept for the next piece (one open per file,
+    /// not per piece; a file replaced on storage since is read as it was opened, checked as any).
+    files: Mutex<std::collections::HashMap<PathBuf, Arc<File>>>,
     /// Files opened on storage (one request each, plus the reads and an `fstat`).
     pub opens: AtomicU64,
     /// Bytes read from storage.
@@ -207,6 +210,8 @@ pub struct Storage {
 
 /// Directories a [`Storage`] keeps open at most (past it, it starts again).
 const MAX_DIRS: usize = 256;
+/// Large files a [`Storage`] keeps open at most (past it, it starts again).
+const MAX_FILES: usize = 64;
 
 impl Storage {
     pub fn new(root: OwnedFd, what: &Path) -> Storage {
@@ -214,6 +219,7 @@ impl Storage {
             root,
             what: what.to_path_buf(),
             dirs: Mutex::new(std::collections::HashMap::new()),
+            files: Mutex::new(std::collections::HashMap::new()),
             opens: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }
@@ -264,10 +270,27 @@ impl Storage {
     /// `len` bytes of file `node` at `offset`, checked as [`FileBytes::fetch`] checks a whole
     /// file: the file the snapshot saw before and after the read, all of the bytes there.
     pub fn read_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
-        let f = self.open_checked(node)?;
+        let kept = self
+            .files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&node.path)
+            .cloned();
+        let f = match kept {
+            Some(f) => f,
+            None => {
+                let f = Arc::new(self.open_checked(node)?);
+                let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+                if files.len() >= MAX_FILES {
+                    files.clear();
+                }
+                files.insert(node.path.clone(), f.clone());
+                f
+            }
+        };
         let mut v = vec![0u8; len as usize];
         let read = f.read_exact_at(&mut v, offset);
-        let after = rustix::fs::fstat(&f).map_err(|e| format!("fstat: {e}"))?;
+        let after = rustix::fs::fstat(&*f).map_err(|e| format!("fstat: {e}"))?;
         // a file cut short since says so, rather than that a read came short
         same(node, &after)?;
         read.map_err(|e| format!("reading {len} bytes at {offset} on storage: {e}"))?;
@@ -331,11 +354,11 @@ impl FileBytes for Storage {
     }
 }
 
-/// Files larger than this are read piece by piece, each piece at the first read that needs it,
+/// Files larger than this (256 KiB) are read piece by piece, each piece at the first read that needs it,
 /// so that a large library of which a program touches a few pages costs storage those pages'
 /// pieces only; smaller files are read whole at their first open. The job-wide view's chunk
 /// ([`job::CHUNK`]), so that a piece is one ask of the node's server.
-pub const PIECE: u64 = 1 << 20;
+pub const PIECE: u64 = 1 << 18;
 
 /// A file's bytes as the view keeps them.
 enum Held {
