@@ -226,15 +226,25 @@ impl Storage {
     }
 
     /// The directory `rel` below the root, opened with no symlink followed and nothing outside
-    /// the root reachable (kept open for the next file of it).
+    /// the root reachable, relative to its parent (kept open too: each directory costs one lookup
+    /// however deep), and only as a path (`O_PATH`: no directory handle on the server); kept for
+    /// the next file of it.
     fn dir(&self, rel: &Path) -> Result<Arc<OwnedFd>, rustix::io::Errno> {
         if let Some(d) = self.dirs.lock().unwrap_or_else(|e| e.into_inner()).get(rel) {
             return Ok(d.clone());
         }
+        let (parent, name) = match (rel.parent(), rel.file_name()) {
+            (Some(p), Some(n)) => (p, n),
+            _ => return Err(rustix::io::Errno::INVAL),
+        };
+        let up = match parent.as_os_str().is_empty() {
+            true => None,
+            false => Some(self.dir(parent)?),
+        };
         let fd = rustix::fs::openat2(
-            &self.root,
-            rel,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            up.as_deref().unwrap_or(&self.root),
+            name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )?;
@@ -279,7 +289,11 @@ impl Storage {
         let f = match kept {
             Some(f) => f,
             None => {
-                let f = Arc::new(self.open_checked(node)?);
+                let f = self.open_checked(node)?;
+                // its pieces are read here and there (and by several nodes, each its own): no
+                // read-ahead of bytes another node reads or nobody needs
+                let _ = rustix::fs::fadvise(&f, 0, 0, rustix::fs::Advice::Random);
+                let f = Arc::new(f);
                 let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
                 if files.len() >= MAX_FILES {
                     files.clear();
