@@ -191,7 +191,10 @@ fn view_trace(
     let tree = std::fs::canonicalize(view).map_err(|e| {
         Error::other(
             swpool_core::ExitStatus::BadInput,
-            format!("--view {}: {e}; give the directory jobs ran with --cache", view.display()),
+            format!(
+                "--view {}: {e}; give the directory jobs ran with --cache",
+                view.display()
+            ),
         )
     })?;
     let dir = cache::dir(base, uid, false)?;

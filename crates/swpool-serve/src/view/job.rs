@@ -333,9 +333,7 @@ pub fn walk_shared(
         }
         all.into_iter()
             .enumerate()
-            .map(|(k, r)| {
-                r.ok_or_else(|| format!("{}: no node listed it", dirs[k].display()))
-            })
+            .map(|(k, r)| r.ok_or_else(|| format!("{}: no node listed it", dirs[k].display())))
             .collect()
     })
 }
@@ -715,7 +713,10 @@ impl FileBytes for JobBytes {
     }
     fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
         let mut v = vec![0u8; len as usize];
-        if offset.checked_add(u64::from(len)).is_none_or(|e| e > node.size) {
+        if offset
+            .checked_add(u64::from(len))
+            .is_none_or(|e| e > node.size)
+        {
             return Err(format!("bytes {offset}+{len} are past the file's end"));
         }
         let start = self

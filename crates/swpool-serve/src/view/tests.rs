@@ -312,7 +312,11 @@ fn a_large_file_is_read_from_storage_piece_by_piece_and_only_the_pieces_read() {
             })
             .collect();
         for h in hs {
-            assert_eq!(h.join().unwrap(), big[at as usize..at as usize + 300], "{keep}");
+            assert_eq!(
+                h.join().unwrap(),
+                big[at as usize..at as usize + 300],
+                "{keep}"
+            );
         }
         assert_eq!(storage.bytes.load(Ordering::SeqCst), 2 * PIECE, "{keep}");
         // one open: the file is kept open for its next piece

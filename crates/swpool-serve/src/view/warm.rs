@@ -197,7 +197,11 @@ pub fn list(dir: &Path) -> Result<Vec<Kept>, String> {
             continue;
         }
         let mut h = Vec::with_capacity(HEAD + MAX_PATH);
-        if f.take((HEAD + MAX_PATH) as u64).read_to_end(&mut h).is_err() || h.len() < HEAD {
+        if f.take((HEAD + MAX_PATH) as u64)
+            .read_to_end(&mut h)
+            .is_err()
+            || h.len() < HEAD
+        {
             continue;
         }
         if &h[..16] != MAGIC {
@@ -205,7 +209,10 @@ pub fn list(dir: &Path) -> Result<Vec<Kept>, String> {
         }
         let path_len = u32::from_le_bytes(h[16..20].try_into().expect("4")) as usize;
         let size = u64::from_le_bytes(h[20..28].try_into().expect("8"));
-        let Some(path) = h.get(HEAD..HEAD + path_len).filter(|_| path_len <= MAX_PATH) else {
+        let Some(path) = h
+            .get(HEAD..HEAD + path_len)
+            .filter(|_| path_len <= MAX_PATH)
+        else {
             continue;
         };
         let held = (st.len()).saturating_sub((HEAD + path_len) as u64);

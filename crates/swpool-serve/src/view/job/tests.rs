@@ -313,7 +313,10 @@ fn a_directory_one_node_cannot_read_fails_the_walk_on_every_node() {
 fn test_suites_stubs_sources_and_documents_are_not_read_at_the_start() {
     for (p, skip) in [
         ("numpy/_core/tests/test_api.py", true),
-        ("numpy/_core/tests/__pycache__/test_api.cpython-311.pyc", true),
+        (
+            "numpy/_core/tests/__pycache__/test_api.cpython-311.pyc",
+            true,
+        ),
         ("pkg/test/data.bin", true),
         ("numpy/__init__.pyi", true),
         ("include/numpy/ndarraytypes.h", true),
@@ -321,7 +324,10 @@ fn test_suites_stubs_sources_and_documents_are_not_read_at_the_start() {
         ("README.md", true),
         ("numpy/__init__.py", false),
         ("numpy/testing/__init__.py", false),
-        ("numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so", false),
+        (
+            "numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
+            false,
+        ),
         ("lib/libt85.so.1", false),
         ("bin/tests", false),
         ("data/version", false),

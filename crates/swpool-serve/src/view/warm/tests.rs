@@ -218,7 +218,13 @@ fn the_pieces_of_a_large_file_a_job_read_are_kept_each_under_its_own_key() {
     assert_eq!(next.fetch_piece(&big, 0, 400).unwrap(), bytes[..400]);
     assert_eq!(asked.load(Ordering::Relaxed), 2);
     assert_eq!(next.fetch_piece(&big, 800, 200).unwrap(), bytes[800..]);
-    assert_eq!((next.hits.load(Ordering::Relaxed), asked.load(Ordering::Relaxed)), (2, 3));
+    assert_eq!(
+        (
+            next.hits.load(Ordering::Relaxed),
+            asked.load(Ordering::Relaxed)
+        ),
+        (2, 3)
+    );
     // an entry renamed to another piece's name is not served as that piece
     let (a, b) = (entry_name(&big, 0), entry_name(&big, 400));
     std::fs::rename(dir.join(&a), dir.join(&b)).unwrap();
