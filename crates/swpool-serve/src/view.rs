@@ -2,13 +2,14 @@
 //! walked once when the view starts (every entry `lstat`ed: type, mode, size, mtime, inode,
 //! symlink target) and every lookup, readdir, getattr and readlink is answered from that
 //! snapshot, failed lookups included (negative entries the kernel keeps); a file's bytes are read
-//! from storage once, at its first open, hashed (BLAKE3), kept in node-local memory or in an
-//! unnamed file of a node-local directory, and served from there for the rest of the view's life.
+//! from storage once, at its first open (a file larger than [`PIECE`] by the pieces reads touch,
+//! each at its first read), hashed (BLAKE3), kept in node-local memory or in an unnamed file of a
+//! node-local directory, and served from there for the rest of the view's life.
 //!
 //! Consistency: the view is a snapshot. A file whose size or mtime on storage differs from
 //! the snapshot's when it is first read (or changes while it is read) is not served: its reads
-//! fail with `EIO` for the rest of the view's life and one log line names it; a file read once is
-//! served as read, whatever happens on storage after. Nothing is written back (the view is
+//! fail with `EIO` for the rest of the view's life and one log line names it; a file (or piece)
+//! read once is served as read, whatever happens on storage after. Nothing is written back (the view is
 //! read-only).
 //!
 //! Every node of a job makes its own snapshot, each at its own time: a node whose view starts
