@@ -269,8 +269,6 @@ fn warm_dir(cfg: &Config, env: &Environment) -> Option<PathBuf> {
         .ok()
 }
 
-/// The full program beside this one (`layer sync`, `cache fetch`: MPI and the trust code), or
-/// this one where it is not there.
 /// `srun --overlap` of `exe ARGS` on the step's `nodelist` (`slurm::overlap_step`, `export` its
 /// extra variables) as a command to run, without this task's own step variables: the new step
 /// sets its own.
@@ -290,6 +288,8 @@ fn nested_step(
     Ok(cmd)
 }
 
+/// The full program beside this one (`layer sync`, `cache fetch`: MPI and the trust code), or
+/// this one where it is not there.
 fn full_program() -> Result<PathBuf, Failed> {
     let exe = std::env::current_exe().map_err(|e| {
         Failed::new(
