@@ -1,6 +1,7 @@
 //! The tree on shared storage as a view reads it ([`Storage`]): by descriptor below the tree's
 //! root, each file checked against the snapshot after it was read.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -22,41 +23,69 @@ pub struct Storage {
     /// Directories opened below the root, by path: a file is opened relative to its directory,
     /// so that opening it costs storage one lookup, not one per component of its path (on a
     /// coherent network file system each is a request to the server).
-    dirs: Mutex<std::collections::HashMap<PathBuf, Arc<OwnedFd>>>,
+    dirs: Kept<OwnedFd>,
     /// Large files opened for their pieces, by path, kept for the next piece (one open per file,
     /// not per piece; a file replaced on storage since is read as it was opened, checked as any).
-    files: Mutex<std::collections::HashMap<PathBuf, Arc<File>>>,
+    files: Kept<File>,
     /// Files opened on storage (one request each, plus the reads and an `fstat`).
     pub opens: AtomicU64,
     /// Bytes read from storage.
     pub bytes: AtomicU64,
 }
 
-/// Directories a [`Storage`] keeps open at most (past it, it starts again).
+/// Directories a [`Storage`] keeps open at most.
 const MAX_DIRS: usize = 256;
-/// Large files a [`Storage`] keeps open at most (past it, it starts again).
+/// Large files a [`Storage`] keeps open at most.
 const MAX_FILES: usize = 64;
+
+/// Descriptors kept open by path, at most `max` (past it, it starts again).
+struct Kept<T> {
+    map: Mutex<HashMap<PathBuf, Arc<T>>>,
+    max: usize,
+}
+
+impl<T> Kept<T> {
+    fn new(max: usize) -> Kept<T> {
+        Kept {
+            map: Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
+    /// The one kept for `path`, else `open()`'s, kept.
+    fn get_or_open<E>(
+        &self,
+        path: &Path,
+        open: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
+        if let Some(d) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(path) {
+            return Ok(d.clone());
+        }
+        let fd = Arc::new(open()?);
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= self.max {
+            map.clear();
+        }
+        map.insert(path.to_path_buf(), fd.clone());
+        Ok(fd)
+    }
+}
 
 impl Storage {
     pub fn new(root: OwnedFd, what: &Path) -> Storage {
         Storage {
             root,
             what: what.to_path_buf(),
-            dirs: Mutex::new(std::collections::HashMap::new()),
-            files: Mutex::new(std::collections::HashMap::new()),
+            dirs: Kept::new(MAX_DIRS),
+            files: Kept::new(MAX_FILES),
             opens: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }
     }
 
-    /// The directory `rel` below the root, opened with no symlink followed and nothing outside
-    /// the root reachable, relative to its parent (kept open too: each directory costs one lookup
-    /// however deep), and only as a path (`O_PATH`: no directory handle on the server); kept for
-    /// the next file of it.
-    fn dir(&self, rel: &Path) -> Result<Arc<OwnedFd>, rustix::io::Errno> {
-        if let Some(d) = self.dirs.lock().unwrap_or_else(|e| e.into_inner()).get(rel) {
-            return Ok(d.clone());
-        }
+    /// `rel` (below the root) opened with `flags`, relative to its directory ([`Storage::dir`]),
+    /// no symlink followed and nothing outside the root reachable.
+    fn open_beneath(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, rustix::io::Errno> {
         let (parent, name) = match (rel.parent(), rel.file_name()) {
             (Some(p), Some(n)) => (p, n),
             _ => return Err(rustix::io::Errno::INVAL),
@@ -65,20 +94,22 @@ impl Storage {
             true => None,
             false => Some(self.dir(parent)?),
         };
-        let fd = rustix::fs::openat2(
+        rustix::fs::openat2(
             up.as_deref().unwrap_or(&self.root),
             name,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )?;
-        let fd = Arc::new(fd);
-        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        if dirs.len() >= MAX_DIRS {
-            dirs.clear();
-        }
-        dirs.insert(rel.to_path_buf(), fd.clone());
-        Ok(fd)
+        )
+    }
+
+    /// The directory `rel` below the root, opened relative to its parent (kept open too: each
+    /// directory costs one lookup however deep), and only as a path (`O_PATH`: no directory
+    /// handle on the server); kept for the next file of it.
+    fn dir(&self, rel: &Path) -> Result<Arc<OwnedFd>, rustix::io::Errno> {
+        self.dirs.get_or_open(rel, || {
+            self.open_beneath(rel, OFlags::PATH | OFlags::DIRECTORY)
+        })
     }
 }
 
@@ -102,30 +133,15 @@ fn same(node: &Node, st: &rustix::fs::Stat) -> Result<(), String> {
 
 impl Storage {
     /// `len` bytes of file `node` at `offset`, checked as [`FileBytes::fetch`] checks a whole
-    /// file: the file the snapshot saw before and after the read, all of the bytes there.
+    /// file: the file the snapshot saw after the read, all of the bytes there.
     pub fn read_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
-        let kept = self
-            .files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&node.path)
-            .cloned();
-        let f = match kept {
-            Some(f) => f,
-            None => {
-                let f = self.open_checked(node)?;
-                // its pieces are read here and there (and by several nodes, each its own): no
-                // read-ahead of bytes another node reads or nobody needs
-                let _ = rustix::fs::fadvise(&f, 0, 0, rustix::fs::Advice::Random);
-                let f = Arc::new(f);
-                let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-                if files.len() >= MAX_FILES {
-                    files.clear();
-                }
-                files.insert(node.path.clone(), f.clone());
-                f
-            }
-        };
+        let f = self.files.get_or_open(&node.path, || {
+            let f = self.open_checked(node)?;
+            // its pieces are read here and there (and by several nodes, each its own): no
+            // read-ahead of bytes another node reads or nobody needs
+            let _ = rustix::fs::fadvise(&f, 0, 0, rustix::fs::Advice::Random);
+            Ok::<_, String>(f)
+        })?;
         let mut v = vec![0u8; len as usize];
         let read = f.read_exact_at(&mut v, offset);
         let after = rustix::fs::fstat(&*f).map_err(|e| format!("fstat: {e}"))?;
@@ -141,26 +157,9 @@ impl Storage {
     /// (its size and mtime then: a file changed before or while it was read shows a new mtime).
     fn open_checked(&self, node: &Node) -> Result<File, String> {
         self.opens.fetch_add(1, Ordering::Relaxed);
-        let (parent, name) = match (node.path.parent(), node.path.file_name()) {
-            (Some(p), Some(n)) => (p, n),
-            _ => return Err("not a file below the tree".into()),
-        };
-        let dir = match parent.as_os_str().is_empty() {
-            true => None,
-            false => Some(
-                self.dir(parent)
-                    .map_err(|e| format!("opening it on storage: {e}"))?,
-            ),
-        };
-        let fd = rustix::fs::openat2(
-            dir.as_deref().unwrap_or(&self.root),
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(|e| format!("opening it on storage: {e}"))?;
-        Ok(File::from(fd))
+        self.open_beneath(&node.path, OFlags::RDONLY)
+            .map(File::from)
+            .map_err(|e| format!("opening it on storage: {e}"))
     }
 }
 
