@@ -231,7 +231,8 @@ pub struct View {
     bytes: Box<dyn FileBytes>,
     /// Node-local directory for the bytes (else memory).
     store: Option<OwnedFd>,
-    held: Vec<OnceLock<Result<(Held, blake3::Hash), ()>>>,
+    /// Each file's bytes once fetched, and their hash when fetched whole.
+    held: Vec<OnceLock<Result<(Held, Option<blake3::Hash>), ()>>>,
     pub stats: Stats,
     /// The paths fetched, in order (`--trace`).
     trace: Mutex<Vec<u32>>,
@@ -276,7 +277,7 @@ impl View {
     }
 
     /// The bytes of file `idx`, fetched at the first call (one fetch however many ask at once).
-    fn held(&self, idx: u32) -> Result<&(Held, blake3::Hash), Errno> {
+    fn held(&self, idx: u32) -> Result<&(Held, Option<blake3::Hash>), Errno> {
         let node = &self.snap.nodes[idx as usize];
         if node.kind != Kind::File {
             return Err(Errno::EISDIR);
@@ -307,10 +308,7 @@ impl View {
                 let n = node.size.div_ceil(PIECE) as usize;
                 let cells = (0..n).map(|_| OnceLock::new()).collect();
                 // no content hash of a file read piece by piece
-                return Ok((
-                    Held::Pieces(Pieces { cells, disk }),
-                    blake3::Hash::from([0; 32]),
-                ));
+                return Ok((Held::Pieces(Pieces { cells, disk }), None));
             }
             let v = match self.bytes.fetch(node) {
                 Ok(v) => v,
@@ -334,7 +332,7 @@ impl View {
                     }
                 },
             };
-            Ok((held, h))
+            Ok((held, Some(h)))
         });
         r.as_ref().map_err(|()| Errno::EIO)
     }
@@ -477,10 +475,7 @@ impl View {
     /// The content hash of file `ino` if it was fetched whole (not a file read piece by piece).
     pub fn hash(&self, ino: u64) -> Option<blake3::Hash> {
         let i = ino.checked_sub(1)? as usize;
-        match self.held.get(i)?.get()?.as_ref().ok()? {
-            (Held::Pieces(_), _) => None,
-            (_, h) => Some(*h),
-        }
+        self.held.get(i)?.get()?.as_ref().ok()?.1
     }
 
     /// The paths of the files fetched so far, in the order they were first opened.

@@ -8,7 +8,7 @@
 //! the same way ([`Layout`]):
 //! the encoding first, then each regular file at an offset aligned to the chunk size, so that a
 //! chunk holds bytes of one file only. Chunk `i` is read from storage by node `i mod nodes` only
-//! ([`Owned`]: once, checked against the snapshot's size and mtime before and after the read,
+//! ([`Owned`]: once, checked against the snapshot's size and mtime after the read,
 //! hashed with BLAKE3); a node that needs it asks its owner over MPI and checks the hash that
 //! comes with it. Each node's `sw-pool-view` takes the snapshot and the files' bytes from its
 //! node's server through a Unix socket ([`JobBytes`], a [`FileBytes`]) and serves them as a
@@ -689,10 +689,14 @@ impl JobBytes {
     }
 }
 
-impl FileBytes for JobBytes {
-    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
-        let mut v = vec![0u8; node.size as usize];
-        if node.size == 0 {
+impl JobBytes {
+    /// `len` bytes of file `node` at `offset` (within the file), chunk by chunk from the server.
+    fn read(&self, node: &Node, offset: u64, len: u64) -> Result<Vec<u8>, String> {
+        if offset.checked_add(len).is_none_or(|e| e > node.size) {
+            return Err(format!("bytes {offset}+{len} are past the file's end"));
+        }
+        let mut v = vec![0u8; len as usize];
+        if len == 0 {
             return Ok(v);
         }
         let idx = self
@@ -705,33 +709,21 @@ impl FileBytes for JobBytes {
             .ok_or("no bytes in the job's view")?;
         for (k, part) in v.chunks_mut(self.layout.chunk as usize).enumerate() {
             self.src
-                .read_at(start + k as u64 * self.layout.chunk, part)
-                .map_err(|e| e.to_string())?;
-        }
-        self.bytes.fetch_add(node.size, Ordering::Relaxed);
-        Ok(v)
-    }
-    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
-        let mut v = vec![0u8; len as usize];
-        if offset
-            .checked_add(u64::from(len))
-            .is_none_or(|e| e > node.size)
-        {
-            return Err(format!("bytes {offset}+{len} are past the file's end"));
-        }
-        let start = self
-            .index
-            .get(&node.path)
-            .and_then(|idx| self.layout.start(*idx))
-            .ok_or("not a file of the job's snapshot")?;
-        // a piece is one chunk of the image, or less (the view's pieces are the chunks)
-        for (k, part) in v.chunks_mut(self.layout.chunk as usize).enumerate() {
-            self.src
                 .read_at(start + offset + k as u64 * self.layout.chunk, part)
                 .map_err(|e| e.to_string())?;
         }
-        self.bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+        self.bytes.fetch_add(len, Ordering::Relaxed);
         Ok(v)
+    }
+}
+
+impl FileBytes for JobBytes {
+    fn fetch(&self, node: &Node) -> Result<Vec<u8>, String> {
+        self.read(node, 0, node.size)
+    }
+    fn fetch_piece(&self, node: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+        // (a piece is one chunk of the image: the view's pieces are the chunks)
+        self.read(node, offset, u64::from(len))
     }
     fn describe(&self) -> String {
         self.what.clone()
