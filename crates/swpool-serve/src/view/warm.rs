@@ -71,10 +71,21 @@ fn head(node: &Node, hash: &blake3::Hash, offset: u64) -> Vec<u8> {
     v
 }
 
-/// The `len` bytes of `node` at `offset` in an entry, if the entry is of that file, that version,
-/// those bytes, whole and unaltered. The entry is parsed with every length bounded (it is on a
-/// disk another process of the user's could have written).
-fn parse_entry(node: &Node, e: &[u8], offset: u64, len: u64) -> Option<Vec<u8>> {
+/// An entry's head, as [`head`] wrote it.
+struct Head<'a> {
+    size: u64,
+    mtime: (i64, u32),
+    hash: [u8; 32],
+    offset: u64,
+    /// The file's path below the tree.
+    path: &'a [u8],
+    /// What follows the path: the bytes.
+    rest: &'a [u8],
+}
+
+/// The head of entry `e` (of it, at least its head and path), parsed with every length bounded:
+/// the entry is on a disk another process of the user's could have written.
+fn parse_head(e: &[u8]) -> Option<Head<'_>> {
     let (h, rest) = (e.get(..HEAD)?, e.get(HEAD..)?);
     if &h[..16] != MAGIC {
         return None;
@@ -82,17 +93,32 @@ fn parse_entry(node: &Node, e: &[u8], offset: u64, len: u64) -> Option<Vec<u8>> 
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
     let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap());
     let path_len = u32_at(16) as usize;
-    let size = u64_at(20);
-    let mtime = (u64_at(28) as i64, u32_at(36));
-    let hash: [u8; 32] = h[48..80].try_into().ok()?;
-    if path_len > MAX_PATH || size != node.size || mtime != node.mtime || u64_at(80) != offset {
+    if path_len > MAX_PATH {
         return None;
     }
-    let (path, bytes) = (rest.get(..path_len)?, rest.get(path_len..)?);
-    if path != node.path.as_os_str().as_bytes() || bytes.len() as u64 != len {
+    Some(Head {
+        size: u64_at(20),
+        mtime: (u64_at(28) as i64, u32_at(36)),
+        hash: h[48..80].try_into().ok()?,
+        offset: u64_at(80),
+        path: rest.get(..path_len)?,
+        rest: rest.get(path_len..)?,
+    })
+}
+
+/// The `len` bytes of `node` at `offset` in an entry, if the entry is of that file, that version,
+/// those bytes, whole and unaltered.
+fn parse_entry(node: &Node, e: &[u8], offset: u64, len: u64) -> Option<Vec<u8>> {
+    let h = parse_head(e)?;
+    if h.size != node.size
+        || h.mtime != node.mtime
+        || h.offset != offset
+        || h.path != node.path.as_os_str().as_bytes()
+        || h.rest.len() as u64 != len
+    {
         return None;
     }
-    (blake3::hash(bytes) == blake3::Hash::from(hash)).then(|| bytes.to_vec())
+    (blake3::hash(h.rest) == blake3::Hash::from(h.hash)).then(|| h.rest.to_vec())
 }
 
 /// The warm cache's directory `dir` (the user's own node-local directory, made if missing, mode
@@ -167,8 +193,6 @@ pub struct Kept {
     pub size: u64,
     /// Bytes of it the cache holds (a large file's pieces that were read).
     pub held: u64,
-    /// The last time a job used it (seconds since 1970).
-    pub used: i64,
 }
 
 /// The files of the warm cache in `dir` (a tree's: see [`open_dir`]), one each, by path: what
@@ -200,31 +224,17 @@ pub fn list(dir: &Path) -> Result<Vec<Kept>, String> {
         if f.take((HEAD + MAX_PATH) as u64)
             .read_to_end(&mut h)
             .is_err()
-            || h.len() < HEAD
         {
             continue;
         }
-        if &h[..16] != MAGIC {
-            continue;
-        }
-        let path_len = u32::from_le_bytes(h[16..20].try_into().expect("4")) as usize;
-        let size = u64::from_le_bytes(h[20..28].try_into().expect("8"));
-        let Some(path) = h
-            .get(HEAD..HEAD + path_len)
-            .filter(|_| path_len <= MAX_PATH)
-        else {
-            continue;
-        };
-        let held = (st.len()).saturating_sub((HEAD + path_len) as u64);
-        let used = std::os::unix::fs::MetadataExt::mtime(&st);
-        let k = by_path.entry(path.to_vec()).or_insert_with(|| Kept {
-            path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path)),
-            size,
+        let Some(head) = parse_head(&h) else { continue };
+        let held = (st.len()).saturating_sub((HEAD + head.path.len()) as u64);
+        let k = by_path.entry(head.path.to_vec()).or_insert_with(|| Kept {
+            path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(head.path)),
+            size: head.size,
             held: 0,
-            used,
         });
         k.held += held;
-        k.used = k.used.max(used);
     }
     Ok(by_path.into_values().collect())
 }
