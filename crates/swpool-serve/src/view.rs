@@ -215,6 +215,9 @@ struct Pieces {
     disk: Option<File>,
 }
 
+/// A file's bytes as held, and their hash when it was fetched whole.
+type Fetched = (Held, Option<blake3::Hash>);
+
 /// What the view did, for its log line and tests.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -232,7 +235,7 @@ pub struct View {
     /// Node-local directory for the bytes (else memory).
     store: Option<OwnedFd>,
     /// Each file's bytes once fetched, and their hash when fetched whole.
-    held: Vec<OnceLock<Result<(Held, Option<blake3::Hash>), ()>>>,
+    held: Vec<OnceLock<Result<Fetched, ()>>>,
     pub stats: Stats,
     /// The paths fetched, in order (`--trace`).
     trace: Mutex<Vec<u32>>,
@@ -277,7 +280,7 @@ impl View {
     }
 
     /// The bytes of file `idx`, fetched at the first call (one fetch however many ask at once).
-    fn held(&self, idx: u32) -> Result<&(Held, Option<blake3::Hash>), Errno> {
+    fn held(&self, idx: u32) -> Result<&Fetched, Errno> {
         let node = &self.snap.nodes[idx as usize];
         if node.kind != Kind::File {
             return Err(Errno::EISDIR);
