@@ -96,7 +96,15 @@ fn walk_inodes(
             continue;
         }
         let len = (used * inode_size) as usize;
-        f.read_exact_at(&mut table[..len], itable * block_size)?;
+        let at = itable
+            .checked_mul(block_size)
+            .filter(|at| at.saturating_add(len as u64) <= file_len)
+            .ok_or_else(|| {
+                bad(format!(
+                    "group {g}'s inode table (block {itable}) lies outside the image of {file_len} bytes"
+                ))
+            })?;
+        f.read_exact_at(&mut table[..len], at)?;
         let mut changed = false;
         for i in 0..used as usize {
             let ino = &mut table[i * inode_size as usize..(i + 1) * inode_size as usize];
@@ -106,7 +114,7 @@ fn walk_inodes(
             changed |= visit(g as u64 * inodes_per_group + i as u64 + 1, ino);
         }
         if changed && write {
-            f.write_all_at(&table[..len], itable * block_size)?;
+            f.write_all_at(&table[..len], at)?;
         }
     }
     Ok(())
