@@ -177,6 +177,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     sleep 1
   fi
   b0=$(testbed/storage-bytes); s0=$(server_sys); o0=$(server_ops)
+  local by0; by0=$(testbed/storage-ops --by-op)
   t0=$(now)
   case $way in
     a|v|j|s) pp=$S/site:$S/pypi ;;
@@ -205,6 +206,9 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
       grep -v '"since_t0_s"' <<< "$out" || true; } > "$OUT/j-${n}x$p.log"
   fi
   bytes=$(( $(testbed/storage-bytes) - b0 )); sysc=$(( $(server_sys) - s0 )); o1=$(server_ops)
+  # the run's requests by kind (open, lstat, opendir, readdir, read, close ...)
+  join -a 2 -e 0 -o 2.1,1.2,2.2 <(sort <<< "$by0") <(testbed/storage-ops --by-op | sort) \
+    | awk '$3 - $2 > 0 {print $1, $3 - $2}' | sort -k2,2 -rn > "$OUT/ops-$way-${n}x$p.txt" || true
   if [[ -n $st_pid ]]; then kill -INT "$st_pid" 2>/dev/null || true; wait "$st_pid" 2>/dev/null || true; fi
   case $way in
     b) testbed/mpirun -np "$n" -H "$h1" "$SW" unload -q "$MNT" >/dev/null 2>&1 || true ;;

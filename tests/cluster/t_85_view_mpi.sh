@@ -10,8 +10,8 @@
 #   on a node listed by `sw-pool cache trace --view TREE`;
 # - unmodified on 4 nodes, Open MPI (`srun --mpi=pmix`) and MPICH (`srun --mpi=pmi2`): every rank
 #   runs the program from the tree, calls the library and the plugin, reads a data file; then the
-#   tree is made unreadable on the storage server (chmod 000) while the job waits at a barrier, and
-#   the job still completes from what it read, while a file it never read (listed) and a `dlopen`
+#   tree is made unreadable on the storage server (chmod 000, every directory) while the job waits
+#   at a barrier, and the job still completes from what it read, while a file it never read (listed) and a `dlopen`
 #   of a plugin it never loaded fail with EIO and a name the tree never had with ENOENT, at once;
 # - one version per job: the data file is rewritten on storage after 3 nodes read it and before the
 #   4th node's environment (and view) starts: the 4th is served the version the others were (the
@@ -257,6 +257,12 @@ assert_match "abs-link: its target as storage gives it, or refused; the rest ser
   "^(/usr/bin/python3|refused)"$'\n'"seen-1$" "$out"
 
 # --- 1. unmodified on 4 nodes, then the tree unreadable on storage mid-job
+# Every directory of the tree, not its top only: a view server keeps the directories it read
+# below open (as descriptors), and below a directory held open a file stays reachable when only
+# a directory above it is closed to the user, for the server as for any process holding it open.
+tree_dirs() {  # tree_dirs MODE: every directory of the tree (storage side, as root) to MODE
+  find "$T" -depth -type d -exec chmod "$1" {} +
+}
 basic() {  # basic NAME PROG SRUN...
   local name=$1 prog=$2 out o rc try; shift 2
   o=$W/out/$name
@@ -264,7 +270,7 @@ basic() {  # basic NAME PROG SRUN...
   "$TESTBED/exec" node1 sh -c "rm -f /tmp/sw-pool-$uid/view-*.log" || true
   for try in 1 2 3; do
     rm -rf "$o"
-    chmod 755 "$T"
+    tree_dirs 755
     run_job "$name" "$@" -N4 --ntasks-per-node=1 --chdir="$W" "$SW" run --cache "$TREE" -- "$TREE/bin/$prog" basic "$o"
     wait_for 1200 sh -c "[ -e $o/ready ] || [ -e $o/rc ]" || true
     [[ -e $o/ready ]] && break
@@ -279,12 +285,12 @@ basic() {  # basic NAME PROG SRUN...
     fail "$name: the ranks started and read the tree" "no ready mark in 120 s"; show "$name"; return
   done
   # the storage server's side: nobody but root may enter the tree any more
-  chmod 000 "$T"
+  tree_dirs 000
   out=$("$TESTBED/exec" node2 runuser -u "$TB_USER" -- cat "$TREE/data/never.txt" 2>&1 || true)
   assert_match "$name: the tree is unreadable to $TB_USER on storage (node2, straight)" "Permission denied" "$out"
   touch "$o/go"
   rc=$(job_rc "$name" || true)
-  chmod 755 "$T"
+  tree_dirs 755
   out=$(cat "$o/log" 2>/dev/null || true)
   assert_eq "$name: the job completed (srun exit status)" 0 "$rc"
   assert_eq "$name: 4 ranks on 4 nodes ran the program from the tree, with its library and dlopened plugin" \

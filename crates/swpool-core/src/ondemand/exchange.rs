@@ -176,6 +176,11 @@ pub struct Gate<'a> {
 /// appended to `out`.
 pub trait Local: Send + Sync {
     fn answer_into(&self, index: u64, len: u32, out: &mut Vec<u8>) -> Result<(), String>;
+    /// The node among `nodes` that owns chunk `index` (asks go to it; an ask for a chunk this
+    /// node does not own is refused).
+    fn owner(&self, index: u64, nodes: usize) -> usize {
+        owner(index, nodes)
+    }
 }
 
 /// An on-demand load's engine answers with its verified chunks.
@@ -334,8 +339,7 @@ pub fn run(
         let mut busy = false;
         busy |= step_gate(plane, &mut gate, &mut gathering, n)?;
         while let Ok(a) = asks.try_recv() {
-            let owner = owner(a.index, n);
-            queued.push_back((owner, a));
+            queued.push_back((local.owner(a.index, n), a));
         }
         // send queued asks that have a slot
         let mut later = VecDeque::new();
@@ -395,7 +399,7 @@ pub fn run(
             if slot >= SLOTS {
                 continue; // cannot be answered: no tag for it (the asker times out)
             }
-            let ok = index < chunks && len <= max_len && owner(index, n) == me;
+            let ok = index < chunks && len <= max_len && local.owner(index, n) == me;
             let tx = ans_tx.clone();
             let local = local.clone();
             std::thread::spawn(move || {

@@ -80,7 +80,7 @@ impl NodeServer {
     }
 
     fn ask_peer(&self, i: u64, len: u32) -> Result<Vec<u8>, String> {
-        let owner = exchange::owner(i, self.nodes);
+        let owner = self.owned.layout.owner(i, self.nodes);
         let host = self.hosts.get(owner).cloned().unwrap_or_default();
         let v = exchange::ask_owner(&self.asks, i, HASH + len as usize, self.stall, &host)
             .map_err(|e| e.message)?;
@@ -116,7 +116,7 @@ impl Served for NodeServer {
         }
         let r = if let Some(b) = self.small.get(&i) {
             Ok(b.to_vec())
-        } else if exchange::owner(i, self.nodes) == self.me {
+        } else if self.owned.layout.owner(i, self.nodes) == self.me {
             self.owned.chunk(i).map(|v| v.to_vec())
         } else {
             self.ask_peer(i, len)
@@ -152,6 +152,9 @@ impl Local for Answers {
         out.extend_from_slice(blake3::hash(&v).as_bytes());
         out.extend_from_slice(&v);
         Ok(())
+    }
+    fn owner(&self, index: u64, nodes: usize) -> usize {
+        self.0.layout.owner(index, nodes)
     }
 }
 
@@ -263,7 +266,7 @@ fn share_small(
     let mine: Vec<u64> = all
         .iter()
         .copied()
-        .filter(|i| exchange::owner(*i, n) == me)
+        .filter(|i| owned.layout.owner(*i, n) == me)
         .collect();
     let t0 = Instant::now();
     let next = AtomicUsize::new(0);
@@ -286,7 +289,7 @@ fn share_small(
     let mut small = std::collections::HashMap::with_capacity(all.len());
     for (node, part) in parts.iter().enumerate() {
         let got = job::unpack(part, &owned.snap, &owned.layout, &|i| {
-            exchange::owner(i, n) == node
+            owned.layout.owner(i, n) == node
         })
         .map_err(|e| {
             Error::other(
@@ -326,14 +329,28 @@ impl ViewStats {
     /// The server's last log line (its storage figures: the exchange's are the caller's to add).
     pub fn line(&self, host: &str, tree: &Path) -> String {
         format!(
-            "{host}: view server of {} ends: storage_opens={} storage_bytes={} served={} from_peers={}",
+            "{host}: view server of {} ends: storage_opens={} storage_bytes={} served={} \
+             from_peers={} cpu={:.2}s",
             tree.display(),
             self.storage_opens,
             self.storage_bytes,
             self.served,
-            self.from_peers
+            self.from_peers,
+            cpu_seconds()
         )
     }
+}
+
+/// This process's CPU time so far (user and system), in seconds: what a server took from the
+/// node's ranks.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one struct rusage, which lives on this stack.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 /// The figures of the view server running in this process, for [`figures_line`].
@@ -389,7 +406,7 @@ fn serve_inner(
     let listener = bind(job, &req.socket);
     job.agree(crate::error::step_part(Some(&listener)))?;
     let listener = listener.expect("agreed");
-    let layout = Layout::new(&snap, enc.len() as u64, CHUNK);
+    let layout = Layout::new(&snap, enc.len() as u64, CHUNK).with_owners(&snap, job.nodes());
     let chunks = layout.chunks();
     let snap = Arc::new(snap);
     let owned = Arc::new(Owned::new(

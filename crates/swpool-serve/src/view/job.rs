@@ -7,8 +7,8 @@
 //! share), so every node holds the same [`Snapshot`] and its [`encode`]ing; every node lays it out
 //! the same way ([`Layout`]):
 //! the encoding first, then each regular file at an offset aligned to the chunk size, so that a
-//! chunk holds bytes of one file only. Chunk `i` is read from storage by node `i mod nodes` only
-//! ([`Owned`]: once, checked against the snapshot's size and mtime after the read,
+//! chunk holds bytes of one file only. A file is read from storage by its owner only (a
+//! directory's files by one node, or in runs by several: [`Layout::with_owners`]; [`Owned`]: once, checked against the snapshot's size and mtime after the read,
 //! hashed with BLAKE3); a node that needs it asks its owner over MPI and checks the hash that
 //! comes with it. Each node's `sw-pool-view` takes the snapshot and the files' bytes from its
 //! node's server through a Unix socket ([`JobBytes`], a [`FileBytes`]) and serves them as a
@@ -33,6 +33,9 @@ use crate::ChunkSource;
 
 /// The chunk of the virtual image: what one ask moves between nodes.
 pub const CHUNK: u64 = super::PIECE;
+
+/// The fewest files of one directory a node reads from storage ([`Layout::with_owners`]).
+pub const RUN: usize = 32;
 /// Bytes of the BLAKE3 hash that comes before a chunk's bytes in an owner's answer.
 pub const HASH: usize = 32;
 const MAGIC: &[u8; 8] = b"swpview1";
@@ -348,6 +351,9 @@ pub struct Layout {
     pub size: u64,
     /// (start, node index) of every regular file of at least one byte, by start.
     files: Vec<(u64, u32)>,
+    /// The node that reads each of `files` from storage ([`Layout::with_owners`]); none yet:
+    /// chunk `i`'s is node `i mod nodes`.
+    owners: Vec<u32>,
     /// A file's start by node index.
     starts: HashMap<u32, u64>,
 }
@@ -377,6 +383,57 @@ impl Layout {
             size: at,
             files,
             starts,
+            owners: Vec::new(),
+        }
+    }
+
+    /// The layout with each file's owner among `nodes`: the one node that reads it from storage
+    /// (all its chunks). A directory's files go to one node, or, past [`RUN`] files, in runs of
+    /// at least `RUN` to up to every node; the next directory's first run goes to the next node.
+    /// A node that reads a file opens the directories above it, so the storage requests of a
+    /// job grow with the nodes that read below each directory: with owners by chunk
+    /// (`i mod nodes`) every node opened nearly every directory (bench/results/
+    /// storm-job-20261129-opath: 160 requests more per node).
+    pub fn with_owners(mut self, snap: &Snapshot, nodes: usize) -> Layout {
+        let n = nodes.max(1);
+        // each directory's files (positions in `files`), directories by their first file
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<u32, usize> = HashMap::new();
+        for (k, (_, idx)) in self.files.iter().enumerate() {
+            let parent = snap.nodes[*idx as usize].parent;
+            let g = *group_of.entry(parent).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(k);
+        }
+        let mut owners = vec![0u32; self.files.len()];
+        let mut next = 0usize;
+        for g in &groups {
+            let m = g.len();
+            let runs = m.div_ceil(RUN).clamp(1, n);
+            for (j, &k) in g.iter().enumerate() {
+                owners[k] = ((next + j * runs / m) % n) as u32;
+            }
+            next = (next + runs) % n;
+        }
+        self.owners = owners;
+        self
+    }
+
+    /// The node among `nodes` that reads chunk `i` from storage (and answers the others' asks).
+    pub fn owner(&self, i: u64, nodes: usize) -> usize {
+        let n = nodes.max(1);
+        let fallback = (i % n as u64) as usize;
+        let Some(at) = i.checked_mul(self.chunk) else {
+            return fallback;
+        };
+        if self.owners.is_empty() || at < self.head || at >= self.size {
+            return fallback;
+        }
+        match self.files.partition_point(|(s, _)| *s <= at).checked_sub(1) {
+            Some(k) => self.owners[k] as usize % n,
+            None => fallback,
         }
     }
 

@@ -335,3 +335,87 @@ fn test_suites_stubs_sources_and_documents_are_not_read_at_the_start() {
         assert_eq!(not_run(Path::new(p)), skip, "{p}");
     }
 }
+
+#[test]
+fn a_directorys_files_go_to_few_nodes() {
+    let (_t, s) = tree();
+    let l = Layout::new(&s, 100, 4096);
+    // no owners yet: by chunk
+    let big = index_of(&s, "lib/big.so");
+    let c = l.start(big).unwrap() / 4096;
+    assert_eq!(l.owner(c + 1, 3), ((c + 1) % 3) as usize);
+    for n in [1usize, 2, 3, 8] {
+        let l = l.clone().with_owners(&s, n);
+        // every chunk of a file has its file's owner, a node of the job
+        let o = l.owner(c, n);
+        assert!(o < n);
+        for k in 0..4 {
+            assert_eq!(l.owner(c + k, n), o);
+        }
+        // the head and past the end: by chunk, as before
+        assert_eq!(l.owner(0, n), 0);
+        assert_eq!(l.owner(u64::MAX, n), (u64::MAX % n as u64) as usize);
+    }
+}
+
+#[test]
+fn owners_by_directory_spread_the_directories_and_cut_a_large_one_in_runs() {
+    // a synthetic listing: the root with 100 files, then 10 directories of 3 files each
+    use crate::view::Node;
+    let file = |path: &str, parent: u32| Node {
+        path: PathBuf::from(path),
+        kind: Kind::File,
+        perm: 0o644,
+        size: 10,
+        mtime: (0, 0),
+        ino: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        target: Vec::new(),
+        children: Vec::new(),
+        unreadable: false,
+        parent,
+    };
+    let mut nodes = vec![Node {
+        kind: Kind::Dir,
+        ..file("", 0)
+    }];
+    for k in 0..100 {
+        nodes.push(file(&format!("f{k:03}"), 0));
+    }
+    for d in 0..10u32 {
+        let di = nodes.len() as u32;
+        nodes.push(Node {
+            kind: Kind::Dir,
+            ..file(&format!("d{d}"), 0)
+        });
+        for k in 0..3 {
+            nodes.push(file(&format!("d{d}/g{k}"), di));
+        }
+    }
+    let s = Snapshot { nodes, requests: 0 };
+    let l = Layout::new(&s, 100, 4096).with_owners(&s, 8);
+    let owner_of = |path: &str| l.owner(l.start(index_of(&s, path)).unwrap() / 4096, 8);
+    // the root's 100 files: 4 runs (of at least RUN = 32), on nodes 0..3, in order
+    let root: Vec<usize> = (0..100).map(|k| owner_of(&format!("f{k:03}"))).collect();
+    assert_eq!(root[0], 0);
+    assert_eq!(root[99], 3);
+    assert!(root.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1));
+    for n in 0..4 {
+        let c = root.iter().filter(|o| **o == n).count();
+        assert_eq!(c, 25, "node {n}");
+    }
+    // each small directory on one node, the next directory on the next node
+    let dirs: Vec<usize> = (0..10)
+        .map(|d| {
+            let o = owner_of(&format!("d{d}/g0"));
+            assert_eq!(owner_of(&format!("d{d}/g2")), o);
+            o
+        })
+        .collect();
+    assert_eq!(dirs, vec![4, 5, 6, 7, 0, 1, 2, 3, 4, 5]);
+    // on one node, everything is node 0's
+    let one = Layout::new(&s, 100, 4096).with_owners(&s, 1);
+    assert!((0..one.chunks()).all(|i| one.owner(i, 1) == 0));
+}
