@@ -12,10 +12,11 @@
 //! `wait`, or on `stop`. A server that fails writes why beside its socket (`SOCKET.failed`), where
 //! the node's view looks while it waits.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
@@ -41,8 +42,9 @@ pub struct ViewRequest {
     pub wait: Duration,
     /// Bytes of owned chunks kept in memory at most (past it they are read again when asked).
     pub max_kept: u64,
-    /// Files of at most this many bytes are read by their owners at the start and sent to every
-    /// node at once (`job::small_chunks`), at most `small_total` bytes of them.
+    /// Files of at most this many bytes (`job::small_chunks`, at most `small_total` bytes of them)
+    /// are fetched ahead: at the first read of one, this node fetches the others of its directory
+    /// too, 8 at once (each read from storage by its owner only, once for the job).
     pub small: u64,
     pub small_total: u64,
 }
@@ -63,9 +65,21 @@ struct NodeServer {
     /// Bytes this node's view took, and of them from the other nodes.
     served: AtomicU64,
     from_peers: AtomicU64,
-    /// The small files' chunks every node holds (`job::small_chunks`).
-    small: std::collections::HashMap<u64, Arc<Vec<u8>>>,
+    /// The small files' chunks (`job::small_chunks`) by their directory, and each one's directory.
+    small_dirs: HashMap<u32, Vec<u64>>,
+    small_dir_of: HashMap<u64, u32>,
+    /// Directories whose small files were sent to be fetched ahead.
+    dirs_started: Mutex<HashSet<u32>>,
+    /// The small files' chunks this node fetched (read if its own, else asked), once each.
+    held: Mutex<HashMap<u64, Fetched>>,
+    /// Chunks to fetch ahead, for the workers ([`fetch_ahead`]).
+    ahead: Mutex<Sender<u64>>,
+    /// Chunks fetched ahead of the view's reads.
+    fetched_ahead: AtomicU64,
 }
+
+/// A chunk fetched once, shared by the reads that wait for it.
+type Fetched = Arc<OnceLock<Result<Arc<Vec<u8>>, String>>>;
 
 impl NodeServer {
     /// What this node's server did so far.
@@ -76,6 +90,52 @@ impl NodeServer {
             storage_opens: self.owned.storage.opens.load(Ordering::Relaxed),
             served: self.served.load(Ordering::Relaxed),
             from_peers: self.from_peers.load(Ordering::Relaxed),
+            ahead: self.fetched_ahead.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Chunk `i` (`len` bytes): read from storage if this node owns it, else asked of its owner.
+    fn fetch(&self, i: u64, len: u32) -> Result<Arc<Vec<u8>>, String> {
+        if self.owned.layout.owner(i, self.nodes) == self.me {
+            self.owned.chunk(i)
+        } else {
+            self.ask_peer(i, len).map(Arc::new)
+        }
+    }
+
+    /// A small file's chunk, fetched once however many read it at once (a failed fetch is not
+    /// kept: the next read fetches again).
+    fn held(&self, i: u64, len: u32) -> Result<Arc<Vec<u8>>, String> {
+        let cell = {
+            let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            h.entry(i).or_default().clone()
+        };
+        let r = cell.get_or_init(|| self.fetch(i, len)).clone();
+        if r.is_err() {
+            let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if h.get(&i).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                h.remove(&i);
+            }
+        }
+        r
+    }
+
+    /// At the first read of a small file of directory `dir`, send the directory's other small
+    /// files to be fetched ahead (a program that opens one module of a package opens others).
+    fn start_dir(&self, dir: u32, except: u64) {
+        let first = self
+            .dirs_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dir);
+        if !first {
+            return;
+        }
+        let tx = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        for &c in self.small_dirs.get(&dir).into_iter().flatten() {
+            if c != except {
+                let _ = tx.send(c);
+            }
         }
     }
 
@@ -114,12 +174,11 @@ impl Served for NodeServer {
             Some((_, _, plen)) if offset.is_multiple_of(layout.chunk) && plen == len => {}
             _ => return Err(format!("{len} bytes at {offset}: not a chunk of the view")),
         }
-        let r = if let Some(b) = self.small.get(&i) {
-            Ok(b.to_vec())
-        } else if self.owned.layout.owner(i, self.nodes) == self.me {
-            self.owned.chunk(i).map(|v| v.to_vec())
+        let r = if let Some(&dir) = self.small_dir_of.get(&i) {
+            self.start_dir(dir, i);
+            self.held(i, len).map(|v| v.to_vec())
         } else {
-            self.ask_peer(i, len)
+            self.fetch(i, len).map(|v| v.to_vec())
         };
         if r.is_ok() {
             self.served.fetch_add(u64::from(len), Ordering::Relaxed);
@@ -253,64 +312,37 @@ fn bind(job: &dyn Collective, sock: &Path) -> Result<std::os::unix::net::UnixLis
     Ok(l)
 }
 
-/// Step 4: the small files, read by their owners (8 at once) and sent to every node; a file
-/// that cannot be read is left to its first ask (which says why).
-fn share_small(
-    job: &dyn Collective,
-    req: &ViewRequest,
-    owned: &Arc<Owned>,
-    plane: Option<&(dyn crate::plane::DataPlane + '_)>,
-) -> Result<std::collections::HashMap<u64, Arc<Vec<u8>>>, Error> {
-    let (me, n) = (job.node_index(), job.nodes());
-    let all = job::small_chunks(&owned.snap, &owned.layout, req.small, req.small_total);
-    let mine: Vec<u64> = all
-        .iter()
-        .copied()
-        .filter(|i| owned.layout.owner(*i, n) == me)
-        .collect();
-    let t0 = Instant::now();
-    let next = AtomicUsize::new(0);
-    let read: Mutex<Vec<(u64, Arc<Vec<u8>>)>> = Mutex::new(Vec::with_capacity(mine.len()));
-    std::thread::scope(|s| {
-        for _ in 0..8.min(mine.len()) {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&i) = mine.get(k) else { return };
-                if let Ok(b) = owned.chunk(i) {
-                    read.lock().unwrap_or_else(|e| e.into_inner()).push((i, b));
-                }
-            });
+/// Step 4: the small files by directory (`job::small_chunks`, the same on every node), for
+/// [`NodeServer::start_dir`].
+fn small_by_dir(owned: &Owned, req: &ViewRequest) -> (HashMap<u32, Vec<u64>>, HashMap<u64, u32>) {
+    let (mut dirs, mut dir_of) = (HashMap::<u32, Vec<u64>>::new(), HashMap::new());
+    for i in job::small_chunks(&owned.snap, &owned.layout, req.small, req.small_total) {
+        if let Some((idx, _, _)) = owned.layout.piece(&owned.snap, i) {
+            let dir = owned.snap.nodes[idx as usize].parent;
+            dirs.entry(dir).or_default().push(i);
+            dir_of.insert(i, dir);
         }
-    });
-    let mut read = read.into_inner().unwrap_or_else(|e| e.into_inner());
-    read.sort_by_key(|(i, _)| *i);
-    quiet_barrier(plane, job.hostname())?;
-    let parts = job.leaders_all_gather(&job::pack(&read))?;
-    let mut small = std::collections::HashMap::with_capacity(all.len());
-    for (node, part) in parts.iter().enumerate() {
-        let got = job::unpack(part, &owned.snap, &owned.layout, &|i| {
-            owned.layout.owner(i, n) == node
-        })
-        .map_err(|e| {
-            Error::other(
-                crate::ExitStatus::Collective,
-                format!(
-                    "{}: the small files from {}: {e}",
-                    job.hostname(),
-                    job.leader_host(node)
-                ),
-            )
-        })?;
-        small.extend(got);
     }
-    tracing::info!(
-        "{}: {} small files shared ({} read here, {:.1} s)",
-        job.hostname(),
-        small.len(),
-        read.len(),
-        t0.elapsed().as_secs_f64()
-    );
-    Ok(small)
+    (dirs, dir_of)
+}
+
+/// The workers that fetch small files ahead (8: as many asks in flight), for the server's life.
+fn fetch_ahead(server: &Arc<NodeServer>, rx: mpsc::Receiver<u64>) {
+    let rx = Arc::new(Mutex::new(rx));
+    for _ in 0..8 {
+        let (server, rx) = (server.clone(), rx.clone());
+        std::thread::spawn(move || loop {
+            let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            let Ok(c) = next else { return };
+            let Some((_, _, len)) = server.owned.layout.piece(&server.owned.snap, c) else {
+                continue;
+            };
+            // (a failure is the read's to report, if the program reads it)
+            if server.held(c, len).is_ok() {
+                server.fetched_ahead.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
 }
 
 /// What a server did, for its last log line.
@@ -323,6 +355,8 @@ pub struct ViewStats {
     /// Bytes this node's view took, and of them from other nodes.
     pub served: u64,
     pub from_peers: u64,
+    /// Small files' chunks fetched ahead of the view's reads.
+    pub ahead: u64,
 }
 
 impl ViewStats {
@@ -330,12 +364,13 @@ impl ViewStats {
     pub fn line(&self, host: &str, tree: &Path) -> String {
         format!(
             "{host}: view server of {} ends: storage_opens={} storage_bytes={} served={} \
-             from_peers={} cpu={:.2}s",
+             from_peers={} ahead={} cpu={:.2}s",
             tree.display(),
             self.storage_opens,
             self.storage_bytes,
             self.served,
             self.from_peers,
+            self.ahead,
             cpu_seconds()
         )
     }
@@ -415,7 +450,8 @@ fn serve_inner(
         layout,
         req.max_kept,
     ));
-    let small = share_small(job, req, &owned, plane.as_deref())?;
+    let (small_dirs, small_dir_of) = small_by_dir(&owned, req);
+    let (ahead_tx, ahead_rx) = mpsc::channel();
     let mut head = (enc.len() as u64).to_le_bytes().to_vec();
     head.extend_from_slice(&enc);
     drop(enc);
@@ -434,8 +470,14 @@ fn serve_inner(
         came: AtomicBool::new(false),
         served: AtomicU64::new(0),
         from_peers: AtomicU64::new(0),
-        small,
+        small_dirs,
+        small_dir_of,
+        dirs_started: Mutex::new(HashSet::new()),
+        held: Mutex::new(HashMap::new()),
+        ahead: Mutex::new(ahead_tx),
+        fetched_ahead: AtomicU64::new(0),
     });
+    fetch_ahead(&server, ahead_rx);
     swpool_serve::keep_chunk_buffers(CHUNK);
     {
         let s = server.clone();

@@ -538,9 +538,10 @@ impl Owned {
 }
 
 /// The chunks of the small files (at most `small` bytes each, `total` bytes in all, in the
-/// listing's order): the same on every node, read by their owners as soon as the listing is made
-/// and sent to every node at once ([`pack`], [`unpack`]), so that a job that opens many small
-/// files (Python's modules) waits for no storage request and no peer at each open.
+/// listing's order): the same on every node. At the first read of one, a node's server fetches
+/// the others of its directory too (each read from storage by its owner only), so that a job
+/// that opens many small files (Python's modules) waits for no storage request and no peer at
+/// most opens, and a directory the job never reads in is never read.
 ///
 /// Not among them (each still read once per job, when first opened):
 /// - a Python source whose compiled module lies beside it (`__pycache__/NAME.*.pyc`): Python
@@ -613,48 +614,6 @@ fn compiled_beside(snap: &Snapshot, n: &Node) -> bool {
         .iter()
         .take_while(|(name, _)| name.starts_with(&prefix))
         .any(|(name, _)| name.ends_with(b".pyc"))
-}
-
-/// A chunk by its index, as the nodes share it.
-pub type Shared = (u64, Arc<Vec<u8>>);
-
-/// One node's chunks for every node: for each, its index (u64), length (u32), BLAKE3, bytes.
-pub fn pack(chunks: &[Shared]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(chunks.iter().map(|(_, b)| 44 + b.len()).sum());
-    for (i, b) in chunks {
-        v.extend_from_slice(&i.to_le_bytes());
-        v.extend_from_slice(&(b.len() as u32).to_le_bytes());
-        v.extend_from_slice(blake3::hash(b).as_bytes());
-        v.extend_from_slice(b);
-    }
-    v
-}
-
-/// What [`pack`] made on another node, checked: each chunk one `may` allows (that node's to
-/// send), of the length the layout gives it, matching the hash it came with.
-pub fn unpack(
-    b: &[u8],
-    snap: &Snapshot,
-    layout: &Layout,
-    may: &dyn Fn(u64) -> bool,
-) -> Result<Vec<Shared>, String> {
-    let mut c = Cursor(b);
-    let mut out = Vec::new();
-    while !c.0.is_empty() {
-        let i = c.u64()?;
-        let len = c.u32()?;
-        let hash = c.take(HASH)?;
-        match layout.piece(snap, i) {
-            Some((_, _, plen)) if plen == len && may(i) => {}
-            _ => return Err(format!("chunk {i} ({len} bytes) is not one it may send")),
-        }
-        let bytes = c.take(len as usize)?;
-        if blake3::hash(bytes).as_bytes() != hash {
-            return Err(format!("chunk {i} does not match the BLAKE3 it came with"));
-        }
-        out.push((i, Arc::new(bytes.to_vec())));
-    }
-    Ok(out)
 }
 
 /// The files' bytes from this node's server of the job's view (see the module's documentation).

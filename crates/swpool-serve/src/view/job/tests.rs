@@ -118,36 +118,13 @@ fn past_its_bound_an_owner_reads_again_rather_than_keep() {
 }
 
 #[test]
-fn small_files_are_chosen_alike_and_cross_checked() {
-    let (t, s) = tree();
+fn small_files_are_chosen_alike() {
+    let (_t, s) = tree();
     let l = Layout::new(&s, 100, 4096);
     let init = l.start(index_of(&s, "lib/python/pkg/__init__.py")).unwrap() / 4096;
     // the big file is not small; the empty one has no chunk
     assert_eq!(small_chunks(&s, &l, 4096, 1 << 20), vec![init]);
     assert!(small_chunks(&s, &l, 4096, 3).is_empty());
-    let root: std::os::fd::OwnedFd = std::fs::File::open(t.path()).unwrap().into();
-    let o = Owned::new(
-        Storage::new(root, t.path()),
-        Arc::new(s.clone()),
-        l.clone(),
-        1 << 30,
-    );
-    let packed = pack(&[(init, o.chunk(init).unwrap())]);
-    let got = unpack(&packed, &s, &l, &|_| true).unwrap();
-    assert_eq!((got[0].0, got[0].1.as_slice()), (init, &b"x = 1\n"[..]));
-    // not that node's to send, a flipped byte, a cut: refused
-    assert!(unpack(&packed, &s, &l, &|_| false).is_err());
-    let mut bad = packed.clone();
-    *bad.last_mut().unwrap() ^= 1;
-    assert!(unpack(&bad, &s, &l, &|_| true)
-        .unwrap_err()
-        .contains("BLAKE3"));
-    for n in 1..packed.len() {
-        assert!(
-            unpack(&packed[..n], &s, &l, &|_| true).is_err(),
-            "cut at {n}"
-        );
-    }
 }
 
 #[test]
