@@ -267,9 +267,10 @@ tree_dirs() {  # tree_dirs MODE: every directory of the tree (storage side, as r
 basic() {  # basic NAME PROG SRUN...
   local name=$1 prog=$2 out o rc try; shift 2
   o=$W/out/$name
-  # this job's servers' log only (an earlier step's, such as abs-link's one-node view, goes)
-  "$TESTBED/exec" node1 sh -c "rm -f /tmp/sw-pool-$uid/view-*.log" || true
   for try in 1 2 3; do
+    # this job's servers' log only (an earlier step's, such as abs-link's one-node view or a
+    # failed try's, goes)
+    "$TESTBED/exec" node1 sh -c "rm -f /tmp/sw-pool-$uid/view-*.log" || true
     rm -rf "$o"
     tree_dirs 755
     run_job "$name" "$@" -N4 --ntasks-per-node=1 --chdir="$W" "$SW" run --cache "$TREE" -- "$TREE/bin/$prog" basic "$o"

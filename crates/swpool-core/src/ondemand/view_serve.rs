@@ -259,8 +259,8 @@ fn open_tree(job: &dyn Collective, req: &ViewRequest) -> Result<std::os::fd::Own
     })
 }
 
-/// Step 2: the listing, made by all nodes together ([`job::walk_shared`]: directory k of each
-/// level read by node k mod N, the reads all-gathered level by level), the same on every node.
+/// Step 2: the listing, made by all nodes together ([`job::walk_shared`]: each directory listed
+/// by one node, `job::Readers`, the reads all-gathered level by level), the same on every node.
 fn list_tree(
     job: &dyn Collective,
     req: &ViewRequest,

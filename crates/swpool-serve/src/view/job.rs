@@ -34,8 +34,9 @@ use crate::ChunkSource;
 /// The chunk of the virtual image: what one ask moves between nodes.
 pub const CHUNK: u64 = super::PIECE;
 
-/// The fewest files of one directory a node reads from storage ([`Layout::with_owners`]).
-pub const RUN: usize = 32;
+mod layout;
+pub use layout::{Layout, Readers, RUN, RUN_DIRS};
+
 /// Bytes of the BLAKE3 hash that comes before a chunk's bytes in an owner's answer.
 pub const HASH: usize = 32;
 const MAGIC: &[u8; 8] = b"swpview1";
@@ -309,8 +310,8 @@ pub fn unpack_level(
 }
 
 /// The listing of the tree below `root`, made by the job's `nodes` nodes together, this one being
-/// node `me`: the walk goes level by level (as [`Snapshot::walk`]); directory `k` of a level is
-/// read by node `k mod nodes` only, and `gather` sends this node's reads ([`pack_level`]) to every
+/// node `me`: the walk goes level by level (as [`Snapshot::walk`]); a directory is read by one
+/// node only ([`Readers`]: the one that read its parent, or the next for runs of many), and `gather` sends this node's reads ([`pack_level`]) to every
 /// node and gives every node's, in node order. Every node assembles the same snapshot; a
 /// directory one node could not read fails the walk on every node alike. Spread over the nodes'
 /// own storage clients, the metadata round trips go in parallel.
@@ -322,16 +323,18 @@ pub fn walk_shared(
     gather: &mut dyn FnMut(Vec<u8>) -> Result<Vec<Vec<u8>>, String>,
 ) -> Result<Snapshot, String> {
     let nodes = nodes.max(1);
+    let mut readers = Readers::new(nodes);
     super::walk::walk_levels(root, what, &mut |dirs| {
+        let by = readers.level(dirs);
         let mine =
-            super::walk::read_level(root, what, dirs, &|k| k % nodes == me, super::walk::THREADS);
+            super::walk::read_level(root, what, dirs, &|k| by[k] == me, super::walk::THREADS);
         let parts = gather(pack_level(&mine))?;
         if parts.len() != nodes {
             return Err(format!("{} nodes' reads for {nodes} nodes", parts.len()));
         }
         let mut all: Vec<Option<(Read, u64)>> = (0..dirs.len()).map(|_| None).collect();
         for (node, part) in parts.iter().enumerate() {
-            unpack_level(part, dirs, &|k| k % nodes == node, &mut all)
+            unpack_level(part, dirs, &|k| by[k] == node, &mut all)
                 .map_err(|e| format!("the listing from node {node}: {e}"))?;
         }
         all.into_iter()
@@ -339,129 +342,6 @@ pub fn walk_shared(
             .map(|(k, r)| r.ok_or_else(|| format!("{}: no node listed it", dirs[k].display())))
             .collect()
     })
-}
-
-/// The virtual image of a job's view (see the module's documentation).
-#[derive(Debug, Clone)]
-pub struct Layout {
-    /// Bytes before the first file: the encoding's length (u64), the encoding, then zeros.
-    pub head: u64,
-    pub chunk: u64,
-    /// The image's size (the end of its last file).
-    pub size: u64,
-    /// (start, node index) of every regular file of at least one byte, by start.
-    files: Vec<(u64, u32)>,
-    /// The node that reads each of `files` from storage ([`Layout::with_owners`]); none yet:
-    /// chunk `i`'s is node `i mod nodes`.
-    owners: Vec<u32>,
-    /// A file's start by node index.
-    starts: HashMap<u32, u64>,
-}
-
-/// The next multiple of `a` at or after `x`.
-fn align(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
-}
-
-impl Layout {
-    /// The layout of `snap` whose encoding is `encoded` bytes long.
-    pub fn new(snap: &Snapshot, encoded: u64, chunk: u64) -> Layout {
-        let head = align(8 + encoded, chunk);
-        let mut at = head;
-        let mut files = Vec::new();
-        let mut starts = HashMap::new();
-        for (i, n) in snap.nodes.iter().enumerate() {
-            if n.kind == Kind::File && n.size > 0 {
-                files.push((at, i as u32));
-                starts.insert(i as u32, at);
-                at = align(at.saturating_add(n.size), chunk);
-            }
-        }
-        Layout {
-            head,
-            chunk,
-            size: at,
-            files,
-            starts,
-            owners: Vec::new(),
-        }
-    }
-
-    /// The layout with each file's owner among `nodes`: the one node that reads it from storage
-    /// (all its chunks). A directory's files go to one node, or, past [`RUN`] files, in runs of
-    /// at least `RUN` to up to every node; the next directory's first run goes to the next node.
-    /// A node that reads a file opens the directories above it, so the storage requests of a
-    /// job grow with the nodes that read below each directory: with owners by chunk
-    /// (`i mod nodes`) every node opened nearly every directory (bench/results/
-    /// storm-job-20261129-opath: 160 requests more per node).
-    pub fn with_owners(mut self, snap: &Snapshot, nodes: usize) -> Layout {
-        let n = nodes.max(1);
-        // each directory's files (positions in `files`), directories by their first file
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut group_of: HashMap<u32, usize> = HashMap::new();
-        for (k, (_, idx)) in self.files.iter().enumerate() {
-            let parent = snap.nodes[*idx as usize].parent;
-            let g = *group_of.entry(parent).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[g].push(k);
-        }
-        let mut owners = vec![0u32; self.files.len()];
-        let mut next = 0usize;
-        for g in &groups {
-            let m = g.len();
-            let runs = m.div_ceil(RUN).clamp(1, n);
-            for (j, &k) in g.iter().enumerate() {
-                owners[k] = ((next + j * runs / m) % n) as u32;
-            }
-            next = (next + runs) % n;
-        }
-        self.owners = owners;
-        self
-    }
-
-    /// The node among `nodes` that reads chunk `i` from storage (and answers the others' asks).
-    pub fn owner(&self, i: u64, nodes: usize) -> usize {
-        let n = nodes.max(1);
-        let fallback = (i % n as u64) as usize;
-        let Some(at) = i.checked_mul(self.chunk) else {
-            return fallback;
-        };
-        if self.owners.is_empty() || at < self.head || at >= self.size {
-            return fallback;
-        }
-        match self.files.partition_point(|(s, _)| *s <= at).checked_sub(1) {
-            Some(k) => self.owners[k] as usize % n,
-            None => fallback,
-        }
-    }
-
-    /// Chunks of the image.
-    pub fn chunks(&self) -> u64 {
-        self.size.div_ceil(self.chunk)
-    }
-
-    /// Where file `idx`'s bytes start.
-    pub fn start(&self, idx: u32) -> Option<u64> {
-        self.starts.get(&idx).copied()
-    }
-
-    /// Chunk `i` of a file: (the file's node index, the chunk's offset in the file, its bytes).
-    pub fn piece(&self, snap: &Snapshot, i: u64) -> Option<(u32, u64, u32)> {
-        let at = i.checked_mul(self.chunk)?;
-        if at < self.head || at >= self.size {
-            return None;
-        }
-        let k = self
-            .files
-            .partition_point(|(s, _)| *s <= at)
-            .checked_sub(1)?;
-        let (start, idx) = self.files[k];
-        let size = snap.nodes[idx as usize].size;
-        let off = at - start;
-        (off < size).then(|| (idx, off, (size - off).min(self.chunk) as u32))
-    }
 }
 
 /// A chunk read once (or refused once), shared by the asks that wait for it.

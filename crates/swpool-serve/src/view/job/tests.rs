@@ -267,23 +267,43 @@ fn a_level_from_another_node_is_checked_never_trusted() {
 #[test]
 fn a_directory_one_node_cannot_read_fails_the_walk_on_every_node() {
     let t = tempfile::tempdir().unwrap();
-    for d in 0..4 {
+    for d in 0..8 {
         std::fs::create_dir_all(t.path().join(format!("d{d}/sub"))).unwrap();
     }
-    // node 1's storage fails on d1 (the second directory of the second level; node 1 reads d1
-    // and d3 of it)
+    // node 1's storage fails on d5 (the second level's 8 directories go in 2 runs of 4
+    // (`Readers`): node 1 reads d4 to d7)
     let results = walk_on(t.path(), 2, &|me, round, mine| match (me, round) {
-        (1, 2) => pack_level(&[
-            None,
-            Some((Err("d1: Input/output error".into()), 2)),
-            None,
-            Some((Ok(Some(Vec::new())), 2)),
-        ]),
+        (1, 2) => {
+            let mut reads: Vec<Option<(Read, u64)>> = vec![None; 4];
+            reads.push(Some((Ok(Some(Vec::new())), 2)));
+            reads.push(Some((Err("d5: Input/output error".into()), 2)));
+            reads.push(Some((Ok(Some(Vec::new())), 2)));
+            reads.push(Some((Ok(Some(Vec::new())), 2)));
+            pack_level(&reads)
+        }
         _ => mine,
     });
     for r in results {
-        assert_eq!(r.unwrap_err(), "d1: Input/output error");
+        assert_eq!(r.unwrap_err(), "d5: Input/output error");
     }
+}
+
+#[test]
+fn a_directory_is_listed_by_the_node_that_listed_its_parent() {
+    let mut r = Readers::new(8);
+    assert_eq!(r.level(&[PathBuf::new()]), vec![0]);
+    // the root's 3 subdirectories: one run, the root's lister's; 9 below a: 3 runs from a's
+    let top: Vec<PathBuf> = ["a", "b", "c"].iter().map(PathBuf::from).collect();
+    assert_eq!(r.level(&top), vec![0, 0, 0]);
+    let mut below: Vec<PathBuf> = (0..9).map(|k| PathBuf::from(format!("a/{k}"))).collect();
+    below.push(PathBuf::from("c/x"));
+    assert_eq!(r.level(&below), vec![0, 0, 0, 1, 1, 1, 2, 2, 2, 0]);
+    // a/5's children stay on node 1, a/8's on node 2
+    let deeper = [PathBuf::from("a/5/y"), PathBuf::from("a/8/z")];
+    assert_eq!(r.level(&deeper), vec![1, 2]);
+    // one node: all node 0's
+    let mut one = Readers::new(1);
+    assert_eq!(one.level(&below), vec![0; 10]);
 }
 
 #[test]
@@ -336,8 +356,8 @@ fn a_directorys_files_go_to_few_nodes() {
 }
 
 #[test]
-fn owners_by_directory_spread_the_directories_and_cut_a_large_one_in_runs() {
-    // a synthetic listing: the root with 100 files, then 10 directories of 3 files each
+fn owners_by_directory_follow_the_lister_and_cut_a_large_one_in_runs() {
+    // a synthetic listing: the root with 100 files and 10 directories of 3 files each
     use crate::view::Node;
     let file = |path: &str, parent: u32| Node {
         path: PathBuf::from(path),
@@ -368,9 +388,19 @@ fn owners_by_directory_spread_the_directories_and_cut_a_large_one_in_runs() {
             ..file(&format!("d{d}"), 0)
         });
         for k in 0..3 {
+            let c = nodes.len() as u32;
             nodes.push(file(&format!("d{d}/g{k}"), di));
+            nodes[di as usize]
+                .children
+                .push((format!("g{k}").into_bytes(), c));
         }
     }
+    let mut children: Vec<(Vec<u8>, u32)> = (1..nodes.len() as u32)
+        .filter(|&i| nodes[i as usize].parent == 0)
+        .map(|i| (nodes[i as usize].path.as_os_str().as_bytes().to_vec(), i))
+        .collect();
+    children.sort();
+    nodes[0].children = children;
     let s = Snapshot { nodes, requests: 0 };
     let l = Layout::new(&s, 100, 4096).with_owners(&s, 8);
     let owner_of = |path: &str| l.owner(l.start(index_of(&s, path)).unwrap() / 4096, 8);
@@ -383,7 +413,8 @@ fn owners_by_directory_spread_the_directories_and_cut_a_large_one_in_runs() {
         let c = root.iter().filter(|o| **o == n).count();
         assert_eq!(c, 25, "node {n}");
     }
-    // each small directory on one node, the next directory on the next node
+    // each small directory's files on the node that lists it: the root's 10 subdirectories in
+    // runs of at least RUN_DIRS (3 runs), from the root's lister (node 0) on
     let dirs: Vec<usize> = (0..10)
         .map(|d| {
             let o = owner_of(&format!("d{d}/g0"));
@@ -391,7 +422,11 @@ fn owners_by_directory_spread_the_directories_and_cut_a_large_one_in_runs() {
             o
         })
         .collect();
-    assert_eq!(dirs, vec![4, 5, 6, 7, 0, 1, 2, 3, 4, 5]);
+    assert_eq!(dirs, vec![0, 0, 0, 0, 1, 1, 1, 2, 2, 2]);
+    let listers = Readers::of_snapshot(&s, 8);
+    assert_eq!(listers[0], Some(0));
+    assert_eq!(listers[index_of(&s, "d9") as usize], Some(2));
+    assert_eq!(listers[index_of(&s, "d9/g0") as usize], None);
     // on one node, everything is node 0's
     let one = Layout::new(&s, 100, 4096).with_owners(&s, 1);
     assert!((0..one.chunks()).all(|i| one.owner(i, 1) == 0));

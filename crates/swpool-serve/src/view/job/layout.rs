@@ -1,0 +1,214 @@
+//! Who reads what in a job's view: the nodes that list each directory ([`Readers`]) and the
+//! virtual image of the files with each chunk's owner ([`Layout`]).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::view::{Kind, Snapshot};
+
+/// The fewest files of one directory a node reads from storage ([`Layout::with_owners`]).
+pub const RUN: usize = 32;
+
+/// The fewest subdirectories of one directory a node lists in the shared walk ([`Readers`]).
+pub const RUN_DIRS: usize = 4;
+
+/// Which node lists each directory in the shared walk ([`super::walk_shared`]) and reads the files in it
+/// ([`Layout::with_owners`]): the node that listed its parent, and past [`RUN_DIRS`]
+/// subdirectories of one directory, runs of them to the next nodes, so that the levels below
+/// spread over the nodes. A node's storage client resolves each path component it has not
+/// resolved before with a request: with directory `k` of a level listed by node `k mod nodes`
+/// every node resolved nearly every directory (bench/results/storm-job-20261129-owners: 676
+/// lookups on one node, 1,611 on 8).
+#[derive(Debug)]
+pub struct Readers {
+    nodes: usize,
+    by_path: HashMap<PathBuf, usize>,
+}
+
+impl Readers {
+    pub fn new(nodes: usize) -> Readers {
+        Readers {
+            nodes: nodes.max(1),
+            by_path: HashMap::new(),
+        }
+    }
+
+    /// The nodes that list a level's directories (paths below the root, as the walk gives them:
+    /// the children of one directory next to each other), remembered for the next level.
+    pub fn level(&mut self, dirs: &[PathBuf]) -> Vec<usize> {
+        let n = self.nodes;
+        let mut out = vec![0usize; dirs.len()];
+        let mut k = 0;
+        while k < dirs.len() {
+            let parent = dirs[k].parent();
+            let m = dirs[k..]
+                .iter()
+                .take_while(|d| d.parent() == parent)
+                .count();
+            let base = parent
+                .and_then(|p| self.by_path.get(p).copied())
+                .unwrap_or(0);
+            let runs = m.div_ceil(RUN_DIRS).clamp(1, n);
+            for j in 0..m {
+                out[k + j] = (base + j * runs / m) % n;
+            }
+            k += m;
+        }
+        for (d, r) in dirs.iter().zip(&out) {
+            self.by_path.insert(d.clone(), *r);
+        }
+        out
+    }
+
+    /// The lister of every directory of `snap` (by node index; `None` for the rest), as the
+    /// shared walk that made it chose them, level by level.
+    pub fn of_snapshot(snap: &Snapshot, nodes: usize) -> Vec<Option<usize>> {
+        let mut readers = Readers::new(nodes);
+        let mut out = vec![None; snap.nodes.len()];
+        let mut level: Vec<u32> = vec![0];
+        while !level.is_empty() {
+            let paths: Vec<PathBuf> = level
+                .iter()
+                .map(|&i| snap.nodes[i as usize].path.clone())
+                .collect();
+            for (&i, r) in level.iter().zip(readers.level(&paths)) {
+                out[i as usize] = Some(r);
+            }
+            level = level
+                .iter()
+                .flat_map(|&i| snap.nodes[i as usize].children.iter())
+                .map(|(_, c)| *c)
+                .filter(|&c| {
+                    snap.nodes
+                        .get(c as usize)
+                        .is_some_and(|n| n.kind == Kind::Dir)
+                })
+                .collect();
+        }
+        out
+    }
+}
+
+/// The virtual image of a job's view (see the module's documentation).
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Bytes before the first file: the encoding's length (u64), the encoding, then zeros.
+    pub head: u64,
+    pub chunk: u64,
+    /// The image's size (the end of its last file).
+    pub size: u64,
+    /// (start, node index) of every regular file of at least one byte, by start.
+    files: Vec<(u64, u32)>,
+    /// The node that reads each of `files` from storage ([`Layout::with_owners`]); none yet:
+    /// chunk `i`'s is node `i mod nodes`.
+    owners: Vec<u32>,
+    /// A file's start by node index.
+    starts: HashMap<u32, u64>,
+}
+
+/// The next multiple of `a` at or after `x`.
+fn align(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+impl Layout {
+    /// The layout of `snap` whose encoding is `encoded` bytes long.
+    pub fn new(snap: &Snapshot, encoded: u64, chunk: u64) -> Layout {
+        let head = align(8 + encoded, chunk);
+        let mut at = head;
+        let mut files = Vec::new();
+        let mut starts = HashMap::new();
+        for (i, n) in snap.nodes.iter().enumerate() {
+            if n.kind == Kind::File && n.size > 0 {
+                files.push((at, i as u32));
+                starts.insert(i as u32, at);
+                at = align(at.saturating_add(n.size), chunk);
+            }
+        }
+        Layout {
+            head,
+            chunk,
+            size: at,
+            files,
+            starts,
+            owners: Vec::new(),
+        }
+    }
+
+    /// The layout with each file's owner among `nodes`: the one node that reads it from storage
+    /// (all its chunks). A directory's files go to the node that listed it ([`Readers`]), or, past
+    /// [`RUN`] files, in runs of at least `RUN` to it and the next nodes.
+    /// A node that reads a file opens the directories above it, so the storage requests of a
+    /// job grow with the nodes that read below each directory: with owners by chunk
+    /// (`i mod nodes`) every node opened nearly every directory (bench/results/
+    /// storm-job-20261129-opath: 160 requests more per node).
+    pub fn with_owners(mut self, snap: &Snapshot, nodes: usize) -> Layout {
+        let n = nodes.max(1);
+        // each directory's files (positions in `files`), directories by their first file
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<u32, usize> = HashMap::new();
+        for (k, (_, idx)) in self.files.iter().enumerate() {
+            let parent = snap.nodes[*idx as usize].parent;
+            let g = *group_of.entry(parent).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(k);
+        }
+        let listers = Readers::of_snapshot(snap, n);
+        let mut owners = vec![0u32; self.files.len()];
+        for g in &groups {
+            let m = g.len();
+            let parent = snap.nodes[self.files[g[0]].1 as usize].parent;
+            let base = listers.get(parent as usize).copied().flatten().unwrap_or(0);
+            let runs = m.div_ceil(RUN).clamp(1, n);
+            for (j, &k) in g.iter().enumerate() {
+                owners[k] = ((base + j * runs / m) % n) as u32;
+            }
+        }
+        self.owners = owners;
+        self
+    }
+
+    /// The node among `nodes` that reads chunk `i` from storage (and answers the others' asks).
+    pub fn owner(&self, i: u64, nodes: usize) -> usize {
+        let n = nodes.max(1);
+        let fallback = (i % n as u64) as usize;
+        let Some(at) = i.checked_mul(self.chunk) else {
+            return fallback;
+        };
+        if self.owners.is_empty() || at < self.head || at >= self.size {
+            return fallback;
+        }
+        match self.files.partition_point(|(s, _)| *s <= at).checked_sub(1) {
+            Some(k) => self.owners[k] as usize % n,
+            None => fallback,
+        }
+    }
+
+    /// Chunks of the image.
+    pub fn chunks(&self) -> u64 {
+        self.size.div_ceil(self.chunk)
+    }
+
+    /// Where file `idx`'s bytes start.
+    pub fn start(&self, idx: u32) -> Option<u64> {
+        self.starts.get(&idx).copied()
+    }
+
+    /// Chunk `i` of a file: (the file's node index, the chunk's offset in the file, its bytes).
+    pub fn piece(&self, snap: &Snapshot, i: u64) -> Option<(u32, u64, u32)> {
+        let at = i.checked_mul(self.chunk)?;
+        if at < self.head || at >= self.size {
+            return None;
+        }
+        let k = self
+            .files
+            .partition_point(|(s, _)| *s <= at)
+            .checked_sub(1)?;
+        let (start, idx) = self.files[k];
+        let size = snap.nodes[idx as usize].size;
+        let off = at - start;
+        (off < size).then(|| (idx, off, (size - off).min(self.chunk) as u32))
+    }
+}
