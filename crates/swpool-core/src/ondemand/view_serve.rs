@@ -195,12 +195,17 @@ impl Served for NodeServer {
     }
 }
 
-/// The owner's answer to a peer: the chunk's BLAKE3, then its bytes.
-struct Answers(Arc<Owned>);
+/// The owner's answer to a peer: the chunk's BLAKE3, then its bytes. The hash is computed once
+/// per chunk, at its first answer, and kept: the nodes that ask for it later get the same one
+/// (a chunk read again past `max_kept` whose bytes differ then fails their check: never a mix).
+struct Answers {
+    owned: Arc<Owned>,
+    hashes: Mutex<HashMap<u64, [u8; 32]>>,
+}
 
 impl Local for Answers {
     fn answer_into(&self, index: u64, len: u32, out: &mut Vec<u8>) -> Result<(), String> {
-        let v = self.0.chunk(index)?;
+        let v = self.owned.chunk(index)?;
         if len as usize != HASH + v.len() {
             return Err(format!(
                 "chunk {index} is {} bytes, not {}",
@@ -208,12 +213,26 @@ impl Local for Answers {
                 (len as usize).saturating_sub(HASH)
             ));
         }
-        out.extend_from_slice(blake3::hash(&v).as_bytes());
+        let kept = self
+            .hashes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&index)
+            .copied();
+        let hash = kept.unwrap_or_else(|| {
+            let h = *blake3::hash(&v).as_bytes();
+            self.hashes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(index, h);
+            h
+        });
+        out.extend_from_slice(&hash);
         out.extend_from_slice(&v);
         Ok(())
     }
     fn owner(&self, index: u64, nodes: usize) -> usize {
-        self.0.layout.owner(index, nodes)
+        self.owned.layout.owner(index, nodes)
     }
 }
 
@@ -523,7 +542,10 @@ fn serve_inner(
         let r = match &plane {
             Some(p) => exchange::run(
                 p.as_ref(),
-                Arc::new(Answers(owned.clone())),
+                Arc::new(Answers {
+                    owned: owned.clone(),
+                    hashes: Mutex::new(HashMap::new()),
+                }),
                 rx,
                 done_ref,
                 chunks,
