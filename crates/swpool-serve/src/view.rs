@@ -3,8 +3,9 @@
 //! symlink target) and every lookup, readdir, getattr and readlink is answered from that
 //! snapshot, failed lookups included (negative entries the kernel keeps); a file's bytes are read
 //! from storage once, at its first open (a file larger than [`PIECE`] by the pieces reads touch,
-//! each at its first read), hashed (BLAKE3), kept in node-local memory or in an unnamed file of a
-//! node-local directory, and served from there for the rest of the view's life.
+//! each at its first read), kept in node-local memory or in an unnamed file of a node-local
+//! directory, and served from there for the rest of the view's life (the warm cache hashes what
+//! it keeps, `view::warm`; a job-wide view's owner hashes what it sends, [`job`]).
 //!
 //! Consistency: the view is a snapshot. A file whose size or mtime on storage differs from
 //! the snapshot's when it is first read (or changes while it is read) is not served: its reads
@@ -215,9 +216,6 @@ struct Pieces {
     disk: Option<File>,
 }
 
-/// A file's bytes as held, and their hash when it was fetched whole.
-type Fetched = (Held, Option<blake3::Hash>);
-
 /// What the view did, for its log line and tests.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -234,8 +232,8 @@ pub struct View {
     bytes: Box<dyn FileBytes>,
     /// Node-local directory for the bytes (else memory).
     store: Option<OwnedFd>,
-    /// Each file's bytes once fetched, and their hash when fetched whole.
-    held: Vec<OnceLock<Result<Fetched, ()>>>,
+    /// Each file's bytes once fetched.
+    held: Vec<OnceLock<Result<Held, ()>>>,
     pub stats: Stats,
     /// The paths fetched, in order (`--trace`).
     trace: Mutex<Vec<u32>>,
@@ -280,7 +278,7 @@ impl View {
     }
 
     /// The bytes of file `idx`, fetched at the first call (one fetch however many ask at once).
-    fn held(&self, idx: u32) -> Result<&Fetched, Errno> {
+    fn held(&self, idx: u32) -> Result<&Held, Errno> {
         let node = &self.snap.nodes[idx as usize];
         if node.kind != Kind::File {
             return Err(Errno::EISDIR);
@@ -310,8 +308,7 @@ impl View {
                 };
                 let n = node.size.div_ceil(PIECE) as usize;
                 let cells = (0..n).map(|_| OnceLock::new()).collect();
-                // no content hash of a file read piece by piece
-                return Ok((Held::Pieces(Pieces { cells, disk }), None));
+                return Ok(Held::Pieces(Pieces { cells, disk }));
             }
             let v = match self.bytes.fetch(node) {
                 Ok(v) => v,
@@ -320,7 +317,6 @@ impl View {
                     return Err(());
                 }
             };
-            let h = blake3::hash(&v);
             self.note_fetched(idx);
             self.stats
                 .fetched_bytes
@@ -335,7 +331,7 @@ impl View {
                     }
                 },
             };
-            Ok((held, Some(h)))
+            Ok(held)
         });
         r.as_ref().map_err(|()| Errno::EIO)
     }
@@ -447,7 +443,7 @@ impl View {
     /// Up to `size` bytes of file `ino` at `offset`.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         self.node(ino).ok_or(Errno::ENOENT)?;
-        let (h, _) = self.held((ino - 1) as u32)?;
+        let h = self.held((ino - 1) as u32)?;
         match h {
             Held::Pieces(p) => self.read_pieces((ino - 1) as u32, p, offset, size),
             Held::Memory(v) => {
@@ -473,12 +469,6 @@ impl View {
                 Ok(buf)
             }
         }
-    }
-
-    /// The content hash of file `ino` if it was fetched whole (not a file read piece by piece).
-    pub fn hash(&self, ino: u64) -> Option<blake3::Hash> {
-        let i = ino.checked_sub(1)? as usize;
-        self.held.get(i)?.get()?.as_ref().ok()?.1
     }
 
     /// The paths of the files fetched so far, in the order they were first opened.
