@@ -105,6 +105,28 @@ pub struct Snapshot {
     pub requests: u64,
 }
 
+#[cfg(test)]
+impl Node {
+    /// A regular file's entry of `size` bytes in directory `parent`, for tests.
+    pub(crate) fn test_file(path: &str, size: u64, parent: u32) -> Node {
+        Node {
+            path: PathBuf::from(path),
+            kind: Kind::File,
+            perm: 0o644,
+            size,
+            mtime: (0, 0),
+            ino: 0,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            target: Vec::new(),
+            children: Vec::new(),
+            unreadable: false,
+            parent,
+        }
+    }
+}
+
 fn kind_of(mode: u32) -> Kind {
     match mode & libc::S_IFMT {
         libc::S_IFDIR => Kind::Dir,

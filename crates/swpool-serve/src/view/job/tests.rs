@@ -359,21 +359,7 @@ fn a_directorys_files_go_to_few_nodes() {
 fn owners_by_directory_follow_the_lister_and_cut_a_large_one_in_runs() {
     // a synthetic listing: the root with 100 files and 10 directories of 3 files each
     use crate::view::Node;
-    let file = |path: &str, parent: u32| Node {
-        path: PathBuf::from(path),
-        kind: Kind::File,
-        perm: 0o644,
-        size: 10,
-        mtime: (0, 0),
-        ino: 0,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        target: Vec::new(),
-        children: Vec::new(),
-        unreadable: false,
-        parent,
-    };
+    let file = |path: &str, parent: u32| Node::test_file(path, 10, parent);
     let mut nodes = vec![Node {
         kind: Kind::Dir,
         ..file("", 0)

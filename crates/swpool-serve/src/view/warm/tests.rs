@@ -1,8 +1,6 @@
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::*;
-use crate::view::Kind;
 
 /// The files of a fake storage, counting what it is asked.
 struct Counted {
@@ -22,19 +20,9 @@ impl FileBytes for Counted {
 
 fn file(path: &str, size: u64, mtime: i64) -> Node {
     Node {
-        path: PathBuf::from(path),
-        kind: Kind::File,
-        perm: 0o644,
-        size,
         mtime: (mtime, 5),
         ino: 42,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        target: Vec::new(),
-        children: Vec::new(),
-        unreadable: false,
-        parent: 0,
+        ..Node::test_file(path, size, 0)
     }
 }
 
