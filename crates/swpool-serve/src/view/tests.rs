@@ -22,7 +22,7 @@ fn tree() -> tempfile::TempDir {
     fs::create_dir_all(r.join("lib/python3/site-packages/pkg")).unwrap();
     fs::write(r.join("bin/tool"), b"#!/bin/sh\necho tool\n").unwrap();
     fs::set_permissions(r.join("bin/tool"), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::write(r.join("lib/libx.so.1"), vec![7u8; 200_000]).unwrap();
+    fs::write(r.join("lib/libx.so.1"), vec![7u8; 100_000]).unwrap();
     symlink("libx.so.1", r.join("lib/libx.so")).unwrap();
     fs::write(
         r.join("lib/python3/site-packages/pkg/__init__.py"),
@@ -68,7 +68,7 @@ fn the_snapshot_lists_every_entry_and_answers_failed_lookups_too() {
         .collect();
     assert_eq!(names, vec![&b"libx.so"[..], b"libx.so.1", b"python3"]);
     assert_eq!(s.nodes[so as usize].parent, lib);
-    assert_eq!(s.files(), (3, 20 + 200_000 + 6));
+    assert_eq!(s.files(), (3, 20 + 100_000 + 6));
     // an lstat per entry, a read per directory: what the walk cost storage, made once
     assert!(s.requests >= 10 + 6, "{}", s.requests);
 }
@@ -192,7 +192,7 @@ fn a_file_read_once_is_served_as_read_after_storage_changes_or_goes() {
     // file in it, the one it listed, checked as any)
     assert_eq!(v.open(lib), Err(Errno::EIO));
     fs::rename(t.path().join("gone"), t.path().join("lib")).unwrap();
-    fs::write(t.path().join("lib/libx.so.1"), vec![7u8; 200_000]).unwrap();
+    fs::write(t.path().join("lib/libx.so.1"), vec![7u8; 100_000]).unwrap();
     assert_eq!(v.open(lib), Err(Errno::EIO));
     // the bytes were kept in unnamed files: nothing in the node-local directory
     assert_eq!(fs::read_dir(store.path()).unwrap().count(), 0);
@@ -221,7 +221,7 @@ fn a_file_changed_since_the_snapshot_is_not_served_at_all() {
 fn storage_reads_never_leave_the_tree_through_a_symlink_made_after_the_snapshot() {
     let t = tree();
     let outside = tempfile::tempdir().unwrap();
-    fs::write(outside.path().join("libx.so.1"), vec![7u8; 200_000]).unwrap();
+    fs::write(outside.path().join("libx.so.1"), vec![7u8; 100_000]).unwrap();
     let v = storage_view(t.path(), None);
     let lib = path_of(&v.snap, "lib/libx.so.1").unwrap() as u64 + 1;
     fs::rename(t.path().join("lib"), t.path().join("lib.old")).unwrap();
