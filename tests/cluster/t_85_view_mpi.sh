@@ -257,6 +257,18 @@ assert_eq "abs-link: a tree with an absolute symlink is viewed (exit status)" 0 
 assert_match "abs-link: its target as storage gives it, or refused; the rest served" \
   "^(/usr/bin/python3|refused)"$'\n'"seen-1$" "$out"
 
+# --- 0b. the servers' step cannot start (srun refuses the node list task 0 gives it): task 0's
+# view is told at once (SOCKET.failed, written when that srun ends), says why and lists and reads
+# the tree itself, instead of waiting --job-wait (90 s) for a server that will not come
+t0=$SECONDS
+out=$(swenv timeout 150 srun -N1 --chdir="$W" env SLURM_STEP_NODELIST=no-such-node "$SW" run --cache "$TREE" -- \
+  cat "$TREE/data/seen.txt" 2>"$W/no-servers.err") && rc=0 || rc=$?
+took=$((SECONDS - t0))
+assert_eq "no-servers: the step ran without the servers (exit status, output)" "0 seen-1" "$rc $out"
+assert_match "no-servers: the view names the servers' failure and goes on by itself" \
+  "servers' step \(srun\) ended before serving.*this node lists and reads" "$(tr '\n' ' ' < "$W/no-servers.err")"
+assert_le "no-servers: it went on at once, not after the 90 s wait (seconds)" "$took" 45
+
 # --- 1. unmodified on 4 nodes, then the tree unreadable on storage mid-job
 # Every directory of the tree, not its top only: a view server keeps the directories it read
 # below open (as descriptors), and below a directory held open a file stays reachable when only

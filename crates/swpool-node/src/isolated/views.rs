@@ -151,12 +151,43 @@ pub fn start_servers(
         "starting the job's view servers of {}: {cmd:?}",
         at.display()
     );
-    cmd.spawn().map(drop).map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         format!(
             "--cache {}: cannot start the job's view servers (srun): {e}",
             at.display()
         )
-    })
+    })?;
+    watch_servers(child, jv.socket.clone(), jv.log.clone());
+    Ok(())
+}
+
+/// Reap the servers' `srun` when it ends, and if it failed before this node's server made its
+/// socket, say so beside the socket (`SOCKET.failed`, where this node's view looks while it
+/// waits): the view then goes on without the servers at once instead of waiting for one that
+/// will not come. (The other nodes' views wait for theirs up to `--job-wait`.)
+fn watch_servers(mut child: std::process::Child, socket: PathBuf, log: PathBuf) {
+    std::thread::spawn(move || {
+        let status = loop {
+            if socket.exists() {
+                let _ = child.wait();
+                return;
+            }
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                Err(_) => return,
+            }
+        };
+        if !status.success() && !socket.exists() {
+            let _ = std::fs::write(
+                swpool_serve::view::job::failed_path(&socket),
+                format!(
+                    "the servers' step (srun) ended before serving ({status}): see {}",
+                    log.display()
+                ),
+            );
+        }
+    });
 }
 
 /// The views of `dirs`, as pools of the environment: each an existing directory, named by its
