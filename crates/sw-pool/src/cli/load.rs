@@ -84,8 +84,8 @@ pub struct ViewServeArgs {
     /// Bytes of the node's own chunks kept in memory at most (the next are read again when asked)
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 30)]
     pub max_kept: u64,
-    /// Files of at most this many bytes are read at the start, each by one node, and sent to
-    /// every node (0: none)
+    /// Files of at most this many bytes are fetched ahead by directory: at the first read of one,
+    /// the node fetches the others of its directory too (0: none)
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 10)]
     pub small: u64,
     /// At most this many bytes of such files
