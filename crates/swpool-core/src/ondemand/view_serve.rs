@@ -285,14 +285,14 @@ fn list_tree(
     req: &ViewRequest,
     root: &std::os::fd::OwnedFd,
     plane: Option<&(dyn crate::plane::DataPlane + '_)>,
-) -> Result<Snapshot, Error> {
+) -> Result<(Snapshot, job::Readers), Error> {
     let host = job.hostname();
     let t0 = Instant::now();
     let mut gather = |mine: Vec<u8>| -> Result<Vec<Vec<u8>>, String> {
         quiet_barrier(plane, host).map_err(|e| e.to_string())?;
         job.leaders_all_gather(&mine).map_err(|e| e.to_string())
     };
-    let s = job::walk_shared(
+    let (s, listers) = job::walk_shared(
         std::os::fd::AsFd::as_fd(root),
         &req.tree,
         job.node_index(),
@@ -312,7 +312,7 @@ fn list_tree(
             t0.elapsed().as_secs_f64()
         );
     }
-    Ok(s)
+    Ok((s, listers))
 }
 
 /// Step 3: this node's socket, fresh.
@@ -455,12 +455,12 @@ fn serve_inner(
     let root = opened.expect("agreed");
     let listed = list_tree(job, req, &root, plane.as_deref());
     job.agree(crate::error::step_part(Some(&listed)))?;
-    let snap = listed.expect("agreed");
+    let (snap, listers) = listed.expect("agreed");
     let enc = job::encode(&snap);
     let listener = bind(job, &req.socket);
     job.agree(crate::error::step_part(Some(&listener)))?;
     let listener = listener.expect("agreed");
-    let layout = Layout::new(&snap, enc.len() as u64, CHUNK).with_owners(&snap, job.nodes());
+    let layout = Layout::new(&snap, enc.len() as u64, CHUNK).with_owners(&snap, &listers);
     let chunks = layout.chunks();
     let snap = Arc::new(snap);
     let owned = Arc::new(Owned::new(

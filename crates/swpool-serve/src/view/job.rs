@@ -314,17 +314,18 @@ pub fn unpack_level(
 /// node only ([`Readers`]: the one that read its parent, or the next for runs of many), and `gather` sends this node's reads ([`pack_level`]) to every
 /// node and gives every node's, in node order. Every node assembles the same snapshot; a
 /// directory one node could not read fails the walk on every node alike. Spread over the nodes'
-/// own storage clients, the metadata round trips go in parallel.
+/// own storage clients, the metadata round trips go in parallel. The snapshot comes with the
+/// node that listed each directory (for [`Layout::with_owners`]).
 pub fn walk_shared(
     root: std::os::fd::BorrowedFd<'_>,
     what: &Path,
     me: usize,
     nodes: usize,
     gather: &mut dyn FnMut(Vec<u8>) -> Result<Vec<Vec<u8>>, String>,
-) -> Result<Snapshot, String> {
+) -> Result<(Snapshot, Readers), String> {
     let nodes = nodes.max(1);
     let mut readers = Readers::new(nodes);
-    super::walk::walk_levels(root, what, &mut |dirs| {
+    let snap = super::walk::walk_levels(root, what, &mut |dirs| {
         let by = readers.level(dirs);
         let mine =
             super::walk::read_level(root, what, dirs, &|k| by[k] == me, super::walk::THREADS);
@@ -341,7 +342,8 @@ pub fn walk_shared(
             .enumerate()
             .map(|(k, r)| r.ok_or_else(|| format!("{}: no node listed it", dirs[k].display())))
             .collect()
-    })
+    })?;
+    Ok((snap, readers))
 }
 
 /// A chunk read once (or refused once), shared by the asks that wait for it.

@@ -2,7 +2,7 @@
 //! virtual image of the files with each chunk's owner ([`Layout`]).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::view::{Kind, Snapshot};
 
@@ -12,8 +12,8 @@ pub const RUN: usize = 32;
 /// The fewest subdirectories of one directory a node lists in the shared walk ([`Readers`]).
 pub const RUN_DIRS: usize = 4;
 
-/// Which node lists each directory in the shared walk ([`super::walk_shared`]) and reads the files in it
-/// ([`Layout::with_owners`]): the node that listed its parent, and past [`RUN_DIRS`]
+/// Which node lists each directory in the shared walk ([`super::walk_shared`], which gives them
+/// back with its snapshot) and reads the files in it ([`Layout::with_owners`]): the node that listed its parent, and past [`RUN_DIRS`]
 /// subdirectories of one directory, runs of them to the next nodes, so that the levels below
 /// spread over the nodes. A node's storage client resolves each path component it has not
 /// resolved before with a request: with directory `k` of a level listed by node `k mod nodes`
@@ -45,12 +45,9 @@ impl Readers {
                 .iter()
                 .take_while(|d| d.parent() == parent)
                 .count();
-            let base = parent
-                .and_then(|p| self.by_path.get(p).copied())
-                .unwrap_or(0);
-            let runs = m.div_ceil(RUN_DIRS).clamp(1, n);
+            let base = parent.and_then(|p| self.lister(p)).unwrap_or(0);
             for j in 0..m {
-                out[k + j] = (base + j * runs / m) % n;
+                out[k + j] = in_runs(base, j, m, RUN_DIRS, n);
             }
             k += m;
         }
@@ -60,33 +57,22 @@ impl Readers {
         out
     }
 
-    /// The lister of every directory of `snap` (by node index; `None` for the rest), as the
-    /// shared walk that made it chose them, level by level.
-    pub fn of_snapshot(snap: &Snapshot, nodes: usize) -> Vec<Option<usize>> {
-        let mut readers = Readers::new(nodes);
-        let mut out = vec![None; snap.nodes.len()];
-        let mut level: Vec<u32> = vec![0];
-        while !level.is_empty() {
-            let paths: Vec<PathBuf> = level
-                .iter()
-                .map(|&i| snap.nodes[i as usize].path.clone())
-                .collect();
-            for (&i, r) in level.iter().zip(readers.level(&paths)) {
-                out[i as usize] = Some(r);
-            }
-            level = level
-                .iter()
-                .flat_map(|&i| snap.nodes[i as usize].children.iter())
-                .map(|(_, c)| *c)
-                .filter(|&c| {
-                    snap.nodes
-                        .get(c as usize)
-                        .is_some_and(|n| n.kind == Kind::Dir)
-                })
-                .collect();
-        }
-        out
+    /// The node that listed directory `dir` (a path below the root), once its level was listed.
+    pub fn lister(&self, dir: &Path) -> Option<usize> {
+        self.by_path.get(dir).copied()
     }
+
+    /// The nodes of the job.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+}
+
+/// Item `j` of `m` (a directory's subdirectories or files) cut into runs of at least `run`, on up
+/// to `nodes` nodes from node `base` on: the node it goes to.
+fn in_runs(base: usize, j: usize, m: usize, run: usize, nodes: usize) -> usize {
+    let runs = m.div_ceil(run).clamp(1, nodes);
+    (base + j * runs / m) % nodes
 }
 
 /// The virtual image of a job's view (see the module's documentation).
@@ -135,15 +121,15 @@ impl Layout {
         }
     }
 
-    /// The layout with each file's owner among `nodes`: the one node that reads it from storage
-    /// (all its chunks). A directory's files go to the node that listed it ([`Readers`]), or, past
-    /// [`RUN`] files, in runs of at least `RUN` to it and the next nodes.
+    /// The layout with each file's owner among the nodes of `listers` (the shared walk's): the
+    /// one node that reads it from storage (all its chunks). A directory's files go to the node
+    /// that listed it, or, past [`RUN`] files, in runs of at least `RUN` to it and the next nodes.
     /// A node that reads a file opens the directories above it, so the storage requests of a
     /// job grow with the nodes that read below each directory: with owners by chunk
     /// (`i mod nodes`) every node opened nearly every directory (bench/results/
     /// storm-job-20261129-opath: 160 requests more per node).
-    pub fn with_owners(mut self, snap: &Snapshot, nodes: usize) -> Layout {
-        let n = nodes.max(1);
+    pub fn with_owners(mut self, snap: &Snapshot, listers: &Readers) -> Layout {
+        let n = listers.nodes();
         // each directory's files (positions in `files`), directories by their first file
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut group_of: HashMap<u32, usize> = HashMap::new();
@@ -155,15 +141,14 @@ impl Layout {
             });
             groups[g].push(k);
         }
-        let listers = Readers::of_snapshot(snap, n);
         let mut owners = vec![0u32; self.files.len()];
         for g in &groups {
-            let m = g.len();
             let parent = snap.nodes[self.files[g[0]].1 as usize].parent;
-            let base = listers.get(parent as usize).copied().flatten().unwrap_or(0);
-            let runs = m.div_ceil(RUN).clamp(1, n);
+            let base = listers
+                .lister(&snap.nodes[parent as usize].path)
+                .unwrap_or(0);
             for (j, &k) in g.iter().enumerate() {
-                owners[k] = ((base + j * runs / m) % n) as u32;
+                owners[k] = in_runs(base, j, g.len(), RUN, n) as u32;
             }
         }
         self.owners = owners;
@@ -173,17 +158,23 @@ impl Layout {
     /// The node among `nodes` that reads chunk `i` from storage (and answers the others' asks).
     pub fn owner(&self, i: u64, nodes: usize) -> usize {
         let n = nodes.max(1);
-        let fallback = (i % n as u64) as usize;
-        let Some(at) = i.checked_mul(self.chunk) else {
-            return fallback;
-        };
-        if self.owners.is_empty() || at < self.head || at >= self.size {
-            return fallback;
+        match self.file_at(i) {
+            Some((k, _)) if !self.owners.is_empty() => self.owners[k] as usize % n,
+            _ => (i % n as u64) as usize,
         }
-        match self.files.partition_point(|(s, _)| *s <= at).checked_sub(1) {
-            Some(k) => self.owners[k] as usize % n,
-            None => fallback,
+    }
+
+    /// The file chunk `i` begins in: its place in `files`, and the chunk's offset in the image.
+    fn file_at(&self, i: u64) -> Option<(usize, u64)> {
+        let at = i.checked_mul(self.chunk)?;
+        if at < self.head || at >= self.size {
+            return None;
         }
+        let k = self
+            .files
+            .partition_point(|(s, _)| *s <= at)
+            .checked_sub(1)?;
+        Some((k, at))
     }
 
     /// Chunks of the image.
@@ -198,14 +189,7 @@ impl Layout {
 
     /// Chunk `i` of a file: (the file's node index, the chunk's offset in the file, its bytes).
     pub fn piece(&self, snap: &Snapshot, i: u64) -> Option<(u32, u64, u32)> {
-        let at = i.checked_mul(self.chunk)?;
-        if at < self.head || at >= self.size {
-            return None;
-        }
-        let k = self
-            .files
-            .partition_point(|(s, _)| *s <= at)
-            .checked_sub(1)?;
+        let (k, at) = self.file_at(i)?;
         let (start, idx) = self.files[k];
         let size = snap.nodes[idx as usize].size;
         let off = at - start;

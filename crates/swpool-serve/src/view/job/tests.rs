@@ -189,6 +189,7 @@ fn walk_on(
                         barrier.wait();
                         Ok(all)
                     })
+                    .map(|(snap, _)| snap)
                 })
             })
             .collect();
@@ -333,6 +334,15 @@ fn test_suites_stubs_sources_and_documents_are_not_read_at_the_start() {
     }
 }
 
+/// The listers a shared walk on `nodes` nodes chooses for these levels of directories.
+fn listers(levels: &[&[&str]], nodes: usize) -> Readers {
+    let mut r = Readers::new(nodes);
+    for level in levels {
+        r.level(&level.iter().map(PathBuf::from).collect::<Vec<_>>());
+    }
+    r
+}
+
 #[test]
 fn a_directorys_files_go_to_few_nodes() {
     let (_t, s) = tree();
@@ -342,7 +352,8 @@ fn a_directorys_files_go_to_few_nodes() {
     let c = l.start(big).unwrap() / 4096;
     assert_eq!(l.owner(c + 1, 3), ((c + 1) % 3) as usize);
     for n in [1usize, 2, 3, 8] {
-        let l = l.clone().with_owners(&s, n);
+        let levels: &[&[&str]] = &[&[""], &["lib"], &["lib/python"], &["lib/python/pkg"]];
+        let l = l.clone().with_owners(&s, &listers(levels, n));
         // every chunk of a file has its file's owner, a node of the job
         let o = l.owner(c, n);
         assert!(o < n);
@@ -374,21 +385,14 @@ fn owners_by_directory_follow_the_lister_and_cut_a_large_one_in_runs() {
             ..file(&format!("d{d}"), 0)
         });
         for k in 0..3 {
-            let c = nodes.len() as u32;
             nodes.push(file(&format!("d{d}/g{k}"), di));
-            nodes[di as usize]
-                .children
-                .push((format!("g{k}").into_bytes(), c));
         }
     }
-    let mut children: Vec<(Vec<u8>, u32)> = (1..nodes.len() as u32)
-        .filter(|&i| nodes[i as usize].parent == 0)
-        .map(|i| (nodes[i as usize].path.as_os_str().as_bytes().to_vec(), i))
-        .collect();
-    children.sort();
-    nodes[0].children = children;
     let s = Snapshot { nodes, requests: 0 };
-    let l = Layout::new(&s, 100, 4096).with_owners(&s, 8);
+    let dirs: Vec<String> = (0..10).map(|d| format!("d{d}")).collect();
+    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    let levels: &[&[&str]] = &[&[""], &dirs];
+    let l = Layout::new(&s, 100, 4096).with_owners(&s, &listers(levels, 8));
     let owner_of = |path: &str| l.owner(l.start(index_of(&s, path)).unwrap() / 4096, 8);
     // the root's 100 files: 4 runs (of at least RUN = 32), on nodes 0..3, in order
     let root: Vec<usize> = (0..100).map(|k| owner_of(&format!("f{k:03}"))).collect();
@@ -409,11 +413,11 @@ fn owners_by_directory_follow_the_lister_and_cut_a_large_one_in_runs() {
         })
         .collect();
     assert_eq!(dirs, vec![0, 0, 0, 0, 1, 1, 1, 2, 2, 2]);
-    let listers = Readers::of_snapshot(&s, 8);
-    assert_eq!(listers[0], Some(0));
-    assert_eq!(listers[index_of(&s, "d9") as usize], Some(2));
-    assert_eq!(listers[index_of(&s, "d9/g0") as usize], None);
+    let r = listers(levels, 8);
+    assert_eq!(r.lister(Path::new("")), Some(0));
+    assert_eq!(r.lister(Path::new("d9")), Some(2));
+    assert_eq!(r.lister(Path::new("d9/g0")), None);
     // on one node, everything is node 0's
-    let one = Layout::new(&s, 100, 4096).with_owners(&s, 1);
+    let one = Layout::new(&s, 100, 4096).with_owners(&s, &listers(levels, 1));
     assert!((0..one.chunks()).all(|i| one.owner(i, 1) == 0));
 }
