@@ -137,57 +137,105 @@ pub fn start_servers(
     if let Some(d) = jv.log.parent() {
         prune_logs(d, std::time::Duration::from_secs(7 * 24 * 3600));
     }
-    let out = std::fs::File::create(&jv.log)
+    std::fs::File::create(&jv.log)
         .map_err(|e| format!("--cache {}: {}: {e}", at.display(), jv.log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
     {
         use std::os::unix::process::CommandExt;
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0);
+        cmd.stdin(std::process::Stdio::null()).process_group(0);
     }
     tracing::debug!(
         "starting the job's view servers of {}: {cmd:?}",
         at.display()
     );
-    let child = cmd.spawn().map_err(|e| {
+    watch_servers(cmd, &jv.socket, &jv.log).map_err(|e| {
         format!(
-            "--cache {}: cannot start the job's view servers (srun): {e}",
+            "--cache {}: cannot start the job's view servers: {e}",
             at.display()
         )
-    })?;
-    watch_servers(child, jv.socket.clone(), jv.log.clone());
-    Ok(())
+    })
 }
 
-/// Reap the servers' `srun` when it ends, and if it failed before this node's server made its
-/// socket, say so beside the socket (`SOCKET.failed`, where this node's view looks while it
+/// Start the servers' `srun` (`cmd`, its output appended to `log`) from a watcher process that
+/// reaps it when it ends, and if it failed (or could not start) before this node's server made
+/// its socket, says so beside the socket (`SOCKET.failed`, where this node's view looks while it
 /// waits): the view then goes on without the servers at once instead of waiting for one that
 /// will not come. (The other nodes' views wait for theirs up to `--job-wait`.)
-fn watch_servers(mut child: std::process::Child, socket: PathBuf, log: PathBuf) {
-    std::thread::spawn(move || {
-        let status = loop {
-            if socket.exists() {
-                let _ = child.wait();
-                return;
+///
+/// The watcher is a process (forked twice, so that this one has no child left to reap), never a
+/// thread: this task joins its node's environment next, and `setns` into a user namespace
+/// refuses a multithreaded caller (EINVAL: a step whose task 0 was not the first on its node
+/// failed so in `bench/storm.sh` at 8 × 4 on 2026-11-29, when the watcher was a thread).
+fn watch_servers(cmd: std::process::Command, socket: &Path, log: &Path) -> Result<(), String> {
+    // SAFETY: this task is single-threaded (see above); the children only make system calls,
+    // spawn `srun` and leave by _exit
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            if unsafe { libc::fork() } == 0 {
+                watch(cmd, socket, log);
             }
-            match child.try_wait() {
-                Ok(Some(st)) => break st,
-                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
-                Err(_) => return,
-            }
-        };
-        if !status.success() && !socket.exists() {
-            let _ = std::fs::write(
-                swpool_serve::view::job::failed_path(&socket),
-                format!(
-                    "the servers' step (srun) ended before serving ({status}): see {}",
-                    log.display()
-                ),
-            );
+            unsafe { libc::_exit(0) }
         }
-    });
+        child => {
+            let mut st = 0;
+            while unsafe { libc::waitpid(child, &mut st, 0) } == -1
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The watcher (a grandchild of the task): nothing of the task's but `cmd` (its standard
+/// streams are /dev/null and its descriptors closed, so that it holds no lock and no pipe of the
+/// step open), then `srun` started, waited for and its failure written down.
+fn watch(mut cmd: std::process::Command, socket: &Path, log: &Path) -> ! {
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
+    let failed = |why: String| {
+        let _ = std::fs::write(swpool_serve::view::job::failed_path(socket), why);
+    };
+    let out = std::fs::OpenOptions::new().append(true).open(log);
+    let status = match out.and_then(|o| Ok((o.try_clone()?, o))) {
+        Err(e) => {
+            failed(format!("{}: {e}", log.display()));
+            None
+        }
+        Ok((o, e)) => match cmd.stdout(o).stderr(e).spawn() {
+            Err(e) => {
+                failed(format!("cannot start the servers' step (srun): {e}"));
+                None
+            }
+            Ok(mut child) => loop {
+                if socket.exists() {
+                    let _ = child.wait();
+                    break None;
+                }
+                match child.try_wait() {
+                    Ok(Some(st)) => break Some(st),
+                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                    Err(_) => break None,
+                }
+            },
+        },
+    };
+    if let Some(st) = status.filter(|st| !st.success()) {
+        if !socket.exists() {
+            failed(format!(
+                "the servers' step (srun) ended before serving ({st}): see {}",
+                log.display()
+            ));
+        }
+    }
+    unsafe { libc::_exit(0) }
 }
 
 /// The views of `dirs`, as pools of the environment: each an existing directory, named by its
@@ -281,6 +329,61 @@ pub fn views(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a forked (single-threaded) process: the watcher leaves it single-threaded and childless
+    /// (it can still enter a user namespace), and a step that fails before any socket is
+    /// written down beside the socket; one that made its socket is not.
+    #[test]
+    fn the_servers_watcher_leaves_the_task_able_to_join_a_user_namespace() {
+        let t = tempfile::tempdir().unwrap();
+        let (sock, log) = (t.path().join("s.sock"), t.path().join("s.log"));
+        std::fs::write(&log, b"").unwrap();
+        let mut fails = std::process::Command::new("sh");
+        fails.args(["-c", "echo no nodes >&2; exit 3"]);
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let code = match watch_servers(fails, &sock, &log) {
+                Err(_) => 2,
+                Ok(()) => {
+                    let mut st = 0;
+                    let childless = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) } == -1;
+                    let joins = unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+                    match (childless, joins) {
+                        (true, true) => 0,
+                        (false, _) => 3,
+                        (true, false) => 4,
+                    }
+                }
+            };
+            unsafe { libc::_exit(code) }
+        }
+        let mut st = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFEXITED(st), "{st}");
+        assert_eq!(
+            libc::WEXITSTATUS(st),
+            0,
+            "2: no watcher, 3: a child left, 4: unshare failed"
+        );
+        let failed = swpool_serve::view::job::failed_path(&sock);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !failed.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let why = std::fs::read_to_string(&failed).unwrap();
+        assert!(
+            why.contains("ended before serving") && why.contains("s.log"),
+            "{why}"
+        );
+        assert!(std::fs::read_to_string(&log).unwrap().contains("no nodes"));
+        // a step that made its socket and ended well: nothing written
+        std::fs::remove_file(&failed).unwrap();
+        let mut serves = std::process::Command::new("sh");
+        serves.args(["-c", &format!("touch {}; exit 0", sock.display())]);
+        watch_servers(serves, &sock, &log).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert!(!failed.exists());
+    }
 
     #[test]
     fn views_are_canonical_existing_directories_none_inside_another() {

@@ -35,7 +35,7 @@ use crate::ChunkSource;
 pub const CHUNK: u64 = super::PIECE;
 
 mod layout;
-pub use layout::{Layout, Readers, RUN, RUN_DIRS};
+pub use layout::{Layout, Readers, RUN, RUN_CHUNKS, RUN_DIRS};
 
 /// Bytes of the BLAKE3 hash that comes before a chunk's bytes in an owner's answer.
 pub const HASH: usize = 32;

@@ -12,6 +12,12 @@ pub const RUN: usize = 32;
 /// The fewest subdirectories of one directory a node lists in the shared walk ([`Readers`]).
 pub const RUN_DIRS: usize = 4;
 
+/// The fewest chunks of one large file a node reads from storage ([`Layout::owner`]): a file of
+/// more chunks is read in runs of at least this many by its owner and the next nodes, so that
+/// one node does not read and answer a job's large libraries alone (bench/results/
+/// storm-job-20261129-readers, 8 × 4: node1 read 13.4 of numpy's 14.6 MB and sent 702 answers).
+pub const RUN_CHUNKS: u64 = 8;
+
 /// Which node lists each directory in the shared walk ([`super::walk_shared`], which gives them
 /// back with its snapshot) and reads the files in it ([`Layout::with_owners`]): the node that listed its parent, and past [`RUN_DIRS`]
 /// subdirectories of one directory, runs of them to the next nodes, so that the levels below
@@ -122,7 +128,8 @@ impl Layout {
     }
 
     /// The layout with each file's owner among the nodes of `listers` (the shared walk's): the
-    /// one node that reads it from storage (all its chunks). A directory's files go to the node
+    /// one node that reads it from storage (all its chunks, but see [`Layout::owner`] for a
+    /// large file). A directory's files go to the node
     /// that listed it, or, past [`RUN`] files, in runs of at least `RUN` to it and the next nodes.
     /// A node that reads a file opens the directories above it, so the storage requests of a
     /// job grow with the nodes that read below each directory: with owners by chunk
@@ -155,11 +162,23 @@ impl Layout {
         self
     }
 
-    /// The node among `nodes` that reads chunk `i` from storage (and answers the others' asks).
+    /// The node among `nodes` that reads chunk `i` from storage (and answers the others' asks):
+    /// its file's owner, or for a file of more than [`RUN_CHUNKS`] chunks, runs of its chunks
+    /// from its owner on.
     pub fn owner(&self, i: u64, nodes: usize) -> usize {
         let n = nodes.max(1);
         match self.file_at(i) {
-            Some((k, _)) if !self.owners.is_empty() => self.owners[k] as usize % n,
+            Some((k, at)) if !self.owners.is_empty() => {
+                let (start, _) = self.files[k];
+                let end = self.files.get(k + 1).map_or(self.size, |f| f.0);
+                let m = (end - start) / self.chunk;
+                let j = (at - start) / self.chunk;
+                let base = self.owners[k] as usize % n;
+                if m <= RUN_CHUNKS {
+                    return base;
+                }
+                in_runs(base, j as usize, m as usize, RUN_CHUNKS as usize, n)
+            }
             _ => (i % n as u64) as usize,
         }
     }

@@ -421,3 +421,39 @@ fn owners_by_directory_follow_the_lister_and_cut_a_large_one_in_runs() {
     let one = Layout::new(&s, 100, 4096).with_owners(&s, &listers(levels, 1));
     assert!((0..one.chunks()).all(|i| one.owner(i, 1) == 0));
 }
+
+#[test]
+fn a_large_files_chunks_are_read_in_runs_by_several_nodes() {
+    use crate::view::Node;
+    let mut nodes = vec![Node {
+        kind: Kind::Dir,
+        ..Node::test_file("", 0, 0)
+    }];
+    nodes.push(Node::test_file("small", 3 * 4096, 0));
+    nodes.push(Node::test_file("large", 40 * 4096 - 1, 0));
+    nodes.push(Node::test_file("nine", 9 * 4096, 0));
+    let s = Snapshot { nodes, requests: 0 };
+    let levels: &[&[&str]] = &[&[""]];
+    for n in [1usize, 2, 3, 8] {
+        let l = Layout::new(&s, 100, 4096).with_owners(&s, &listers(levels, n));
+        let chunks_of = |p: &str, k: u64| {
+            let c = l.start(index_of(&s, p)).unwrap() / 4096;
+            (0..k).map(|j| l.owner(c + j, n)).collect::<Vec<_>>()
+        };
+        // a file of at most RUN_CHUNKS chunks: its owner's, the directory's lister
+        assert!(chunks_of("small", 3).iter().all(|o| *o == 0));
+        // 40 chunks: 5 runs of 8 (at most one per node), in order from the owner on
+        let large = chunks_of("large", 40);
+        let runs = 5.min(n);
+        for (j, o) in large.iter().enumerate() {
+            assert_eq!(*o, j * runs / 40 % n, "chunk {j} of 40 on {n} nodes");
+        }
+        let mut used: Vec<usize> = large.clone();
+        used.dedup();
+        assert_eq!(used.len(), runs);
+        // 9 chunks: 2 runs where there are 2 nodes
+        let nine = chunks_of("nine", 9);
+        assert_eq!(nine[0], 0);
+        assert_eq!(nine[8], 1 % n);
+    }
+}
