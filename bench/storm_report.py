@@ -77,11 +77,14 @@ def ratio(vals):
     return max(vals) / min(vals) if vals else float("nan")
 
 
+# the goal on requests max / min: the bundled pool's (<= 1.1) and the views' (<= 1.2, issue 55);
+# the others are what they are compared with
+flat_goal = {"b": "goal <= 1.1", "v": "goal <= 1.2", "j": "goal <= 1.2"}
 goals = []
 for w in ways:
     rs = get(w)
     goals.append(f"- {names[w]}: server requests max / min over {len(rs)} configurations = "
-                 f"{ratio([r.get('server_requests') for r in rs]):.2f} (goal for (b): <= 1.1; metadata requests "
+                 f"{ratio([r.get('server_requests') for r in rs]):.2f} ({flat_goal.get(w, 'no goal: a baseline')}; metadata requests "
                  f"{min(r.get('server_requests', 0) - r.get('server_reads', 0) for r in rs):,} .. "
                  f"{max(r.get('server_requests', 0) - r.get('server_reads', 0) for r in rs):,}); bytes max / min = "
                  f"{ratio([r['bytes'] for r in rs]):.2f}; server syscalls max / min = {ratio([r['server_syscalls'] for r in rs]):.2f}")
