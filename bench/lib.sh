@@ -8,6 +8,8 @@
 #   calc EXPR           awk arithmetic (3 decimals; the cluster tests' calc keeps 4 significant digits)
 #   drop                the preamble's drop_caches
 #   log MSG...          print and append to $OUT.log
+#   tb_srun N NP EXPORTS CMD...  one Slurm step of NP tasks on testbed nodes 1..N, as a job
+#                       launches its ranks (PMIx, oversubscribed; --export=ALL,EXPORTS)
 # shellcheck source=../tools/preamble.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../tools/preamble.sh"
 el() { elapsed "$@"; }
@@ -16,6 +18,12 @@ timeit() { local s; s=$(now); "$@" >/dev/null; sub "$s" "$(now)"; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 drop() { drop_caches; }
 log() { echo "$*" | tee -a "$OUT.log"; }
+tb_srun() {
+  local n=$1 np=$2 exports=$3
+  shift 3
+  SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix --overcommit -N "$n" -n "$np" \
+    -w "node[1-$n]" --export="ALL,$exports" "$@"
+}
 # cpu_report DATA TITLE: the whole machine's CPU time in a `perf record -a` file, split by command,
 # by command and library, and by command and function (kernel and user), on stdout; DATA removed
 cpu_report() {

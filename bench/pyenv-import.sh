@@ -131,9 +131,7 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
   if [[ $way == s || $way == j ]]; then
     # under Slurm: (j) the job-wide view (one listing, each file read by one node), (s) the same
     # launcher straight from storage
-    out=$(SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix --overcommit \
-          -N "$n" -n "$np" -w "node[1-$n]" --export=ALL,T0="$t0",PYTHONPATH="$pp" \
-          "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
+    out=$(tb_srun "$n" "$np" T0="$t0",PYTHONPATH="$pp" "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
   else
     out=$(testbed/mpirun -np "$np" -H "$hp" -x T0="$t0" -x PYTHONPATH="$pp" "${wrap[@]}" "$py" -c "$DRIVER" 2>&1) || rc=$?
   fi

@@ -191,9 +191,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   local wrap=()
   [[ $way == v || $way == j ]] && wrap=("$SW" run --cache "$S/site" --cache "$S/pypi" --)
   if [[ $way == j || $way == s ]]; then
-    out=$(SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix --overcommit -N "$n" \
-          -n "$np" -w "node[1-$n]" \
-          --export=ALL,PYTHONPATH="$pp",STORM_T0="$t0",STORM_EXTRA="$EXTRA" \
+    out=$(tb_srun "$n" "$np" PYTHONPATH="$pp",STORM_T0="$t0",STORM_EXTRA="$EXTRA" \
           "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
   else
     out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \

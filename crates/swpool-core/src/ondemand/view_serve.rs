@@ -335,12 +335,10 @@ fn bind(job: &dyn Collective, sock: &Path) -> Result<std::os::unix::net::UnixLis
 /// [`NodeServer::start_dir`].
 fn small_by_dir(owned: &Owned, req: &ViewRequest) -> (HashMap<u32, Vec<u64>>, HashMap<u64, u32>) {
     let (mut dirs, mut dir_of) = (HashMap::<u32, Vec<u64>>::new(), HashMap::new());
-    for i in job::small_chunks(&owned.snap, &owned.layout, req.small, req.small_total) {
-        if let Some((idx, _, _)) = owned.layout.piece(&owned.snap, i) {
-            let dir = owned.snap.nodes[idx as usize].parent;
-            dirs.entry(dir).or_default().push(i);
-            dir_of.insert(i, dir);
-        }
+    for (i, idx) in job::small_chunks(&owned.snap, &owned.layout, req.small, req.small_total) {
+        let dir = owned.snap.nodes[idx as usize].parent;
+        dirs.entry(dir).or_default().push(i);
+        dir_of.insert(i, dir);
     }
     (dirs, dir_of)
 }

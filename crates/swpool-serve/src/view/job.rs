@@ -433,7 +433,9 @@ impl Owned {
 /// - what programs do not open when they run ([`not_run`]): test suites (a `tests` or `test`
 ///   directory), type stubs, C and Cython sources and headers, documents. Of numpy's 988 files of
 ///   at most 64 KiB (pip, 2026-11-29), 744 are such, and `import numpy` opens 84 files.
-pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) -> Vec<u64> {
+///
+/// Each as (its chunk, its file's node index).
+pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) -> Vec<(u64, u32)> {
     let mut sum = 0u64;
     let mut out = Vec::new();
     for (i, n) in snap.nodes.iter().enumerate() {
@@ -448,7 +450,7 @@ pub fn small_chunks(snap: &Snapshot, layout: &Layout, small: u64, total: u64) ->
         }
         if let Some(start) = layout.start(i as u32) {
             sum += n.size;
-            out.push(start / layout.chunk);
+            out.push((start / layout.chunk, i as u32));
         }
     }
     out

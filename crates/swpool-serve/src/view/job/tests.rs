@@ -123,7 +123,8 @@ fn small_files_are_chosen_alike() {
     let l = Layout::new(&s, 100, 4096);
     let init = l.start(index_of(&s, "lib/python/pkg/__init__.py")).unwrap() / 4096;
     // the big file is not small; the empty one has no chunk
-    assert_eq!(small_chunks(&s, &l, 4096, 1 << 20), vec![init]);
+    let pkg = index_of(&s, "lib/python/pkg/__init__.py");
+    assert_eq!(small_chunks(&s, &l, 4096, 1 << 20), vec![(init, pkg)]);
     assert!(small_chunks(&s, &l, 4096, 3).is_empty());
 }
 
@@ -146,7 +147,10 @@ fn a_python_source_with_its_compiled_module_beside_it_is_not_read_at_the_start()
     let l = Layout::new(&s, 100, 4096);
     let chosen: Vec<PathBuf> = small_chunks(&s, &l, 4096, 1 << 20)
         .into_iter()
-        .map(|c| s.nodes[l.piece(&s, c).unwrap().0 as usize].path.clone())
+        .map(|(c, idx)| {
+            assert_eq!(l.piece(&s, c).unwrap().0, idx);
+            s.nodes[idx as usize].path.clone()
+        })
         .collect();
     // a.py has a.cpython-311.pyc; b.py and ab.py none (abc.* is not ab.*)
     let mut want: Vec<PathBuf> = [
