@@ -173,11 +173,14 @@ impl Layout {
                 let end = self.files.get(k + 1).map_or(self.size, |f| f.0);
                 let m = (end - start) / self.chunk;
                 let j = (at - start) / self.chunk;
-                let base = self.owners[k] as usize % n;
-                if m <= RUN_CHUNKS {
-                    return base;
-                }
-                in_runs(base, j as usize, m as usize, RUN_CHUNKS as usize, n)
+                // one run (the owner's) for a file of at most RUN_CHUNKS chunks
+                in_runs(
+                    self.owners[k] as usize,
+                    j as usize,
+                    m as usize,
+                    RUN_CHUNKS as usize,
+                    n,
+                )
             }
             _ => (i % n as u64) as usize,
         }
