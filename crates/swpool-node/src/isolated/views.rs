@@ -137,7 +137,7 @@ pub fn start_servers(
     if let Some(d) = jv.log.parent() {
         prune_logs(d, std::time::Duration::from_secs(7 * 24 * 3600));
     }
-    std::fs::File::create(&jv.log)
+    let log = std::fs::File::create(&jv.log)
         .map_err(|e| format!("--cache {}: {}: {e}", at.display(), jv.log.display()))?;
     {
         use std::os::unix::process::CommandExt;
@@ -147,7 +147,7 @@ pub fn start_servers(
         "starting the job's view servers of {}: {cmd:?}",
         at.display()
     );
-    watch_servers(cmd, &jv.socket, &jv.log).map_err(|e| {
+    watch_servers(cmd, &jv.socket, (&log, &jv.log)).map_err(|e| {
         format!(
             "--cache {}: cannot start the job's view servers: {e}",
             at.display()
@@ -155,7 +155,8 @@ pub fn start_servers(
     })
 }
 
-/// Start the servers' `srun` (`cmd`, its output appended to `log`) from a watcher process that
+/// Start the servers' `srun` (`cmd`, its output to `log`: the file, and its path to name) from a
+/// watcher process that
 /// reaps it when it ends, and if it failed (or could not start) before this node's server made
 /// its socket, says so beside the socket (`SOCKET.failed`, where this node's view looks while it
 /// waits): the view then goes on without the servers at once instead of waiting for one that
@@ -165,7 +166,11 @@ pub fn start_servers(
 /// thread: this task joins its node's environment next, and `setns` into a user namespace
 /// refuses a multithreaded caller (EINVAL: a step whose task 0 was not the first on its node
 /// failed so in `bench/storm.sh` at 8 × 4 on 2026-11-29, when the watcher was a thread).
-fn watch_servers(cmd: std::process::Command, socket: &Path, log: &Path) -> Result<(), String> {
+fn watch_servers(
+    cmd: std::process::Command,
+    socket: &Path,
+    log: (&std::fs::File, &Path),
+) -> Result<(), String> {
     // SAFETY: this task is single-threaded (see above); the children only make system calls,
     // spawn `srun` and leave by _exit
     match unsafe { libc::fork() } {
@@ -187,44 +192,40 @@ fn watch_servers(cmd: std::process::Command, socket: &Path, log: &Path) -> Resul
     }
 }
 
-/// The watcher (a grandchild of the task): nothing of the task's but `cmd` (its standard
-/// streams are /dev/null and its descriptors closed, so that it holds no lock and no pipe of the
-/// step open), then `srun` started, waited for and its failure written down.
-fn watch(mut cmd: std::process::Command, socket: &Path, log: &Path) -> ! {
+/// The watcher (a grandchild of the task): nothing of the task's but `cmd` and the log (its
+/// standard input is /dev/null, its output the log, its other descriptors closed, so that it
+/// holds no lock and no pipe of the step open), then `srun` started with those streams, waited
+/// for and its failure written down.
+fn watch(mut cmd: std::process::Command, socket: &Path, (out, log): (&std::fs::File, &Path)) -> ! {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain system calls on descriptors this process holds, in a single-threaded child
     unsafe {
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
+            libc::dup2(null, 0);
         }
+        libc::dup2(out.as_raw_fd(), 1);
+        libc::dup2(out.as_raw_fd(), 2);
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
     let failed = |why: String| {
         let _ = std::fs::write(swpool_serve::view::job::failed_path(socket), why);
     };
-    let out = std::fs::OpenOptions::new().append(true).open(log);
-    let status = match out.and_then(|o| Ok((o.try_clone()?, o))) {
+    let status = match cmd.spawn() {
         Err(e) => {
-            failed(format!("{}: {e}", log.display()));
+            failed(format!("cannot start the servers' step (srun): {e}"));
             None
         }
-        Ok((o, e)) => match cmd.stdout(o).stderr(e).spawn() {
-            Err(e) => {
-                failed(format!("cannot start the servers' step (srun): {e}"));
-                None
+        Ok(mut child) => loop {
+            if socket.exists() {
+                let _ = child.wait();
+                break None;
             }
-            Ok(mut child) => loop {
-                if socket.exists() {
-                    let _ = child.wait();
-                    break None;
-                }
-                match child.try_wait() {
-                    Ok(Some(st)) => break Some(st),
-                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
-                    Err(_) => break None,
-                }
-            },
+            match child.try_wait() {
+                Ok(Some(st)) => break Some(st),
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                Err(_) => break None,
+            }
         },
     };
     if let Some(st) = status.filter(|st| !st.success()) {
@@ -337,12 +338,12 @@ mod tests {
     fn the_servers_watcher_leaves_the_task_able_to_join_a_user_namespace() {
         let t = tempfile::tempdir().unwrap();
         let (sock, log) = (t.path().join("s.sock"), t.path().join("s.log"));
-        std::fs::write(&log, b"").unwrap();
+        let out = std::fs::File::create(&log).unwrap();
         let mut fails = std::process::Command::new("sh");
         fails.args(["-c", "echo no nodes >&2; exit 3"]);
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            let code = match watch_servers(fails, &sock, &log) {
+            let code = match watch_servers(fails, &sock, (&out, &log)) {
                 Err(_) => 2,
                 Ok(()) => {
                     let mut st = 0;
@@ -380,7 +381,7 @@ mod tests {
         std::fs::remove_file(&failed).unwrap();
         let mut serves = std::process::Command::new("sh");
         serves.args(["-c", &format!("touch {}; exit 0", sock.display())]);
-        watch_servers(serves, &sock, &log).unwrap();
+        watch_servers(serves, &sock, (&out, &log)).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(500));
         assert!(!failed.exists());
     }
