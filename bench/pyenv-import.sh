@@ -16,7 +16,8 @@
 #   (j) job view  (v) under Slurm (`srun --mpi=pmix`, one step): the job-wide view, one listing and
 #                 each file read from storage by one node, passed to the others over MPI (cold)
 #   (s) shared    (a) launched by srun as (j) is
-# Per run: time from launch to the slowest rank's end of import, bytes the storage server sent, and
+# Per run: time from launch to the slowest rank's end of import, the ranks' own CPU seconds summed
+# (ranks_cpu_s; ÷ the cores, the least time any storage allows), bytes the storage server sent, and
 # the requests it served (its own log, testbed/storage-ops), as bench/storm.sh counts them.
 #
 #   bench/pyenv-import.sh ["NODES"] ["RANKS"]     defaults: "1 8" "1 4"
@@ -98,11 +99,13 @@ hosts() { local n=$1 p=$2 h="" i; for ((i = 1; i <= n; i++)); do h+="node$i:$p,"
 RES=$OUT/runs.jsonl
 : > "$RES"
 MNT=$TB/local/pyenvmnt
-DRIVER='import json, os, time
+DRIVER='import json, os, resource, time
 t = time.time()
 import scipy.stats
 e = time.time()
-print(json.dumps({"since_t0_s": round(e - float(os.environ["T0"]), 3), "import_s": round(e - t, 3)}))'
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"since_t0_s": round(e - float(os.environ["T0"]), 3), "import_s": round(e - t, 3),
+                  "cpu_s": round(u.ru_utime + u.ru_stime, 3)}))'
 
 run_way() {  # run_way WAY N P -> one JSON line in $RES
   local way=$1 n=$2 p=$3 py pp="" t0 out rc=0 b0 o0 o1 bytes load_s="null"
@@ -141,13 +144,16 @@ run_way() {  # run_way WAY N P -> one JSON line in $RES
     b) testbed/mpirun -np "$n" -H "$h1" "$SW" unload -q "$MNT" >/dev/null 2>&1 || true ;;
     c) testbed/mpirun -np "$n" -H "$h1" "$SW" umount "$MNT" >/dev/null 2>&1 || true ;;
   esac
-  local ranks slow imp
+  local ranks slow imp cpu
   ranks=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | wc -l || true)
   slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1 || true)
   imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1 || true)
+  # the ranks' own CPU seconds (interpreter start to end of import), summed: ÷ the machine's cores,
+  # the time no storage can take below
+  cpu=$(grep -o '"cpu_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | awk '{s += $1} END {printf "%.2f", s}' || true)
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
-  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d}\n' \
-    "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
+  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"ranks_cpu_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d}\n' \
+    "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "${cpu:-null}" "$load_s" \
     "$(sub "$t0" "$t_end")" "$bytes" $(( ${o1% *} - ${o0% *} )) $(( ${o1#* } - ${o0#* } )) | tee -a "$RES"
 }
 
@@ -160,7 +166,7 @@ done
 stop_mds
 cat > "$OUT/params.json" <<EOJ
 {"nodes": "$NODES", "ranks": "$RANKS", "latency": "$LAT", "mds_delay_us": $MDS_US, "env_inodes": $FILES,
- "pool_bytes": $(stat -c %s "$E/pools/sci/1.sqfs"), "command": "bench/pyenv-import.sh \"$NODES\" \"$RANKS\"",
+ "pool_bytes": $(stat -c %s "$E/pools/sci/1.sqfs"), "cores": $(nproc), "command": "bench/pyenv-import.sh \"$NODES\" \"$RANKS\"",
  "duration_s": $(( $(date +%s) - t_begin ))}
 EOJ
 echo "done in $(( $(date +%s) - t_begin )) s: $OUT"
