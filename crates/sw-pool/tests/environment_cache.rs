@@ -102,7 +102,7 @@ fn a_next_run_reads_from_storage_only_what_changed() {
     let warm = dirs[0].path();
     let mode = std::fs::metadata(&warm).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "{}", warm.display());
-    // (ls, larger than a piece of 128 KiB, is kept by the pieces the loader touched)
+    // (ls, larger than a piece of 64 KiB, is kept by the pieces the loader touched)
     let ls_pieces = std::fs::metadata(t.join("bin/ls"))
         .unwrap()
         .len()

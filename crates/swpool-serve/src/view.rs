@@ -215,13 +215,18 @@ impl<T: FileBytes + ?Sized> FileBytes for Arc<T> {
     }
 }
 
-/// Files larger than this (128 KiB) are read piece by piece, each piece at the first read that
+/// Files larger than this (64 KiB) are read piece by piece, each piece at the first read that
 /// needs it, so that a large library of which a program touches a few pages costs storage those
 /// pages' pieces only; smaller files are read whole at their first open. The job-wide view's
-/// chunk ([`job::CHUNK`]), so that a piece is one ask of the node's server. 128 KiB rather than
-/// 256: storage bytes 1.12× what one rank reads straight instead of 1.20×, requests and time the
-/// same (bench/results/storm-job-20261129-128k against -readers).
-pub const PIECE: u64 = 1 << 17;
+/// chunk ([`job::CHUNK`]), so that a piece is one ask of the node's server. 64 KiB rather than
+/// 128: storage bytes 1.06–1.09× what one rank reads straight instead of 1.10–1.13× (256 KiB:
+/// 1.20×); with a read's missing pieces fetched side by side ([`View::fetch_missing`]) the time
+/// against straight from storage is the same (bench/results/storm-job-20261129-64k-par against
+/// -ra128k; 64 KiB fetched one after another was slower, -64k).
+pub const PIECE: u64 = 1 << 16;
+
+/// Pieces of one read fetched at once, at most ([`View::fetch_missing`]).
+const PIECES_AT_ONCE: usize = 16;
 
 /// A file's bytes as the view keeps them.
 enum Held {
@@ -427,10 +432,14 @@ impl View {
         }
     }
 
-    /// Up to `size` bytes at `offset` of the large file `idx`, from its pieces.
+    /// Up to `size` bytes at `offset` of the large file `idx`, from its pieces (the pieces a read
+    /// needs and no one fetched yet are fetched side by side, [`Self::fetch_missing`]).
     fn read_pieces(&self, idx: u32, p: &Pieces, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         let fsize = self.snap.nodes[idx as usize].size;
         let end = offset.saturating_add(u64::from(size)).min(fsize);
+        if end > offset {
+            self.fetch_missing(idx, p, (offset / PIECE) as usize..=((end - 1) / PIECE) as usize);
+        }
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let mut at = offset;
         while at < end {
@@ -451,6 +460,28 @@ impl View {
             at = pe;
         }
         Ok(out)
+    }
+
+    /// The pieces `ks` of the large file `idx` that are not fetched yet, fetched side by side
+    /// (at most [`PIECES_AT_ONCE`] at a time): a read-ahead of the kernel's (up to 1 MiB) waits for
+    /// the slowest of its pieces, not for their sum. A piece that fails is kept failed, as one
+    /// fetched by the read itself would be; the read then meets it and fails (`EIO`).
+    fn fetch_missing(&self, idx: u32, p: &Pieces, ks: std::ops::RangeInclusive<usize>) {
+        let missing: Vec<usize> = ks
+            .filter(|&k| p.cells.get(k).is_some_and(|c| c.get().is_none()))
+            .collect();
+        if missing.len() < 2 {
+            return;
+        }
+        for batch in missing.chunks(PIECES_AT_ONCE) {
+            std::thread::scope(|s| {
+                for &k in batch {
+                    s.spawn(move || {
+                        let _ = self.piece(idx, p, k);
+                    });
+                }
+            });
+        }
     }
 
     /// Open file `ino`: a file of at most [`PIECE`] bytes is fetched now, so that it is read

@@ -22,7 +22,7 @@ fn tree() -> tempfile::TempDir {
     fs::create_dir_all(r.join("lib/python3/site-packages/pkg")).unwrap();
     fs::write(r.join("bin/tool"), b"#!/bin/sh\necho tool\n").unwrap();
     fs::set_permissions(r.join("bin/tool"), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::write(r.join("lib/libx.so.1"), vec![7u8; 100_000]).unwrap();
+    fs::write(r.join("lib/libx.so.1"), vec![7u8; 60_000]).unwrap();
     symlink("libx.so.1", r.join("lib/libx.so")).unwrap();
     fs::write(
         r.join("lib/python3/site-packages/pkg/__init__.py"),
@@ -68,7 +68,7 @@ fn the_snapshot_lists_every_entry_and_answers_failed_lookups_too() {
         .collect();
     assert_eq!(names, vec![&b"libx.so"[..], b"libx.so.1", b"python3"]);
     assert_eq!(s.nodes[so as usize].parent, lib);
-    assert_eq!(s.files(), (3, 20 + 100_000 + 6));
+    assert_eq!(s.files(), (3, 20 + 60_000 + 6));
     // an lstat per entry, a read per directory: what the walk cost storage, made once
     assert!(s.requests >= 10 + 6, "{}", s.requests);
 }
@@ -192,7 +192,7 @@ fn a_file_read_once_is_served_as_read_after_storage_changes_or_goes() {
     // file in it, the one it listed, checked as any)
     assert_eq!(v.open(lib), Err(Errno::EIO));
     fs::rename(t.path().join("gone"), t.path().join("lib")).unwrap();
-    fs::write(t.path().join("lib/libx.so.1"), vec![7u8; 100_000]).unwrap();
+    fs::write(t.path().join("lib/libx.so.1"), vec![7u8; 60_000]).unwrap();
     assert_eq!(v.open(lib), Err(Errno::EIO));
     // the bytes were kept in unnamed files: nothing in the node-local directory
     assert_eq!(fs::read_dir(store.path()).unwrap().count(), 0);
@@ -221,7 +221,7 @@ fn a_file_changed_since_the_snapshot_is_not_served_at_all() {
 fn storage_reads_never_leave_the_tree_through_a_symlink_made_after_the_snapshot() {
     let t = tree();
     let outside = tempfile::tempdir().unwrap();
-    fs::write(outside.path().join("libx.so.1"), vec![7u8; 100_000]).unwrap();
+    fs::write(outside.path().join("libx.so.1"), vec![7u8; 60_000]).unwrap();
     let v = storage_view(t.path(), None);
     let lib = path_of(&v.snap, "lib/libx.so.1").unwrap() as u64 + 1;
     fs::rename(t.path().join("lib"), t.path().join("lib.old")).unwrap();
@@ -339,4 +339,55 @@ fn a_large_file_is_read_from_storage_piece_by_piece_and_only_the_pieces_read() {
         assert_eq!(v.trace(), vec![PathBuf::from("lib/libbig.so")]);
         assert_eq!(fs::read_dir(store.path()).unwrap().count(), 0);
     }
+}
+
+#[test]
+fn the_missing_pieces_of_one_read_are_fetched_side_by_side() {
+    // pieces that take 150 ms each to come, counted in flight; piece 2 fails
+    struct Slow {
+        now: AtomicU64,
+        most: AtomicU64,
+    }
+    impl FileBytes for Slow {
+        fn fetch(&self, _: &Node) -> Result<Vec<u8>, String> {
+            Err("not asked whole".into())
+        }
+        fn fetch_piece(&self, _: &Node, offset: u64, len: u32) -> Result<Vec<u8>, String> {
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            if offset / PIECE == 2 {
+                return Err("piece 2 is bad".into());
+            }
+            Ok(vec![(offset / PIECE) as u8; len as usize])
+        }
+        fn describe(&self) -> String {
+            "slow".into()
+        }
+    }
+    let t = tree();
+    fs::write(t.path().join("lib/libbig.so"), vec![0u8; (PIECE * 6) as usize]).unwrap();
+    let fd = open_dir(t.path());
+    let s = Snapshot::walk(fd.as_fd(), t.path()).unwrap();
+    let src = Arc::new(Slow {
+        now: AtomicU64::new(0),
+        most: AtomicU64::new(0),
+    });
+    let v = View::new(s, Box::new(src.clone()), None, "test");
+    let ino = path_of(&v.snap, "lib/libbig.so").unwrap() as u64 + 1;
+    v.open(ino).unwrap();
+    // one read of pieces 0 and 1 (and 100 bytes of nothing past them): both fetched at once
+    let got = v.read(ino, 0, (2 * PIECE) as u32).unwrap();
+    assert_eq!(got.len() as u64, 2 * PIECE);
+    assert!(got[..PIECE as usize].iter().all(|&b| b == 0));
+    assert!(got[PIECE as usize..].iter().all(|&b| b == 1));
+    assert_eq!(src.most.load(Ordering::SeqCst), 2);
+    // a read of pieces 1 (held), 2 (fails), 3 and 4: the three missing ones at once; the read
+    // fails as piece 2 does (EIO), and the pieces that came are kept
+    assert_eq!(v.read(ino, PIECE, (4 * PIECE) as u32), Err(Errno::EIO));
+    assert_eq!(src.most.load(Ordering::SeqCst), 3);
+    assert_eq!(v.read(ino, 3 * PIECE, 8).unwrap(), vec![3u8; 8]);
+    assert_eq!(v.read(ino, 4 * PIECE, 8).unwrap(), vec![4u8; 8]);
+    assert_eq!(src.now.load(Ordering::SeqCst), 0);
 }
