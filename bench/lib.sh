@@ -14,6 +14,8 @@
 . "$(dirname "${BASH_SOURCE[0]}")/../tools/preamble.sh"
 el() { elapsed "$@"; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+# CPU seconds the whole machine was busy so far (user, nice, system, irq, softirq, steal: /proc/stat)
+machine_busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat; }
 timeit() { local s; s=$(now); "$@" >/dev/null; sub "$s" "$(now)"; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 drop() { drop_caches; }

@@ -21,7 +21,9 @@
 # (testbed up --sftp-log: OpenSSH's sftp-server at DEBUG3, one line per request; testbed/storage-ops),
 # metadata requests and reads apart; also the read + write system calls of every process in the
 # storage namespace (/proc/PID/io syscr + syscw), which include the ssh transport's socket I/O and
-# so vary with packet timing. A separate pass (STORM_STRACE_CONFIGS) attaches `strace -c -f` to
+# so vary with packet timing; and the CPU seconds the whole machine was busy during the run
+# (machine_cpu_s, /proc/stat: every virtual node shares the same cores, so it is what all of the
+# nodes' ranks, servers and storage took together). A separate pass (STORM_STRACE_CONFIGS) attaches `strace -c -f` to
 # those processes for a per-syscall breakdown (open/stat/getdents/read ...); its times are not used.
 # Also: both link modes of the bundle (DT_NEEDED $ORIGIN paths vs RUNPATH) compared on one node.
 #
@@ -177,7 +179,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     sleep 1
   fi
   b0=$(testbed/storage-bytes); s0=$(server_sys); o0=$(server_ops)
-  local by0; by0=$(testbed/storage-ops --by-op)
+  local by0 cpu0; by0=$(testbed/storage-ops --by-op); cpu0=$(machine_busy)
   t0=$(now)
   case $way in
     a|v|j|s) pp=$S/site:$S/pypi ;;
@@ -197,7 +199,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     out=$(testbed/mpirun -np "$np" -H "$hp" -x PYTHONPATH="$pp" -x STORM_T0="$t0" -x STORM_EXTRA="$EXTRA" \
           "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
   fi
-  local t_end; t_end=$(now)
+  local t_end cpu; t_end=$(now); cpu=$(sub "$cpu0" "$(machine_busy)")
   if [[ $way == j ]]; then
     # the job-wide view's servers: their log (listing, figures) and the ranks' own lines
     { testbed/exec node1 sh -c 'cat /run/sw-pool/view-*.log 2>/dev/null; rm -f /run/sw-pool/view-*.log' || true
@@ -219,10 +221,10 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   slow=$(grep -o '"since_t0_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
   imp=$(grep -o '"import_s": [0-9.]*' <<< "$out" | sed 's/.*: //' | sort -g | tail -1) || true
   [[ $ranks == "$np" ]] || { echo "run $way ${n}x$p: only $ranks of $np ranks reported (rc=$rc):"; tail -n 5 <<< "$out"; }
-  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d,"server_syscalls":%d,"strace":%s}\n' \
+  printf '{"way":"%s","nodes":%d,"ppn":%d,"ranks":%d,"ok_ranks":%d,"slowest_s":%s,"slowest_import_s":%s,"load_s":%s,"wall_s":%s,"bytes":%d,"server_requests":%d,"server_reads":%d,"server_syscalls":%d,"machine_cpu_s":%s,"strace":%s}\n' \
     "$way" "$n" "$p" "$np" "$ranks" "${slow:-null}" "${imp:-null}" "$load_s" \
     "$(sub "$t0" "$t_end")" "$bytes" \
-    $(( ${o1% *} - ${o0% *} )) $(( ${o1#* } - ${o0#* } )) "$sysc" \
+    $(( ${o1% *} - ${o0% *} )) $(( ${o1#* } - ${o0#* } )) "$sysc" "$cpu" \
     "$([[ -n $st_file ]] && echo "\"$(basename "$st_file")\"" || echo null)" | tee -a "$RES"
 }
 
