@@ -438,7 +438,11 @@ impl View {
         let fsize = self.snap.nodes[idx as usize].size;
         let end = offset.saturating_add(u64::from(size)).min(fsize);
         if end > offset {
-            self.fetch_missing(idx, p, (offset / PIECE) as usize..=((end - 1) / PIECE) as usize);
+            self.fetch_missing(
+                idx,
+                p,
+                (offset / PIECE) as usize..=((end - 1) / PIECE) as usize,
+            );
         }
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let mut at = offset;

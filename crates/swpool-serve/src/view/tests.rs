@@ -367,7 +367,11 @@ fn the_missing_pieces_of_one_read_are_fetched_side_by_side() {
         }
     }
     let t = tree();
-    fs::write(t.path().join("lib/libbig.so"), vec![0u8; (PIECE * 6) as usize]).unwrap();
+    fs::write(
+        t.path().join("lib/libbig.so"),
+        vec![0u8; (PIECE * 6) as usize],
+    )
+    .unwrap();
     let fd = open_dir(t.path());
     let s = Snapshot::walk(fd.as_fd(), t.path()).unwrap();
     let src = Arc::new(Slow {
