@@ -106,7 +106,7 @@ fn a_next_run_reads_from_storage_only_what_changed() {
     let ls_pieces = std::fs::metadata(t.join("bin/ls"))
         .unwrap()
         .len()
-        .div_ceil(128 << 10) as usize;
+        .div_ceil(64 << 10) as usize;
     let kept = std::fs::read_dir(&warm).unwrap().count();
     assert!(
         (3..=2 + ls_pieces).contains(&kept),
