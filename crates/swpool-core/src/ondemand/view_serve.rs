@@ -436,7 +436,7 @@ pub fn serve(
 ) -> Result<ViewStats, Error> {
     let r = serve_inner(job, req, stop, ready);
     if let Err(e) = &r {
-        let _ = std::fs::write(failed_path(&req.socket), e.to_string());
+        let _ = job::write_failed(&req.socket, &e.to_string());
     }
     r
 }

@@ -209,7 +209,7 @@ fn watch(mut cmd: std::process::Command, socket: &Path, (out, log): (&std::fs::F
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
     let failed = |why: String| {
-        let _ = std::fs::write(swpool_serve::view::job::failed_path(socket), why);
+        let _ = swpool_serve::view::job::write_failed(socket, &why);
     };
     let status = match cmd.spawn() {
         Err(e) => {

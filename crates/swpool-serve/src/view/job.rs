@@ -55,6 +55,22 @@ pub fn failed_path(socket: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Write down beside `socket` ([`failed_path`]) why its server will not serve: whole or not at
+/// all (a temporary name of this process's, renamed), since the node's view reads it as soon as
+/// it is there. No lock is taken (not `swpool_sys::atomic`'s registry): the servers' watcher
+/// calls it in a forked child.
+pub fn write_failed(socket: &Path, why: &str) -> std::io::Result<()> {
+    let dest = failed_path(socket);
+    let mut tmp = dest.clone().into_os_string();
+    tmp.push(format!(".{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let r = std::fs::write(&tmp, why).and_then(|()| std::fs::rename(&tmp, &dest));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
 fn put_bytes(v: &mut Vec<u8>, b: &[u8]) {
     v.extend_from_slice(&(b.len() as u32).to_le_bytes());
     v.extend_from_slice(b);

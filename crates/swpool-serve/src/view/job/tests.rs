@@ -461,3 +461,27 @@ fn a_large_files_chunks_are_read_in_runs_by_several_nodes() {
         assert_eq!(nine[8], 1 % n);
     }
 }
+
+#[test]
+fn a_servers_failure_is_written_whole_beside_its_socket_and_nothing_else() {
+    let t = tempfile::tempdir().unwrap();
+    let sock = t.path().join("view-7.0-k.sock");
+    write_failed(&sock, "no nodes").unwrap();
+    write_failed(&sock, "the second word").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(failed_path(&sock)).unwrap(),
+        "the second word"
+    );
+    let names: Vec<_> = std::fs::read_dir(t.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("view-7.0-k.sock.failed")]
+    );
+    // a directory it cannot write into: an error, nothing left
+    let gone = t.path().join("gone/s.sock");
+    assert!(write_failed(&gone, "x").is_err());
+}
