@@ -156,11 +156,11 @@ pub fn start_servers(
 }
 
 /// Start the servers' `srun` (`cmd`, its output to `log`: the file, and its path to name) from a
-/// watcher process that
-/// reaps it when it ends, and if it failed (or could not start) before this node's server made
-/// its socket, says so beside the socket (`SOCKET.failed`, where this node's view looks while it
-/// waits): the view then goes on without the servers at once instead of waiting for one that
-/// will not come. (The other nodes' views wait for theirs up to `--job-wait`.)
+/// watcher process that reaps it when it ends, and if it failed (or could not start) before this
+/// node's server made its socket, says so beside the socket (`SOCKET.failed`, where this node's
+/// view looks while it waits): the view then goes on without the servers at once instead of
+/// waiting for one that will not come. (The other nodes' views wait for theirs up to
+/// `--job-wait`.)
 ///
 /// The watcher is a process (forked twice, so that this one has no child left to reap), never a
 /// thread: this task joins its node's environment next, and `setns` into a user namespace

@@ -381,7 +381,7 @@ fn the_missing_pieces_of_one_read_are_fetched_side_by_side() {
     let v = View::new(s, Box::new(src.clone()), None, "test");
     let ino = path_of(&v.snap, "lib/libbig.so").unwrap() as u64 + 1;
     v.open(ino).unwrap();
-    // one read of pieces 0 and 1 (and 100 bytes of nothing past them): both fetched at once
+    // one read of pieces 0 and 1: both fetched at once
     let got = v.read(ino, 0, (2 * PIECE) as u32).unwrap();
     assert_eq!(got.len() as u64, 2 * PIECE);
     assert!(got[..PIECE as usize].iter().all(|&b| b == 0));
