@@ -34,6 +34,8 @@
 #        STORM_PYPI="numpy"   (PyPI packages installed with pip --target and imported; "" for none)
 #        STORM_WAYS="a b c"   STORM_STRACE_CONFIGS="1x1 8x4"
 #        STORM_OUT=bench/results/storm-<date>
+#        STORM_PERF=1         (perf record -a during each timed run: perf-WAY-NxP.txt, the machine's CPU by command;
+#                             "keep": and its perf-WAY-NxP.data)
 # Takes the machine-wide cluster lock, brings the testbed up with 8 nodes, always takes it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -165,11 +167,24 @@ RES=$OUT/runs.jsonl
 : > "$RES"
 MNT=$TB/local/stormmnt
 
+# The nodes' caches (the views' warm start, sw-pool-0) and mount point are removed after each run,
+# and a run starts at least 6 s after that: every run starts cold, and not on thousands of inodes
+# just freed. The testbed's disk is ext4 without a journal, where a new inode skips those freed in
+# the last 5 s (35 s while their table is unwritten: ext4's recently_deleted(), off on a journaled
+# ext4); a run that removed the last one's cache right before it spent 2.6 of its 32 CPU seconds
+# (8 x 4) in that search (perf, bench/results/storm-job-20261129-perf).
+CLEARED=0
+clear_nodes() {
+  testbed/exec all rm -rf "$TB/local/sw-pool-0" "$MNT" >/dev/null 2>&1 || true
+  sync; CLEARED=$(date +%s)
+}
+clear_nodes
 run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   local way=$1 n=$2 p=$3 tr=$4 pp t0 out rc=0 b0 s0 o0 o1 bytes sysc load_s="null" st_pid="" st_file=""
   local np=$((n * p)) h1 hp
   h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
-  testbed/exec all rm -rf "$TB/local/sw-pool-0" "$MNT" >/dev/null 2>&1 || true
+  local since=$(( $(date +%s) - CLEARED ))
+  (( since >= 6 )) || sleep $(( 6 - since ))
   drop
   if [[ $tr == 1 ]]; then
     st_file=$OUT/strace-$way-${n}x$p.txt
@@ -180,6 +195,12 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   fi
   b0=$(testbed/storage-bytes); s0=$(server_sys); o0=$(server_ops)
   local by0 cpu0; by0=$(testbed/storage-ops --by-op); cpu0=$(machine_busy)
+  local pf_pid="" pf_data=""
+  if [[ ${STORM_PERF:-0} != 0 ]]; then
+    pf_data=$OUT/perf-$way-${n}x$p.data
+    perf record -a -F 499 -o "$pf_data" >/dev/null 2>&1 & pf_pid=$!
+    sleep 0.5
+  fi
   t0=$(now)
   case $way in
     a|v|j|s) pp=$S/site:$S/pypi ;;
@@ -200,6 +221,15 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
           "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
   fi
   local t_end cpu; t_end=$(now); cpu=$(sub "$cpu0" "$(machine_busy)")
+  if [[ -n $pf_pid ]]; then
+    kill -INT "$pf_pid" 2>/dev/null || true; wait "$pf_pid" 2>/dev/null || true
+    { echo "# perf record -a -F 499 during $way ${n}x$p: the machine's CPU by command (swapper = idle)"
+      perf report -i "$pf_data" --sort comm --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40 || true
+      echo "# by command and object"
+      perf report -i "$pf_data" --sort comm,dso --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 || true
+    } > "$OUT/perf-$way-${n}x$p.txt"
+    [[ $STORM_PERF == keep ]] || rm -f "$pf_data" "$pf_data.old"
+  fi
   if [[ $way == j ]]; then
     # the job-wide view's servers: their log (listing, figures) and the ranks' own lines
     { testbed/exec node1 sh -c 'cat /run/sw-pool/view-*.log 2>/dev/null; rm -f /run/sw-pool/view-*.log' || true
@@ -214,6 +244,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
     b) testbed/mpirun -np "$n" -H "$h1" "$SW" unload -q "$MNT" >/dev/null 2>&1 || true ;;
     c) testbed/mpirun -np "$n" -H "$h1" fusermount3 -u "$MNT" >/dev/null 2>&1 || true ;;
   esac
+  clear_nodes
   local ranks slow imp
   # grep -o: mpirun may put two ranks' lines on one
   ranks=$( (grep -o '"since_t0_s": [0-9.]*' <<< "$out" || true) | wc -l)

@@ -146,3 +146,125 @@ fn nodes_touching_the_same_few_chunks_cost_storage_one_read_each() {
     assert!(out.iter().all(|g| g.iter().all(|r| r.is_ok())));
     assert_eq!(reads.values().sum::<u64>(), 4, "{reads:?}");
 }
+
+/// A plane that counts the turns of [`run`] (its calls of `test_some`).
+struct Counting<P> {
+    inner: P,
+    turns: Arc<AtomicU64>,
+}
+
+impl<P: DataPlane> DataPlane for Counting<P> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn min_u64(&self, mine: u64) -> Result<u64, PlaneError> {
+        self.inner.min_u64(mine)
+    }
+    unsafe fn iallgather(
+        &self,
+        send: *const u8,
+        len: usize,
+        recv: *mut u8,
+    ) -> Result<Req, PlaneError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.iallgather(send, len, recv) }
+    }
+    unsafe fn iallgatherv(
+        &self,
+        send: *const u8,
+        counts: &[i32],
+        displs: &[i32],
+        recv: *mut u8,
+    ) -> Result<Req, PlaneError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.iallgatherv(send, counts, displs, recv) }
+    }
+    unsafe fn ibcast(&self, buf: *mut u8, len: usize, root: usize) -> Result<Req, PlaneError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.ibcast(buf, len, root) }
+    }
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+    ) -> Result<Req, PlaneError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.isend(buf, len, dest, tag) }
+    }
+    unsafe fn irecv(
+        &self,
+        buf: *mut u8,
+        cap: usize,
+        src: usize,
+        tag: i32,
+    ) -> Result<Req, PlaneError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.irecv(buf, cap, src, tag) }
+    }
+    fn test(&self, req: Req) -> Result<bool, PlaneError> {
+        self.inner.test(req)
+    }
+    fn test_some(&self, reqs: &[Req]) -> Result<Vec<bool>, PlaneError> {
+        self.turns.fetch_add(1, Ordering::Relaxed);
+        self.inner.test_some(reqs)
+    }
+    fn cancel(&self, req: Req) {
+        self.inner.cancel(req)
+    }
+}
+
+/// Answers nothing: the idle test asks for nothing.
+struct Nothing;
+
+impl Local for Nothing {
+    fn answer_into(&self, index: u64, _: u32, _: &mut Vec<u8>) -> Result<(), String> {
+        Err(format!("chunk {index}: nothing here"))
+    }
+}
+
+#[test]
+fn an_idle_exchange_tests_its_requests_at_most_every_2_ms_and_still_sends_asks() {
+    // Nothing wakes the exchange when a peer's message arrives, so an idle one tests its
+    // requests again and again; each turn costs CPU (on MPI, a poll of every peer's socket).
+    // 200 ms idle: at most 200 / 2 turns plus the first ones (50 µs doubling to 2 ms). The loop
+    // that yielded 20 times and slept at most 1 ms took ~230 here. A slow machine takes fewer.
+    let mut planes = crate::plane::fake::group(2, Default::default());
+    let p1 = planes.pop().unwrap();
+    let turns = Arc::new(AtomicU64::new(0));
+    let p0 = Counting {
+        inner: planes.pop().unwrap(),
+        turns: turns.clone(),
+    };
+    let stop = AtomicBool::new(false);
+    let (tx0, rx0) = mpsc::channel::<Ask>();
+    let (_tx1, rx1) = mpsc::channel::<Ask>();
+    let (turns_idle, asked) = std::thread::scope(|s| {
+        let stop = &stop;
+        let h1 = s.spawn(move || run(&p1, Arc::new(Nothing), rx1, stop, 8, CS, None).unwrap());
+        let h0 = s.spawn(move || run(&p0, Arc::new(Nothing), rx0, stop, 8, CS, None).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+        let idle = turns.load(Ordering::Relaxed);
+        // an ask of this node (chunk 1: node 1's) is sent and refused by its owner
+        let r = ask_owner(&tx0, 1, CS as usize, Duration::from_secs(10), "node2");
+        stop.store(true, Ordering::SeqCst);
+        let (s0, _) = (h0.join().unwrap(), h1.join().unwrap());
+        let e = r.unwrap_err();
+        assert!(
+            !e.late && e.message.contains("nothing here"),
+            "{}",
+            e.message
+        );
+        (idle, s0.asked)
+    });
+    assert!(
+        turns_idle >= 10,
+        "{turns_idle} turns in 200 ms: is it running?"
+    );
+    assert!(turns_idle <= 130, "{turns_idle} turns in 200 ms idle");
+    assert_eq!(asked, 1);
+}
