@@ -33,6 +33,8 @@
 #                              by strace -e inject=…:delay_enter; for kernels without netem)
 #        STORM_PYPI="numpy"   (PyPI packages installed with pip --target and imported; "" for none)
 #        STORM_WAYS="a b c"   STORM_STRACE_CONFIGS="1x1 8x4"
+#        STORM_VIEW_TREES="site pypi" (the trees (v) and (j) view, one --cache each; "." = their
+#                             parent, one view of both)
 #        STORM_OUT=bench/results/storm-<date>
 #        STORM_PERF=1         (perf record -a during each timed run: perf-WAY-NxP.txt, the machine's CPU by command;
 #                             "keep": and its perf-WAY-NxP.data)
@@ -212,7 +214,14 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
        load_s=$(sub "$t0" "$(now)") ;;
   esac
   local wrap=()
-  [[ $way == v || $way == j ]] && wrap=("$SW" run --cache "$S/site" --cache "$S/pypi" --)
+  if [[ $way == v || $way == j ]]; then
+    local t
+    wrap=("$SW" run)
+    for t in ${STORM_VIEW_TREES:-site pypi}; do
+      if [[ $t == . ]]; then wrap+=(--cache "$S"); else wrap+=(--cache "$S/$t"); fi
+    done
+    wrap+=(--)
+  fi
   if [[ $way == j || $way == s ]]; then
     out=$(tb_srun "$n" "$np" PYTHONPATH="$pp",STORM_T0="$t0",STORM_EXTRA="$EXTRA" \
           "${wrap[@]}" $PY -m stormpkg.driver 2>&1) || rc=$?
