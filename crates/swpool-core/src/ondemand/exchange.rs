@@ -275,7 +275,7 @@ fn step_gate(
 fn stop_all(
     plane: &dyn DataPlane,
     ask_in: HashMap<usize, InFlight>,
-    waiting: HashMap<(usize, usize), (InFlight, Ask)>,
+    waiting: Waiting,
     gathering: Gathering,
     sends: Vec<InFlight>,
 ) {
@@ -297,6 +297,57 @@ fn stop_all(
             std::mem::forget(f.buf);
         }
     }
+}
+
+/// This node's asks in flight, by (owner, slot): the receive of the answer and the ask.
+type Waiting = HashMap<(usize, usize), (InFlight, Ask)>;
+
+/// Send the queued asks (`queued`: (owner, ask)) that have a free slot at their owner: the
+/// answer's receive posted, then the ask. Those without a slot stay queued. Whether any went.
+fn send_asks(
+    plane: &dyn DataPlane,
+    queued: &mut VecDeque<(usize, Ask)>,
+    free: &mut [Vec<usize>],
+    waiting: &mut Waiting,
+    sends: &mut Vec<InFlight>,
+    stats: &mut ExchangeStats,
+) -> Result<bool, PlaneError> {
+    let mut busy = false;
+    let mut later = VecDeque::new();
+    while let Some((owner, a)) = queued.pop_front() {
+        let Some(slot) = free[owner].pop() else {
+            later.push_back((owner, a));
+            continue;
+        };
+        busy = true;
+        let mut rbuf = vec![0u8; HEAD + a.len];
+        let cap = rbuf.len();
+        // SAFETY: `rbuf` moves into `waiting` (its heap buffer stays put) until completion.
+        let rreq = unsafe { plane.irecv(rbuf.as_mut_ptr(), cap, owner, TAG_ANSWER + slot as i32)? };
+        let mut head = Vec::with_capacity(ASK_LEN);
+        head.extend_from_slice(&a.index.to_le_bytes());
+        head.extend_from_slice(&(slot as u32).to_le_bytes());
+        head.extend_from_slice(&(a.len as u32).to_le_bytes());
+        // SAFETY: `head` is kept in `sends` until the send completes.
+        let sreq = unsafe { plane.isend(head.as_ptr(), head.len(), owner, TAG_ASK)? };
+        sends.push(InFlight {
+            req: sreq,
+            buf: head,
+        });
+        waiting.insert(
+            (owner, slot),
+            (
+                InFlight {
+                    req: rreq,
+                    buf: rbuf,
+                },
+                a,
+            ),
+        );
+        stats.asked += 1;
+    }
+    *queued = later;
+    Ok(busy)
 }
 
 /// What wakes [`run`] at once when it waits: this node's ask, or a worker's answer to a peer.
@@ -350,7 +401,7 @@ pub fn run(
     let mut sends: Vec<InFlight> = Vec::new();
     // this node's asks: waiting for a slot, and in flight by (owner, slot)
     let mut queued: VecDeque<(usize, Ask)> = VecDeque::new();
-    let mut waiting: HashMap<(usize, usize), (InFlight, Ask)> = HashMap::new();
+    let mut waiting: Waiting = HashMap::new();
     let mut free: Vec<Vec<usize>> = (0..n).map(|_| (0..SLOTS).rev().collect()).collect();
     // this node's asks and the workers' answers, in one channel: either wakes an idle turn
     let (wake_tx, wake) = mpsc::channel::<Wake>();
@@ -378,42 +429,14 @@ pub fn run(
                 Wake::Answer(p, slot, buf) => answers.push((p, slot, buf)),
             }
         }
-        // send queued asks that have a slot
-        let mut later = VecDeque::new();
-        while let Some((owner, a)) = queued.pop_front() {
-            let Some(slot) = free[owner].pop() else {
-                later.push_back((owner, a));
-                continue;
-            };
-            busy = true;
-            let mut rbuf = vec![0u8; HEAD + a.len];
-            let cap = rbuf.len();
-            // SAFETY: `rbuf` moves into `waiting` (its heap buffer stays put) until completion.
-            let rreq =
-                unsafe { plane.irecv(rbuf.as_mut_ptr(), cap, owner, TAG_ANSWER + slot as i32)? };
-            let mut head = Vec::with_capacity(ASK_LEN);
-            head.extend_from_slice(&a.index.to_le_bytes());
-            head.extend_from_slice(&(slot as u32).to_le_bytes());
-            head.extend_from_slice(&(a.len as u32).to_le_bytes());
-            // SAFETY: `head` is kept in `sends` until the send completes.
-            let sreq = unsafe { plane.isend(head.as_ptr(), head.len(), owner, TAG_ASK)? };
-            sends.push(InFlight {
-                req: sreq,
-                buf: head,
-            });
-            waiting.insert(
-                (owner, slot),
-                (
-                    InFlight {
-                        req: rreq,
-                        buf: rbuf,
-                    },
-                    a,
-                ),
-            );
-            stats.asked += 1;
-        }
-        queued = later;
+        busy |= send_asks(
+            plane,
+            &mut queued,
+            &mut free,
+            &mut waiting,
+            &mut sends,
+            &mut stats,
+        )?;
         // one step of progress for every request in flight: the peers' asks, the answers to
         // this node's asks, the sends
         let peers: Vec<usize> = ask_in.keys().copied().collect();
