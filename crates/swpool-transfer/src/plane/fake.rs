@@ -14,6 +14,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::{DataPlane, PlaneError, Req};
@@ -85,6 +86,8 @@ pub struct FakePlane {
     /// The next receive's posting order.
     order: Cell<u64>,
     ops: Cell<u64>,
+    /// Calls of `test_some`: the turns of a loop that drives the plane ([`FakePlane::turns`]).
+    turns: Arc<AtomicU64>,
 }
 
 // SAFETY: the raw pointers in `reqs` are buffers of the thread that owns the plane; the plane is
@@ -109,11 +112,18 @@ pub fn group(n: usize, faults: Faults) -> Vec<FakePlane> {
             seq: Cell::new(0),
             order: Cell::new(0),
             ops: Cell::new(0),
+            turns: Arc::new(AtomicU64::new(0)),
         })
         .collect()
 }
 
 impl FakePlane {
+    /// How many times this member's `test_some` was called: the turns of the loop that drives
+    /// it (readable from another thread while the member runs).
+    pub fn turns(&self) -> Arc<AtomicU64> {
+        self.turns.clone()
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // a panicking member must not hide the others' results behind a poisoned lock
         self.shared.st.lock().unwrap_or_else(|e| e.into_inner())
@@ -339,6 +349,11 @@ impl DataPlane for FakePlane {
             tag,
             order,
         }))
+    }
+
+    fn test_some(&self, reqs: &[Req]) -> Result<Vec<bool>, PlaneError> {
+        self.turns.fetch_add(1, Ordering::Relaxed);
+        reqs.iter().map(|r| self.test(*r)).collect()
     }
 
     fn test(&self, req: Req) -> Result<bool, PlaneError> {

@@ -147,77 +147,6 @@ fn nodes_touching_the_same_few_chunks_cost_storage_one_read_each() {
     assert_eq!(reads.values().sum::<u64>(), 4, "{reads:?}");
 }
 
-/// A plane that counts the turns of [`run`] (its calls of `test_some`).
-struct Counting<P> {
-    inner: P,
-    turns: Arc<AtomicU64>,
-}
-
-impl<P: DataPlane> DataPlane for Counting<P> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn min_u64(&self, mine: u64) -> Result<u64, PlaneError> {
-        self.inner.min_u64(mine)
-    }
-    unsafe fn iallgather(
-        &self,
-        send: *const u8,
-        len: usize,
-        recv: *mut u8,
-    ) -> Result<Req, PlaneError> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.iallgather(send, len, recv) }
-    }
-    unsafe fn iallgatherv(
-        &self,
-        send: *const u8,
-        counts: &[i32],
-        displs: &[i32],
-        recv: *mut u8,
-    ) -> Result<Req, PlaneError> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.iallgatherv(send, counts, displs, recv) }
-    }
-    unsafe fn ibcast(&self, buf: *mut u8, len: usize, root: usize) -> Result<Req, PlaneError> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.ibcast(buf, len, root) }
-    }
-    unsafe fn isend(
-        &self,
-        buf: *const u8,
-        len: usize,
-        dest: usize,
-        tag: i32,
-    ) -> Result<Req, PlaneError> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.isend(buf, len, dest, tag) }
-    }
-    unsafe fn irecv(
-        &self,
-        buf: *mut u8,
-        cap: usize,
-        src: usize,
-        tag: i32,
-    ) -> Result<Req, PlaneError> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.irecv(buf, cap, src, tag) }
-    }
-    fn test(&self, req: Req) -> Result<bool, PlaneError> {
-        self.inner.test(req)
-    }
-    fn test_some(&self, reqs: &[Req]) -> Result<Vec<bool>, PlaneError> {
-        self.turns.fetch_add(1, Ordering::Relaxed);
-        self.inner.test_some(reqs)
-    }
-    fn cancel(&self, req: Req) {
-        self.inner.cancel(req)
-    }
-}
-
 /// Answers nothing: the idle test asks for nothing.
 struct Nothing;
 
@@ -235,11 +164,8 @@ fn an_idle_exchange_tests_its_requests_at_most_every_2_ms_and_still_sends_asks()
     // that yielded 20 times and slept at most 1 ms took ~230 here. A slow machine takes fewer.
     let mut planes = crate::plane::fake::group(2, Default::default());
     let p1 = planes.pop().unwrap();
-    let turns = Arc::new(AtomicU64::new(0));
-    let p0 = Counting {
-        inner: planes.pop().unwrap(),
-        turns: turns.clone(),
-    };
+    let p0 = planes.pop().unwrap();
+    let turns = p0.turns();
     let stop = AtomicBool::new(false);
     let (tx0, rx0) = mpsc::channel::<Ask>();
     let (_tx1, rx1) = mpsc::channel::<Ask>();
