@@ -108,7 +108,12 @@ pub fn ask_owner(
             ),
         )),
         Ok(Err(m)) => Err(no(false, format!("{host} (its owner): {m}"))),
-        Err(_) => Err(no(
+        // the exchange ended before it sent the ask (or its answer)
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(no(
+            false,
+            "the node's exchange with its peers has ended".into(),
+        )),
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(no(
             true,
             format!(
                 "{host}, its owner, did not answer within {} s (its server may have ended)",

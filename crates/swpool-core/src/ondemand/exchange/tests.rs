@@ -157,7 +157,7 @@ impl Local for Nothing {
 }
 
 #[test]
-fn an_idle_exchange_tests_its_requests_at_most_every_2_ms_and_still_sends_asks() {
+fn an_idle_exchange_tests_its_requests_at_most_every_2_ms_and_still_sends_asks_until_it_ends() {
     // Nothing wakes the exchange when a peer's message arrives, so an idle one tests its
     // requests again and again; each turn costs CPU (on MPI, a poll of every peer's socket).
     // 200 ms idle: at most 200 / 2 turns plus the first ones (50 µs doubling to 2 ms). The loop
@@ -185,6 +185,11 @@ fn an_idle_exchange_tests_its_requests_at_most_every_2_ms_and_still_sends_asks()
             "{}",
             e.message
         );
+        // an ask after the exchange ended fails at once, and says so
+        let t = std::time::Instant::now();
+        let e = ask_owner(&tx0, 1, CS as usize, Duration::from_secs(10), "node2").unwrap_err();
+        assert!(!e.late && e.message.contains("has ended"), "{}", e.message);
+        assert!(t.elapsed() < Duration::from_secs(5));
         (idle, s0.asked)
     });
     assert!(
