@@ -183,12 +183,14 @@ pub fn progress(show: bool) -> Option<indicatif::ProgressBar> {
     Some(b)
 }
 
-/// Give a bar from [`progress`] its length, drawing it from the first non-empty one on.
+/// Give a bar from [`progress`] its length, drawing it from the first non-empty one on: at once,
+/// so that a copy that ends before the next position or tick still shows what it moved.
 fn reveal(b: &indicatif::ProgressBar, total: u64) {
     if b.length() != Some(total) {
         b.set_length(total);
         if total > 0 && b.is_hidden() {
             b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            b.tick();
             b.enable_steady_tick(std::time::Duration::from_millis(200));
         }
     }
