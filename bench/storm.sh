@@ -171,10 +171,15 @@ MNT=$TB/local/stormmnt
 
 # The nodes' caches (the views' warm start, sw-pool-0) and mount point are removed after each run,
 # and a run starts at least 6 s after that: every run starts cold, and not on thousands of inodes
-# just freed. The testbed's disk is ext4 without a journal, where a new inode skips those freed in
-# the last 5 s (35 s while their table is unwritten: ext4's recently_deleted(), off on a journaled
-# ext4); a run that removed the last one's cache right before it spent 2.6 of its 32 CPU seconds
-# (8 x 4) in that search (perf, bench/results/storm-job-20261129-perf).
+# just freed. The testbed's disk is ext4 without a journal, where a new inode skips those freed
+# recently (ext4's recently_deleted()); the views' entry files spent 2.4 of an 8 x 4 run's 32 CPU
+# seconds allocating inodes when the last run's cache was removed right before it, still 1.6 of
+# 22.8 after (the VM's aged disk: bench/results/storm-job-20261129-perf/README.md). The 6 s is a
+# guess at that window, not measured.
+# perf_table DATA SORT LINES: the first LINES rows of perf's report of DATA by SORT, no comments
+perf_table() {
+  perf report -i "$1" --sort "$2" --stdio 2>/dev/null | grep -v -e '^#' -e '^$' | head -"$3" || true
+}
 CLEARED=0
 clear_nodes() {
   testbed/exec all rm -rf "$TB/local/sw-pool-0" "$MNT" >/dev/null 2>&1 || true
@@ -233,9 +238,9 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   if [[ -n $pf_pid ]]; then
     kill -INT "$pf_pid" 2>/dev/null || true; wait "$pf_pid" 2>/dev/null || true
     { echo "# perf record -a -F 499 during $way ${n}x$p: the machine's CPU by command (swapper = idle)"
-      perf report -i "$pf_data" --sort comm --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40 || true
+      perf_table "$pf_data" comm 40
       echo "# by command and object"
-      perf report -i "$pf_data" --sort comm,dso --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 || true
+      perf_table "$pf_data" comm,dso 60
     } > "$OUT/perf-$way-${n}x$p.txt"
     [[ $STORM_PERF == keep ]] || rm -f "$pf_data" "$pf_data.old"
   fi
