@@ -10,6 +10,9 @@
 #   log MSG...          print and append to $OUT.log
 #   tb_srun N NP EXPORTS CMD...  one Slurm step of NP tasks on testbed nodes 1..N, as a job
 #                       launches its ranks (PMIx, oversubscribed; --export=ALL,EXPORTS)
+#   built_from_tree BIN...  `make build` (a no-op when all is built), then each BIN must be there:
+#                       a bench measures the sources it runs from, not an older build
+#   source_rev          the commit the sources are at, "-dirty" when crates/ differ from it
 # shellcheck source=../tools/preamble.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../tools/preamble.sh"
 el() { elapsed "$@"; }
@@ -25,6 +28,18 @@ tb_srun() {
   shift 3
   SLURM_CONF=$TB/etc/slurm.conf SLURM_PMIX_FENCE=tree srun --mpi=pmix --overcommit -N "$n" -n "$np" \
     -w "node[1-$n]" --export="ALL,$exports" "$@"
+}
+built_from_tree() {
+  # (cargo rebuilds what changed and leaves the rest: a binary's age says nothing; make build
+  # is a no-op when all is built)
+  local b
+  make -C "$REPO" --no-print-directory build >/dev/null || { echo "make build failed" >&2; return 1; }
+  for b in "$@"; do [[ -x $b ]] || { echo "$b: missing after make build" >&2; return 1; }; done
+}
+source_rev() {
+  local r; r=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [[ -z $(git -C "$REPO" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null) ]] || r+=-dirty
+  echo "$r"
 }
 # cpu_report DATA TITLE: the whole machine's CPU time in a `perf record -a` file, split by command,
 # by command and library, and by command and function (kernel and user), on stdout; DATA removed

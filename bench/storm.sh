@@ -38,6 +38,9 @@
 #        STORM_OUT=bench/results/storm-<date>
 #        STORM_PERF=1         (perf record -a during each timed run: perf-WAY-NxP.txt, the machine's CPU by command;
 #                             "keep": and its perf-WAY-NxP.data)
+#        STORM_LOCAL_DISK=ext4 (the nodes' cache (sw-pool-0 in $LOCAL_TMPDIR: the pools' copies, the
+#                             views' warm start) on a journaled ext4 of each node's own, as a node's
+#                             SSD; "none": the testbed's directory on the VM's root file system)
 # Takes the machine-wide cluster lock, brings the testbed up with 8 nodes, always takes it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,14 +64,15 @@ STAMP=$(date -u +%Y%m%d-%H%M)
 OUT=${STORM_OUT:-$REPO/bench/results/storm-$STAMP}
 PY=/usr/bin/python3
 SW=$REPO/target/release/sw-pool
-[[ -x $SW ]] || { echo "bench/storm.sh: build first (cargo build --release)" >&2; exit 1; }
+built_from_tree "$SW" "$SW-full" "$SW-enter" "$SW-serve" "$SW-view" || exit 1
+LOCAL_DISK=${STORM_LOCAL_DISK-ext4}
 mkdir -p "$OUT"
 LOG=$OUT/log.txt
 exec > >(tee -a "$LOG") 2>&1
 . testbed/env.sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
-cleanup() { testbed/down --purge >/dev/null 2>&1 || testbed/down --purge || true; }
+cleanup() { local_disk_down; testbed/down --purge >/dev/null 2>&1 || testbed/down --purge || true; }
 trap cleanup EXIT
 t_begin=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -168,23 +172,44 @@ hosts() { local n=$1 p=$2 h="" i; for ((i = 1; i <= n; i++)); do h+="node$i:$p,"
 RES=$OUT/runs.jsonl
 : > "$RES"
 MNT=$TB/local/stormmnt
+CACHE=$TB/local/sw-pool-0
 
 # The nodes' caches (the views' warm start, sw-pool-0) and mount point are removed after each run,
-# and a run starts at least 6 s after that: every run starts cold, and not on thousands of inodes
-# just freed. The testbed's disk is ext4 without a journal, where a new inode skips those freed
-# recently (ext4's recently_deleted()); the views' entry files spent 2.4 of an 8 x 4 run's 32 CPU
-# seconds allocating inodes when the last run's cache was removed right before it, still 1.6 of
-# 22.8 after (the VM's aged disk: bench/results/storm-job-20261129-perf/README.md). The 6 s is a
-# guess at that window, not measured.
+# and a run starts at least 6 s after that: every run starts cold.
+# The node's cache is on a journaled ext4 of its own (STORM_LOCAL_DISK=ext4, an 8 GiB image in the
+# node's directory, mounted in the node's mount namespace only), as a node's SSD would be. The
+# testbed's node directories are on the VM's root file system, an aged ext4 without a journal: there
+# a new inode skips those freed recently (ext4's recently_deleted(), checked only without a journal)
+# and each costs about 10 times more. Measured in a node on 2026-11-29, 4,000 files (create, write
+# 4 KiB, rename): 2.4 and 3.8 s there (the second right after removing the first's), 0.24 and 0.33 s
+# on the node's ext4. The views' warm-start entries spent 1.6 to 2.5 of an 8 x 4 run's CPU seconds
+# so (bench/results/storm-job-20261129-perf/README.md).
+local_disk_up() {
+  [[ $LOCAL_DISK == ext4 ]] || return 0
+  local i
+  for ((i = 1; i <= 8; i++)); do
+    testbed/exec "node$i" sh -c "rm -rf '$CACHE' && mkdir -m 0700 '$CACHE' && truncate -s 8G '$TB/local/cache.img' &&
+      mkfs.ext4 -q -F '$TB/local/cache.img' && mount -o loop '$TB/local/cache.img' '$CACHE' && chmod 0700 '$CACHE'"
+  done
+}
+local_disk_down() {
+  [[ ${LOCAL_DISK:-none} == ext4 && -n ${TB:-} ]] || return 0
+  local i
+  for ((i = 1; i <= 8; i++)); do
+    testbed/exec "node$i" sh -c "umount '$CACHE' 2>/dev/null; rm -f '$TB/local/cache.img'" >/dev/null 2>&1 || true
+  done
+}
 # perf_table DATA SORT LINES: the first LINES rows of perf's report of DATA by SORT, no comments
 perf_table() {
   perf report -i "$1" --sort "$2" --stdio 2>/dev/null | grep -v -e '^#' -e '^$' | head -"$3" || true
 }
 CLEARED=0
 clear_nodes() {
-  testbed/exec all rm -rf "$TB/local/sw-pool-0" "$MNT" >/dev/null 2>&1 || true
+  # (the cache's contents: with STORM_LOCAL_DISK=ext4 it is the node's file system's root)
+  testbed/exec all sh -c "rm -rf '$MNT'; [ -d '$CACHE' ] && find '$CACHE' -mindepth 1 -delete" >/dev/null 2>&1 || true
   sync; CLEARED=$(date +%s)
 }
+local_disk_up
 clear_nodes
 run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   local way=$1 n=$2 p=$3 tr=$4 pp t0 out rc=0 b0 s0 o0 o1 bytes sysc load_s="null" st_pid="" st_file=""
@@ -294,6 +319,7 @@ cat > "$OUT/params.json" <<EOF
 {"M": $M, "F": $F, "nodes": "$NODES", "ranks": "$RANKS", "latency": "$LAT", "mds_delay_us": $MDS_US, "pypi": "$PYPI",
  "pool_bytes": $POOL_SIZE, "files": $(find "$E/site" "$E/pypi" -type f 2>/dev/null | wc -l),
  "command": "bench/storm.sh $M $F \"$NODES\" \"$RANKS\"", "storage_rate": "$(cat "$TB/run/storage-rate" 2>/dev/null || echo default)",
+ "local_disk": "$LOCAL_DISK", "source": "$(source_rev)",
  "duration_s": $(( $(date +%s) - t_begin )), "loadavg_start": "$LOAD_START", "loadavg_end": "$(cut -d' ' -f1-3 /proc/loadavg)"}
 EOF
 $PY bench/storm_report.py "$OUT" || echo "report failed (results kept in $OUT)"
