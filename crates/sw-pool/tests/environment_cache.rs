@@ -102,11 +102,11 @@ fn a_next_run_reads_from_storage_only_what_changed() {
     let warm = dirs[0].path();
     let mode = std::fs::metadata(&warm).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "{}", warm.display());
-    // (ls, larger than a piece of 64 KiB, is kept by the pieces the loader touched)
+    // (ls, larger than a piece of the view, is kept by the pieces the loader touched)
     let ls_pieces = std::fs::metadata(t.join("bin/ls"))
         .unwrap()
         .len()
-        .div_ceil(64 << 10) as usize;
+        .div_ceil(swpool_serve::view::PIECE) as usize;
     let kept = std::fs::read_dir(&warm).unwrap().count();
     assert!(
         (3..=2 + ls_pieces).contains(&kept),
