@@ -175,7 +175,9 @@ MNT=$TB/local/stormmnt
 CACHE=$TB/local/sw-pool-0
 
 # The nodes' caches (the views' warm start, sw-pool-0) and mount point are removed after each run,
-# and a run starts at least 6 s after that: every run starts cold.
+# and a run starts at least 21 s after that: every run starts cold, the nodes' sshfs included
+# (its directory and attribute cache keeps an entry 20 s, cache_timeout: with a 6 s wait, as before
+# 2026-11-29 23:20, a run could meet in it what the run before it listed).
 # The node's cache is on a journaled ext4 of its own (STORM_LOCAL_DISK=ext4, an 8 GiB image in the
 # node's directory, mounted in the node's mount namespace only), as a node's SSD would be. The
 # testbed's node directories are on the VM's root file system, an aged ext4 without a journal: there
@@ -216,7 +218,7 @@ run_way() {  # run_way WAY N P TRACE(0/1) -> one JSON line in $RES
   local np=$((n * p)) h1 hp
   h1=$(hosts "$n" 1); hp=$(hosts "$n" "$p")
   local since=$(( $(date +%s) - CLEARED ))
-  (( since >= 6 )) || sleep $(( 6 - since ))
+  (( since >= 21 )) || sleep $(( 21 - since ))
   drop
   if [[ $tr == 1 ]]; then
     st_file=$OUT/strace-$way-${n}x$p.txt
