@@ -188,18 +188,12 @@ CACHE=$TB/local/sw-pool-0
 # so (bench/results/storm-job-20261129-perf/README.md).
 local_disk_up() {
   [[ $LOCAL_DISK == ext4 ]] || return 0
-  local i
-  for ((i = 1; i <= 8; i++)); do
-    testbed/exec "node$i" sh -c "rm -rf '$CACHE' && mkdir -m 0700 '$CACHE' && truncate -s 8G '$TB/local/cache.img' &&
-      mkfs.ext4 -q -F '$TB/local/cache.img' && mount -o loop '$TB/local/cache.img' '$CACHE' && chmod 0700 '$CACHE'"
-  done
+  testbed/exec all sh -c "rm -rf '$CACHE' && mkdir -m 0700 '$CACHE' && truncate -s 8G '$TB/local/cache.img' &&
+    mkfs.ext4 -q -F '$TB/local/cache.img' && mount -o loop '$TB/local/cache.img' '$CACHE' && chmod 0700 '$CACHE'"
 }
 local_disk_down() {
   [[ ${LOCAL_DISK:-none} == ext4 && -n ${TB:-} ]] || return 0
-  local i
-  for ((i = 1; i <= 8; i++)); do
-    testbed/exec "node$i" sh -c "umount '$CACHE' 2>/dev/null; rm -f '$TB/local/cache.img'" >/dev/null 2>&1 || true
-  done
+  testbed/exec all sh -c "umount '$CACHE' 2>/dev/null; rm -f '$TB/local/cache.img'" >/dev/null 2>&1 || true
 }
 # perf_table DATA SORT LINES: the first LINES rows of perf's report of DATA by SORT, no comments
 perf_table() {
