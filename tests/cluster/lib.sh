@@ -93,6 +93,24 @@ wait_for() {
   for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
   return 1
 }
+# job_gone JID: slurmctld answered that job JID is no longer pending, running or completing. A
+# failed squeue is no answer: `! squeue -j JID | grep -q .` took a squeue that timed out on a busy
+# machine for the job's end, and the test read a job's output while the job still wrote it
+job_gone() {
+  local out
+  if out=$(squeue -h -j "$1" -o %T 2>&1); then
+    [[ -z $out ]]
+  else
+    [[ $out == *"Invalid job id"* ]]   # slurmctld forgot it (MinJobAge): long gone
+  fi
+}
+# wait_job JID TENTHS: until job JID is gone (job_gone); when it is not within TENTHS, a FAIL that
+# names the job and its state, and status 1
+wait_job() {
+  wait_for "$2" job_gone "$1" && return 0
+  fail "Slurm job $1 ended within $(($2 / 10)) s" "$(squeue -h -j "$1" -o '%i %T %M %R' 2>&1 | head -3)"
+  return 1
+}
 # a tiny squashfs image with hello.txt, in the shared fast scratch dir (visible on every node)
 make_test_image() {
   local img=$TB/scratch/test-hello.sqfs src

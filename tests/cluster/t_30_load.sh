@@ -104,7 +104,7 @@ srun -n4 -N4 --ntasks-per-node=1 bash -c 'grep -c " /tmp/sw-pool-$uid/" /proc/se
 EOS
 chmod 755 "$W/job.sh"
 jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job-%j.out" --chdir=/tmp "$W/job.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 out=$(cat "$W/out/job-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job: /' | head -40
 assert_match "job: MODULEPATH points into the pool" "MODULEPATH=/tmp/sw-pool-$uid/mnt/demo/1.0/modulefiles" "$out"

@@ -106,7 +106,7 @@ chmod 755 "${HOOKS[@]}"
 
 # a job that did not use sw-pool: the hooks do nothing (and fail nothing)
 jid=$(as_user sbatch --parsable -N4 -o "$W/out/plain-%j.out" --chdir=/tmp --wrap "srun -N4 hostname")
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 assert_eq "a job without sw-pool runs with the hooks installed" 4 "$(grep -c node "$W/out/plain-$jid.out" 2>/dev/null || echo 0)"
 assert_eq "a job without sw-pool: the hooks left no state dir on node1" 0 "$("$TESTBED/exec" node1 sh -c "ls -d /tmp/sw-pool-$uid 2>/dev/null | wc -l")"
 
@@ -128,7 +128,7 @@ EOS
 chmod 755 "$W/job1.sh"
 "$TESTBED/storage-bytes" --mark >/dev/null
 jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job1-%j.out" --chdir=/tmp "$W/job1.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 served=$("$TESTBED/storage-bytes" --since-mark)
 out=$(cat "$W/out/job1-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job1: /' | head -30
@@ -168,7 +168,7 @@ srun -N4 --ntasks-per-node=2 bash -lc 'a=\$(stat -c %X \$LOCAL_TMPDIR/sw-pool-\$
 EOS
 chmod 755 "$W/job1b.sh"
 jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job1b-%j.out" --chdir=/tmp "$W/job1b.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 out=$(cat "$W/out/job1b-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job1b: /' | head -20
 assert_eq "job1b: pool file moved away after load: all 8 tasks of the next step run hello" 8 "$(grep -c '^hello from node' <<< "$out" || true)"
@@ -192,7 +192,7 @@ srun -N4 --ntasks-per-node=1 bash -lc 'module load hello/1.0 && hello'
 EOS
 chmod 755 "$W/job2.sh"
 jid=$(as_user env SW_POOL_PATH="$POOLS" SW_POOL_LOAD=demo/1.0 sbatch --parsable -N4 --export=ALL -o "$W/out/job2-%j.out" --chdir=/tmp "$W/job2.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 out=$(cat "$W/out/job2-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job2: /' | head -12
 assert_match "job2: sbatch --export SW_POOL_LOAD=demo/1.0: the batch step has the pool on MODULEPATH" "BATCH MODULEPATH=[^ ]*/tmp/sw-pool-$uid/mnt/demo/1.0/modulefiles" "$out"
@@ -219,7 +219,7 @@ srun -N4 --ntasks-per-node=1 bash -lc 'module load hello/1.0 && hello'
 EOS
 chmod 755 "$W/job2b.sh"
 jid=$(as_user sbatch --parsable -N4 -o "$W/out/job2b-%j.out" --chdir=/tmp "$W/job2b.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 out=$(cat "$W/out/job2b-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job2b: /' | head -8
 assert_eq "job2b: module load pool/demo/1.0 in the script: hello runs on all 4 nodes" 4 "$(grep -c '^hello from node' <<< "$out" || true)"
@@ -255,7 +255,7 @@ awk -v m="\$mp" '\$2 == m' /proc/self/mounts | wc -l | sed 's/^/STILL_MOUNTED /'
 EOS
   chmod 755 "$W/job2c.sh"
   jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job2c-%j.out" --chdir=/tmp "$W/job2c.sh")
-  wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  wait_job "$jid" 1800
   out=$(cat "$W/out/job2c-$jid.out" 2>/dev/null || true)
   echo "$out" | sed 's/^/  job2c: /' | head -12
   assert_eq "job2c: Environment Modules: module load pool/demo/1.0, then hello runs on all 4 nodes" 4 "$(grep '^hello from node' <<< "$out" | sort -u | wc -l)"
@@ -289,7 +289,7 @@ before=$("$TESTBED/exec" node3 runuser -u "$TB_USER" -- "$SW" list --job "$jid")
 sed 's/^/  job3: /' "$W/out/job3-$jid.out" 2>/dev/null || true
 assert_match "job3: mounted on node3 for the job before the kill" "ok +demo/1.0 .* $jid " "$before"
 scancel --signal=KILL "$jid"
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 ok=1
 for n in "${nodes[@]}"; do
   wait_clean "$n" "$uid" || true
@@ -340,12 +340,12 @@ wait_for 600 test -e "$W/out/jobB-ready"
 out=$("$TESTBED/exec" node1 runuser -u "$TB_USER" -- "$SW" list)
 assert_match "two jobs on node1: one mount, two references, both job ids" "ok +demo/1.0 +[0-9a-f]+ +2 +($ja,$jb|$jb,$ja) " "$out"
 touch "$W/out/jobA-stop"
-wait_for 600 sh -c "! squeue -h -j $ja 2>/dev/null | grep -q ."
+wait_job "$ja" 600
 sleep 1
 out=$("$TESTBED/exec" node1 runuser -u "$TB_USER" -- "$SW" list)
 assert_match "first job ended: the second job's mount stays, one reference of job $jb" "ok +demo/1.0 +[0-9a-f]+ +1 +$jb " "$out"
 touch "$W/out/jobB-stop"
-wait_for 600 sh -c "! squeue -h -j $jb 2>/dev/null | grep -q ."
+wait_job "$jb" 600
 assert_match "the second job still used the pool after the first ended" "hello from node1" "$(cat "$W/out/jobB-$jb.out" 2>/dev/null)"
 wait_clean node1 "$uid" || true
 assert_eq "second job ended: nothing left on node1" "0 0 0" "$(leftovers node1 "$uid")"

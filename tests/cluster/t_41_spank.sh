@@ -104,7 +104,7 @@ chmod 755 "$W/job.sh"
 uncache
 b0=$("$TESTBED/storage-bytes")
 jid=$(u sbatch --parsable -N4 --pool=demo/1.0 -o "$W/out/job-%j.out" --chdir=/tmp "$W/job.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 bytes=$(( $("$TESTBED/storage-bytes") - b0 ))
 out=$(cat "$W/out/job-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  sbatch: /' | head -20
@@ -151,7 +151,7 @@ srun -N4 t41tool
 EOS
 chmod 755 "$W/layer-job.sh"
 jid=$(ul sbatch --parsable -N4 --layer=dev -o "$W/out/layer-%j.out" --chdir=/tmp "$W/layer-job.sh")
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 out=$(cat "$W/out/layer-$jid.out" 2>/dev/null || true)
 assert_match "sbatch --layer=dev: the batch script runs outside the environment" "BATCH env=none" "$out"
 assert_eq "... its step's tasks run in it on 4 nodes" 4 "$(grep '^t41 node[0-9] in dev$' <<< "$out" | sort -u | wc -l)"

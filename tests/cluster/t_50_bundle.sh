@@ -99,7 +99,7 @@ eval "\$code"
 EOS
 chmod 755 "$W/job.sh"
 jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=2 -o "$W/out/job-%j.out" --chdir=/tmp "$W/job.sh")
-wait_for 1800 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1800
 out=$(cat "$W/out/job-$jid.out" 2>/dev/null || true)
 echo "$out" | grep -v '^LIST' | sed 's/^/  job: /' | head -30
 assert_match "job: prog comes from the mounted pool" "PROG=/tmp/sw-pool-$uid/mnt/app/1.0/install/app/1.0/bin/prog" "$out"

@@ -37,6 +37,11 @@ mkdir -p "$W/out" && chmod 1777 "$W/out"   # job output, written by the unprivil
 cd "$W"
 swrun() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" srun --chdir="$W" "$@"; }
 # MPI steps: srun --mpi=pmix with one fence algorithm (srun-mpi; testbed/README.md)
+# swrun_within SECONDS SRUN-ARGS...: swrun, its srun ended (and with it the step) after SECONDS
+swrun_within() {
+  local t=$1; shift
+  as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" timeout -k 30 "$t" srun --chdir="$W" "$@"
+}
 swrun_mpi() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" "$W/bin/srun-mpi" --chdir="$W" "$@"; }
 
 # 1. one environment per node, the user's own uid, only its own processes visible
@@ -79,17 +84,20 @@ export SW_POOL_LAYER_DIR=$LD SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=
 srun -N4 $SW run --layer dev -- sh -c 'echo "RUN \$(hostname) \$(t60only1) motd=\$(test -e /etc/motd && echo yes || echo no)"; echo x > /usr/local/bin/jobwrite'
 EOS
 chmod 755 "$W/sync-job.sh"
+# job_lines OUT: a job's output without the sync's JSON, whose 25 lines would push what srun and the tasks
+# said out of a shortened log
+job_lines() { grep -v '^ *["{}]' <<< "$1" | sed 's/^/  /'; }
 syncjob() {  # syncjob TAG [auto]: run the job, print its output
   local jid
   jid=$(as_user sbatch --parsable -N4 -o "$W/out/sync-$1-%j.out" --chdir="$W" "$W/sync-job.sh" "${2:-}")
-  wait_for 1200 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  wait_job "$jid" 1200
   cat "$W/out/sync-$1-$jid.out" 2>/dev/null || true
 }
 out=$(syncjob 1)
 assert_match "layer sync in a batch job: 4 nodes, all updated" '"nodes": 4' "$out"
 assert_match "... only the 2 new files moved (t60hello came with the earlier step's sync)" '"files_sent": 2,' "$out"
 assert_eq "srun -N4 run --layer dev over the job's copy: node1's program on 4 nodes, /etc/motd deleted" 4 "$(grep -c '^RUN node[1-4] only1 motd=no$' <<< "$out" || true)"
-[[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
+[[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || job_lines "$out"
 n1=$("$TESTBED/exec" node1 sh -c "test -e $LD/dev/upper/usr/local/bin/jobwrite && echo written || echo clean" || true)
 assert_eq "what the job wrote did not reach the layer" clean "$n1"
 for n in $TB_NODES; do
@@ -120,7 +128,7 @@ grep -E '"(seconds|bytes_read|nodes_updated)"' <<< "$out" | sed 's/^/  /'
 swrun -N1 -w node1 "$SW" run --layer dev -- sh -c 'printf "#!/bin/sh\necho only1b\n" > /usr/local/bin/t60only1' >/dev/null 2>&1 || true
 out=$(syncjob 3 auto)
 assert_eq "srun -N4 run --layer dev in a job without a sync: synced first, the new program on 4 nodes" 4 "$(grep -c '^RUN node[1-4] only1b motd=no$' <<< "$out" || true)"
-[[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
+[[ $(grep -c '^RUN node' <<< "$out" || true) == 4 ]] || job_lines "$out"
 
 # 2c. --root: `dpkg -i` of a small package into node1's layer (rootless: the lock files get
 # stand-ins), then a batch job runs its program on 4 nodes over the job's copy; the host's package
@@ -143,7 +151,7 @@ srun -N4 $SW run --layer dev --keep-upper $TB/local/t60-keep-$uid -- sh -c 'echo
 EOS
 chmod 755 "$W/deb-job.sh"
 jid=$(as_user sbatch --parsable -N4 -o "$W/out/deb-%j.out" --chdir="$W" "$W/deb-job.sh")
-wait_for 1200 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 1200
 out=$(cat "$W/out/deb-$jid.out" 2>/dev/null || true)
 assert_eq "... its program runs on 4 nodes through srun sw-pool run --layer dev" 4 "$(grep -c '^swp-t60 from node[1-4]$' <<< "$out" || true)"
 [[ $(grep -c '^swp-t60 from' <<< "$out" || true) == 4 ]] || printf '  %s\n' "$out"
@@ -182,10 +190,26 @@ if command -v mpicc.mpich >/dev/null; then
     (cd "$REPO" && MPICC=mpicc.mpich CARGO_TARGET_DIR=$mt cargo build --release -q -p mpi-selftest) || true
   if [[ -x $mt/release/mpi-selftest ]]; then
     install -m 755 "$mt/release/mpi-selftest" "$W/bin/mpi-selftest-mpich"
-    out=$(swrun --mpi=pmi2 -N4 --ntasks-per-node=2 "$SW" run -- "$W/bin/mpi-selftest-mpich" 2>&1 || true)
-    lines=$(grep -E '^rank [0-9]+/8 host node[0-9]+ sha256 [0-9a-f]{64}$' <<< "$out" || true)
+    for try in 1 2; do
+      rc=0; out=$(swrun_within 120 --mpi=pmi2 -N4 --ntasks-per-node=2 "$SW" run -- "$W/bin/mpi-selftest-mpich" 2>&1) || rc=$?
+      lines=$(grep -E '^rank [0-9]+/8 host node[0-9]+ sha256 [0-9a-f]{64}$' <<< "$out" || true)
+      # MPICH 4.0.2 over UCX 1.13's TCP transport now and then never returns from MPI_Finalize
+      # after every rank answered: the two ranks of one node spin in uct_tcp_iface_progress, the
+      # others wait in PMI (gdb, 2026-11-30: 1 of 12 runs of this test under --busy;
+      # openucx/ucx#8738). The step is ended; what its killed environments left (their rendezvous
+      # sockets) `sw-pool cleanup --stale` removes, as sw-pool's epilog would; once more
+      if [[ $rc == 124 && $try == 1 && $(grep -c . <<< "$lines") == 8 ]]; then
+        echo "    MPICH: all 8 ranks answered, MPI_Finalize did not return in 120 s (UCX TCP, openucx/ucx#8738): step ended, sw-pool cleanup --stale on each node, once more"
+        for n in $TB_NODES; do
+          "$TESTBED/exec" "$n" runuser -u "$TB_USER" -- env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= "$SW" cleanup --stale </dev/null >/dev/null 2>&1 || true
+        done
+        continue
+      fi
+      break
+    done
     assert_eq "MPICH (srun --mpi=pmi2) in sw-pool run, 4 nodes x 2 tasks: 8 ranks answered" 8 "$(grep -c . <<< "$lines")"
     assert_eq "... on 4 nodes, one digest on every rank" "4 1" "$(awk '{print $4}' <<< "$lines" | sort -u | grep -c .) $(awk '{print $6}' <<< "$lines" | sort -u | grep -c .)"
+    assert_eq "... and the step ended by itself (srun's exit status)" 0 "$rc"
     [[ $(grep -c . <<< "$lines") == 8 ]] || printf '  %s\n' "$(tail -20 <<< "$out")"
   else
     fail "mpi-selftest built against MPICH" "$mt/release/mpi-selftest missing"

@@ -86,7 +86,7 @@ run_job() {  # run_job SCRIPT KIND -> the job's output
   local opts jid
   read -r -a opts <<< "$(bash "$REPO/tools/readme-example" "$2" | sed -n 's/^#SBATCH //p' | tr '\n' ' ')"
   jid=$(as_user sbatch --parsable "${opts[@]}" -o "$W/out/$2-%j.out" --chdir=/tmp "$1")
-  wait_for 3000 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  wait_job "$jid" 3000
   cat "$W/out/$2-$jid.out" 2>/dev/null || true
 }
 
@@ -114,7 +114,7 @@ assert_eq "README job script: #!/bin/bash, not a login shell" '#!/bin/bash' "$(h
 submit_fn_job() {  # submit_fn_job TAG SETUP -> the job's log
   local jid
   jid=$(as_user env -u XDG_RUNTIME_DIR -u SW_POOL_STATE_DIR -u MODULEPATH bash -c "export PATH=$W/bin:\$PATH SW_POOL_PATH=$TB/shared/t70-$$/pools SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG=; source /usr/share/lmod/lmod/init/bash; $2; sbatch --parsable -N1 -o $W/out/fn-$1-%j.out --chdir=/tmp $W/fn-job.sh")
-  wait_for 3000 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  wait_job "$jid" 3000
   cat "$W/out/fn-$1-$jid.out" 2>/dev/null || true
 }
 out=$(submit_fn_job with 'eval "$(sw-pool shell-init bash)"')

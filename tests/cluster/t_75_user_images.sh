@@ -113,7 +113,7 @@ assert_eq "a job on $n1 writes into the image (read-write under its lease)" 1 "$
 rc=0; out=$(on "$n2" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
 assert_eq "$n2: mount --rw refused while the job writes (exit 3)" 3 "$rc"
 scancel --full --signal=KILL "$jid"
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 assert_eq "after SIGKILL and the epilog: nothing of the job mounted on $n1" 0 "$("$TESTBED/exec" "$n1" sh -c "grep -c ' $M/a ' /proc/self/mounts || true")"
 rc=0; out=$(on "$n2" "$SW" mount --rw "$S/data.img" "$M/a" 2>&1) || rc=$?
 assert_eq "$n2: mount --rw after the killed job (lease given back or taken over)" 0 "$rc"
@@ -128,7 +128,7 @@ jid=$(sbatch --parsable -w "$n1" -N1 -o "$W/kill2.out" --chdir=/ "$W/kill.sh")
 wait_for 600 test -e "$W/kill.ready"
 fpid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['holders'][0]['pid'])" "$E/data.img.lease" 2>/dev/null || echo 0)
 scancel --full --signal=KILL "$jid"
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 # the job's fuse2fs (the lease names it; the job started it) dies with the job, as under cgroups
 [[ $fpid -gt 1 ]] && "$TESTBED/exec" "$n1" kill -KILL "$fpid" 2>/dev/null
 "$TESTBED/exec" "$n1" sh -c "fusermount3 -u -z $M/a" >/dev/null 2>&1 || true

@@ -126,7 +126,7 @@ EOS
   opts=$(on awk -v m="$SR/t77gcc/12" '$5 == m {print $6}' /proc/self/mountinfo)
   assert_match "$name: the shadow is ro,nosuid,nodev" "^ro,nosuid,nodev" "$opts"
   touch "$W/$name.go"
-  wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+  wait_job "$jid" 600
   local out
   out=$(cat "$W/out/$name.out" 2>/dev/null)
   echo "$out" | sed "s/^/  $name: /" | head -12
@@ -169,7 +169,7 @@ module unload t77gcc/13 && echo "UNLOAD STATUS 0"
 EOS
 chmod 755 "$W/missing.sh"
 jid=$(as_user sbatch --parsable -w "$node" -N1 -o "$W/out/missing.out" --chdir=/tmp "$W/missing.sh"); jobs_+=("$jid")
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 out=$(cat "$W/out/missing.out" 2>/dev/null)
 assert_match "missing pool: module load still succeeds" "LOAD STATUS 0" "$out"
 assert_match "... and says the original is used" "t77gcc/13 is not shadow-mounted: .*no such pool.*the module uses the original installation" "$out"

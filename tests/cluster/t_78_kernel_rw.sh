@@ -108,7 +108,7 @@ jid=$(as_user sbatch --parsable -w node1 -N1 -o "$W/job.out" --chdir=/tmp "$W/jo
 wait_for 600 test -e "$W/job.ready"
 assert_match "a job on node1 holds the image read-write (the lease names it)" "\"job\": \"$jid\"" "$(cat "$IMG.lease")"
 scancel --full --signal=KILL "$jid"
-wait_for 600 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 600
 assert_eq "after SIGKILL and the epilog: nothing mounted at $M on node1" 0 "$(opts node1 | wc -l)"
 esc=$(cat "$W/escaped.pid" 2>/dev/null || echo 0)
 # (a zombie waiting for its new parent to reap it counts as ended)

@@ -163,7 +163,7 @@ done
 EOS
 chmod 755 "$W/job.sh"
 jid=$(as_user sbatch --parsable -N4 --ntasks-per-node=1 -o "$W/out/job-%j.out" --chdir=/tmp "$W/job.sh")
-wait_for 3000 sh -c "! squeue -h -j $jid 2>/dev/null | grep -q ."
+wait_job "$jid" 3000
 out=$(cat "$W/out/job-$jid.out" 2>/dev/null || true)
 echo "$out" | sed 's/^/  job: /' | head -60
 assert_eq "job: the original environments are unreadable to $TB_USER" 3 "$(grep -c "^original unreadable" <<< "$out" || true)"
