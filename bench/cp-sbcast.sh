@@ -18,11 +18,11 @@ TESTBED=$REPO/testbed
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-"2 4 8"}
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 OUT=$REPO/bench/results/cp-sbcast-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 trap '"$TESTBED/down" -q || true' EXIT
 {
   echo "# sw-pool cp vs sbcast where users run it ($(date -Is))"

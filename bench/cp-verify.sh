@@ -24,13 +24,13 @@ COUNTS=${2:-4}
 PAIRS=${3:-3}
 NODE_RATE=400mbit; STOR_RATE=800mbit
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 [[ $(id -u) == 0 ]] || { echo "bench/cp-verify.sh: must run as root (the testbed)"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/cp-verify-$(date +%Y%m%d-%H%M).md
 B=/var/tmp/swp-cpv-$$          # the pool, built once in the root namespace
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 NODES=()
 cleanup() {
   for n in "${NODES[@]}"; do rm -f "$TB/nodes/$n/local/cpv"; done

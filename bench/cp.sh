@@ -16,12 +16,12 @@ SIZE_MIB=${1:-1024}
 COUNTS=${2:-"1 2 4 8"}
 NODE_RATE=400mbit; STOR_RATE=800mbit; NODE_MBS=50
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/cp-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 trap '"$TESTBED/down" -q || true' EXIT
 
 {

@@ -31,7 +31,6 @@ REPS=${3:-5}
 SW=$REPO/target/release/sw-pool
 HB=$REPO/target/release/sw-pool-mount-helper
 [[ $(id -u) == 0 ]] || { echo "env-overhead: run as root" >&2; exit 1; }
-[[ -x $SW && -x $HB ]] || { echo "env-overhead: build first (cargo build --release)" >&2; exit 1; }
 for t in fio sudo fuse-overlayfs; do
   command -v "$t" >/dev/null || { echo "env-overhead: $t missing (tools/setup-deps.sh installs it)" >&2; exit 1; }
 done
@@ -40,6 +39,7 @@ if [[ ${SWP_OVH_INNER:-} != 1 ]]; then
 fi
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW" "$HB" || exit 1
 W=$(mktemp -d /var/tmp/swp-bench-ovh.XXXXXX)
 chmod 755 "$W"
 HT=/usr/local/share/swp-bench-ovh-$$

@@ -20,9 +20,9 @@ REPO=$PWD
 REPS=${1:-3}
 SW=$REPO/target/release/sw-pool
 [[ $(id -u) == 0 ]] || { echo "env-start: run as root (it makes a private /dev/fuse)" >&2; exit 1; }
-[[ -x $SW ]] || { echo "env-start: build first (cargo build --release)" >&2; exit 1; }
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW" || exit 1
 W=$(mktemp -d /var/tmp/swp-bench-env.XXXXXX)
 chmod 755 "$W"
 cleanup() { rm -rf "$W"; }

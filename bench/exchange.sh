@@ -25,11 +25,11 @@ QUIETS=()
 DEFAULTS=()
 NODE_RATE=400mbit
 BIN=$REPO/target/release/exchange-bench
-[[ -x $BIN ]] || (cd "$REPO" && cargo build --release -q -p exchange-bench)
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/exchange-$(date +%Y%m%d-%H%M)
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$BIN" || exit 1
 trap '"$TESTBED/down" -q || true' EXIT
 : > "$OUT.log"
 

@@ -25,10 +25,10 @@ REPS=${2:-3}
 RAND=${3:-5}
 SW=$REPO/target/release/sw-pool
 [[ $(id -u) == 0 ]] || { echo "in-place: run as root (drop_caches)" >&2; exit 1; }
-[[ -x $SW && -x $SW-serve ]] || { echo "in-place: build first (cargo build --release)" >&2; exit 1; }
 command -v fio >/dev/null || { echo "in-place: fio missing (tools/setup-deps.sh installs it)" >&2; exit 1; }
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW" "$SW-serve" || exit 1
 W=$(mktemp -d /var/tmp/swp-bench-inplace.XXXXXX)
 export SW_POOL_STATE_DIR=$W/state SW_POOL_SYSTEM_CONFIG='' SW_POOL_USER_CONFIG='' SW_POOL_CACHE=$W/cache
 mkdir -m 700 "$W/state" "$W/cache"

@@ -26,10 +26,10 @@ TESTBED=$REPO/testbed
 SIZE_MIB=${1:-1024}
 COUNTS=${2:-"4 8"}
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release --workspace"; exit 1; }
 OUT=$REPO/bench/results/layer-sync-$(date +%Y%m%d-%H%M).md
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 trap '"$TESTBED/down" -q || true' EXIT
 LINK_MBIT=400 STOR_MBIT=800
 {

@@ -46,13 +46,13 @@ RAND_ONLY=${RAND_ONLY:-}
 BIG_MB=${BIG_MB:-1024}   # the OSR test's file (smaller only for a quick try of this script)
 NODE_RATE=400mbit; STOR_RATE=800mbit
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN && -x $SW_BIN-full && -x $SW_BIN-serve ]] || { echo "build first: cargo build --release"; exit 1; }
 command -v fio >/dev/null || { echo "lazy: fio missing (tools/setup-deps.sh installs it)" >&2; exit 1; }
 (( LARGE_MB > BIG_MB )) || { echo "lazy: LARGE_MB must exceed $BIG_MB (the 1 GB file is part of the large pool)" >&2; exit 2; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/lazy-$(date +%Y%m%d-%H%M)
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" "$SW_BIN-full" "$SW_BIN-serve" || exit 1
 W=/var/tmp/swp-bench-lazy
 trap '"$TESTBED/down" -q || true; rm -rf "$W"' EXIT
 : > "$OUT.log"

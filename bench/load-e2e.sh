@@ -17,11 +17,11 @@ SIZE_MB=${1:-1000}
 COUNTS=${2:-"1 2 4 8"}
 NODE_RATE=400mbit; STOR_RATE=800mbit
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/load-e2e-$(date +%Y%m%d-%H%M).md
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 W=/var/tmp/swp-bench-e2e
 trap '"$TESTBED/down" -q || true; rm -rf "$W"' EXIT
 

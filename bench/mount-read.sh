@@ -18,10 +18,10 @@ SIZE_MIB=${1:-1024}
 REPS=${2:-3}
 SW=$REPO/target/release/sw-pool
 [[ $(id -u) == 0 ]] || { echo "mount-read: run as root (drop_caches)" >&2; exit 1; }
-[[ -x $SW ]] || { echo "mount-read: build first (cargo build --release)" >&2; exit 1; }
 
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW" || exit 1
 W=$(mktemp -d /var/tmp/swp-bench-mount.XXXXXX)
 export SW_POOL_STATE_DIR=$W/state SW_POOL_SYSTEM_CONFIG='' SW_POOL_USER_CONFIG='' SW_POOL_CACHE=$W
 mkdir -m 700 "$W/state"

@@ -38,11 +38,11 @@ PY=${PY:-/usr/bin/python3}
 SW=$REPO/target/release/sw-pool
 SERVE=$REPO/target/release/sw-pool-serve
 [[ $(id -u) == 0 ]] || { echo "native-read: run as root (drop_caches, loop mounts)" >&2; exit 1; }
-[[ -x $SW && -x $SERVE ]] || { echo "native-read: build first (cargo build --release)" >&2; exit 1; }
 command -v fio >/dev/null || { echo "native-read: fio is missing (tools/setup-deps.sh installs it)" >&2; exit 1; }
 
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW" "$SERVE" || exit 1
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(now)
 W=$(mktemp -d /var/tmp/swp-bench-native.XXXXXX)

@@ -36,7 +36,7 @@ done
 "$TESTBED/status" -q || die "the testbed is not up (testbed/up)"
 SW=$REPO/target/release/sw-pool
 HB=$REPO/target/release/sw-pool-mount-helper
-[[ -x $SW && -x $HB ]] || die "build first: cargo build --release"
+built_from_tree "$SW" "$HB" || exit 1
 TARBALL=$(find /usr/src -maxdepth 1 -name "linux-source-*.tar.xz" | sort -V | tail -1)
 if [[ -z $TARBALL ]]; then
   apt-get install -y -qq --no-install-recommends linux-source-6.1 >/dev/null

@@ -36,7 +36,7 @@ mkdir -p "$OUT"
 "$TESTBED/status" -q || die "the testbed is not up (testbed/up)"
 SW=$REPO/target/release/sw-pool
 HB=$REPO/target/release/sw-pool-mount-helper
-[[ -x $SW && -x $HB ]] || die "build first: cargo build --release"
+built_from_tree "$SW" "$HB" || exit 1
 GCC=/usr/bin/x86_64-linux-gnu-gcc-12
 GDIR=/usr/lib/gcc/x86_64-linux-gnu/12
 [[ -x $GCC && -x $GDIR/cc1 ]] || die "gcc-12 is not installed (apt-get install gcc-12 binutils)"

@@ -42,7 +42,7 @@ WHEELS=${PYENV_WHEELS:-$REPO/target/tmp/pyenv-wheels}
 OUT=${PYENV_OUT:-$REPO/bench/results/pyenv-$(date -u +%Y%m%d-%H%M)}
 PY=/usr/bin/python3
 SW=$REPO/target/release/sw-pool
-[[ -x $SW ]] || { echo "bench/pyenv-import.sh: build first (cargo build --release)" >&2; exit 1; }
+built_from_tree "$SW" || exit 1
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 . testbed/env.sh

@@ -24,12 +24,12 @@ CAPS=${3-"1 2"}
 REPS=${4:-2}
 CHUNK=${5:-4MiB}
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/ring-slots-$(date +%Y%m%d-%H%M).md
 S=$((SIZE_MIB << 20))
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 trap '"$TESTBED/down" -q || true' EXIT
 
 "$TESTBED/up" -n "$N" --node-rate 400mbit --storage-rate 800mbit >/dev/null

@@ -24,11 +24,11 @@ REPS=${3:-3}
 CHUNK=${4:-1MiB}
 NODE_RATE=${TREE_RING_NODE_RATE:-400mbit}
 SW_BIN=$REPO/target/release/sw-pool
-[[ -x $SW_BIN ]] || { echo "build first: cargo build --release -p sw-pool -p sw-pool-full"; exit 1; }
 mkdir -p "$REPO/bench/results"
 OUT=$REPO/bench/results/tree-ring-$(date +%Y%m%d-%H%M).md
 # shellcheck source=lib.sh
 . "$REPO/bench/lib.sh"
+built_from_tree "$SW_BIN" || exit 1
 trap '"$TESTBED/down" -q || true' EXIT
 
 max_n=0; for n in $NS; do if (( n > max_n )); then max_n=$n; fi; done
