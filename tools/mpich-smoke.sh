@@ -42,7 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 head -c $((9 * 1048576 + 7)) /dev/urandom > "$D/src"
-out=$(SW_POOL_FAKE_NODES=1 mpirun.mpich -np 2 "$BIN" cp --json --chunk 1MiB "$D/src" "$D/dest-%n")
+out=$(SW_POOL_FAKE_NODES=1 timeout 300 mpirun.mpich -np 2 "$BIN" cp --json --chunk 1MiB "$D/src" "$D/dest-%n")
 want=$(sha256sum < "$D/src" | cut -d' ' -f1)
 rc=0
 for i in 0 1; do
@@ -54,7 +54,7 @@ if grep -q '"nodes": 2' <<< "$out" && grep -q "\"bytes_read_from_src\": $((9 * 1
 else
   echo "FAIL mpich: report: $out"; rc=1
 fi
-out=$(SW_POOL_FAKE_NODES=1 mpirun.mpich -np 2 "$BIN" cp --json "$D/src" "$D/dest-%n")
+out=$(SW_POOL_FAKE_NODES=1 timeout 300 mpirun.mpich -np 2 "$BIN" cp --json "$D/src" "$D/dest-%n")
 if grep -q '"skipped_all": true' <<< "$out"; then echo "PASS mpich: repeat copy skipped"; else echo "FAIL mpich: repeat: $out"; rc=1; fi
 
 # --- load --lazy's servers over MPICH, 2 fake nodes
