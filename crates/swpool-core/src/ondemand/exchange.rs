@@ -362,6 +362,18 @@ enum Wake {
     Answer(usize, usize, Vec<u8>),
 }
 
+/// How often the thread that forwards this node's asks to [`run`] looks whether `run` ended.
+const FORWARD_CHECK: Duration = Duration::from_millis(100);
+
+/// Sets its flag when dropped: [`run`]'s end, however it ends.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// The first wait of an idle [`run`]; each idle turn doubles it up to [`IDLE_MAX`].
 const IDLE_FIRST: Duration = Duration::from_micros(50);
 /// The longest wait of an idle [`run`] before it tests its requests again: what an ask from a
@@ -410,13 +422,25 @@ pub fn run(
     let mut free: Vec<Vec<usize>> = (0..n).map(|_| (0..SLOTS).rev().collect()).collect();
     // this node's asks and the workers' answers, in one channel: either wakes an idle turn
     let (wake_tx, wake) = mpsc::channel::<Wake>();
+    // the forwarding thread ends within FORWARD_CHECK of this exchange's end (also on an error),
+    // when the askers are gone, or at a send into this ended exchange; with it goes the receiver
+    // of the asks, so that an ask made afterwards fails at once
+    let ended = Arc::new(AtomicBool::new(false));
+    let _ended = SetOnDrop(ended.clone());
     {
         let tx = wake_tx.clone();
-        // ends when the askers are gone or this channel is (the asks then fail as before)
-        std::thread::spawn(move || {
-            while let Ok(a) = asks.recv() {
-                if tx.send(Wake::Ask(a)).is_err() {
-                    break;
+        std::thread::spawn(move || loop {
+            match asks.recv_timeout(FORWARD_CHECK) {
+                Ok(a) => {
+                    if tx.send(Wake::Ask(a)).is_err() {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if ended.load(Ordering::Acquire) {
+                        break;
+                    }
                 }
             }
         });

@@ -185,6 +185,20 @@ fn an_idle_exchange_tests_its_requests_at_most_every_2_ms_and_still_sends_asks_u
             "{}",
             e.message
         );
+        // the thread that forwarded this node's asks ends with the exchange, and with it the
+        // asks' receiver, with no ask to wake it (one would end it: see below): the first ask
+        // sent 1 s (10 of its checks) after the end finds nobody to take it
+        std::thread::sleep(Duration::from_secs(1));
+        let (reply, _keep) = mpsc::sync_channel(1);
+        assert!(
+            tx0.send(Ask {
+                index: 1,
+                len: 1,
+                reply
+            })
+            .is_err(),
+            "the forwarding thread outlives its exchange"
+        );
         // an ask after the exchange ended fails at once, and says so
         let t = std::time::Instant::now();
         let e = ask_owner(&tx0, 1, CS as usize, Duration::from_secs(10), "node2").unwrap_err();
