@@ -35,14 +35,13 @@ cp "$bin" "$W/bin/" 2>/dev/null || true
 chmod -R a+rX "$W"
 mkdir -p "$W/out" && chmod 1777 "$W/out"   # job output, written by the unprivileged user
 cd "$W"
-swrun() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" srun --chdir="$W" "$@"; }
-# MPI steps: srun --mpi=pmix with one fence algorithm (srun-mpi; testbed/README.md)
+# swenv CMD...: CMD as the user, with no site or user configuration and the test's layer store
+swenv() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" "$@"; }
+swrun() { swenv srun --chdir="$W" "$@"; }
 # swrun_within SECONDS SRUN-ARGS...: swrun, its srun ended (and with it the step) after SECONDS
-swrun_within() {
-  local t=$1; shift
-  as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" timeout -k 30 "$t" srun --chdir="$W" "$@"
-}
-swrun_mpi() { as_user env SW_POOL_SYSTEM_CONFIG= SW_POOL_USER_CONFIG= SW_POOL_LAYER_DIR="$LD" "$W/bin/srun-mpi" --chdir="$W" "$@"; }
+swrun_within() { local t=$1; shift; swenv timeout -k 30 "$t" srun --chdir="$W" "$@"; }
+# MPI steps: srun --mpi=pmix with one fence algorithm (srun-mpi; testbed/README.md)
+swrun_mpi() { swenv "$W/bin/srun-mpi" --chdir="$W" "$@"; }
 
 # 1. one environment per node, the user's own uid, only its own processes visible
 out=$(swrun -N4 "$SW" run -- sh -c 'echo "$(hostname) uid=$(id -u) procs=$(ls /proc | grep -c "^[0-9]")"' 2>&1 || true)
