@@ -303,8 +303,14 @@ basic() {  # basic NAME PROG SRUN...
     # its program and library from the view and before any reaches the tree's checks: UCX's
     # address exchange between the nodes times out (2026-11-28, probes of 4-node steps: 3 of 68
     # through the view, 0 of 22 without; 2 of 4 in this test): up to twice more, said
+    # The failed try's ranks had read the program and library through their views, which keep
+    # them in each node's warm start (of this tree: made by this test, so newer than its sources);
+    # they go, or the next try would find them warm and fetch nothing ahead
     if [[ $try != 3 ]] && grep -q 'initial_address_exchange' "$o/err" 2>/dev/null; then
-      echo "    $name: MPI_Init failed in UCX's address exchange (no rank reached the tree's checks): once more"
+      echo "    $name: MPI_Init failed in UCX's address exchange (no rank reached the tree's checks): once more, the nodes' warm starts of this test removed"
+      for n in "${nodes[@]:0:4}"; do
+        "$TESTBED/exec" "$n" sh -c "find $TB/local/sw-pool-$uid/views -mindepth 1 -maxdepth 1 -newer $W/src/prog.c -exec rm -rf {} +" </dev/null >/dev/null 2>&1 || true
+      done
       continue
     fi
     fail "$name: the ranks started and read the tree" "no ready mark in 120 s"; show "$name"; return
